@@ -1,0 +1,3 @@
+module github.com/goddp/ddp
+
+go 1.26

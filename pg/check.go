@@ -1,0 +1,60 @@
+package pg
+
+import "fmt"
+
+// The Check functions validate a collective's arguments. Backends call
+// them before doing any work, so every backend rejects the same inputs
+// with the same errors.
+
+// CheckAllReduce validates AllReduce's arguments.
+func CheckAllReduce(t Tensor, op ReduceOp) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	return op.Check(t.Dtype)
+}
+
+// CheckBroadcast validates Broadcast's arguments for a group of size ranks.
+func CheckBroadcast(t Tensor, root, size int) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if root < 0 || root >= size {
+		return fmt.Errorf("%w: broadcast root %d is not a rank of a group of size %d", ErrInvalidArgument, root, size)
+	}
+	return nil
+}
+
+// CheckAllGather validates AllGather's arguments.
+func CheckAllGather(out, in Tensor, size int) error {
+	if err := in.Validate(); err != nil {
+		return err
+	}
+	if err := out.Validate(); err != nil {
+		return err
+	}
+	if out.Dtype != in.Dtype {
+		return fmt.Errorf("%w: allgather output is %v but input is %v", ErrInvalidArgument, out.Dtype, in.Dtype)
+	}
+	if out.Len() != size*in.Len() {
+		return fmt.Errorf("%w: allgather output holds %d elements, want size*input = %d*%d", ErrInvalidArgument, out.Len(), size, in.Len())
+	}
+	return nil
+}
+
+// CheckReduceScatter validates ReduceScatter's arguments.
+func CheckReduceScatter(out, in Tensor, op ReduceOp, size int) error {
+	if err := in.Validate(); err != nil {
+		return err
+	}
+	if err := out.Validate(); err != nil {
+		return err
+	}
+	if out.Dtype != in.Dtype {
+		return fmt.Errorf("%w: reducescatter output is %v but input is %v", ErrInvalidArgument, out.Dtype, in.Dtype)
+	}
+	if in.Len() != size*out.Len() {
+		return fmt.Errorf("%w: reducescatter input holds %d elements, want size*output = %d*%d", ErrInvalidArgument, in.Len(), size, out.Len())
+	}
+	return op.Check(in.Dtype)
+}

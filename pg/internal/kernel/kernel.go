@@ -1,0 +1,163 @@
+// Package kernel holds the element-wise reduction loops that every
+// process-group backend shares, so all backends round the same way.
+package kernel
+
+import (
+	"github.com/goddp/ddp/pg"
+)
+
+type integer interface{ ~int32 | ~int64 | ~uint8 }
+
+type number interface{ integer | ~float32 | ~float64 }
+
+// BaseKind is the element-wise combine an op reduces with: AVG and
+// PREMUL_SUM sum after Prepare has scaled the inputs.
+func BaseKind(op pg.ReduceOp) pg.ReduceKind {
+	if op.Kind == pg.Avg || op.Kind == pg.PremulSum {
+		return pg.Sum
+	}
+	return op.Kind
+}
+
+// Prepare scales a rank's own contribution in place before the reduction:
+// by op.Factor for PREMUL_SUM and by 1/size for AVG on floats, as NCCL does.
+func Prepare(t pg.Tensor, op pg.ReduceOp, size int) {
+	switch {
+	case op.Kind == pg.PremulSum:
+		Scale(t, op.Factor)
+	case op.Kind == pg.Avg && t.Dtype.IsFloat():
+		Scale(t, 1/float64(size))
+	}
+}
+
+// Finish completes the reduction in place: AVG on integers divides the sum
+// by size, truncating toward zero.
+func Finish(t pg.Tensor, op pg.ReduceOp, size int) {
+	if op.Kind != pg.Avg || t.Dtype.IsFloat() {
+		return
+	}
+	switch t.Dtype {
+	case pg.Int32:
+		divide(pg.View[int32](t), int32(size))
+	case pg.Int64:
+		divide(pg.View[int64](t), int64(size))
+	case pg.Uint8:
+		divide(pg.View[uint8](t), uint8(size))
+	}
+}
+
+func divide[T integer](s []T, n T) {
+	for i := range s {
+		s[i] /= n
+	}
+}
+
+// Scale multiplies every element of a floating-point tensor by f, in the
+// tensor's own precision (float16 and bfloat16 in float32, then rounded).
+func Scale(t pg.Tensor, f float64) {
+	switch t.Dtype {
+	case pg.Float32:
+		scale(pg.View[float32](t), float32(f))
+	case pg.Float64:
+		scale(pg.View[float64](t), f)
+	case pg.Float16:
+		s := pg.View[uint16](t)
+		for i, v := range s {
+			s[i] = F32ToF16(F16ToF32(v) * float32(f))
+		}
+	case pg.BFloat16:
+		s := pg.View[uint16](t)
+		for i, v := range s {
+			s[i] = F32ToBF16(BF16ToF32(v) * float32(f))
+		}
+	}
+}
+
+func scale[T ~float32 | ~float64](s []T, f T) {
+	for i := range s {
+		s[i] *= f
+	}
+}
+
+// Accumulate sets dst[i] = dst[i] ⊕ src[i] for the element-wise combine k
+// (see BaseKind). dst and src must have the same dtype and length. The
+// combine is commutative bit for bit, so two ranks that combine the same
+// pair in opposite orders get the same bits.
+func Accumulate(dst, src pg.Tensor, k pg.ReduceKind) {
+	switch dst.Dtype {
+	case pg.Float32:
+		combine(pg.View[float32](dst), pg.View[float32](src), k)
+	case pg.Float64:
+		combine(pg.View[float64](dst), pg.View[float64](src), k)
+	case pg.Int32:
+		combineInt(pg.View[int32](dst), pg.View[int32](src), k)
+	case pg.Int64:
+		combineInt(pg.View[int64](dst), pg.View[int64](src), k)
+	case pg.Uint8:
+		combineInt(dst.Data, src.Data, k)
+	case pg.Float16:
+		combineHalf(pg.View[uint16](dst), pg.View[uint16](src), k, F16ToF32, F32ToF16)
+	case pg.BFloat16:
+		combineHalf(pg.View[uint16](dst), pg.View[uint16](src), k, BF16ToF32, F32ToBF16)
+	}
+}
+
+func combine[T number](dst, src []T, k pg.ReduceKind) {
+	src = src[:len(dst)]
+	switch k {
+	case pg.Sum:
+		for i, v := range src {
+			dst[i] += v
+		}
+	case pg.Product:
+		for i, v := range src {
+			dst[i] *= v
+		}
+	case pg.Min:
+		for i, v := range src {
+			dst[i] = min(dst[i], v)
+		}
+	case pg.Max:
+		for i, v := range src {
+			dst[i] = max(dst[i], v)
+		}
+	}
+}
+
+func combineInt[T integer](dst, src []T, k pg.ReduceKind) {
+	src = src[:len(dst)]
+	switch k {
+	case pg.Band:
+		for i, v := range src {
+			dst[i] &= v
+		}
+	case pg.Bor:
+		for i, v := range src {
+			dst[i] |= v
+		}
+	case pg.Bxor:
+		for i, v := range src {
+			dst[i] ^= v
+		}
+	default:
+		combine(dst, src, k)
+	}
+}
+
+// combineHalf works through a small float32 block so the float loops stay
+// tight: widen, combine, round to nearest even.
+func combineHalf(dst, src []uint16, k pg.ReduceKind, widen func(uint16) float32, narrow func(float32) uint16) {
+	var a, b [512]float32
+	for len(dst) > 0 {
+		n := min(len(dst), len(a))
+		for i := range n {
+			a[i] = widen(dst[i])
+			b[i] = widen(src[i])
+		}
+		combine(a[:n], b[:n], k)
+		for i := range n {
+			dst[i] = narrow(a[i])
+		}
+		dst, src = dst[n:], src[n:]
+	}
+}

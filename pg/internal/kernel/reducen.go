@@ -1,0 +1,84 @@
+package kernel
+
+import "github.com/goddp/ddp/pg"
+
+// blockElems is how many elements ReduceN folds at a time: small enough
+// that the block stays in L1 while every input streams through it.
+const blockElems = 2048
+
+// ReduceN folds ins element-wise with k, in rank order, and writes the
+// result to every tensor in outs. All tensors have the same dtype and
+// length. outs may alias ins: each block is folded into a private buffer
+// before any output is written. float16 and bfloat16 accumulate in float32
+// across all inputs and round once.
+func ReduceN(outs, ins []pg.Tensor, k pg.ReduceKind) {
+	if len(ins) == 0 {
+		return
+	}
+	switch ins[0].Dtype {
+	case pg.Float32:
+		reduceN(views[float32](outs), views[float32](ins), k, combine[float32])
+	case pg.Float64:
+		reduceN(views[float64](outs), views[float64](ins), k, combine[float64])
+	case pg.Int32:
+		reduceN(views[int32](outs), views[int32](ins), k, combineInt[int32])
+	case pg.Int64:
+		reduceN(views[int64](outs), views[int64](ins), k, combineInt[int64])
+	case pg.Uint8:
+		reduceN(views[uint8](outs), views[uint8](ins), k, combineInt[uint8])
+	case pg.Float16:
+		reduceHalfN(views[uint16](outs), views[uint16](ins), k, F16ToF32, F32ToF16)
+	case pg.BFloat16:
+		reduceHalfN(views[uint16](outs), views[uint16](ins), k, BF16ToF32, F32ToBF16)
+	}
+}
+
+func views[T any](ts []pg.Tensor) [][]T {
+	out := make([][]T, len(ts))
+	for i, t := range ts {
+		out[i] = pg.View[T](t)
+	}
+	return out
+}
+
+func reduceN[T number](outs, ins [][]T, k pg.ReduceKind, comb func(dst, src []T, k pg.ReduceKind)) {
+	var acc [blockElems]T
+	n := len(ins[0])
+	for lo := 0; lo < n; lo += blockElems {
+		hi := min(lo+blockElems, n)
+		a := acc[:hi-lo]
+		copy(a, ins[0][lo:hi])
+		for _, in := range ins[1:] {
+			comb(a, in[lo:hi], k)
+		}
+		for _, out := range outs {
+			copy(out[lo:hi], a)
+		}
+	}
+}
+
+func reduceHalfN(outs, ins [][]uint16, k pg.ReduceKind, widen func(uint16) float32, narrow func(float32) uint16) {
+	var acc, tmp [blockElems]float32
+	var half [blockElems]uint16
+	n := len(ins[0])
+	for lo := 0; lo < n; lo += blockElems {
+		hi := min(lo+blockElems, n)
+		a, b := acc[:hi-lo], tmp[:hi-lo]
+		for i, v := range ins[0][lo:hi] {
+			a[i] = widen(v)
+		}
+		for _, in := range ins[1:] {
+			for i, v := range in[lo:hi] {
+				b[i] = widen(v)
+			}
+			combine(a, b, k)
+		}
+		h := half[:hi-lo]
+		for i, v := range a {
+			h[i] = narrow(v)
+		}
+		for _, out := range outs {
+			copy(out[lo:hi], h)
+		}
+	}
+}
