@@ -1,0 +1,8 @@
+package wire
+
+import "net"
+
+func netBuffers(b ...[]byte) *net.Buffers {
+	nb := net.Buffers(b)
+	return &nb
+}
