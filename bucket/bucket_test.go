@@ -1,0 +1,36 @@
+package bucket
+
+import (
+	"testing"
+
+	"github.com/goddp/ddp/pg"
+	"gorgonia.org/tensor"
+)
+
+func TestBucketLayout(t *testing.T) {
+	numel := []int{3, 5, 2}
+	b := New(0, []int{2, 0}, numel, pg.Float32, 100)
+	if got := b.Buffer.Len(); got != 5 {
+		t.Fatalf("buffer holds %d elements, want 5", got)
+	}
+	if b.Offsets[0] != 0 || b.Offsets[1] != 2 || b.Lengths[1] != 3 {
+		t.Fatalf("offsets %v lengths %v", b.Offsets, b.Lengths)
+	}
+	v := pg.View[float32](b.View(1))
+	v[0] = 7
+	if pg.View[float32](b.Buffer)[2] != 7 {
+		t.Fatal("view does not share the bucket's memory")
+	}
+	if b.Bytes() != 20 {
+		t.Fatalf("Bytes = %d, want 20", b.Bytes())
+	}
+}
+
+func TestDtypeOf(t *testing.T) {
+	if d, err := DtypeOf(tensor.Float64); err != nil || d != pg.Float64 {
+		t.Fatalf("DtypeOf(Float64) = %v, %v", d, err)
+	}
+	if _, err := DtypeOf(tensor.Complex128); err == nil {
+		t.Fatal("complex128 accepted")
+	}
+}

@@ -1,0 +1,252 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec describes a job of N worker processes on this machine.
+type Spec struct {
+	N    int      // number of workers (WORLD_SIZE)
+	Path string   // program to run
+	Args []string // its arguments (without the program name)
+	Env  []string // environment common to all workers ("K=V")
+	// Stdout receives rank 0's standard output; other ranks' output is
+	// discarded unless RankStdout is set. nil discards.
+	Stdout io.Writer
+	// Stderr receives every worker's standard error, each line
+	// prefixed with its rank. nil discards (the tail is still kept for
+	// errors).
+	Stderr io.Writer
+	// Grace is how long a stopped worker gets between SIGTERM and SIGKILL.
+	Grace time.Duration
+}
+
+// WorkerError reports the first worker that failed.
+type WorkerError struct {
+	Rank int
+	Err  error
+	Tail string // the last lines the worker wrote to stderr
+}
+
+func (e *WorkerError) Error() string {
+	msg := fmt.Sprintf("worker rank %d failed: %v", e.Rank, e.Err)
+	if e.Tail != "" {
+		msg += "\n" + e.Tail
+	}
+	return msg
+}
+
+func (e *WorkerError) Unwrap() error { return e.Err }
+
+// NewSecret returns a fresh hex-encoded 32-byte job secret.
+func NewSecret() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// FreePort asks the kernel for a free TCP port on loopback. Another
+// process may take it before it is used; rendezvous retries cover that
+// rare case poorly, so callers use it only on a single machine.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StandaloneEnv returns the rendezvous environment of a single-machine job:
+// loopback master, a free port and a fresh secret.
+func StandaloneEnv(n int) ([]string, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"MASTER_ADDR=127.0.0.1",
+		"MASTER_PORT=" + strconv.Itoa(port),
+		"WORLD_SIZE=" + strconv.Itoa(n),
+		"LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
+		"GODDP_SECRET=" + secret,
+	}, nil
+}
+
+// Run starts spec.N workers and waits for all of them. When ctx ends or a
+// worker fails, the remaining workers are terminated, and the error names
+// the first failed rank.
+func Run(ctx context.Context, spec Spec) error {
+	if spec.Path == "" {
+		return ErrNoWorkers
+	}
+	if spec.N < 1 {
+		return fmt.Errorf("launch: need at least one worker, got %d", spec.N)
+	}
+	if spec.Grace == 0 {
+		spec.Grace = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	workers := make([]*worker, spec.N)
+	for r := range workers {
+		w, err := start(spec, r)
+		if err != nil {
+			for _, s := range workers[:r] {
+				s.stop(spec.Grace)
+			}
+			return &WorkerError{Rank: r, Err: err}
+		}
+		workers[r] = w
+	}
+
+	type result struct {
+		rank int
+		err  error
+	}
+	results := make(chan result, spec.N)
+	for r, w := range workers {
+		go func() { results <- result{r, w.cmd.Wait()} }()
+	}
+	var first *WorkerError
+	for range spec.N {
+		var res result
+		select {
+		case res = <-results:
+		case <-ctx.Done():
+			for _, w := range workers {
+				w.stop(spec.Grace)
+			}
+			res = <-results
+			if first == nil {
+				first = &WorkerError{Rank: res.rank, Err: context.Cause(ctx)}
+			}
+			continue
+		}
+		if res.err != nil && first == nil {
+			first = &WorkerError{Rank: res.rank, Err: res.err, Tail: workers[res.rank].tail.String()}
+			for _, w := range workers {
+				w.stop(spec.Grace)
+			}
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return nil
+}
+
+type worker struct {
+	cmd  *exec.Cmd
+	tail *tailBuffer
+	once sync.Once
+}
+
+func start(spec Spec, rank int) (*worker, error) {
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Env = append(append([]string(nil), spec.Env...),
+		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if rank == 0 && spec.Stdout != nil {
+		cmd.Stdout = spec.Stdout
+	}
+	tail := &tailBuffer{max: 4096}
+	var errOut io.Writer = tail
+	if spec.Stderr != nil {
+		errOut = io.MultiWriter(tail, &prefixWriter{w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank)})
+	}
+	cmd.Stderr = errOut
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &worker{cmd: cmd, tail: tail}, nil
+}
+
+// stop sends SIGTERM, then SIGKILL after grace if the worker is still up.
+func (w *worker) stop(grace time.Duration) {
+	w.once.Do(func() {
+		p := w.cmd.Process
+		if p == nil {
+			return
+		}
+		_ = p.Signal(syscall.SIGTERM) // an error only means it already exited
+		time.AfterFunc(grace, func() { _ = p.Kill() })
+	})
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.buf))
+}
+
+// prefixWriter prefixes each line with a rank tag.
+type prefixWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	midLn  bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(b)
+	for len(b) > 0 {
+		if !p.midLn {
+			if _, err := io.WriteString(p.w, p.prefix); err != nil {
+				return 0, err
+			}
+		}
+		i := bytes.IndexByte(b, '\n')
+		line := b
+		if i >= 0 {
+			line = b[:i+1]
+		}
+		if _, err := p.w.Write(line); err != nil {
+			return 0, err
+		}
+		p.midLn = i < 0
+		b = b[len(line):]
+	}
+	return n, nil
+}
+
+// ErrNoWorkers is returned when a Spec has no program.
+var ErrNoWorkers = errors.New("launch: no program to run")
