@@ -1,0 +1,55 @@
+package commhook
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// Allreduce is the default hook, PyTorch's allreduce_hook: divide the
+// bucket by the world size, then sum it across ranks. Dividing first, as
+// PyTorch does, keeps low-precision sums from overflowing.
+type Allreduce struct{}
+
+// Name is "allreduce".
+func (Allreduce) Name() string { return "allreduce" }
+
+// Run divides b's buffer by the world size and starts a SUM allreduce of it.
+func (Allreduce) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.Work {
+	if err := Divide(b.Buffer, g.Size()); err != nil {
+		return pg.Completed(err)
+	}
+	return g.AllReduce(ctx, b.Buffer, pg.Op(pg.Sum))
+}
+
+// Divide divides every element of a float32 or float64 tensor by n, in
+// place, with true division as torch's div_ does.
+func Divide(t pg.Tensor, n int) error {
+	switch t.Dtype {
+	case pg.Float32:
+		s, d := pg.View[float32](t), float32(n)
+		for i := range s {
+			s[i] /= d
+		}
+	case pg.Float64:
+		s, d := pg.View[float64](t), float64(n)
+		for i := range s {
+			s[i] /= d
+		}
+	default:
+		return fmt.Errorf("commhook: cannot average a %v bucket; gradients must be float32 or float64", t.Dtype)
+	}
+	return nil
+}
+
+// Noop leaves the bucket as it is and communicates nothing: each rank
+// keeps its own gradients. It is for measuring the cost of everything
+// around communication.
+type Noop struct{}
+
+// Name is "noop".
+func (Noop) Name() string { return "noop" }
+
+// Run returns a finished Work.
+func (Noop) Run(context.Context, pg.ProcessGroup, *GradBucket) pg.Work { return pg.Completed(nil) }

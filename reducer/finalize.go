@@ -1,0 +1,146 @@
+package reducer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/goddp/ddp/pg"
+	"go.uber.org/zap"
+)
+
+// Finalize ends the iteration. For a synchronised one it waits for every
+// bucket's communication and writes the results into the gradients given
+// to MarkReady. Parameters that no rank used keep their gradients
+// untouched. It fails, naming the parameters, if some got no gradient.
+func (r *Reducer) Finalize(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.broken != nil {
+		return r.broken
+	}
+	if !r.it.active {
+		return errors.New("reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
+	}
+	if !r.it.sync {
+		r.endLocalIteration()
+		return nil
+	}
+	if r.static.first {
+		if err := r.launchStaticFirst(ctx); err != nil {
+			return r.fail(err)
+		}
+	}
+	if !r.it.markedUnused {
+		r.markUnused()
+	}
+	if !r.t.allLaunched() {
+		return r.fail(r.unfinishedError(r.t.missing()))
+	}
+	if err := r.wait(ctx); err != nil {
+		return r.fail(err)
+	}
+	globalUsed, err := r.globalUsed(ctx)
+	if err != nil {
+		return r.fail(err)
+	}
+	r.writeBack(globalUsed)
+	r.accumulate = false
+	r.it.active, r.it.ctx = false, nil
+	r.it.num++
+	r.static.first = false
+	r.rebuild.finishRecording()
+	return nil
+}
+
+// endLocalIteration closes a no-sync iteration. The first iteration of an
+// accumulation window copied gradients into the buckets; parameters it
+// did not reach are zeroed so later iterations can add to them.
+func (r *Reducer) endLocalIteration() {
+	if !r.accumulate {
+		for i := range r.params {
+			if !r.t.isReady(i) {
+				clear(r.layout.view(i).Data)
+			}
+		}
+	}
+	r.accumulate = true
+	r.it.active, r.it.ctx = false, nil
+}
+
+// wait waits for every bucket in launch order.
+func (r *Reducer) wait(ctx context.Context) error {
+	for b, w := range r.layout.works {
+		if err := w.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				// The collectives are still running and own the buffers.
+				r.g.Abort(err)
+			}
+			return fmt.Errorf("reducer: communication of bucket %d (parameters %s) failed: %w", b, r.names(r.layout.buckets[b].Params), err)
+		}
+	}
+	return nil
+}
+
+// globalUsed returns, with FindUnusedParameters or in the first static
+// iteration, which parameters some rank used; otherwise nil (all used).
+func (r *Reducer) globalUsed(ctx context.Context) ([]int32, error) {
+	if r.usedWork == nil {
+		return nil, nil
+	}
+	w := r.usedWork
+	r.usedWork = nil
+	if err := w.Wait(ctx); err != nil {
+		return nil, fmt.Errorf("reducer: allreduce of the used-parameter map failed: %w", err)
+	}
+	return pg.View[int32](r.localUsed), nil
+}
+
+// writeBack copies each result from its bucket into the gradient it came
+// from. Parameters unused on every rank keep their gradient untouched.
+func (r *Reducer) writeBack(globalUsed []int32) {
+	for i, dst := range r.dst {
+		if dst.Data == nil || (globalUsed != nil && globalUsed[i] == 0) {
+			continue
+		}
+		copy(dst.Data, r.layout.view(i).Data)
+	}
+}
+
+// staticState is StaticGraph's memory of the first iteration.
+type staticState struct {
+	first      bool   // the first synchronised iteration has not finished
+	unused     []bool // after it: parameters that got no gradient locally
+	unusedList []int
+}
+
+// launchStaticFirst is c10d's delay_all_reduce: the first static
+// iteration communicates nothing during backward. At its end the unused
+// set is known: those parameters are marked ready with zero gradients and
+// every bucket launches, along with the allreduce of the used map.
+func (r *Reducer) launchStaticFirst(ctx context.Context) error {
+	used := pg.View[int32](r.localUsed)
+	r.static.unused = make([]bool, len(r.params))
+	r.static.unusedList = nil
+	for i, u := range used {
+		if u == 0 {
+			r.static.unused[i] = true
+			r.static.unusedList = append(r.static.unusedList, i)
+		}
+	}
+	if len(r.static.unusedList) > 0 {
+		r.log.Warn("parameters are unused during the first iteration; with StaticGraph this set must stay the same on this rank for the whole run",
+			zap.Ints("unused", r.static.unusedList))
+	}
+	r.usedWork = r.g.AllReduce(ctx, r.localUsed, pg.Op(pg.Sum))
+	r.t.reset()
+	r.it.markedUnused = true
+	for i := range r.params {
+		if r.static.unused[i] {
+			clear(r.layout.view(i).Data)
+		}
+		from, to, _ := r.t.markReady(i)
+		r.launch(from, to)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package reducer
+
+import (
+	"fmt"
+
+	"github.com/goddp/ddp/commhook"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"gorgonia.org/tensor"
+)
+
+// The defaults of c10d's reducer (reducer.hpp).
+const (
+	// DefaultBucketCapBytes is kDefaultBucketBytesCap: 25 MiB.
+	DefaultBucketCapBytes = 25 << 20
+	// DefaultFirstBucketBytes is kDefaultFirstBucketBytes: 1 MiB, so the
+	// first allreduce starts early in backward.
+	DefaultFirstBucketBytes = 1 << 20
+)
+
+// Param describes one model parameter.
+type Param struct {
+	Name  string       // e.g. "fc1.weight"; used in every error about it
+	Shape []int        // its shape; the gradient has the same
+	Dtype tensor.Dtype // float32 or float64
+}
+
+// Numel is the number of elements.
+func (p Param) Numel() int {
+	n := 1
+	for _, d := range p.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Options configures a Reducer. The zero value gives DDP's defaults.
+type Options struct {
+	// BucketCapBytes caps a bucket's size (bucket_cap_mb). 0 means 25 MiB.
+	BucketCapBytes int
+	// FirstBucketBytes caps the first bucket after the rebuild. 0 means 1 MiB.
+	FirstBucketBytes int
+	// FindUnusedParameters: parameters the loss does not reach are marked
+	// ready at the start of backward, so their buckets can complete, and
+	// those unused on every rank keep their gradient untouched.
+	FindUnusedParameters bool
+	// StaticGraph: the set of used parameters never changes. The first
+	// iteration finds it, without overlap; later iterations reuse it.
+	StaticGraph bool
+	// Hook communicates each bucket. nil means commhook.Allreduce.
+	Hook commhook.Hook
+	// Logger receives the reducer's logs. nil means none.
+	Logger *zap.Logger
+	// Registerer receives the reducer's metrics. nil means none.
+	Registerer prometheus.Registerer
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.BucketCapBytes < 0 || o.FirstBucketBytes < 0 {
+		return o, fmt.Errorf("reducer: bucket sizes must not be negative (BucketCapBytes=%d, FirstBucketBytes=%d)", o.BucketCapBytes, o.FirstBucketBytes)
+	}
+	if o.BucketCapBytes == 0 {
+		o.BucketCapBytes = DefaultBucketCapBytes
+	}
+	if o.FirstBucketBytes == 0 {
+		o.FirstBucketBytes = DefaultFirstBucketBytes
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o, nil
+}
+
+// rebuilds reports whether buckets are rebuilt in gradient-ready order
+// after the first iteration: c10d's should_rebuild_buckets, before
+// has_rebuilt_bucket_ is considered.
+func (o Options) rebuilds() bool { return o.StaticGraph || !o.FindUnusedParameters }
+
+// initialLimits are the size limits of the first bucket plan. Like DDP
+// (PyTorch PR #72843), when buckets will be rebuilt the first iteration
+// uses one bucket per dtype, so no rank can launch a partial plan that
+// disagrees with another's.
+func (o Options) initialLimits() []int {
+	if o.rebuilds() {
+		return []int{int(^uint(0) >> 1)}
+	}
+	return []int{o.FirstBucketBytes, o.BucketCapBytes}
+}

@@ -1,0 +1,158 @@
+package reducer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/goddp/ddp/bucket"
+	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/pg"
+	"go.uber.org/zap"
+)
+
+// Reducer averages gradients across the ranks of a process group, bucket
+// by bucket, while backward is still running. It is c10d's Reducer.
+//
+// One iteration is:
+//
+//	r.Prepare(ctx, reducer.Iteration{Sync: true})  // before backward
+//	... r.MarkReady(i, grad) from each gradient hook, as backward runs ...
+//	r.Finalize(ctx)                                // after backward
+//
+// after which every gradient passed to MarkReady holds the average over
+// ranks (or, with a custom hook, whatever the hook produced).
+//
+// MarkReady may be called from a goroutine other than the one calling
+// Prepare and Finalize (Gorgonia's TapeMachine runs hooks on its own), but
+// calls must not overlap Prepare or Finalize.
+type Reducer struct {
+	g      pg.ProcessGroup
+	opts   Options
+	params []Param
+	dtypes []pg.Dtype
+	numel  []int
+	log    *zap.Logger
+
+	mu      sync.Mutex
+	hook    commhook.Hook
+	layout  *layout
+	t       *tracker
+	started bool // the first Prepare has run; hooks can no longer change
+
+	it         iteration
+	accumulate bool     // an accumulation window is open (a no-sync iteration ran)
+	dst        []pg.Tensor // gradients to write results back into
+	localUsed  pg.Tensor   // int32 per parameter: got a gradient this window
+	usedWork   pg.Work
+	broken     error // a fatal error; every later call returns it
+
+	rebuild rebuildState
+	static  staticState
+}
+
+// iteration is the state of the backward pass in progress.
+type iteration struct {
+	active       bool
+	sync         bool
+	ctx          context.Context // see Note [iteration context]
+	unused       []int
+	markedUnused bool
+	num          int // completed synchronised iterations
+}
+
+// Note [iteration context]: gradient hooks fire inside Gorgonia's
+// RunAll, which has no context to give them, yet the collectives they
+// launch must be bounded. Prepare's ctx is therefore kept for the length
+// of one iteration, and only for it: Finalize drops it.
+
+// New builds a reducer for params over g. It checks with every other rank
+// that they all hold the same model (same number of parameters, same
+// shapes and dtypes), then plans the buckets. It is collective: every rank
+// must call it.
+func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (*Reducer, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Reducer{g: g, opts: opts, params: params, log: opts.Logger.With(zap.Int("rank", g.Rank()))}
+	if err := r.describe(); err != nil {
+		return nil, err
+	}
+	if err := verifyModel(ctx, g, params); err != nil {
+		return nil, err
+	}
+	order := make([]int, len(params))
+	for i := range order {
+		order[i] = i
+	}
+	plan, limits, err := r.assign(order, opts.initialLimits(), false)
+	if err != nil {
+		return nil, err
+	}
+	r.install(plan, limits)
+	r.dst = make([]pg.Tensor, len(params))
+	r.localUsed = pg.NewTensor(pg.Int32, len(params))
+	r.static.first = opts.StaticGraph
+	r.hook = opts.Hook
+	if r.hook == nil {
+		r.hook = commhook.Allreduce{}
+	}
+	r.log.Info("reducer ready",
+		zap.Int("world_size", g.Size()), zap.String("backend", pg.BackendName(g)),
+		zap.Int("parameters", len(params)), zap.Ints("bucket_bytes", r.layout.bucketBytes()),
+		zap.Int("bucket_cap_bytes", opts.BucketCapBytes), zap.String("comm_hook", commhook.Name(r.hook)),
+		zap.Bool("find_unused_parameters", opts.FindUnusedParameters), zap.Bool("static_graph", opts.StaticGraph))
+	return r, nil
+}
+
+// describe checks the parameters and derives their dtypes and sizes.
+func (r *Reducer) describe() error {
+	if len(r.params) == 0 {
+		return errors.New("reducer: DDP is not needed when a model has no parameter that requires a gradient")
+	}
+	r.dtypes = make([]pg.Dtype, len(r.params))
+	r.numel = make([]int, len(r.params))
+	for i, p := range r.params {
+		d, err := bucket.DtypeOf(p.Dtype)
+		if err != nil || !d.IsFloat() {
+			return fmt.Errorf("reducer: parameter %d (%s) has dtype %v; DDP reduces float32 or float64 parameters", i, p.Name, p.Dtype)
+		}
+		r.dtypes[i], r.numel[i] = d, p.Numel()
+	}
+	return nil
+}
+
+// RegisterCommHook replaces the default allreduce hook. It can be called
+// once, before the first Prepare.
+func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: the hook is nil", ErrHookRegistration)
+	}
+	if r.opts.Hook != nil || r.started {
+		return fmt.Errorf("%w (hook %q is already in use; register it once, after New and before training)", ErrHookRegistration, commhook.Name(r.hook))
+	}
+	r.hook, r.opts.Hook = h, h
+	return nil
+}
+
+// Buckets returns the current bucket plan: parameter indices per bucket,
+// in launch order.
+func (r *Reducer) Buckets() [][]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.layout.plan()
+}
+
+// Gradient returns the reduced gradient of parameter i as it stands in its
+// bucket: after Finalize, the result for i. It is how a caller reads the
+// result for a parameter that got no local gradient (and so had nowhere
+// to write it back). It is valid until the next Prepare.
+func (r *Reducer) Gradient(i int) pg.Tensor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.layout.view(i)
+}
