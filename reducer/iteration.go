@@ -196,3 +196,10 @@ func (r *Reducer) fail(err error) error {
 	r.log.Error("reducer failed", zap.Error(err))
 	return err
 }
+
+// failLocked is fail for callers that do not hold the lock.
+func (r *Reducer) failLocked(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fail(err)
+}

@@ -1,0 +1,162 @@
+package reducer
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/goddp/ddp/autogradhooks"
+	"github.com/goddp/ddp/pg"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// DDP wraps a Gorgonia model for data-parallel training: the Reducer plus
+// the gradient hooks that feed it from inside TapeMachine.RunAll.
+//
+//	d, err := reducer.Wrap(ctx, group, params, reducer.Options{})
+//	// build the forward graph with d.Node(i) wherever params[i] is used
+//	grads, err := d.Grad(cost)
+//	vm := gorgonia.NewTapeMachine(g)           // no BindDualValues
+//	for step := ... {
+//		gorgonia.Let(x, batch) ...
+//		err := d.RunAll(ctx, vm)               // forward, backward, averaged grads
+//		solver.Step(d.ValueGrads())
+//		vm.Reset()
+//	}
+type DDP struct {
+	r      *Reducer
+	params gorgonia.Nodes
+	hooks  *autogradhooks.Set
+	unused []int
+	used   gorgonia.Nodes
+	graded bool
+}
+
+// Wrap checks that every rank holds the same model, copies rank 0's
+// parameter values to every rank (Gorgonia's initialisers are seeded from
+// the clock, so replicas start different), and prepares the gradient
+// hooks. Every parameter must have a value. It is collective.
+func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Options) (*DDP, error) {
+	descs := make([]Param, len(params))
+	values := make([]pg.Tensor, len(params))
+	for i, p := range params {
+		if p == nil || p.Value() == nil {
+			return nil, fmt.Errorf("reducer: parameter %d has no value; models with uninitialised parameters can't be wrapped: give every parameter a value (gorgonia.WithInit or WithValue) first", i)
+		}
+		descs[i] = Param{Name: p.Name(), Shape: p.Shape().Clone(), Dtype: p.Dtype()}
+		if descs[i].Name == "" {
+			descs[i].Name = fmt.Sprintf("param%d", i)
+		}
+		v, err := TensorOf(p.Value())
+		if err != nil {
+			return nil, fmt.Errorf("reducer: parameter %d (%s): %w", i, descs[i].Name, err)
+		}
+		values[i] = v
+	}
+	r, err := New(ctx, g, descs, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.BroadcastParams(ctx, values); err != nil {
+		return nil, err
+	}
+	d := &DDP{r: r, params: params}
+	d.hooks, err = autogradhooks.New(params, d.onGradient)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Reducer returns the reducer, for hooks, inspection and metrics.
+func (d *DDP) Reducer() *Reducer { return d.r }
+
+// Node returns parameter i wrapped with its gradient hook. Call it where
+// the forward graph uses the parameter, layer by layer: the hook fires in
+// backward at the point matching where the wrapper was created (see
+// autogradhooks).
+func (d *DDP) Node(i int) *gorgonia.Node { return d.hooks.Node(i) }
+
+// Grad adds the backward graph for cost and returns the gradient node of
+// each parameter (nil for parameters the loss does not reach). Unused
+// parameters need FindUnusedParameters (or StaticGraph).
+func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
+	grads, unused, err := d.hooks.Grad(cost)
+	if err != nil {
+		return nil, err
+	}
+	if len(unused) > 0 && !d.r.opts.FindUnusedParameters && !d.r.opts.StaticGraph {
+		return nil, fmt.Errorf("reducer: parameters %s are not used in producing the loss; set Options.FindUnusedParameters (ddp-train --find-unused-parameters), or make every parameter take part in the loss", d.r.names(unused))
+	}
+	d.unused, d.graded = unused, true
+	d.used = d.used[:0]
+	for i, p := range d.params {
+		if grads[i] != nil {
+			d.used = append(d.used, p)
+		}
+	}
+	return grads, nil
+}
+
+// Unused lists the parameters the loss does not reach.
+func (d *DDP) Unused() []int { return d.unused }
+
+// RunAll runs one synchronised iteration on vm: forward, backward with
+// each bucket's allreduce launched as soon as it is ready, then the wait
+// for all of them. Afterwards every parameter's gradient holds the
+// average over ranks. Call vm.Reset() before the next RunAll.
+func (d *DDP) RunAll(ctx context.Context, vm gorgonia.VM) error { return d.run(ctx, vm, true) }
+
+// RunAllNoSync runs an iteration without communication: gradients
+// accumulate locally until the next RunAll reduces their sum, as DDP's
+// no_sync. The parameters' own gradients after it are this iteration's
+// only; do not step the optimizer.
+func (d *DDP) RunAllNoSync(ctx context.Context, vm gorgonia.VM) error { return d.run(ctx, vm, false) }
+
+func (d *DDP) run(ctx context.Context, vm gorgonia.VM, sync bool) error {
+	if !d.graded {
+		return fmt.Errorf("reducer: call Grad(cost) on the DDP wrapper before running the model")
+	}
+	if err := d.r.Prepare(ctx, Iteration{Sync: sync, Unused: d.unused}); err != nil {
+		return err
+	}
+	if err := autogradhooks.RunAll(vm); err != nil {
+		// The reducer is mid-iteration and out of step with its peers.
+		return d.r.failLocked(fmt.Errorf("reducer: backward failed: %w", err))
+	}
+	return d.r.Finalize(ctx)
+}
+
+// ValueGrads returns the parameters that have gradients, for a Gorgonia
+// solver's Step. Parameters the loss does not reach have no gradient
+// node, and Gorgonia's solvers refuse those.
+func (d *DDP) ValueGrads() []gorgonia.ValueGrad { return gorgonia.NodesToValueGrads(d.used) }
+
+func (d *DDP) onGradient(i int, v gorgonia.Value) error {
+	t, err := TensorOf(v)
+	if err != nil {
+		return fmt.Errorf("%w: parameter %d: %v", ErrBadGradient, i, err)
+	}
+	return d.r.MarkReady(i, t)
+}
+
+// TensorOf views a Gorgonia value's memory as a pg.Tensor, without
+// copying: writing the tensor writes the value.
+func TensorOf(v gorgonia.Value) (pg.Tensor, error) {
+	switch v := v.(type) {
+	case tensor.Tensor:
+		switch data := v.Data().(type) {
+		case []float32:
+			return pg.Float32s(data), nil
+		case []float64:
+			return pg.Float64s(data), nil
+		}
+		return pg.Tensor{}, fmt.Errorf("values of dtype %v can't be reduced; use float32 or float64", v.Dtype())
+	case *gorgonia.F32:
+		return pg.Float32s(unsafe.Slice((*float32)(v), 1)), nil
+	case *gorgonia.F64:
+		return pg.Float64s(unsafe.Slice((*float64)(v), 1)), nil
+	}
+	return pg.Tensor{}, fmt.Errorf("values of type %T can't be reduced; use float32 or float64 tensors", v)
+}
