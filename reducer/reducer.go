@@ -42,7 +42,7 @@ type Reducer struct {
 	started bool // the first Prepare has run; hooks can no longer change
 
 	it         iteration
-	accumulate bool     // an accumulation window is open (a no-sync iteration ran)
+	accumulate bool        // an accumulation window is open (a no-sync iteration ran)
 	dst        []pg.Tensor // gradients to write results back into
 	localUsed  pg.Tensor   // int32 per parameter: got a gradient this window
 	usedWork   pg.Work

@@ -8,7 +8,10 @@ import (
 // Store is a small key-value store that ranks use to find each other, like
 // c10d's Store. Keys are strings and values bytes. Every call that can
 // block takes ctx and honours its deadline; the implementations also apply
-// their own default timeout when ctx has none.
+// their own default timeout when ctx has none (DefaultTimeout unless set).
+// A Get or Wait that times out returns an error wrapping pg.ErrTimeout that
+// names the keys (a *TimeoutError); calls on a closed store return
+// ErrClosed.
 type Store interface {
 	// Set stores value under key, replacing any old value, and wakes
 	// anyone waiting for key.

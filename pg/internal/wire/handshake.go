@@ -63,7 +63,7 @@ func ServerHandshake(rw io.ReadWriter, secret []byte) (hello []byte, err error) 
 	}
 	var head [nonceSize + 4]byte
 	if _, err := io.ReadFull(rw, head[:]); err != nil {
-		return nil, fmt.Errorf("%w: reading handshake: %v", pg.ErrUnauthenticated, err)
+		return nil, fmt.Errorf("%w: reading handshake: %w", pg.ErrUnauthenticated, err)
 	}
 	clientNonce := head[:nonceSize]
 	n := binary.LittleEndian.Uint32(head[nonceSize:])
@@ -72,7 +72,7 @@ func ServerHandshake(rw io.ReadWriter, secret []byte) (hello []byte, err error) 
 	}
 	rest := make([]byte, int(n)+macSize)
 	if _, err := io.ReadFull(rw, rest); err != nil {
-		return nil, fmt.Errorf("%w: reading handshake: %v", pg.ErrUnauthenticated, err)
+		return nil, fmt.Errorf("%w: reading handshake: %w", pg.ErrUnauthenticated, err)
 	}
 	hello, got := rest[:n], rest[n:]
 	if !hmac.Equal(got, mac(secret, "client", serverNonce, clientNonce, hello)) {
@@ -97,7 +97,7 @@ func ClientHandshake(rw io.ReadWriter, secret, hello []byte) error {
 	}
 	var greet [4 + 1 + nonceSize]byte
 	if _, err := io.ReadFull(rw, greet[:]); err != nil {
-		return fmt.Errorf("%w: reading server greeting: %v", pg.ErrUnauthenticated, err)
+		return fmt.Errorf("%w: reading server greeting: %w", pg.ErrUnauthenticated, err)
 	}
 	if [4]byte(greet[:4]) != magic || greet[4] != version {
 		return fmt.Errorf("%w: server greeting is not goddp version %d", pg.ErrUnauthenticated, version)
@@ -116,13 +116,13 @@ func ClientHandshake(rw io.ReadWriter, secret, hello []byte) error {
 	}
 	var reply [1 + macSize]byte
 	if _, err := io.ReadFull(rw, reply[:1]); err != nil {
-		return fmt.Errorf("%w: reading handshake reply: %v", pg.ErrUnauthenticated, err)
+		return fmt.Errorf("%w: reading handshake reply: %w", pg.ErrUnauthenticated, err)
 	}
 	if reply[0] != 0 {
 		return fmt.Errorf("%w: refused by the server: this process does not hold the job's secret", pg.ErrUnauthenticated)
 	}
 	if _, err := io.ReadFull(rw, reply[1:]); err != nil {
-		return fmt.Errorf("%w: reading handshake reply: %v", pg.ErrUnauthenticated, err)
+		return fmt.Errorf("%w: reading handshake reply: %w", pg.ErrUnauthenticated, err)
 	}
 	if !hmac.Equal(reply[1:], mac(secret, "server", clientNonce, serverNonce)) {
 		return fmt.Errorf("%w: server failed to prove it holds the job's secret", pg.ErrUnauthenticated)

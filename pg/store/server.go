@@ -1,0 +1,276 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/wire"
+)
+
+const (
+	// DefaultMaxConns caps a Server's open connections unless set.
+	DefaultMaxConns = 1024
+	// DefaultMaxFrame caps a store frame's payload, and so a key plus its
+	// value, unless set.
+	DefaultMaxFrame = 16 << 20
+	// defaultHandshakeTimeout bounds how long a new connection may take to
+	// authenticate.
+	defaultHandshakeTimeout = 10 * time.Second
+	// replyTimeout bounds writing one response.
+	replyTimeout = 10 * time.Second
+	// helloStore is what store clients say in the handshake.
+	helloStore = "goddp-store"
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Addr is the address to listen on, always explicit: "127.0.0.1:0"
+	// (a free loopback port), "127.0.0.1:29500", ":29500" (every
+	// interface). A single-machine job should listen on loopback.
+	Addr string
+	// Secret is the job's shared secret, at least 16 bytes. Every
+	// connection must prove it holds it before a request is read.
+	Secret []byte
+	// Logger receives refusals and protocol errors; nil means none.
+	Logger *zap.Logger
+	// MaxConns caps open connections; zero means DefaultMaxConns.
+	MaxConns int
+	// MaxFrame caps a request's payload; zero means DefaultMaxFrame.
+	MaxFrame uint32
+	// HandshakeTimeout bounds a new connection's handshake; zero means
+	// 10 s.
+	HandshakeTimeout time.Duration
+}
+
+// Server is the TCP store's server, c10d's TCPStore master daemon: it keeps
+// the table in memory and answers Clients. Get and Wait park on the server
+// until their keys are set or the wait the client asked for runs out.
+type Server struct {
+	ln        net.Listener
+	table     *HashStore
+	secret    []byte
+	log       *zap.Logger
+	maxConns  int
+	maxFrame  uint32
+	handshake time.Duration
+
+	wg        sync.WaitGroup // the accept loop and every connection
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{} // closed by Close
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// NewServer listens on opts.Addr and serves until Close.
+func NewServer(ctx context.Context, opts ServerOptions) (*Server, error) {
+	if opts.Addr == "" {
+		return nil, fmt.Errorf("%w: store: ServerOptions.Addr is empty; listen addresses are explicit (e.g. 127.0.0.1:0)", pg.ErrInvalidArgument)
+	}
+	if len(opts.Secret) < wire.MinSecret {
+		return nil, fmt.Errorf("%w: store: server: %w", pg.ErrInvalidArgument, wire.ErrNoSecret)
+	}
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("store: listen on %s: %w", opts.Addr, err)
+	}
+	s := &Server{
+		ln:        ln,
+		table:     NewHashStore(HashStoreOptions{}), // blocking calls get their deadline from the request
+		secret:    clone(opts.Secret),
+		log:       orNop(opts.Logger),
+		maxConns:  positive(opts.MaxConns, DefaultMaxConns),
+		maxFrame:  opts.MaxFrame,
+		handshake: positive(opts.HandshakeTimeout, defaultHandshakeTimeout),
+		done:      make(chan struct{}),
+		conns:     make(map[net.Conn]struct{}),
+	}
+	if s.maxFrame == 0 {
+		s.maxFrame = DefaultMaxFrame
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	s.log.Info("store: server listening", zap.String("addr", s.Addr()))
+	return s, nil
+}
+
+// Addr returns the address the server listens on, with the port it got.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops accepting, fails parked requests, closes every connection
+// and waits for all of the server's goroutines to end. It is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		close(s.done)
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.closeErr = s.ln.Close()
+		s.table.Close()
+		s.wg.Wait()
+	})
+	return s.closeErr
+}
+
+func (s *Server) closing() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			if s.closing() {
+				return
+			}
+			// Out of file descriptors and the like: wait, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("store: accept failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			select {
+			case <-time.After(backoff):
+			case <-s.done:
+				return
+			}
+			continue
+		}
+		backoff = 0
+		if s.track(conn) {
+			go s.serve(conn)
+		}
+	}
+}
+
+// track registers conn and counts its goroutine, or closes it when the
+// server is closing or full.
+func (s *Server) track(conn net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing() {
+		conn.Close()
+		return false
+	}
+	if len(s.conns) >= s.maxConns {
+		s.log.Warn("store: refused connection: too many open connections",
+			zap.String("remote", conn.RemoteAddr().String()), zap.Int("max_conns", s.maxConns))
+		conn.Close()
+		return false
+	}
+	s.conns[conn] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) untrack(conn net.Conn) {
+	conn.Close()
+	s.mu.Lock()
+	delete(s.conns, conn)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// serve authenticates conn, then answers its requests one at a time.
+func (s *Server) serve(conn net.Conn) {
+	defer s.untrack(conn)
+	log := s.log.With(zap.String("remote", conn.RemoteAddr().String()))
+	if !s.authenticate(conn, log) {
+		return
+	}
+	br := bufio.NewReader(conn)
+	var hb [wire.HeaderSize]byte
+	for {
+		h, err := wire.ReadHeader(br, &hb, s.maxFrame)
+		var req request
+		if err == nil {
+			req, err = s.readRequest(br, h)
+		}
+		if err != nil {
+			s.drop(conn, log, h.Seq, err)
+			return
+		}
+		status, body, keep := s.handle(conn, br, req)
+		if !keep || s.reply(conn, h.Seq, status, body) != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) authenticate(conn net.Conn, log *zap.Logger) bool {
+	conn.SetDeadline(time.Now().Add(s.handshake))
+	hello, err := wire.ServerHandshake(conn, s.secret)
+	if err == nil && string(hello) != helloStore {
+		err = fmt.Errorf("%w: peer introduced itself as %q, not as a store client", pg.ErrUnauthenticated, truncate(hello))
+	}
+	if err != nil {
+		if !s.closing() {
+			log.Warn("store: refused connection: it failed the shared-secret handshake", zap.Error(err))
+		}
+		return false
+	}
+	conn.SetDeadline(time.Time{})
+	return true
+}
+
+func (s *Server) readRequest(br *bufio.Reader, h wire.Header) (request, error) {
+	payload := make([]byte, h.Len)
+	if _, err := io.ReadFull(br, payload); err != nil {
+		return request{}, err
+	}
+	return decodeRequest(h.Kind, payload)
+}
+
+// drop ends a connection whose read failed. A malformed frame or request
+// (pg.ErrComm from wire or decodeRequest) is answered and logged; a peer
+// that merely hung up is not.
+func (s *Server) drop(conn net.Conn, log *zap.Logger, seq uint64, err error) {
+	if !errors.Is(err, pg.ErrComm) || s.closing() {
+		log.Debug("store: connection ended", zap.Error(err))
+		return
+	}
+	log.Warn("store: dropping connection after a malformed request", zap.Error(err))
+	s.reply(conn, seq, statusBadRequest, []byte(err.Error()))
+}
+
+func (s *Server) reply(conn net.Conn, seq uint64, status uint8, body []byte) error {
+	conn.SetWriteDeadline(time.Now().Add(replyTimeout))
+	return wire.WriteFrame(conn, wire.Header{Kind: status, Seq: seq}, body)
+}
+
+func orNop(l *zap.Logger) *zap.Logger {
+	if l == nil {
+		return zap.NewNop()
+	}
+	return l
+}
+
+func positive[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// longAgo is a deadline in the past: setting it interrupts blocked I/O.
+var longAgo = time.Unix(1, 0)
+
+// errDeadline is what I/O returns once a deadline has passed.
+var errDeadline = os.ErrDeadlineExceeded
