@@ -48,7 +48,11 @@ func reduceN[T number](outs, ins [][]T, k pg.ReduceKind, comb func(dst, src []T,
 		hi := min(lo+blockElems, n)
 		a := acc[:hi-lo]
 		copy(a, ins[0][lo:hi])
-		for _, in := range ins[1:] {
+		rest := ins[1:]
+		for ; k == pg.Sum && len(rest) >= 3; rest = rest[3:] {
+			sum3(a, rest[0][lo:hi], rest[1][lo:hi], rest[2][lo:hi])
+		}
+		for _, in := range rest {
 			comb(a, in[lo:hi], k)
 		}
 		for _, out := range outs {
@@ -80,5 +84,14 @@ func reduceHalfN(outs, ins [][]uint16, k pg.ReduceKind, widen func(uint16) float
 		for _, out := range outs {
 			copy(out[lo:hi], h)
 		}
+	}
+}
+
+// sum3 adds three inputs into a in one pass, in order: ((a+x)+y)+z, the
+// same bits as three passes but a third of the trips through a.
+func sum3[T number](a, x, y, z []T) {
+	x, y, z = x[:len(a)], y[:len(a)], z[:len(a)]
+	for i := range a {
+		a[i] = a[i] + x[i] + y[i] + z[i]
 	}
 }

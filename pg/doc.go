@@ -1,0 +1,64 @@
+// Package pg is goddp's process-group interface, after PyTorch c10d's
+// Backend: a set of ranks that run collectives together. The data-parallel
+// reducer moves every gradient through it.
+//
+// # The interface
+//
+// [ProcessGroup] has the collectives AllReduce, Broadcast, AllGather,
+// ReduceScatter and Barrier, plus Rank, Size, Abort and Close. Optional
+// abilities are found by type assertion rather than by growing the
+// interface: [MonitoredBarrierer] (a barrier that names the ranks that did
+// not arrive) and [Backender] (the backend's name, see [BackendName]).
+//
+// Every collective is asynchronous: it returns at once with a [Work], whose
+// Done channel closes when the collective has finished and whose Err is
+// then its result; Wait(ctx) blocks for it. Backends return a [*Future].
+// Many collectives may be in flight on one group; every rank must issue
+// the same collectives in the same order, and the tensors passed in belong
+// to the group until their Work is done.
+//
+//	w := g.AllReduce(ctx, pg.Float32s(grad), pg.Op(pg.Avg))
+//	// ... more work, more collectives ...
+//	if err := w.Wait(ctx); err != nil { ... }
+//
+// # Tensors, dtypes and ops
+//
+// A [Tensor] is a flat little-endian buffer of one [Dtype]: Float32,
+// Float64, Float16, BFloat16, Int32, Int64 or Uint8. Float32s and its
+// siblings view a Go slice as a Tensor without copying, so a collective
+// writes straight into the caller's slice; [View] goes the other way.
+// Float16 and BFloat16 hold bit patterns and are reduced in float32, then
+// rounded to nearest even.
+//
+// A [ReduceOp] has c10d's meanings: SUM, AVG, PRODUCT, MIN, MAX,
+// PREMUL_SUM (with its factor, [PremulSumOp]) and, on integers only, BAND,
+// BOR and BXOR. AVG on floats scales each input by 1/size and sums, as NCCL
+// does; on integers it sums and divides, truncating toward zero. The
+// Check functions ([CheckAllReduce] and friends) validate arguments the
+// same way for every backend.
+//
+// # Errors
+//
+// Every error wraps one of the sentinels, for errors.Is: [ErrTimeout],
+// [ErrComm] and [ErrRemote] (c10d's TIMEOUT, COMM_ERROR and REMOTE_ERROR),
+// [ErrAborted], [ErrClosed], [ErrInvalidArgument], [ErrMismatch] and
+// [ErrUnauthenticated]. A failed collective returns a [*CollectiveError]
+// naming the op, this rank and the peer involved; a monitored barrier that
+// times out returns a [*MissingRanksError] listing the ranks that never
+// came. No collective blocks forever: each is bounded by the group timeout
+// ([DefaultTimeout], 30 minutes, unless the backend is told otherwise) and
+// by its ctx.
+//
+// # Backends
+//
+//   - pg/local: N ranks as goroutines in one process, sharing memory. Each
+//     rank reduces its own shard straight from its peers' buffers, so an
+//     allreduce runs near memory bandwidth. For tests, examples and
+//     several replicas on one machine.
+//   - pg/tcp: ranks in separate processes or machines over TCP in pure Go,
+//     with a ring for large buffers and a latency-optimal algorithm for
+//     small ones, every connection authenticated with the job's secret.
+//     Ranks find each other through a pg/store rendezvous store.
+//
+// Every backend runs the conformance suite in pg/pgtest.
+package pg

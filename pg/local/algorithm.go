@@ -1,0 +1,93 @@
+package local
+
+import (
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
+)
+
+// Each collective runs in three steps on every rank: prepare (alone, on
+// its own buffers, before arriving), compute (once every rank has arrived,
+// straight from the peers' buffers, each rank on a disjoint part of the
+// output) and finish (alone again, after every rank has departed).
+
+// prepare scales rank r's own contribution for AVG and PREMUL_SUM. A rank
+// scales only its own buffer: its peers may not have arrived yet.
+// ReduceScatter scales a copy, so the caller's input is left as it was.
+func prepare(d desc, a args, n int) args {
+	switch d.kind {
+	case opAllReduce:
+		kernel.Prepare(a.in, a.op, n)
+	case opReduceScatter:
+		if scales(a.op, d.dtype) {
+			c := pg.NewTensor(d.dtype, a.in.Len())
+			copy(c.Data, a.in.Data)
+			kernel.Prepare(c, a.op, n)
+			a.in = c
+		}
+	}
+	return a
+}
+
+// scales reports whether kernel.Prepare changes a tensor of dtype d.
+func scales(op pg.ReduceOp, d pg.Dtype) bool {
+	return op.Kind == pg.PremulSum || op.Kind == pg.Avg && d.IsFloat()
+}
+
+// compute does rank r's share of the ready slot s.
+func compute(s *slot, r int) {
+	d := s.descs[r]
+	switch d.kind {
+	case opAllReduce:
+		allReduceShard(s, r, d)
+	case opBroadcast:
+		if r != d.root {
+			copy(s.args[r].in.Data, s.args[d.root].in.Data)
+		}
+	case opAllGather:
+		allGather(s, r)
+	case opReduceScatter:
+		reduceScatter(s, r, d)
+	}
+}
+
+// allReduceShard is the fused shard algorithm: rank r reduces elements
+// [r*L/n, (r+1)*L/n) of every rank's buffer, in rank order, and writes the
+// result back to every rank's buffer. Each element is read n times and
+// written n times in all, which is the least any in-place allreduce can
+// move, and the n ranks do it in parallel.
+func allReduceShard(s *slot, r int, d desc) {
+	n := len(s.args)
+	lo, hi := r*d.len/n, (r+1)*d.len/n
+	parts := make([]pg.Tensor, n)
+	for i, a := range s.args {
+		parts[i] = a.in.Slice(lo, hi)
+	}
+	kernel.ReduceN(parts, parts, kernel.BaseKind(pg.Op(d.op)))
+}
+
+// allGather copies every rank's input into rank r's output.
+func allGather(s *slot, r int) {
+	out := s.args[r].out.Data
+	for _, a := range s.args {
+		out = out[copy(out, a.in.Data):]
+	}
+}
+
+// reduceScatter reduces chunk r of every rank's input into rank r's output.
+func reduceScatter(s *slot, r int, d desc) {
+	ins := make([]pg.Tensor, len(s.args))
+	for i, a := range s.args {
+		ins[i] = a.in.Slice(r*d.len, (r+1)*d.len)
+	}
+	kernel.ReduceN([]pg.Tensor{s.args[r].out}, ins, kernel.BaseKind(pg.Op(d.op)))
+}
+
+// finish completes rank r's result alone: integer AVG divides its sum.
+func finish(d desc, a args, n int) {
+	switch d.kind {
+	case opAllReduce:
+		kernel.Finish(a.in, a.op, n)
+	case opReduceScatter:
+		kernel.Finish(a.out, a.op, n)
+	}
+}

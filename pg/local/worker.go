@@ -1,0 +1,117 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// task is one issued collective on its way through a rank's worker.
+type task struct {
+	// ctx is the caller's context for this one collective, carried to the
+	// worker with the request like an http.Request's; it is not group
+	// state.
+	ctx     context.Context
+	seq     uint64
+	desc    desc
+	args    args
+	timeout time.Duration
+	waitAll bool
+	fut     *pg.Future
+}
+
+// submit numbers t in issue order and queues it for the worker.
+func (g *Group) submit(ctx context.Context, t *task) pg.Work {
+	if ctx == nil {
+		return g.invalid(t.desc.kind, fmt.Errorf("%w: nil context", pg.ErrInvalidArgument))
+	}
+	t.ctx, t.fut = ctx, pg.NewFuture()
+	g.mu.Lock()
+	if g.stopKind != nil {
+		g.mu.Unlock()
+		return pg.Completed(g.stopped(t.desc.kind))
+	}
+	g.seq++
+	t.seq = g.seq
+	g.queue = append(g.queue, t)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default: // the worker is already due to look at the queue
+	}
+	return t.fut
+}
+
+// loop is the rank's worker: it runs the queued collectives one at a time,
+// in issue order, until the group stops.
+func (g *Group) loop() {
+	defer close(g.exited)
+	for {
+		t, ok := g.next()
+		if !ok {
+			return
+		}
+		t.fut.Complete(g.run(t))
+	}
+}
+
+// next returns the oldest queued task, waiting for one, or false once the
+// group has stopped.
+func (g *Group) next() (*task, bool) {
+	for {
+		g.mu.Lock()
+		if g.stopKind != nil {
+			g.mu.Unlock()
+			return nil, false
+		}
+		if len(g.queue) > 0 {
+			t := g.queue[0]
+			g.queue[0] = nil
+			g.queue = g.queue[1:]
+			g.mu.Unlock()
+			return t, true
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.wake:
+		case <-g.stop:
+		}
+	}
+}
+
+// run takes one collective through its slot: prepare, arrive, wait for
+// the peers, compute this rank's share, wait for the peers to finish
+// theirs, finish.
+func (g *Group) run(t *task) error {
+	n := g.Size()
+	a := prepare(t.desc, t.args, n)
+	s, f := g.w.arrive(g.rank, t.seq, t.desc, a)
+	arrived := f == nil
+	if arrived {
+		f = g.w.await(t.ctx, s, g.rank, t.timeout)
+	}
+	if f != nil {
+		g.w.release(s, g.rank)
+		return g.fail(t, f, arrived)
+	}
+	compute(s, g.rank)
+	g.w.depart(s)
+	g.w.release(s, g.rank)
+	finish(t.desc, a, n)
+	return nil
+}
+
+// fail turns a broken slot into this rank's error: its own Close or Abort
+// if it stopped, or else the failure as seen from this rank.
+func (g *Group) fail(t *task, f failure, arrived bool) error {
+	err := g.stopped(t.desc.kind)
+	if err == nil {
+		err = f.errFor(view{op: t.desc.kind, rank: g.rank, arrived: arrived, waitAll: t.waitAll})
+	}
+	g.log.Debug("collective failed", zap.Uint64("seq", t.seq), zap.Stringer("collective", t.desc), zap.Error(err))
+	return err
+}

@@ -1,0 +1,93 @@
+package pgtest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Timeouts the suite gives the worlds it makes.
+const (
+	// correctTimeout is the group timeout of worlds that check results:
+	// long, so that a slow machine under the race detector never trips it.
+	correctTimeout = 2 * time.Minute
+	// faultTimeout is the group timeout of worlds that check failures.
+	faultTimeout = 2 * time.Second
+)
+
+// Run is the conformance suite every process-group backend runs:
+//
+//	func TestConformance(t *testing.T) { pgtest.Run(t, newWorld) }
+//
+// It checks AllReduce (every dtype and op, and the invalid combinations),
+// Broadcast from every root, AllGather, ReduceScatter and Barrier on
+// worlds of 1 to 8 ranks, with lengths from 0 up to 64 MiB; 16
+// collectives in flight at once; and failures: a rank that closes or
+// aborts mid-collective, a rank that never arrives, and MonitoredBarrier
+// when the group has it. Float results must be within Tolerance of a
+// serial Reduce, integers equal to it bit for bit, and every rank's
+// AllReduce result bit for bit the same as every other rank's.
+//
+// Under -short it checks worlds of 1, 2, 3, 4 and 8 ranks with shorter
+// tensors and skips the 64 MiB AllReduce.
+func Run(t *testing.T, newWorld World) {
+	g := newGrid(testing.Short())
+	t.Run("Collectives", func(t *testing.T) {
+		for _, n := range g.worlds {
+			t.Run(fmt.Sprintf("world=%d", n), func(t *testing.T) {
+				runCollectives(t, open(t, newWorld, n, correctTimeout), g)
+			})
+		}
+	})
+	t.Run("Large", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("the 64 MiB AllReduce is skipped under -short")
+		}
+		for _, n := range []int{2, 4} {
+			t.Run(fmt.Sprintf("world=%d/float32/SUM/64MiB", n), func(t *testing.T) {
+				largeAllReduce(t, open(t, newWorld, n, correctTimeout))
+			})
+		}
+	})
+	t.Run("Faults", func(t *testing.T) { runFaults(t, newWorld) })
+}
+
+func runCollectives(t *testing.T, w *world, g grid) {
+	lengths := g.lengths(w.n)
+	t.Run("AllReduce", func(t *testing.T) { allReduce(t, w, lengths) })
+	t.Run("AllReduce/invalid", func(t *testing.T) { invalidAllReduce(t, w) })
+	t.Run("Broadcast", func(t *testing.T) { broadcast(t, w, g.shortLengths()) })
+	t.Run("AllGather", func(t *testing.T) { allGather(t, w, lengths) })
+	t.Run("ReduceScatter", func(t *testing.T) { reduceScatter(t, w, g.shortLengths()) })
+	t.Run("invalid", func(t *testing.T) { invalidArguments(t, w) })
+	t.Run("Barrier", func(t *testing.T) { barrier(t, w) })
+	t.Run("InFlight16", func(t *testing.T) { inFlight(t, w, 16) })
+}
+
+// grid is how much of the space the suite covers.
+type grid struct {
+	worlds  []int
+	longest int // the longest tensor of the small-tensor checks
+}
+
+func newGrid(short bool) grid {
+	if short {
+		return grid{worlds: []int{1, 2, 3, 4, 8}, longest: 4099}
+	}
+	return grid{worlds: []int{1, 2, 3, 4, 5, 6, 7, 8}, longest: 65537}
+}
+
+// lengths are the tensor lengths checked on a world of n ranks: empty,
+// shorter than the world, odd, not divisible by n, divisible by n, and
+// longer than one of the kernels' blocks.
+func (g grid) lengths(n int) []int {
+	ls := []int{0, 1, 2, 7, 3*n + 1, 64 * n, 4099}
+	if g.longest > 4099 {
+		ls = append(ls, g.longest)
+	}
+	return ls
+}
+
+// shortLengths are the lengths of checks that multiply them by a loop over
+// roots or by the world size.
+func (g grid) shortLengths() []int { return []int{0, 1, 7, 1000} }
