@@ -144,6 +144,16 @@ func (d *DDP) onGradient(i int, v gorgonia.Value) error {
 // TensorOf views a Gorgonia value's memory as a pg.Tensor, without
 // copying: writing the tensor writes the value.
 func TensorOf(v gorgonia.Value) (pg.Tensor, error) {
+	if d, ok := v.(*tensor.Dense); ok && !d.IsScalar() {
+		// The typed views allocate nothing; Data() builds an interface
+		// through reflect on every call, twice per gradient per step.
+		switch d.Dtype() {
+		case tensor.Float32:
+			return pg.Float32s(d.Float32s()), nil
+		case tensor.Float64:
+			return pg.Float64s(d.Float64s()), nil
+		}
+	}
 	switch v := v.(type) {
 	case tensor.Tensor:
 		switch data := v.Data().(type) {

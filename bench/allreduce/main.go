@@ -1,0 +1,195 @@
+// Command allreduce measures allreduce on a goddp backend and prints CSV
+// in the spirit of nccl-tests:
+//
+//	go run ./bench/allreduce --backend tcp --nproc 2 --sizes 4096,1048576,67108864 --dtype float32
+//
+// prints
+//
+//	bytes,time_us,algbw_GBps,busbw_GBps
+//
+// with algbw = bytes/time and busbw = algbw × 2(n−1)/n. For tcp it starts
+// nproc worker processes on loopback with a fresh job secret, the way
+// ddp-train does; for local it runs nproc goroutine ranks in this process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/env"
+	"github.com/goddp/ddp/pg/local"
+	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/pg/tcp"
+)
+
+// workerEnv marks a process started by this command as one of its workers.
+const workerEnv = "GODDP_BENCH_WORKER"
+
+type options struct {
+	backend string
+	nproc   int
+	cfg     config
+	timeout time.Duration
+	linkBps int64
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce:", err)
+		var usage usageError
+		if errors.As(err, &usage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var sizes, dtype string
+	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local or tcp")
+	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
+	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864", "comma-separated buffer sizes in bytes")
+	fs.StringVar(&dtype, "dtype", "float32", "element type")
+	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
+	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
+	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
+	if err := fs.Parse(args); err != nil {
+		return o, usageError{err}
+	}
+	if o.backend != "local" && o.backend != "tcp" {
+		return o, usageError{fmt.Errorf("--backend %q: want local or tcp", o.backend)}
+	}
+	if o.nproc < 1 {
+		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
+	}
+	d, err := pg.ParseDtype(dtype)
+	if err != nil {
+		return o, usageError{err}
+	}
+	o.cfg.dtype = d
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return o, usageError{fmt.Errorf("--sizes: %q is not a byte count", s)}
+		}
+		o.cfg.sizes = append(o.cfg.sizes, n)
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch {
+	case o.backend == "local":
+		return runLocal(ctx, o, stdout, stderr)
+	case os.Getenv(workerEnv) == "1":
+		return runWorker(ctx, o, stdout)
+	default:
+		return runLauncher(ctx, o, args, stdout, stderr)
+	}
+}
+
+func runLocal(ctx context.Context, o options, stdout, stderr io.Writer) error {
+	groups, err := local.New(o.nproc, local.Options{Timeout: o.timeout})
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, len(groups))
+	var rows []result
+	for _, g := range groups {
+		go func() {
+			r, err := measure(ctx, g, o.cfg, stdout)
+			if g.Rank() == 0 {
+				rows = r
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range groups {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, g := range groups {
+		g.Close()
+	}
+	if first == nil {
+		reportBound(stderr, o.nproc, rows)
+	}
+	return first
+}
+
+func runLauncher(ctx context.Context, o options, args []string, stdout, stderr io.Writer) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	jobEnv, err := launch.StandaloneEnv(o.nproc)
+	if err != nil {
+		return err
+	}
+	return launch.Run(ctx, launch.Spec{
+		N:      o.nproc,
+		Path:   self,
+		Args:   args,
+		Env:    append(append(os.Environ(), jobEnv...), workerEnv+"=1"),
+		Stdout: stdout,
+		Stderr: stderr,
+	})
+}
+
+func runWorker(ctx context.Context, o options, stdout io.Writer) error {
+	cfg, err := env.FromLookup(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{
+		Addr:     cfg.StoreAddr(),
+		IsServer: cfg.Rank == 0,
+		Secret:   cfg.Secret,
+		Timeout:  o.timeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	g, err := tcp.New(ctx, st, tcp.Options{
+		Rank:            cfg.Rank,
+		Size:            cfg.WorldSize,
+		Secret:          cfg.Secret,
+		ListenAddr:      "127.0.0.1:0",
+		Timeout:         o.timeout,
+		LinkBytesPerSec: o.linkBps,
+	})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	_, err = measure(ctx, g, o.cfg, stdout)
+	return err
+}

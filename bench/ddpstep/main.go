@@ -1,0 +1,241 @@
+// Command ddpstep measures one training step of a 784-512-512-512-10 MLP
+// (float32, relu, mean softmax cross-entropy, batch 64 per rank) with and
+// without DDP, and how much of DDP's communication hides behind backward:
+//
+//	go run ./bench/ddpstep                       # 2 TCP worker processes on loopback
+//	go run ./bench/ddpstep --backend local       # 2 goroutine ranks in this process
+//	go run ./bench/ddpstep --nproc 4 --steps 100 --format csv
+//
+// Every rank builds two copies of the model from the same values: a plain
+// one and a DDP replica (reducer.Wrap, default buckets: 25 MiB cap, 1 MiB
+// first bucket). It runs them alternately, one plain step then one DDP
+// step, warmup+steps times, so drift in the machine's speed moves both.
+// Rank 0 prints the bucket plan after the rebuild and its figures.
+//
+// # Definitions
+//
+// All instants are read on one rank's monotonic clock.
+//
+//   - Step without DDP: gorgonia's RunAll (forward and backward) of the
+//     plain model, the solver's Step and the machine's Reset. Every rank
+//     runs its plain model at the same time, so both figures are taken
+//     with the same number of busy ranks on the machine.
+//   - Step with DDP: DDP.RunAll (Prepare, RunAll with gradient hooks,
+//     Finalize), the solver's Step and Reset.
+//   - Before RunAll: from the DDP step's start to the tape's start, that
+//     is, Prepare.
+//   - Forward, backward: RunAll split at the start of backward, which a
+//     mark on the loss reports (the first node of backward to run).
+//   - Wait after RunAll: from the tape's end to DDP.RunAll's return: the
+//     exposed part of communication plus Finalize's copies back.
+//   - Solver step and Reset: from the end of RunAll (DDP.RunAll for the
+//     replica) to the end of the step.
+//   - A bucket's communication interval: from the moment the reducer
+//     calls the comm hook (commhook.Allreduce, which divides the bucket by
+//     the world size and starts the allreduce) to the moment its Work is
+//     done: the earliest of several looks at it, each of which can only
+//     be late (Note [observing done] in timing.go).
+//   - Communication time: the length of the union of the buckets'
+//     intervals, so that buckets in flight together count once.
+//   - Hidden communication: the part of that union inside the interval
+//     of RunAll (the tape's start to its end).
+//   - Overlap: hidden communication / communication time, summed over the
+//     timed steps. 1 means every byte moved while backward was running.
+//   - DDP step / step without DDP: the median over steps of each DDP
+//     step's time over the plain step run just before it.
+//
+// Times are medians over the timed steps, so the parts of a step need not
+// add up to its median. Each bucket's interval is also shown from the
+// start of backward, with the hidden fraction of each. On a machine with
+// fewer cores than ranks need, communication that is hidden still takes
+// CPU from backward: compare the two backward times.
+//
+// --hook noop times DDP without communication: the reducer's own cost in
+// the step.
+//
+// Communication intervals include the time a rank waits for a slower
+// peer to reach the same collective.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/pg/env"
+	"github.com/goddp/ddp/pg/local"
+	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/pg/tcp"
+)
+
+// workerEnv marks a process started by this command as one of its workers.
+const workerEnv = "GODDP_BENCH_WORKER"
+
+type options struct {
+	backend string
+	nproc   int
+	format  string
+	cfg     config
+	timeout time.Duration
+	linkBps int64
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "ddpstep:", err)
+		var usage usageError
+		if errors.As(err, &usage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("ddpstep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := options{cfg: config{sizes: []int{784, 512, 512, 512, 10}}}
+	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local or tcp")
+	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
+	fs.IntVar(&o.cfg.rows, "batch", 64, "batch per rank")
+	fs.IntVar(&o.cfg.steps, "steps", 50, "timed steps of each model")
+	fs.IntVar(&o.cfg.warmup, "warmup", 5, "untimed steps of each model first (at least 2: the buckets are rebuilt after the first)")
+	fs.StringVar(&o.cfg.hook, "hook", "allreduce", "comm hook: allreduce, or noop to time DDP without communication")
+	fs.IntVar(&o.cfg.bucketCapBytes, "bucket-cap-bytes", 0, "bucket cap (0: the reducer's default, 25 MiB)")
+	fs.IntVar(&o.cfg.firstBucketBytes, "first-bucket-bytes", 0, "first bucket's cap (0: the reducer's default, 1 MiB)")
+	fs.StringVar(&o.format, "format", "table", "output: table or csv")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
+	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
+	if err := fs.Parse(args); err != nil {
+		return o, usageError{err}
+	}
+	switch {
+	case o.backend != "local" && o.backend != "tcp":
+		return o, usageError{fmt.Errorf("--backend %q: want local or tcp", o.backend)}
+	case o.nproc < 1:
+		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
+	case o.cfg.rows < 1 || o.cfg.steps < 1:
+		return o, usageError{fmt.Errorf("--batch %d, --steps %d: want at least 1", o.cfg.rows, o.cfg.steps)}
+	case o.cfg.warmup < 2:
+		return o, usageError{fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup)}
+	case o.cfg.hook != "allreduce" && o.cfg.hook != "noop":
+		return o, usageError{fmt.Errorf("--hook %q: want allreduce or noop", o.cfg.hook)}
+	case o.format != "table" && o.format != "csv":
+		return o, usageError{fmt.Errorf("--format %q: want table or csv", o.format)}
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch {
+	case o.backend == "local":
+		return runLocal(ctx, o, stdout)
+	case os.Getenv(workerEnv) == "1":
+		return runWorker(ctx, o, stdout)
+	default:
+		return runLauncher(ctx, o, args, stdout, stderr)
+	}
+}
+
+// runLocal runs nproc goroutine ranks in this process.
+func runLocal(ctx context.Context, o options, stdout io.Writer) error {
+	groups, err := local.New(o.nproc, local.Options{Timeout: o.timeout})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	results := make([]rankResult, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() { results[r], errs[r] = measure(ctx, g, o.cfg) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	report(stdout, o, results[0])
+	return nil
+}
+
+// runLauncher starts nproc workers of this program on loopback, with a
+// fresh job secret, and waits for them; rank 0's output is ours.
+func runLauncher(ctx context.Context, o options, args []string, stdout, stderr io.Writer) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	jobEnv, err := launch.StandaloneEnv(o.nproc)
+	if err != nil {
+		return err
+	}
+	return launch.Run(ctx, launch.Spec{
+		N:      o.nproc,
+		Path:   self,
+		Args:   args,
+		Env:    append(append(os.Environ(), jobEnv...), workerEnv+"=1"),
+		Stdout: stdout,
+		Stderr: stderr,
+	})
+}
+
+// runWorker is one TCP rank: rendezvous through the TCPStore that rank 0
+// hosts, then measure.
+func runWorker(ctx context.Context, o options, stdout io.Writer) error {
+	cfg, err := env.FromLookup(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{
+		Addr:     cfg.StoreAddr(),
+		IsServer: cfg.Rank == 0,
+		Secret:   cfg.Secret,
+		Timeout:  o.timeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	g, err := tcp.New(ctx, st, tcp.Options{
+		Rank:            cfg.Rank,
+		Size:            cfg.WorldSize,
+		Secret:          cfg.Secret,
+		ListenAddr:      "127.0.0.1:0",
+		Timeout:         o.timeout,
+		LinkBytesPerSec: o.linkBps,
+	})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	res, err := measure(ctx, g, o.cfg)
+	if err != nil {
+		return err
+	}
+	if g.Rank() == 0 {
+		report(stdout, o, res)
+	}
+	return nil
+}

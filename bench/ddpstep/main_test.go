@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goddp/ddp/pg/local"
+)
+
+func TestIntervals(t *testing.T) {
+	ms := func(a, b int) span {
+		return span{time.Duration(a) * time.Millisecond, time.Duration(b) * time.Millisecond}
+	}
+	u := union([]span{ms(5, 9), ms(0, 2), ms(1, 3), ms(8, 12), ms(20, 21)})
+	want := []span{ms(0, 3), ms(5, 12), ms(20, 21)}
+	if len(u) != len(want) {
+		t.Fatalf("union = %v, want %v", u, want)
+	}
+	for i := range u {
+		if u[i] != want[i] {
+			t.Fatalf("union = %v, want %v", u, want)
+		}
+	}
+	if got := total(u); got != 11*time.Millisecond {
+		t.Errorf("total = %v, want 11ms", got)
+	}
+	if got := within(u, ms(2, 10)); got != 6*time.Millisecond {
+		t.Errorf("within [2,10] = %v, want 6ms (1 of [0,3], 5 of [5,12])", got)
+	}
+	if got := within(u, ms(30, 40)); got != 0 {
+		t.Errorf("within [30,40] = %v, want 0", got)
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, args := range [][]string{
+		{"--backend", "nccl"}, {"--nproc", "0"}, {"--warmup", "1"}, {"--hook", "fp16"}, {"--format", "json"},
+	} {
+		if _, err := parse(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parse(%q) accepted", args)
+		}
+	}
+	o, err := parse(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.backend != "tcp" || o.nproc != 2 || o.cfg.rows != 64 || len(o.cfg.sizes) != 5 {
+		t.Errorf("defaults: %+v", o)
+	}
+}
+
+// TestMeasure runs the whole measurement on a small model over two local
+// ranks and checks the report's shape and the figures' sanity.
+func TestMeasure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	groups, err := local.New(2, local.Options{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	// Small caps so the small model still gets several buckets.
+	cfg := config{sizes: []int{16, 32, 32, 4}, rows: 4, steps: 3, warmup: 2, hook: "allreduce", bucketCapBytes: 4096, firstBucketBytes: 1024}
+	results := make([]rankResult, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() { results[r], errs[r] = measure(ctx, g, cfg) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	res := results[0]
+	if len(res.samples) != cfg.steps {
+		t.Fatalf("%d samples, want %d", len(res.samples), cfg.steps)
+	}
+	if len(res.plan) < 2 {
+		t.Fatalf("plan %v: want several buckets", res.plan)
+	}
+	for i, s := range res.samples {
+		if s.comm <= 0 || s.hidden > s.comm || s.fwd <= 0 || s.bwd <= 0 || len(s.buckets) != len(res.plan) {
+			t.Errorf("sample %d is not sane: %+v", i, s)
+		}
+		if s.buckets[0].launch < 0 || s.buckets[0].launch > s.bwd {
+			t.Errorf("sample %d: bucket 0 launched at %v, outside backward (%v long)", i, s.buckets[0].launch, s.bwd)
+		}
+	}
+	var out bytes.Buffer
+	report(&out, options{backend: "local", nproc: 2, format: "csv", cfg: cfg}, res)
+	for _, key := range []string{"step_no_ddp_ms,", "step_ddp_ms,", "step_ratio,", "overlap,", "bucket1_overlap,", "#   0: "} {
+		if !strings.Contains(out.String(), key) {
+			t.Errorf("report lacks %q:\n%s", key, out.String())
+		}
+	}
+}

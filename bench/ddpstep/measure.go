@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/reducer"
+)
+
+// config is what every rank needs to run the same measurement.
+type config struct {
+	sizes            []int
+	rows             int
+	steps, warmup    int
+	hook             string // "allreduce" or "noop"
+	bucketCapBytes   int
+	firstBucketBytes int
+}
+
+// sample is one timed step of each model. The plain fields time the model
+// without DDP; the others the DDP replica. Instants are offsets from the
+// start of the DDP step.
+type sample struct {
+	plain, plainFwd, plainBwd, plainAfter time.Duration
+	step, before, fwd, bwd, wait, after   time.Duration
+	comm, hidden                          time.Duration // union of bucket spans; its part inside RunAll
+	buckets                               []bucketSample
+}
+
+// bucketSample is one bucket's communication in one DDP step.
+type bucketSample struct {
+	launch, done time.Duration // from the start of backward
+	hidden       time.Duration // the part of [launch, done] before RunAll returned
+}
+
+// bucketInfo describes one bucket of the plan after the rebuild.
+type bucketInfo struct {
+	bytes int
+	names []string
+}
+
+// rankResult is what one rank measured.
+type rankResult struct {
+	samples []sample
+	plan    []bucketInfo
+}
+
+// measure builds a plain model and a DDP replica on g and runs them
+// alternately, warmup+steps times each: plain step, DDP step, plain step...
+// so that drift in the machine's speed moves both alike.
+func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, error) {
+	var res rankResult
+	inner := commhook.Hook(commhook.Allreduce{})
+	if c.hook == "noop" {
+		inner = commhook.Noop{}
+	}
+	timer := &commTimer{inner: inner}
+	data := makeBatch(c.sizes, c.rows, uint64(100+g.Rank()))
+
+	plain := newModel(c.sizes, c.rows, 1)
+	defer plain.close()
+	replica := newModel(c.sizes, c.rows, 1)
+	defer replica.close()
+	d, err := reducer.Wrap(ctx, g, replica.params, reducer.Options{
+		Hook: timer, BucketCapBytes: c.bucketCapBytes, FirstBucketBytes: c.firstBucketBytes,
+	})
+	if err != nil {
+		return res, err
+	}
+	var pc, dc stepClock
+	plain.backward = func() { pc.bwd = pc.now() }
+	replica.backward = func() { dc.bwd = dc.now() }
+	if err := plain.build(nil); err != nil {
+		return res, err
+	}
+	if err := replica.build(d); err != nil {
+		return res, err
+	}
+	if err := plain.feed(data); err != nil {
+		return res, err
+	}
+	if err := replica.feed(data); err != nil {
+		return res, err
+	}
+
+	for i := range c.warmup + c.steps {
+		if err := plainStep(plain, &pc); err != nil {
+			return res, fmt.Errorf("plain step %d: %w", i, err)
+		}
+		spans, err := ddpStep(ctx, replica, &dc, timer)
+		if err != nil {
+			return res, fmt.Errorf("DDP step %d: %w", i, err)
+		}
+		if i == c.warmup-1 { // the buckets were rebuilt before step 1
+			res.plan = planOf(replica)
+		}
+		if i >= c.warmup {
+			res.samples = append(res.samples, sampleOf(pc, dc, spans))
+		}
+	}
+	return res, nil
+}
+
+// plainStep is one step without DDP: RunAll, solver step, Reset.
+func plainStep(m *model, clock *stepClock) error {
+	clock.start()
+	if err := (timedVM{VM: m.vm, clock: clock}).RunAll(); err != nil {
+		return err
+	}
+	err := m.finish()
+	clock.end = clock.now()
+	return err
+}
+
+// ddpStep is one DDP step: RunAll with the hooks launching buckets,
+// the wait for them, solver step, Reset. It returns the buckets' spans.
+func ddpStep(ctx context.Context, m *model, clock *stepClock, timer *commTimer) ([]span, error) {
+	timer.start(clock.start())
+	if err := m.ddp.RunAll(ctx, timedVM{VM: m.vm, clock: clock, ended: timer.look}); err != nil {
+		return nil, err
+	}
+	clock.reduced = clock.now()
+	err := m.finish()
+	clock.end = clock.now()
+	return timer.finish(), err
+}
+
+func sampleOf(pc, dc stepClock, spans []span) sample {
+	comm := union(spans)
+	s := sample{
+		plain: pc.end, plainFwd: pc.bwd - pc.runStart, plainBwd: pc.runEnd - pc.bwd, plainAfter: pc.end - pc.runEnd,
+		step: dc.end, before: dc.runStart, fwd: dc.bwd - dc.runStart, bwd: dc.runEnd - dc.bwd, wait: dc.reduced - dc.runEnd, after: dc.end - dc.reduced,
+		comm: total(comm), hidden: within(comm, span{dc.runStart, dc.runEnd}),
+	}
+	for _, b := range spans {
+		s.buckets = append(s.buckets, bucketSample{
+			launch: b.from - dc.bwd, done: b.to - dc.bwd,
+			hidden: within([]span{b}, span{dc.runStart, dc.runEnd}),
+		})
+	}
+	return s
+}
+
+// planOf describes the replica's current buckets.
+func planOf(m *model) []bucketInfo {
+	var plan []bucketInfo
+	for _, b := range m.ddp.Reducer().Buckets() {
+		var info bucketInfo
+		for _, i := range b {
+			p := m.params[i]
+			info.bytes += p.Shape().TotalSize() * int(p.Dtype().Size())
+			info.names = append(info.names, p.Name())
+		}
+		plan = append(plan, info)
+	}
+	return plan
+}

@@ -1,0 +1,75 @@
+package tcp
+
+import (
+	"context"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
+)
+
+// AllReduce reduces t across ranks in place: recursive doubling below
+// Options.RingThreshold bytes, the pipelined ring at and above it.
+func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
+	if err := pg.CheckAllReduce(t, op); err != nil {
+		return g.invalid("allreduce", err)
+	}
+	return g.submit(ctx, "allreduce", func(r *run) error {
+		switch {
+		case g.size == 1:
+			kernel.Prepare(t, op, 1)
+			kernel.Finish(t, op, 1)
+			return nil
+		case len(t.Data) == 0:
+			return nil
+		case len(t.Data) < g.opts.RingThreshold:
+			return g.doublingAllReduce(r, t, op)
+		}
+		return g.ringAllReduce(r, t, op)
+	})
+}
+
+// Broadcast copies root's t into t on every rank, down a pipelined
+// binomial tree.
+func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
+	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
+		return g.invalid("broadcast", err)
+	}
+	return g.submit(ctx, "broadcast", func(r *run) error { return g.broadcast(r, t, root) })
+}
+
+// AllGather gathers every rank's in into out, around the ring.
+func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
+	if err := pg.CheckAllGather(out, in, g.size); err != nil {
+		return g.invalid("allgather", err)
+	}
+	return g.submit(ctx, "allgather", func(r *run) error { return g.allGather(r, out, in) })
+}
+
+// ReduceScatter reduces in across ranks and leaves segment Rank() in
+// out, around the ring.
+func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
+	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
+		return g.invalid("reducescatter", err)
+	}
+	return g.submit(ctx, "reducescatter", func(r *run) error { return g.reduceScatter(r, out, in, op) })
+}
+
+// Barrier finishes once every rank has entered it.
+func (g *Group) Barrier(ctx context.Context) pg.Work {
+	return g.submit(ctx, "barrier", g.barrier)
+}
+
+// MonitoredBarrier is c10d's monitored_barrier: it returns nil once every
+// rank has arrived, or a *pg.MissingRanksError naming the ranks that did
+// not arrive within timeout (the first of them only, unless waitAll). A
+// timeout of zero means the group timeout. It runs in issue order with
+// the other collectives, and a failure fails the group.
+func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
+	if timeout <= 0 {
+		timeout = g.opts.Timeout
+	}
+	w := g.submit(ctx, "monitored_barrier", func(r *run) error { return g.monitoredBarrier(r, timeout, waitAll) })
+	<-w.Done()
+	return w.Err()
+}

@@ -1,0 +1,113 @@
+package tcp
+
+import (
+	"math/bits"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
+)
+
+// doublingAllReduce is the latency-optimal allreduce for small buffers:
+// recursive doubling, lg p rounds of a whole-buffer exchange (Thakur,
+// Rabenseifner & Gropp 2005).
+//
+// With p the largest power of two not above n, the n-p extra ranks first
+// fold in: rank p+i sends its buffer to rank i, which adds it to its own.
+// Then in round k each of the first p ranks swaps buffers with rank
+// me XOR 2^k and adds what it got. The combine is commutative bit for bit,
+// so both partners hold the same bits after every round. Finally rank i
+// sends the result to rank p+i.
+func (g *Group) doublingAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
+	n, me := g.size, g.rank
+	pow := 1 << (bits.Len(uint(n)) - 1)
+	rounds := bits.Len(uint(pow)) - 1
+	result := rounds + 1 // the step that returns the result to the extra ranks
+	p := newPlan(t, 1, g.opts.ChunkBytes, rounds+2)
+	kind := kernel.BaseKind(op)
+	kernel.Prepare(t, op, n)
+
+	if me >= pow { // an extra rank: fold in, then wait for the result
+		partner := g.links[me-pow]
+		for c := range p.chunks {
+			ch := p.chunk(0, c).Data
+			if err := r.sendThenPost(partner, p.tag(0, c), ch, partner, p.tag(result, c), ch); err != nil {
+				return err
+			}
+		}
+		for c := range p.chunks {
+			if err := r.waitPosted(partner, p.tag(result, c)); err != nil {
+				return err
+			}
+		}
+		return finish(r, t, op, n)
+	}
+	if me+pow < n {
+		if err := combine(r, g.links[me+pow], p, 0, kind); err != nil {
+			return err
+		}
+	}
+	for k := range rounds {
+		partner := g.links[me^(1<<k)]
+		if err := sendAll(r, partner, p, k+1); err != nil {
+			return err
+		}
+		if err := combine(r, partner, p, k+1, kind); err != nil {
+			return err
+		}
+	}
+	if me+pow < n {
+		if err := sendAll(r, g.links[me+pow], p, result); err != nil {
+			return err
+		}
+	}
+	return finish(r, t, op, n)
+}
+
+// sendAll sends every chunk of the (single-segment) plan at step.
+func sendAll(r *run, l *link, p plan, step int) error {
+	for c := range p.chunks {
+		if err := r.send(l, p.tag(step, c), p.chunk(0, c).Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// combine receives every chunk l sends at step and adds it into the
+// buffer. It waits for this rank's own sends first: they read the buffer
+// that is about to change.
+func combine(r *run, l *link, p plan, step int, kind pg.ReduceKind) error {
+	var small [4][]byte
+	bufs := small[:0]
+	if p.chunks > len(small) {
+		bufs = make([][]byte, 0, p.chunks)
+	}
+	defer func() {
+		for _, b := range bufs {
+			r.release(b)
+		}
+	}()
+	for c := range p.chunks {
+		b, err := r.recv(l, p.tag(step, c), len(p.chunk(0, c).Data))
+		if err != nil {
+			return err
+		}
+		bufs = append(bufs, b)
+	}
+	if err := r.flush(); err != nil {
+		return err
+	}
+	for c, b := range bufs {
+		kernel.Accumulate(p.chunk(0, c), pg.Tensor{Dtype: p.t.Dtype, Data: b}, kind)
+	}
+	return nil
+}
+
+// finish waits for the last sends and completes the reduction.
+func finish(r *run, t pg.Tensor, op pg.ReduceOp, n int) error {
+	if err := r.flush(); err != nil {
+		return err
+	}
+	kernel.Finish(t, op, n)
+	return nil
+}

@@ -1,0 +1,160 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// Note [one collective at a time]: every rank issues collectives in the
+// same order, and each gets the next sequence number. One executor
+// goroutine per group runs them strictly in that order, as gloo does, so
+// the algorithms are plain sequential code. Overlap comes from below: the
+// per-link readers and writers move bytes while the executor reduces, and
+// frames of later collectives that arrive early are kept in the link's
+// mailbox, keyed by (seq, tag), until their collective runs.
+
+// op is one issued collective.
+type op struct {
+	name   string
+	seq    uint64
+	ctx    context.Context
+	issued time.Time
+	fut    *pg.Future
+	do     func(*run) error
+	stop   func() bool // unregisters the ctx watch
+}
+
+// invalid is the Work of a collective whose arguments are wrong.
+func (g *Group) invalid(name string, err error) pg.Work {
+	return pg.Completed(&pg.CollectiveError{Op: name, Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err})
+}
+
+// submit issues a collective: it takes the next sequence number and
+// queues do for the executor.
+func (g *Group) submit(ctx context.Context, name string, do func(*run) error) pg.Work {
+	o := &op{name: name, ctx: ctx, issued: time.Now(), fut: pg.NewFuture(), do: do}
+	g.mu.Lock()
+	if f := g.failure.Load(); f != nil {
+		g.mu.Unlock()
+		o.fut.Complete(f.errorFor(name, g.rank))
+		return o.fut
+	}
+	o.seq = g.nextSeq
+	g.nextSeq++
+	if ctx.Done() != nil {
+		// The ranks are out of step once a collective is abandoned, so
+		// the caller's ctx ending aborts the whole group (pg's contract).
+		o.stop = context.AfterFunc(ctx, func() { g.cancelled(o) })
+	}
+	g.queue = append(g.queue, o)
+	g.mu.Unlock()
+	select {
+	case g.opKick <- struct{}{}:
+	default:
+	}
+	return o.fut
+}
+
+// cancelled aborts the group because o's ctx ended.
+func (g *Group) cancelled(o *op) {
+	g.fail(&failure{kind: pg.ErrAborted, peer: pg.NoPeer,
+		err: fmt.Errorf("the context of %s #%d ended: %w", o.name, o.seq, context.Cause(o.ctx))}, kindAbort)
+}
+
+// execute is the executor goroutine: it runs the queued collectives one
+// at a time, in issue order, until Close.
+func (g *Group) execute() {
+	defer g.wg.Done()
+	for {
+		o := g.next()
+		if o == nil {
+			return
+		}
+		err := g.runOne(o)
+		if o.stop != nil {
+			o.stop()
+		}
+		o.fut.Complete(err)
+	}
+}
+
+// next waits for the next queued op; nil means the group is closing and
+// nothing is left.
+func (g *Group) next() *op {
+	for {
+		g.mu.Lock()
+		if len(g.queue) > 0 {
+			o := g.queue[0]
+			g.queue[0] = nil
+			g.queue = g.queue[1:]
+			g.mu.Unlock()
+			return o
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.opKick:
+		case <-g.stopping:
+			g.mu.Lock()
+			empty := len(g.queue) == 0
+			g.mu.Unlock()
+			if empty {
+				return nil
+			}
+		}
+	}
+}
+
+// runOne runs o and returns its result. A failed collective fails the
+// group.
+func (g *Group) runOne(o *op) error {
+	if o.ctx.Err() != nil {
+		return g.ctxErr(o.name, o.ctx)
+	}
+	if f := g.failure.Load(); f != nil {
+		return f.errorFor(o.name, g.rank)
+	}
+	g.curSeq.Store(o.seq)
+	r := newRun(g, o)
+	err := o.do(r)
+	r.done()
+	if f := g.failure.Load(); err == nil && f != nil {
+		// Every frame was in, but a peer has failed meanwhile: it will not
+		// go on, so neither does this rank.
+		return f.errorFor(o.name, g.rank)
+	}
+	if err != nil {
+		if o.ctx.Err() != nil {
+			g.cancelled(o) // whichever of this and the ctx watch comes first
+		}
+		g.fail(failureOf(o.name, o.seq, err), finalFrame(g.rank, err))
+		// Complete only once no reader can touch o's buffers, and the
+		// peers have been told and have hung up (or closeGrace passed):
+		// whoever sees this Work fail cannot then finish a collective
+		// with this rank.
+		<-g.writersDone
+		<-g.readersDone
+	}
+	return err
+}
+
+// finalFrame is the last frame a rank whose collective failed with err
+// sends its peers: an abort, so that their collectives fail at once and
+// name the culprit. After a monitored barrier only rank 0 sends one, and
+// only after every arrived rank's answer, which an abort from another
+// rank could otherwise overtake.
+func finalFrame(rank int, err error) uint8 {
+	var mr *pg.MissingRanksError
+	if errors.As(err, &mr) && rank != 0 {
+		return 0
+	}
+	return kindAbort
+}
+
+// ctxErr is the error of a collective whose caller's ctx ended.
+func (g *Group) ctxErr(name string, ctx context.Context) error {
+	return &pg.CollectiveError{Op: name, Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrTimeout, Err: context.Cause(ctx)}
+}

@@ -1,0 +1,182 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/store"
+)
+
+// Group is a TCP process group: one rank of a full mesh of authenticated
+// connections. It implements pg.ProcessGroup, pg.MonitoredBarrierer and
+// pg.Backender. Its methods are safe for concurrent use, but collectives
+// must be issued in the same order on every rank.
+type Group struct {
+	opts       Options
+	rank, size int
+	log        *zap.Logger
+	links      []*link // by peer rank; nil at this rank
+	pool       pool
+
+	mu      sync.Mutex
+	queue   []*op  // issued, not yet run
+	nextSeq uint64 // the sequence number of the next collective issued
+
+	curSeq   atomic.Uint64 // the collective running or last run
+	failure  atomic.Pointer[failure]
+	failed   chan struct{} // closed when failure is set
+	opKick   chan struct{} // the executor has ops to run (capacity 1)
+	stopping chan struct{} // closed by Close
+	wake     chan struct{} // a frame arrived, a send finished or a link died (capacity 1)
+
+	readersLeft atomic.Int64
+	readersDone chan struct{} // closed when every reader has stopped
+	writersLeft atomic.Int64
+	writersDone chan struct{} // closed when every writer has sent its final frame
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var (
+	_ pg.ProcessGroup       = (*Group)(nil)
+	_ pg.MonitoredBarrierer = (*Group)(nil)
+	_ pg.Backender          = (*Group)(nil)
+)
+
+// New joins the group: it listens on opts.ListenAddr, publishes its
+// address in st, connects to every other rank (dialing the higher ranks,
+// accepting the lower ones, authenticating every connection with
+// opts.Secret) and returns once the mesh is complete. ctx bounds the
+// rendezvous; without a deadline, opts.Timeout does.
+func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	log := opts.Logger.With(zap.Int("rank", opts.Rank))
+	conns, err := rendezvous(ctx, st, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{
+		opts: opts, rank: opts.Rank, size: opts.Size, log: log,
+		links:       make([]*link, opts.Size),
+		failed:      make(chan struct{}),
+		opKick:      make(chan struct{}, 1),
+		stopping:    make(chan struct{}),
+		wake:        make(chan struct{}, 1),
+		readersDone: make(chan struct{}),
+		writersDone: make(chan struct{}),
+	}
+	g.readersLeft.Store(int64(opts.Size - 1))
+	g.writersLeft.Store(int64(opts.Size - 1))
+	if opts.Size == 1 {
+		close(g.readersDone)
+		close(g.writersDone)
+	}
+	for peer, c := range conns {
+		if c != nil {
+			g.links[peer] = newLink(g, peer, c)
+		}
+	}
+	for _, l := range g.links {
+		if l != nil {
+			g.wg.Add(2)
+			go l.readLoop()
+			go l.writeLoop()
+		}
+	}
+	g.wg.Add(1)
+	go g.execute()
+	log.Debug("process group ready", zap.Int("size", opts.Size))
+	return g, nil
+}
+
+// Rank is this process's rank.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks.
+func (g *Group) Size() int { return g.size }
+
+// Backend returns "tcp".
+func (g *Group) Backend() string { return "tcp" }
+
+// Abort fails every pending and future collective with pg.ErrAborted
+// (wrapping cause) without waiting for peers, and tells the peers, whose
+// pending collectives then fail with pg.ErrRemote naming this rank.
+func (g *Group) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("Abort was called")
+	}
+	g.fail(&failure{kind: pg.ErrAborted, peer: pg.NoPeer, err: cause}, kindAbort)
+}
+
+// Close fails pending collectives with pg.ErrClosed, says goodbye to the
+// peers (whose collectives that need this rank then fail with
+// pg.ErrRemote), and releases every goroutine and socket. It is
+// idempotent and returns once everything is released.
+func (g *Group) Close() error {
+	g.closeOnce.Do(func() {
+		g.fail(&failure{kind: pg.ErrClosed, peer: pg.NoPeer, err: errors.New("Close was called")}, kindGoodbye)
+		close(g.stopping)
+		g.wg.Wait()
+	})
+	return nil
+}
+
+// fail records the group's failure (the first wins), tears down every
+// link, sending each peer fkind (an abort or a goodbye) as the last
+// frame, and wakes the executor. It never blocks.
+func (g *Group) fail(f *failure, fkind uint8) bool {
+	if !g.failure.CompareAndSwap(nil, f) {
+		return false
+	}
+	close(g.failed)
+	if f.kind != pg.ErrClosed {
+		g.log.Warn("process group failed", zap.Error(f.errorFor("group", g.rank)))
+	}
+	var payload []byte
+	if fkind == kindAbort || fkind == kindRelay {
+		payload = encodeAbort(f)
+	}
+	for _, l := range g.links {
+		if l != nil {
+			l.teardown(fkind, payload)
+		}
+	}
+	g.signal()
+	return true
+}
+
+// signal rings the executor's doorbell.
+func (g *Group) signal() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writerOut is called once by each writer when its final frame is out.
+func (g *Group) writerOut() {
+	if g.writersLeft.Add(-1) == 0 {
+		close(g.writersDone)
+	}
+}
+
+// readerOut is called once by each reader as it stops.
+func (g *Group) readerOut() {
+	if g.readersLeft.Add(-1) == 0 {
+		close(g.readersDone)
+	}
+}

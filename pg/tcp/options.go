@@ -1,0 +1,128 @@
+package tcp
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/wire"
+)
+
+// Defaults of the tuning knobs in Options.
+const (
+	// DefaultRingThreshold is the AllReduce size, in bytes, from which the
+	// ring is used; smaller tensors use recursive doubling.
+	DefaultRingThreshold = 256 << 10
+	// DefaultChunkBytes is the largest frame payload a collective sends:
+	// the unit the ring pipelines and a large tensor is split into.
+	DefaultChunkBytes = 512 << 10
+	// DefaultMaxFrame caps the payload of a frame a peer may send.
+	DefaultMaxFrame = wire.DefaultMaxPayload
+	// DefaultSocketBuffer is the kernel send and receive buffer asked for
+	// on every connection.
+	DefaultSocketBuffer = 4 << 20
+	// handshakeTimeout bounds one connection's authentication.
+	handshakeTimeout = 10 * time.Second
+	// closeGrace bounds how long a link may take to send its last frame
+	// (goodbye or abort) before its socket is closed.
+	closeGrace = time.Second
+)
+
+// Options configure a Group. Rank, Size, Secret and ListenAddr are
+// required; everything else has a default.
+type Options struct {
+	// Rank is this process's rank in [0, Size).
+	Rank int
+	// Size is the number of ranks.
+	Size int
+	// Secret is the job's shared secret, at least 16 bytes. Every
+	// connection, in both directions, proves it holds it.
+	Secret []byte
+	// ListenAddr is the address to listen on, always explicit:
+	// "127.0.0.1:0" for a free loopback port (single-machine jobs), or
+	// "10.0.0.5:0", ":29600" for a job spanning machines.
+	ListenAddr string
+	// AdvertiseAddr is the address peers dial, published in the store.
+	// Empty means the listener's own address, which must then not be
+	// the unspecified address (0.0.0.0 or ::).
+	AdvertiseAddr string
+	// Timeout is the group timeout: a collective that has not finished
+	// this long after it was issued fails with pg.ErrTimeout. It also
+	// bounds New when ctx has no deadline. Zero means pg.DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives connection refusals, lost peers and failures; nil
+	// means no logging.
+	Logger *zap.Logger
+
+	// RingThreshold is the AllReduce size in bytes at and above which the
+	// ring is used; below it, recursive doubling. Zero means
+	// DefaultRingThreshold.
+	RingThreshold int
+	// ChunkBytes is the largest payload of one frame, and the ring's
+	// pipeline unit. Zero means DefaultChunkBytes.
+	ChunkBytes int
+	// MaxFrame caps the payload of a frame accepted from a peer; larger
+	// ones are a protocol error. Zero means DefaultMaxFrame. It must be
+	// at least ChunkBytes.
+	MaxFrame int
+	// LinkBytesPerSec, if positive, limits what each connection sends per
+	// second, to emulate a slow network. Zero means unlimited.
+	LinkBytesPerSec int64
+	// SocketBuffer is the kernel send and receive buffer size to ask for;
+	// zero means DefaultSocketBuffer and a negative value leaves the
+	// operating system's default (and its autotuning).
+	SocketBuffer int
+}
+
+// withDefaults validates o and fills in its defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
+		return o, fmt.Errorf("%w: rank %d is not a rank of a group of size %d", pg.ErrInvalidArgument, o.Rank, o.Size)
+	}
+	if len(o.Secret) < wire.MinSecret {
+		return o, fmt.Errorf("%w: %w", pg.ErrInvalidArgument, wire.ErrNoSecret)
+	}
+	if o.ListenAddr == "" {
+		return o, fmt.Errorf("%w: ListenAddr is required (e.g. \"127.0.0.1:0\" for a single-machine job)", pg.ErrInvalidArgument)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = pg.DefaultTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.RingThreshold <= 0 {
+		o.RingThreshold = DefaultRingThreshold
+	}
+	if o.ChunkBytes <= 0 {
+		o.ChunkBytes = DefaultChunkBytes
+	}
+	if o.MaxFrame <= 0 {
+		o.MaxFrame = DefaultMaxFrame
+	}
+	if o.MaxFrame > math.MaxUint32 {
+		o.MaxFrame = math.MaxUint32
+	}
+	if o.ChunkBytes > o.MaxFrame {
+		return o, fmt.Errorf("%w: ChunkBytes %d exceeds MaxFrame %d", pg.ErrInvalidArgument, o.ChunkBytes, o.MaxFrame)
+	}
+	if o.SocketBuffer == 0 {
+		o.SocketBuffer = DefaultSocketBuffer
+	}
+	return o, nil
+}
+
+// advertise returns the address to publish for listener address a.
+func (o Options) advertise(a net.Addr) (string, error) {
+	if o.AdvertiseAddr != "" {
+		return o.AdvertiseAddr, nil
+	}
+	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		return "", fmt.Errorf("%w: listening on %v, every interface: set AdvertiseAddr to the address peers should dial", pg.ErrInvalidArgument, a)
+	}
+	return a.String(), nil
+}

@@ -1,0 +1,191 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/wire"
+	"github.com/goddp/ddp/pg/store"
+)
+
+// helloMagic starts the hello a dialer sends in the handshake.
+const helloMagic = "goddp-pg-tcp/1"
+
+// addrKey is the store key under which rank publishes its address.
+func addrKey(rank int) string { return "tcp/addr/" + strconv.Itoa(rank) }
+
+// connectErr is New's error.
+func connectErr(o Options, peer int, kind, err error) error {
+	return &pg.CollectiveError{Op: "connect", Rank: o.Rank, Peer: peer, Kind: kind, Err: err}
+}
+
+// rendezvous builds this rank's row of the full mesh: it publishes its
+// address, dials every higher rank and accepts every lower one. Every
+// connection passes the HMAC handshake both ways; the hello names the
+// dialer's rank and the accepting side answers with its own. It returns
+// the connections by peer rank.
+func rendezvous(ctx context.Context, st store.Store, o Options, log *zap.Logger) ([]net.Conn, error) {
+	conns := make([]net.Conn, o.Size)
+	if o.Size == 1 {
+		return conns, nil
+	}
+	ln, err := net.Listen("tcp", o.ListenAddr)
+	if err != nil {
+		return nil, connectErr(o, pg.NoPeer, pg.ErrComm, err)
+	}
+	acc := startAcceptor(ln, o, log)
+	ok := false
+	defer func() {
+		acc.stop()
+		if !ok {
+			closeAll(conns)
+		}
+	}()
+	adv, err := o.advertise(ln.Addr())
+	if err != nil {
+		return nil, connectErr(o, pg.NoPeer, pg.ErrInvalidArgument, err)
+	}
+	if err := st.Set(ctx, addrKey(o.Rank), []byte(adv)); err != nil {
+		return nil, connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing this rank's address: %w", err))
+	}
+	for j := o.Rank + 1; j < o.Size; j++ {
+		if conns[j], err = dialPeer(ctx, st, o, j); err != nil {
+			return nil, err
+		}
+	}
+	if err := acc.wait(ctx, conns); err != nil {
+		return nil, err
+	}
+	ok = true
+	log.Debug("mesh connected", zap.String("addr", adv))
+	return conns, nil
+}
+
+func storeKind(err error) error {
+	if errors.Is(err, pg.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		return pg.ErrTimeout
+	}
+	return pg.ErrComm
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// dialPeer connects to rank j, retrying while j's listener is not yet
+// reachable, and authenticates it.
+func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, error) {
+	addr, err := st.Get(ctx, addrKey(j))
+	if err != nil {
+		return nil, connectErr(o, j, storeKind(err), fmt.Errorf("reading rank %d's address: %w", j, err))
+	}
+	var d net.Dialer
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", string(addr))
+		if err == nil {
+			if err := clientHello(ctx, c, o, j); err != nil {
+				c.Close()
+				kind := pg.ErrComm
+				if errors.Is(err, pg.ErrUnauthenticated) {
+					kind = pg.ErrUnauthenticated
+				}
+				return nil, connectErr(o, j, kind, fmt.Errorf("rank %d at %s: %w", j, addr, err))
+			}
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, connectErr(o, j, pg.ErrTimeout, fmt.Errorf("dialing rank %d at %s: %w (last error: %v)", j, addr, context.Cause(ctx), err))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// clientHello authenticates a dialed connection and checks that it
+// reached rank j of this job.
+func clientHello(ctx context.Context, c net.Conn, o Options, j int) error {
+	c.SetDeadline(handshakeDeadline(ctx))
+	if err := wire.ClientHandshake(c, o.Secret, encodeHello(o.Rank, o.Size)); err != nil {
+		return err
+	}
+	var hb [wire.HeaderSize]byte
+	h, err := wire.ReadHeader(c, &hb, maxControl)
+	if err != nil {
+		return err
+	}
+	if h.Kind != kindHello {
+		return fmt.Errorf("%w: expected the peer's hello, got frame kind %d", pg.ErrComm, h.Kind)
+	}
+	p := make([]byte, h.Len)
+	if _, err := io.ReadFull(c, p); err != nil {
+		return err
+	}
+	d := wire.NewDecoder(p)
+	rank, size := d.Uint64(), d.Uint64()
+	if err := d.Finish(); err != nil {
+		return err
+	}
+	if rank != uint64(j) || size != uint64(o.Size) {
+		return fmt.Errorf("%w: the peer says it is rank %d of %d, expected rank %d of %d (stale address in the store?)", pg.ErrMismatch, rank, size, j, o.Size)
+	}
+	tune(c, o)
+	return c.SetDeadline(time.Time{})
+}
+
+func handshakeDeadline(ctx context.Context) time.Time {
+	d := time.Now().Add(handshakeTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
+}
+
+func encodeHello(rank, size int) []byte {
+	b := wire.AppendString(nil, helloMagic)
+	b = wire.AppendUint64(b, uint64(rank))
+	return wire.AppendUint64(b, uint64(size))
+}
+
+// decodeHello checks a dialer's hello and returns its rank.
+func decodeHello(p []byte, o Options) (int, error) {
+	d := wire.NewDecoder(p)
+	magic := d.String()
+	rank, size := d.Uint64(), d.Uint64()
+	if err := d.Finish(); err != nil {
+		return 0, err
+	}
+	if magic != helloMagic {
+		return 0, fmt.Errorf("%w: hello %q is not a goddp process group's", pg.ErrComm, magic)
+	}
+	if size != uint64(o.Size) || rank >= uint64(o.Rank) {
+		return 0, fmt.Errorf("%w: the dialer says it is rank %d of %d; this is rank %d of %d, which accepts only lower ranks", pg.ErrMismatch, rank, size, o.Rank, o.Size)
+	}
+	return int(rank), nil
+}
+
+// tune sets the socket options every link uses.
+func tune(c net.Conn, o Options) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	tc.SetNoDelay(true)
+	if o.SocketBuffer > 0 {
+		tc.SetReadBuffer(o.SocketBuffer)
+		tc.SetWriteBuffer(o.SocketBuffer)
+	}
+}
