@@ -1,0 +1,95 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// workerEnv makes the test binary act as a worker (see TestMain).
+const workerEnv = "GODDP_LAUNCH_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(workerEnv) {
+	case "print":
+		fmt.Printf("rank %s of %s, secret %d chars\n", os.Getenv("RANK"), os.Getenv("WORLD_SIZE"), len(os.Getenv("GODDP_SECRET")))
+		os.Exit(0)
+	case "fail-rank-1":
+		if os.Getenv("RANK") == "1" {
+			fmt.Fprintln(os.Stderr, "rank 1: out of cheese")
+			os.Exit(3)
+		}
+		time.Sleep(time.Minute) // the launcher must stop us
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func spec(t *testing.T, mode string, n int) Spec {
+	t.Helper()
+	env, err := StandaloneEnv(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Spec{N: n, Path: self, Env: append(os.Environ(), append(env, workerEnv+"="+mode)...), Grace: time.Second}
+}
+
+func TestRunPassesTheRendezvousEnvironment(t *testing.T) {
+	s := spec(t, "print", 3)
+	var out bytes.Buffer
+	s.Stdout = &out
+	if err := Run(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "rank 0 of 3, secret 64 chars\n" {
+		t.Fatalf("rank 0 printed %q", got)
+	}
+}
+
+// A failing worker stops the others and is named, with its last words.
+func TestRunStopsTheOthersWhenOneFails(t *testing.T) {
+	s := spec(t, "fail-rank-1", 3)
+	var stderr bytes.Buffer
+	s.Stderr = &stderr
+	start := time.Now()
+	err := Run(context.Background(), s)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 1 || !strings.Contains(we.Error(), "out of cheese") {
+		t.Fatalf("got %v", err)
+	}
+	if el := time.Since(start); el > 20*time.Second {
+		t.Fatalf("took %v: the surviving workers were not stopped", el)
+	}
+	if !strings.Contains(stderr.String(), "[rank 1] rank 1: out of cheese") {
+		t.Fatalf("stderr not prefixed by rank: %q", stderr.String())
+	}
+}
+
+func TestRunRejectsEmptySpecs(t *testing.T) {
+	if err := Run(context.Background(), Spec{N: 2}); !errors.Is(err, ErrNoWorkers) {
+		t.Fatalf("no path: %v", err)
+	}
+	if err := Run(context.Background(), Spec{N: 0, Path: "/bin/true"}); err == nil {
+		t.Fatal("zero workers accepted")
+	}
+}
+
+func TestTailBufferKeepsTheEnd(t *testing.T) {
+	tb := &tailBuffer{max: 5}
+	tb.Write([]byte("abc"))
+	tb.Write([]byte("defg"))
+	if got := tb.String(); got != "cdefg" {
+		t.Fatalf("tail = %q", got)
+	}
+}

@@ -1,0 +1,89 @@
+// Package tcp is a pure-Go process group over TCP, goddp's counterpart
+// of c10d's gloo backend. A Group is one rank; New joins it:
+//
+//	st := store.NewHashStore(store.HashStoreOptions{}) // or a store.TCPStore across processes
+//	g, err := tcp.New(ctx, st, tcp.Options{
+//		Rank: rank, Size: size, Secret: secret,
+//		ListenAddr: "127.0.0.1:0", // loopback for a single-machine job
+//	})
+//	defer g.Close()
+//	err = g.AllReduce(ctx, pg.Float32s(grads), pg.Op(pg.Avg)).Wait(ctx)
+//
+// # Mesh and rendezvous
+//
+// Every pair of ranks shares one TCP connection. Each rank listens on
+// Options.ListenAddr, publishes its address in the store under
+// "tcp/addr/<rank>", dials every higher rank and accepts every lower one.
+// Groups sharing a store must use a store.PrefixStore each. Connections
+// get TCP_NODELAY and large kernel buffers.
+//
+// # Authentication
+//
+// Every connection runs the wire package's mutual HMAC-SHA256 challenge
+// with the job's secret before anything else is read from it: the dialer
+// proves it holds the secret and names its rank in the hello, the
+// accepting side proves it too and answers with its own rank in a hello
+// frame. A connection that fails is logged at Warn with its remote
+// address and closed; the accepting side authenticates each connection in
+// its own goroutine and keeps accepting, so an intruder cannot hold up
+// the job. The listener closes once the mesh is complete.
+//
+// # Framing and matching
+//
+// After the handshake a connection carries wire frames: a 20-byte header
+// (kind, sequence number, tag, length) and a payload of at most
+// Options.MaxFrame bytes, decoded without reflection. Collectives are
+// asynchronous and may be issued many at a time; each takes the group's
+// next sequence number (the same on every rank, since ranks issue
+// collectives in the same order), and each step of its algorithm a tag,
+// so (seq, tag) names every frame. A reader goroutine per connection
+// reads frames as they come: a frame whose destination has been posted
+// is read straight into it (the output tensor, with no copy); any other
+// is kept in a pooled buffer in the connection's mailbox until its
+// collective asks for it, which is how frames of a later collective that
+// arrive early wait. A writer goroutine per connection sends queued frames
+// with writev, several at a time, so the executor reduces one chunk while
+// the next is on the wire.
+//
+// # Algorithms
+//
+// One executor goroutine per group runs collectives one at a time in
+// issue order, each algorithm in its own file:
+//
+//   - AllReduce below Options.RingThreshold bytes: recursive doubling
+//     (doubling.go), lg n exchanges of the whole buffer, with the ranks
+//     beyond the largest power of two folded in first and sent the
+//     result last. Latency-optimal.
+//   - AllReduce from RingThreshold up: the ring (ring.go), a
+//     reduce-scatter then an allgather, each of the n segments cut into
+//     chunks of Options.ChunkBytes and pipelined, so every rank sends
+//     2(n-1)/n of the buffer: bandwidth-optimal.
+//   - Broadcast: a binomial tree, pipelined by chunk (broadcast.go).
+//   - AllGather and ReduceScatter: rings (allgather.go, reducescatter.go).
+//   - Barrier: the dissemination barrier (barrier.go).
+//   - MonitoredBarrier: c10d's, through rank 0 (monitored.go).
+//
+// Every reduced element is combined by the kernel package's commutative
+// kernels and, in the ring, by exactly one rank before being copied to
+// the others, so every rank gets the same bits. AVG and PREMUL_SUM scale
+// each rank's own input first (kernel.Prepare); integer AVG divides at
+// the end (kernel.Finish).
+//
+// # Failures
+//
+// No collective waits forever. Each has a deadline (Options.Timeout from
+// when it was issued) and fails with pg.ErrTimeout naming the rank it was
+// waiting for. A connection that drops, or carries a frame that is
+// malformed, too large or of the wrong size, fails what needs that peer
+// with pg.ErrComm (pg.ErrMismatch for a size) naming it; a peer that
+// closes its group says goodbye first, so the error is pg.ErrRemote. A
+// collective that fails fails the whole group, since the ranks are out of
+// step: pending and later collectives fail with the same cause, and the
+// rank sends every peer an abort frame naming the rank at the root of the
+// failure, so that ranks not even talking to it fail at once with
+// pg.ErrRemote instead of timing out (see Note [abort and relay]). A
+// collective's Work completes only once no reader can write into its
+// buffers and the peers have been told. Abort fails everything with
+// pg.ErrAborted; the end of a collective's ctx aborts the group; Close
+// releases every goroutine and socket and is idempotent.
+package tcp
