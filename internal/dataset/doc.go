@@ -1,0 +1,14 @@
+// Package dataset holds classification data in memory and loads it: the
+// built-in synthetic problem, NumPy .npy files and MNIST's IDX files.
+//
+//	ds := dataset.Synthetic(seed, 8192)              // the default
+//	ds, err := dataset.Load("X.npy", "y.npy", 0)     // or IDX; told by magic bytes
+//	if errors.Is(err, dataset.ErrBadInput) { ... }   // exit 2
+//	ds.Gather(batch, x, y)                           // copy a batch's rows out
+//
+// The loaders validate everything a user can get wrong (a missing file,
+// the wrong format, shapes, non-integer labels, labels out of range,
+// feature and label counts that differ, truncated files) and return an
+// *InputError that names the file, says what to do, and matches
+// ErrBadInput. Files may be gzip-compressed.
+package dataset

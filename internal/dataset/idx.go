@@ -1,0 +1,91 @@
+package dataset
+
+import (
+	"encoding/binary"
+	"io"
+	"math"
+)
+
+// IDX magic numbers: two zero bytes, the element type (0x08 = unsigned
+// byte), then the number of dimensions.
+const (
+	idxUbyte   = 0x08
+	idxImages  = 3 // dimensions of an idx3-ubyte file: N, rows, cols
+	idxLabels  = 1 // dimensions of an idx1-ubyte file: N
+	idxMaxSize = math.MaxInt32
+)
+
+// idxHeader reads an IDX header with ndims dimensions and returns them.
+func (f *file) idxHeader(ndims int, kind string) ([]int, error) {
+	var magic [4]byte
+	if _, err := io.ReadFull(f.r, magic[:]); err != nil {
+		return nil, f.idxTruncated(err)
+	}
+	if magic[2] != idxUbyte {
+		return nil, inputErr(f.path, "is an IDX file of element type 0x%02x; only unsigned bytes (0x08, as in MNIST) are supported", magic[2])
+	}
+	if int(magic[3]) != ndims {
+		swap := ""
+		if magic[3] == idxImages || magic[3] == idxLabels {
+			swap = "; did you swap the data and labels files?"
+		}
+		return nil, inputErr(f.path, "has IDX magic 0x%08x (%d dimensions), but %s need 0x%08x (%d)%s", binary.BigEndian.Uint32(magic[:]), magic[3], kind, 0x800+ndims, ndims, swap)
+	}
+	dims := make([]int, ndims)
+	var b [4]byte
+	for i := range dims {
+		if _, err := io.ReadFull(f.r, b[:]); err != nil {
+			return nil, f.idxTruncated(err)
+		}
+		dims[i] = int(binary.BigEndian.Uint32(b[:]))
+	}
+	return dims, nil
+}
+
+func (f *file) idxTruncated(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return inputErr(f.path, "is truncated inside its IDX header; download the file again")
+	}
+	return &InputError{Path: f.path, Msg: "cannot read the IDX header: " + err.Error(), Err: err}
+}
+
+// idxImages reads an idx3-ubyte file of images, scaling pixels to [0, 1].
+func (f *file) idxImages() (features, error) {
+	dims, err := f.idxHeader(idxImages, "images")
+	if err != nil {
+		return features{}, err
+	}
+	n, rows, cols := dims[0], dims[1], dims[2]
+	if rows == 0 || cols == 0 {
+		return features{}, inputErr(f.path, "holds images of %d×%d pixels; the file is corrupt", rows, cols)
+	}
+	if rows > idxMaxSize/cols || n > idxMaxSize/(rows*cols) {
+		return features{}, inputErr(f.path, "claims %d images of %d×%d pixels, more than the %d bytes supported; the file is corrupt or too large", n, rows, cols, idxMaxSize)
+	}
+	pix, err := f.readFull(int64(n*rows*cols), "pixels")
+	if err != nil {
+		return features{}, err
+	}
+	x := make([]float64, len(pix))
+	for i, p := range pix {
+		x[i] = float64(p) / 255
+	}
+	return features{x: x, n: n, shape: []int{1, rows, cols}}, nil
+}
+
+// idxLabels reads an idx1-ubyte file of labels.
+func (f *file) idxLabels() ([]int, error) {
+	dims, err := f.idxHeader(idxLabels, "labels")
+	if err != nil {
+		return nil, err
+	}
+	b, err := f.readFull(int64(dims[0]), "labels")
+	if err != nil {
+		return nil, err
+	}
+	y := make([]int, len(b))
+	for i, l := range b {
+		y[i] = int(l)
+	}
+	return y, nil
+}

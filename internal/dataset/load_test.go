@@ -1,0 +1,145 @@
+package dataset
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/goddp/ddp/internal/npy"
+)
+
+// put writes a file into dir and returns its path.
+func put(t *testing.T, dir, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// npyBytes encodes an array as numpy.save would.
+func npyBytes(t *testing.T, shape []int, data any) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := npy.Write(&b, shape, data); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// idx encodes an IDX file of unsigned bytes.
+func idx(dims []uint32, data []byte) []byte {
+	b := []byte{0, 0, 0x08, byte(len(dims))}
+	for _, d := range dims {
+		b = binary.BigEndian.AppendUint32(b, d)
+	}
+	return append(b, data...)
+}
+
+func gz(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	w := gzip.NewWriter(&out)
+	w.Write(b)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+func TestLoadNPY(t *testing.T) {
+	dir := t.TempDir()
+	y := put(t, dir, "y.npy", npyBytes(t, []int{3}, []int32{1, 0, 1}))
+	for _, c := range []struct {
+		name  string
+		shape []int
+		data  any
+	}{
+		{"f4.npy", []int{3, 2}, []float32{0.5, 1, 2, 3, 4, 5}},
+		{"f8.npy", []int{3, 2}, []float64{0.5, 1, 2, 3, 4, 5}},
+		{"nd.npy", []int{3, 1, 2}, []float64{0.5, 1, 2, 3, 4, 5}},
+	} {
+		x := put(t, dir, c.name, npyBytes(t, c.shape, c.data))
+		for _, load := range []func(string, string, int) (*Dataset, error){Load, LoadNPY} {
+			ds, err := load(x, y, 0)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if ds.N != 3 || ds.D != 2 || ds.Classes != 2 || !slices.Equal(ds.Shape, c.shape[1:]) ||
+				!slices.Equal(ds.X, []float64{0.5, 1, 2, 3, 4, 5}) || !slices.Equal(ds.Y, []int{1, 0, 1}) {
+				t.Errorf("%s: got %+v", c.name, ds)
+			}
+		}
+	}
+	// Integer features are accepted; a larger class count is kept; gzip works.
+	xi := put(t, dir, "xi.npy.gz", gz(t, npyBytes(t, []int{3, 1}, []int64{-1, 0, 7})))
+	ds, err := LoadNPY(xi, y, 5)
+	if err != nil || ds.Classes != 5 || !slices.Equal(ds.X, []float64{-1, 0, 7}) {
+		t.Errorf("int features, 5 classes: %+v, %v", ds, err)
+	}
+}
+
+// A hand-written MNIST-style pair of IDX files: 3 images of 2×2 pixels.
+func TestLoadIDX(t *testing.T) {
+	dir := t.TempDir()
+	pixels := []byte{0, 255, 51, 102, 1, 2, 3, 4, 255, 255, 0, 0}
+	images := idx([]uint32{3, 2, 2}, pixels)
+	labels := idx([]uint32{3}, []byte{7, 0, 9})
+	want := make([]float64, len(pixels))
+	for i, p := range pixels {
+		want[i] = float64(p) / 255
+	}
+	for _, c := range []struct{ name, x, y string }{
+		{"plain", put(t, dir, "train-images-idx3-ubyte", images), put(t, dir, "train-labels-idx1-ubyte", labels)},
+		{"gzip", put(t, dir, "i.gz", gz(t, images)), put(t, dir, "l.gz", gz(t, labels))},
+	} {
+		for _, load := range []func(string, string, int) (*Dataset, error){Load, LoadIDX} {
+			ds, err := load(c.x, c.y, 0)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if ds.N != 3 || ds.D != 4 || ds.Classes != 10 || !slices.Equal(ds.Shape, []int{1, 2, 2}) ||
+				!slices.Equal(ds.X, want) || !slices.Equal(ds.Y, []int{7, 0, 9}) {
+				t.Errorf("%s: got %+v", c.name, ds)
+			}
+		}
+	}
+	// Load mixes formats: IDX images with .npy labels.
+	ds, err := Load(filepath.Join(dir, "train-images-idx3-ubyte"), put(t, dir, "y.npy", npyBytes(t, []int{3}, []int64{1, 2, 3})), 0)
+	if err != nil || ds.Classes != 4 || ds.D != 4 {
+		t.Errorf("IDX images with .npy labels: %+v, %v", ds, err)
+	}
+}
+
+func TestGather(t *testing.T) {
+	ds := &Dataset{X: []float64{0, 1, 10, 11, 20, 21}, Y: []int{0, 1, 2}, N: 3, D: 2}
+	x, y := make([]float64, 6), make([]int, 3)
+	ds.Gather([]int{2, 0, 2}, x, y)
+	if !slices.Equal(x, []float64{20, 21, 0, 1, 20, 21}) || !slices.Equal(y, []int{2, 0, 2}) {
+		t.Errorf("Gather: x %v, y %v", x, y)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "shorter than the batch") {
+			t.Errorf("Gather with a short buffer: recovered %v, want a panic naming the problem", r)
+		}
+	}()
+	ds.Gather([]int{0, 1}, x[:3], y)
+}
+
+func TestFloatSpecialsRejected(t *testing.T) {
+	dir := t.TempDir()
+	x := put(t, dir, "x.npy", npyBytes(t, []int{2, 2}, []float64{0, 1, math.NaN(), 2}))
+	y := put(t, dir, "y.npy", npyBytes(t, []int{2}, []int64{0, 1}))
+	_, err := Load(x, y, 0)
+	if !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "sample 1 has the value NaN in feature 0") {
+		t.Errorf("NaN feature: %v", err)
+	}
+}
