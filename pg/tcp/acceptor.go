@@ -86,20 +86,23 @@ func (a *acceptor) authenticate(c net.Conn) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	rank, err := decodeHello(hello, a.o)
+	// Answer first, so that a dialer configured differently sees why.
+	if err := wire.WriteFrame(c, wire.Header{Kind: kindHello}, helloOf(a.o).encode()); err != nil {
+		return 0, err
+	}
+	peer, err := decodeHello(hello)
 	if err != nil {
 		return 0, err
 	}
+	if err := peer.check(a.o, 0, a.o.Rank); err != nil {
+		return 0, err
+	}
+	rank := peer.rank
 	a.mu.Lock()
 	dup := a.handed || a.got[rank] != nil
 	a.mu.Unlock()
 	if dup {
 		return 0, fmt.Errorf("%w: a second connection claims rank %d", pg.ErrMismatch, rank)
-	}
-	p := wire.AppendUint64(nil, uint64(a.o.Rank))
-	p = wire.AppendUint64(p, uint64(a.o.Size))
-	if err := wire.WriteFrame(c, wire.Header{Kind: kindHello}, p); err != nil {
-		return 0, err
 	}
 	tune(c, a.o)
 	return rank, c.SetDeadline(time.Time{})

@@ -10,7 +10,7 @@ import "github.com/goddp/ddp/pg"
 // moves on as soon as it is in, while later chunks are still arriving.
 func (g *Group) allGather(r *run, out, in pg.Tensor) error {
 	n, me := g.size, g.rank
-	p := newPlan(out, n, g.opts.ChunkBytes, n-1)
+	p := newPlan(out, n, g.opts.ChunkBytes, pipelineDepth, n-1)
 	lo, hi := p.seg(me)
 	copy(out.Slice(lo, hi).Data, in.Data)
 	if n == 1 || len(in.Data) == 0 {

@@ -20,7 +20,7 @@ func (g *Group) broadcast(r *run, t pg.Tensor, root int) error {
 		return nil
 	}
 	v := mod(me-root, n)
-	p := newPlan(pg.Tensor{Dtype: pg.Uint8, Data: t.Data}, 1, g.opts.ChunkBytes, 1)
+	p := newPlan(pg.Tensor{Dtype: pg.Uint8, Data: t.Data}, 1, g.opts.ChunkBytes, pipelineDepth, 1)
 
 	top := 1 << bits.Len(uint(n-1)) // above every child offset of the root
 	var parent *link

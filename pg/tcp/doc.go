@@ -15,7 +15,8 @@
 // Options.ListenAddr, publishes its address in the store under
 // "tcp/addr/<rank>", dials every higher rank and accepts every lower one.
 // Groups sharing a store must use a store.PrefixStore each. Connections
-// get TCP_NODELAY and large kernel buffers.
+// get TCP_NODELAY, and kernel buffers that autotune to several MiB (or
+// the size Options.SocketBuffer pins).
 //
 // # Authentication
 //
@@ -26,7 +27,10 @@
 // frame. A connection that fails is logged at Warn with its remote
 // address and closed; the accepting side authenticates each connection in
 // its own goroutine and keeps accepting, so an intruder cannot hold up
-// the job. The listener closes once the mesh is complete.
+// the job. The listener closes once the mesh is complete. The hellos also
+// carry RingThreshold and ChunkBytes, which decide how a collective is cut
+// into frames: ranks configured differently refuse each other with
+// pg.ErrMismatch instead of misreading each other later.
 //
 // # Framing and matching
 //

@@ -22,7 +22,7 @@ func (g *Group) doublingAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 	pow := 1 << (bits.Len(uint(n)) - 1)
 	rounds := bits.Len(uint(pow)) - 1
 	result := rounds + 1 // the step that returns the result to the extra ranks
-	p := newPlan(t, 1, g.opts.ChunkBytes, rounds+2)
+	p := newPlan(t, 1, g.opts.ChunkBytes, 1, rounds+2)
 	kind := kernel.BaseKind(op)
 	kernel.Prepare(t, op, n)
 

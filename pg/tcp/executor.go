@@ -38,9 +38,9 @@ func (g *Group) invalid(name string, err error) pg.Work {
 func (g *Group) submit(ctx context.Context, name string, do func(*run) error) pg.Work {
 	o := &op{name: name, ctx: ctx, issued: time.Now(), fut: pg.NewFuture(), do: do}
 	g.mu.Lock()
-	if f := g.failure.Load(); f != nil {
+	if f := g.failure.Load(); f != nil || g.exited {
 		g.mu.Unlock()
-		o.fut.Complete(f.errorFor(name, g.rank))
+		o.fut.Complete(g.failure.Load().errorFor(name, g.rank)) // exited implies failed
 		return o.fut
 	}
 	o.seq = g.nextSeq
@@ -100,6 +100,7 @@ func (g *Group) next() *op {
 		case <-g.stopping:
 			g.mu.Lock()
 			empty := len(g.queue) == 0
+			g.exited = empty // submit fails what comes later itself
 			g.mu.Unlock()
 			if empty {
 				return nil
@@ -143,13 +144,13 @@ func (g *Group) runOne(o *op) error {
 
 // finalFrame is the last frame a rank whose collective failed with err
 // sends its peers: an abort, so that their collectives fail at once and
-// name the culprit. After a monitored barrier only rank 0 sends one, and
-// only after every arrived rank's answer, which an abort from another
-// rank could otherwise overtake.
+// name the culprit. A failed monitored barrier is rank 0's verdict: rank 0
+// aborts, after every arrived rank's answer; the others only relay it, so
+// as not to overtake rank 0's answers on other connections.
 func finalFrame(rank int, err error) uint8 {
 	var mr *pg.MissingRanksError
 	if errors.As(err, &mr) && rank != 0 {
-		return 0
+		return kindRelay
 	}
 	return kindAbort
 }

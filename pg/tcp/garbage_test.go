@@ -29,6 +29,16 @@ func fakePeer(t *testing.T, opts func(*Options)) (*Group, net.Conn) {
 	if err := st.Set(ctx, addrKey(1), []byte(ln.Addr().String())); err != nil {
 		t.Fatal(err)
 	}
+	o := Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute}
+	if opts != nil {
+		opts(&o)
+	}
+	fake := o
+	fake.Rank = 1
+	fake, err = fake.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
 	conns := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -37,17 +47,14 @@ func fakePeer(t *testing.T, opts func(*Options)) (*Group, net.Conn) {
 			return
 		}
 		if _, err := wire.ServerHandshake(c, testSecret); err == nil {
-			p := wire.AppendUint64(wire.AppendUint64(nil, 1), 2)
-			wire.WriteFrame(c, wire.Header{Kind: kindHello}, p)
+			wire.WriteFrame(c, wire.Header{Kind: kindHello}, helloOf(fake).encode())
 		}
 		conns <- c
 	}()
-	o := Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute}
-	if opts != nil {
-		opts(&o)
-	}
 	g, err := New(ctx, st, o)
-	if g != nil {
+	if err != nil {
+		ln.Close() // the fake may never have been dialed
+	} else {
 		t.Cleanup(func() { g.Close() })
 	}
 	c := <-conns
@@ -87,7 +94,7 @@ func TestGarbageFromPeer(t *testing.T) {
 		{"truncated frame", append(header(wire.Header{Kind: kindData, Tag: 1, Len: 4096}), 1, 2, 3), pg.ErrComm, "without a goodbye|connection reset"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g, peer := fakePeer(t, func(o *Options) { o.MaxFrame = 512 << 10 })
+			g, peer := fakePeer(t, func(o *Options) { o.MaxFrame, o.ChunkBytes = 512<<10, 256<<10 })
 			w := g.AllReduce(context.Background(), pg.NewTensor(pg.Float32, 1024), pg.Op(pg.Sum))
 			peer.Write(c.bytes)
 			if c.name == "truncated frame" {

@@ -26,6 +26,7 @@ type Group struct {
 	mu      sync.Mutex
 	queue   []*op  // issued, not yet run
 	nextSeq uint64 // the sequence number of the next collective issued
+	exited  bool   // the executor has stopped
 
 	curSeq   atomic.Uint64 // the collective running or last run
 	failure  atomic.Pointer[failure]

@@ -6,10 +6,21 @@ import (
 	"github.com/goddp/ddp/pg"
 )
 
+// Pipelining: a segment is cut into at least pipelineDepth chunks, so
+// that sending, receiving and reducing overlap even for a modest
+// segment, but no chunk is cut below minChunkBytes (or above the
+// configured ChunkBytes).
+const (
+	pipelineDepth = 4
+	minChunkBytes = 64 << 10
+)
+
 // plan cuts a tensor into parts segments, as even as whole elements
-// allow, and each segment into chunks of at most chunkBytes, and numbers
-// the frames of a schedule of steps steps so that every (step, chunk) has
-// its own tag. Every rank computes the same plan from the same arguments.
+// allow, and each segment into chunks of at most chunkBytes (and, for
+// depth > 1, into about depth chunks if that makes them smaller), and
+// numbers the frames of a schedule of steps steps so that every
+// (step, chunk) has its own tag. Every rank computes the same plan from
+// the same arguments.
 type plan struct {
 	t      pg.Tensor
 	parts  int
@@ -17,9 +28,13 @@ type plan struct {
 	chunks int // chunks per segment (the longest one)
 }
 
-func newPlan(t pg.Tensor, parts, chunkBytes, steps int) plan {
+func newPlan(t pg.Tensor, parts, chunkBytes, depth, steps int) plan {
 	longest := (t.Len() + parts - 1) / parts
-	ce := max(1, chunkBytes/t.Dtype.Size())
+	es := t.Dtype.Size()
+	ce := max(1, chunkBytes/es)
+	if d := longest / depth; d < ce {
+		ce = min(ce, max(d, minChunkBytes/es))
+	}
 	if limit := math.MaxUint32 / max(steps, 1); (longest+ce-1)/ce > limit {
 		ce = (longest + limit - 1) / limit
 	}

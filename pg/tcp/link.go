@@ -27,9 +27,6 @@ const (
 // its abort (a monitored barrier's answer) on other connections. They
 // send a relay frame instead, which fails only what waits on that link,
 // and names the root rank too.
-const (
-	_ = iota
-)
 
 // key matches a data frame to the collective (Seq) and step (Tag) that
 // waits for it.

@@ -31,7 +31,7 @@ func (g *Group) reduceScatter(r *run, out, in pg.Tensor, op pg.ReduceOp) error {
 	}
 	kind := kernel.BaseKind(op)
 	left, right := g.links[mod(me-1, n)], g.links[mod(me+1, n)]
-	p := newPlan(in, n, g.opts.ChunkBytes, n-1)
+	p := newPlan(in, n, g.opts.ChunkBytes, pipelineDepth, n-1)
 	last := n - 2
 	outChunk := func(c int) pg.Tensor { return sub(out, 0, out.Len(), c, p.ce) }
 

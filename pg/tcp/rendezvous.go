@@ -16,9 +16,6 @@ import (
 	"github.com/goddp/ddp/pg/store"
 )
 
-// helloMagic starts the hello a dialer sends in the handshake.
-const helloMagic = "goddp-pg-tcp/1"
-
 // addrKey is the store key under which rank publishes its address.
 func addrKey(rank int) string { return "tcp/addr/" + strconv.Itoa(rank) }
 
@@ -99,8 +96,10 @@ func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, 
 			if err := clientHello(ctx, c, o, j); err != nil {
 				c.Close()
 				kind := pg.ErrComm
-				if errors.Is(err, pg.ErrUnauthenticated) {
-					kind = pg.ErrUnauthenticated
+				for _, k := range []error{pg.ErrUnauthenticated, pg.ErrMismatch} {
+					if errors.Is(err, k) {
+						kind = k
+					}
 				}
 				return nil, connectErr(o, j, kind, fmt.Errorf("rank %d at %s: %w", j, addr, err))
 			}
@@ -119,7 +118,7 @@ func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, 
 // reached rank j of this job.
 func clientHello(ctx context.Context, c net.Conn, o Options, j int) error {
 	c.SetDeadline(handshakeDeadline(ctx))
-	if err := wire.ClientHandshake(c, o.Secret, encodeHello(o.Rank, o.Size)); err != nil {
+	if err := wire.ClientHandshake(c, o.Secret, helloOf(o).encode()); err != nil {
 		return err
 	}
 	var hb [wire.HeaderSize]byte
@@ -134,13 +133,12 @@ func clientHello(ctx context.Context, c net.Conn, o Options, j int) error {
 	if _, err := io.ReadFull(c, p); err != nil {
 		return err
 	}
-	d := wire.NewDecoder(p)
-	rank, size := d.Uint64(), d.Uint64()
-	if err := d.Finish(); err != nil {
+	peer, err := decodeHello(p)
+	if err != nil {
 		return err
 	}
-	if rank != uint64(j) || size != uint64(o.Size) {
-		return fmt.Errorf("%w: the peer says it is rank %d of %d, expected rank %d of %d (stale address in the store?)", pg.ErrMismatch, rank, size, j, o.Size)
+	if err := peer.check(o, j, j+1); err != nil {
+		return err
 	}
 	tune(c, o)
 	return c.SetDeadline(time.Time{})
@@ -152,29 +150,6 @@ func handshakeDeadline(ctx context.Context) time.Time {
 		return cd
 	}
 	return d
-}
-
-func encodeHello(rank, size int) []byte {
-	b := wire.AppendString(nil, helloMagic)
-	b = wire.AppendUint64(b, uint64(rank))
-	return wire.AppendUint64(b, uint64(size))
-}
-
-// decodeHello checks a dialer's hello and returns its rank.
-func decodeHello(p []byte, o Options) (int, error) {
-	d := wire.NewDecoder(p)
-	magic := d.String()
-	rank, size := d.Uint64(), d.Uint64()
-	if err := d.Finish(); err != nil {
-		return 0, err
-	}
-	if magic != helloMagic {
-		return 0, fmt.Errorf("%w: hello %q is not a goddp process group's", pg.ErrComm, magic)
-	}
-	if size != uint64(o.Size) || rank >= uint64(o.Rank) {
-		return 0, fmt.Errorf("%w: the dialer says it is rank %d of %d; this is rank %d of %d, which accepts only lower ranks", pg.ErrMismatch, rank, size, o.Rank, o.Size)
-	}
-	return int(rank), nil
 }
 
 // tune sets the socket options every link uses.

@@ -28,7 +28,7 @@ func (g *Group) ringAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 	n, me := g.size, g.rank
 	left, right := g.links[mod(me-1, n)], g.links[mod(me+1, n)]
 	steps := 2 * (n - 1)
-	p := newPlan(t, n, g.opts.ChunkBytes, steps)
+	p := newPlan(t, n, g.opts.ChunkBytes, pipelineDepth, steps)
 	kind := kernel.BaseKind(op)
 	kernel.Prepare(t, op, n)
 

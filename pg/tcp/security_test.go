@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func TestRefusesPeerWithoutSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer intruder.Close()
-	err = wire.ClientHandshake(intruder, []byte("not-the-secret-of-this-job!"), encodeHello(0, 2))
+	err = wire.ClientHandshake(intruder, []byte("not-the-secret-of-this-job!"), hello{rank: 0, size: 2}.encode())
 	if !errors.Is(err, pg.ErrUnauthenticated) {
 		t.Errorf("intruder's handshake: got %v, want pg.ErrUnauthenticated", err)
 	}
@@ -104,6 +105,31 @@ func TestDialerWithoutSecretFails(t *testing.T) {
 	err = <-errs
 	if !errors.Is(err, pg.ErrTimeout) || !errors.As(err, &ce) || ce.Peer != 0 {
 		t.Errorf("rank 1: got %v, want pg.ErrTimeout naming rank 0", err)
+	}
+}
+
+// TestMismatchedOptionsRefused: ranks that disagree on a knob that
+// decides the algorithm cannot form a group; the dialer says why.
+func TestMismatchedOptionsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st := store.NewHashStore(store.HashStoreOptions{})
+	defer st.Close()
+	errs := make(chan error, 1)
+	go func() {
+		g, err := New(ctx, st, Options{Rank: 1, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", ChunkBytes: 1 << 20})
+		if g != nil {
+			g.Close()
+		}
+		errs <- err
+	}()
+	_, err := New(ctx, st, Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", ChunkBytes: 2 << 20})
+	var ce *pg.CollectiveError
+	if !errors.Is(err, pg.ErrMismatch) || !errors.As(err, &ce) || ce.Peer != 1 || !strings.Contains(err.Error(), "ChunkBytes") {
+		t.Errorf("rank 0: got %v, want pg.ErrMismatch naming rank 1 and ChunkBytes", err)
+	}
+	if err := <-errs; err == nil {
+		t.Errorf("rank 1 formed a group with a rank configured differently")
 	}
 }
 
