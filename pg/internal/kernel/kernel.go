@@ -106,9 +106,7 @@ func combine[T number](dst, src []T, k pg.ReduceKind) {
 	src = src[:len(dst)]
 	switch k {
 	case pg.Sum:
-		for i, v := range src {
-			dst[i] += v
-		}
+		add(dst, src)
 	case pg.Product:
 		for i, v := range src {
 			dst[i] *= v
@@ -159,5 +157,26 @@ func combineHalf(dst, src []uint16, k pg.ReduceKind, widen func(uint16) float32,
 			dst[i] = narrow(a[i])
 		}
 		dst, src = dst[n:], src[n:]
+	}
+}
+
+// add is dst += src, unrolled by eight: about twice the speed of the plain
+// loop on amd64, and the same bits, since each element is one addition.
+func add[T number](dst, src []T) {
+	src = src[:len(dst)]
+	i := 0
+	for ; i+8 <= len(dst); i += 8 {
+		d, s := dst[i:i+8:i+8], src[i:i+8:i+8]
+		d[0] += s[0]
+		d[1] += s[1]
+		d[2] += s[2]
+		d[3] += s[3]
+		d[4] += s[4]
+		d[5] += s[5]
+		d[6] += s[6]
+		d[7] += s[7]
+	}
+	for ; i < len(dst); i++ {
+		dst[i] += src[i]
 	}
 }
