@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"slices"
+
+	"flag"
+	"fmt"
+	"github.com/goddp/ddp/internal/optim"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every flag of ddp-train.
+type config struct {
+	nproc   int
+	backend string
+
+	model      string
+	hidden     []int
+	activation string
+
+	data, labels string
+	classes      int
+	samples      int // size of the built-in synthetic set
+
+	shuffle   bool
+	batchSize int
+	steps     int
+	epochs    int
+	seed      int64
+
+	optimizer string
+	lr        float64
+	dtype     string
+
+	bucketCapMB   float64
+	firstBucketMB float64
+	commHook      string
+	findUnused    bool
+	staticGraph   bool
+	gradAccum     int
+	timeout       time.Duration
+
+	initDir, saveDir string
+	checkpointDir    string
+	checkpointEvery  int
+	resume           bool
+
+	logFormat   string
+	logEvery    int
+	summary     string
+	metricsAddr string
+	listenAddr  string
+}
+
+// usageError is a bad flag or bad input: ddp-train exits 2 on it.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("ddp-train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var hidden string
+	fs.IntVar(&c.nproc, "nproc", 2, "number of worker processes (or goroutine ranks with --backend local)")
+	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback) or local (goroutines in one process)")
+	fs.StringVar(&c.model, "model", "mlp", "model: mlp or cnn")
+	fs.StringVar(&hidden, "hidden", "64,64", "mlp hidden layer sizes, comma-separated")
+	fs.StringVar(&c.activation, "activation", "relu", "activation: relu or tanh")
+	fs.StringVar(&c.data, "data", "", "features: a .npy file [N,D] (float32/float64) or MNIST idx3-ubyte images; empty for the built-in synthetic set")
+	fs.StringVar(&c.labels, "labels", "", "labels: an integer .npy file [N] or MNIST idx1-ubyte labels")
+	fs.IntVar(&c.classes, "classes", 0, "number of classes (0: largest label + 1)")
+	fs.IntVar(&c.samples, "samples", 8192, "size of the built-in synthetic dataset")
+	fs.BoolVar(&c.shuffle, "shuffle", true, "shuffle every epoch (seeded by --seed and the epoch), as DistributedSampler")
+	fs.IntVar(&c.batchSize, "batch-size", 32, "samples per rank per step")
+	fs.IntVar(&c.steps, "steps", 300, "optimizer steps to run (0: use --epochs; both 0: no training, e.g. --init A --save B)")
+	fs.IntVar(&c.epochs, "epochs", 0, "epochs to run when --steps is 0")
+	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
+	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (0.9) or adam")
+	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
+	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
+	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
+	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
+	fs.StringVar(&c.commHook, "comm-hook", "allreduce", "comm hook: allreduce or noop")
+	fs.BoolVar(&c.findUnused, "find-unused-parameters", false, "allow parameters that do not reach the loss")
+	fs.BoolVar(&c.staticGraph, "static-graph", false, "DDP's static_graph")
+	fs.IntVar(&c.gradAccum, "grad-accum", 1, "micro-batches per optimizer step; communication only on the last")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "process group timeout: a stalled or dead peer fails the run after this")
+	fs.StringVar(&c.initDir, "init", "", "load initial parameters from DIR (one .npy per parameter)")
+	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0; one .npy per parameter)")
+	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory")
+	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint)")
+	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint")
+	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
+	fs.IntVar(&c.logEvery, "log-every", 20, "log a line every N steps when not on a terminal")
+	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i)")
+	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return c, usagef("unexpected arguments %q", fs.Args())
+	}
+	h, err := parseInts(hidden)
+	if err != nil {
+		return c, usagef("--hidden %q: %v", hidden, err)
+	}
+	c.hidden = h
+	return c, c.validate()
+}
+
+func parseInts(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (c config) validate() error {
+	switch {
+	case c.backend != "tcp" && c.backend != "local":
+		return usagef("--backend %q: want tcp or local", c.backend)
+	case c.nproc < 1:
+		return usagef("--nproc %d: want at least 1", c.nproc)
+	case c.batchSize < 1:
+		return usagef("--batch-size %d: want at least 1", c.batchSize)
+	case c.steps < 0 || c.epochs < 0:
+		return usagef("--steps and --epochs must not be negative")
+	case c.gradAccum < 1:
+		return usagef("--grad-accum %d: want at least 1", c.gradAccum)
+	case c.lr <= 0:
+		return usagef("--lr %g: want a positive learning rate", c.lr)
+	case c.dtype != "float32" && c.dtype != "float64":
+		return usagef("--dtype %q: want float32 or float64", c.dtype)
+	case c.logFormat != "console" && c.logFormat != "json":
+		return usagef("--log-format %q: want console or json", c.logFormat)
+	case (c.data == "") != (c.labels == ""):
+		return usagef("--data and --labels go together")
+	case c.checkpointEvery < 0 || (c.checkpointEvery > 0 && c.checkpointDir == ""):
+		return usagef("--checkpoint-every needs --checkpoint DIR")
+	case c.resume && c.checkpointDir == "":
+		return usagef("--resume needs --checkpoint DIR")
+	case c.bucketCapMB <= 0 || c.firstBucketMB <= 0:
+		return usagef("--bucket-cap-mb and --first-bucket-mb must be positive")
+	case c.timeout <= 0:
+		return usagef("--timeout must be positive")
+	case c.logEvery < 1:
+		return usagef("--log-every %d: want at least 1", c.logEvery)
+	case c.samples < 1:
+		return usagef("--samples %d: want at least 1", c.samples)
+	}
+	if !slices.Contains(optim.Names(), c.optimizer) {
+		return usagef("--optimizer %q: want one of %s", c.optimizer, strings.Join(optim.Names(), ", "))
+	}
+	if _, err := hookByName(c.commHook); err != nil {
+		return usageError{err}
+	}
+	return nil
+}

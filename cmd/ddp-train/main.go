@@ -1,0 +1,117 @@
+// Command ddp-train trains a Gorgonia model data-parallel. It is goddp's
+// torchrun and training script in one.
+//
+//	go run ./cmd/ddp-train                      # 2 worker processes over TCP on loopback, synthetic data
+//	go run ./cmd/ddp-train --backend local --nproc 4
+//	go run ./cmd/ddp-train --data X.npy --labels y.npy --model mlp --hidden 512,512 --epochs 3
+//
+// With --nproc N (the default mode) it starts N copies of itself as
+// workers, each told its rank, the world size, a loopback rendezvous
+// address and a fresh per-job secret; if one fails, the others are
+// stopped and ddp-train exits non-zero naming the failed rank. Started by
+// an external launcher (torchrun or Kubernetes PyTorchJob variables:
+// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; or mpirun's
+// OMPI_COMM_WORLD_*), it runs as one worker; the job secret comes from
+// GODDP_SECRET.
+//
+// Exit codes: 0 success, 1 a failed run, 2 bad flags or bad input.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/pg/env"
+)
+
+// workerEnv marks a process that ddp-train itself launched as a worker.
+const workerEnv = "GODDP_DDP_TRAIN_WORKER"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+}
+
+// run is ddp-train; it returns the exit code.
+func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	c, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return report(stderr, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	ecfg, err := env.FromLookup(lookup)
+	if err != nil {
+		return report(stderr, usageError{err})
+	}
+	_, launched := lookup(workerEnv)
+	switch {
+	case launched || ecfg.Source != env.SourceNone:
+		err = runWorker(ctx, c, ecfg, stdout, stderr)
+	case c.backend == "local":
+		err = runLocal(ctx, c, stdout, stderr)
+	default:
+		err = runLauncher(ctx, c, args, stdout, stderr)
+	}
+	return report(stderr, err)
+}
+
+// report prints err as one line and picks the exit code.
+func report(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "ddp-train:", err)
+	if isUsage(err) {
+		return 2
+	}
+	return 1
+}
+
+// runLauncher checks the inputs once, then starts the workers.
+func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io.Writer) error {
+	ds, err := loadData(c)
+	if err != nil {
+		return err
+	}
+	if err := checkInit(c, ds); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	jobEnv, err := launch.StandaloneEnv(c.nproc)
+	if err != nil {
+		return err
+	}
+	err = launch.Run(ctx, launch.Spec{
+		N:      c.nproc,
+		Path:   self,
+		Args:   args,
+		Env:    append(append(os.Environ(), jobEnv...), workerEnv+"=1"),
+		Stdout: stdout,
+		Stderr: stderr,
+	})
+	var we *launch.WorkerError
+	if errors.As(err, &we) {
+		// The worker already printed its own error line; name the rank.
+		err = fmt.Errorf("worker rank %d failed: %v", we.Rank, we.Err)
+		var exit *exec.ExitError
+		if errors.As(we.Err, &exit) && exit.ExitCode() == 2 {
+			return usageError{err}
+		}
+	}
+	return err
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The training figures ddp-train exports beside the Go runtime's. The
+// reducer's own bucket metrics come with the observability work.
+type trainingMetrics struct {
+	step, loss, accuracy, samples, comm prometheus.Gauge
+}
+
+func newTrainingMetrics() trainingMetrics {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ddp", Subsystem: "train", Name: name, Help: help})
+	}
+	return trainingMetrics{
+		step:     g("step", "Optimizer steps completed."),
+		loss:     g("loss", "Mean training loss over ranks since the previous figures."),
+		accuracy: g("accuracy_ratio", "Training accuracy over ranks since the previous figures."),
+		samples:  g("samples_per_second", "Samples per second over all ranks since the previous figures."),
+		comm:     g("comm_fraction_ratio", "Fraction of step time spent waiting for communication after backward."),
+	}
+}
+
+func (m trainingMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm}
+}
+
+func (m *trainingMetrics) observe(step int, r figures) {
+	if m == nil {
+		return
+	}
+	m.step.Set(float64(step))
+	m.loss.Set(r.Loss)
+	m.accuracy.Set(r.Accuracy)
+	m.samples.Set(r.SamplesPerSec)
+	m.comm.Set(r.CommFraction)
+}

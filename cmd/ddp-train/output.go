@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// newLogger writes to stderr in the chosen format. The libraries add the
+// rank to their own lines.
+func newLogger(c config, stderr io.Writer) (*zap.Logger, error) {
+	enc := zapcore.EncoderConfig{
+		TimeKey: "ts", LevelKey: "level", MessageKey: "msg", NameKey: "logger",
+		EncodeTime: zapcore.ISO8601TimeEncoder, EncodeLevel: zapcore.LowercaseLevelEncoder, EncodeDuration: zapcore.StringDurationEncoder,
+	}
+	var e zapcore.Encoder = zapcore.NewConsoleEncoder(enc)
+	if c.logFormat == "json" {
+		e = zapcore.NewJSONEncoder(enc)
+	}
+	core := zapcore.NewCore(e, zapcore.AddSync(stderr), zapcore.InfoLevel)
+	return zap.New(core), nil
+}
+
+// summary is --summary's JSON.
+type summary struct {
+	Steps         int     `json:"steps"`
+	FinalLoss     float64 `json:"final_loss"`
+	Accuracy      float64 `json:"accuracy"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	WallSeconds   float64 `json:"wall_seconds"`
+	WorldSize     int     `json:"world_size"`
+	Backend       string  `json:"backend"`
+	CommHook      string  `json:"comm_hook"`
+}
+
+func summaryOf(t *trainer, r figures, steps int, wall time.Duration) summary {
+	samples := float64(steps * t.c.gradAccum * t.c.batchSize * t.g.Size())
+	return summary{Steps: steps, FinalLoss: r.Loss, Accuracy: r.Accuracy, SamplesPerSec: samples / wall.Seconds(),
+		WallSeconds: wall.Seconds(), WorldSize: t.g.Size(), Backend: pg.BackendName(t.g), CommHook: t.c.commHook}
+}
+
+// writeSummary writes the JSON atomically.
+func writeSummary(path string, s summary) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".summary-*")
+	if err != nil {
+		return fmt.Errorf("--summary: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("--summary: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("--summary: %w", err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// metricsServer serves /metrics for one rank, or nothing.
+type metricsServer struct {
+	m   *trainingMetrics // nil when off
+	srv *http.Server
+}
+
+// serveMetrics listens on --metrics-addr's port plus rank.
+func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
+	if c.metricsAddr == "" {
+		return &metricsServer{}, nil
+	}
+	host, port, err := net.SplitHostPort(c.metricsAddr)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil {
+		return nil, usagef("--metrics-addr %q: want host:port", c.metricsAddr)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tm := newTrainingMetrics()
+	reg.MustRegister(tm.collectors()...)
+	addr := net.JoinHostPort(host, strconv.Itoa(p+rank))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: rank %d cannot listen on %s: %w", rank, addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	log.Info("serving metrics", zap.String("addr", "http://"+l.Addr().String()+"/metrics"))
+	return &metricsServer{m: &tm, srv: srv}, nil
+}
+
+func (m *metricsServer) Close() error {
+	if m.srv == nil {
+		return nil
+	}
+	return m.srv.Close()
+}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/internal/checkpoint"
+	"github.com/goddp/ddp/internal/dataset"
+	"github.com/goddp/ddp/internal/model"
+	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/internal/sampler"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/reducer"
+	"go.uber.org/zap"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// trainer runs the training loop of one rank.
+type trainer struct {
+	c       config
+	g       pg.ProcessGroup
+	ds      *dataset.Dataset
+	log     *zap.Logger
+	out     io.Writer // rank 0's progress; io.Discard elsewhere
+	stderr  io.Writer
+	metrics *trainingMetrics // nil: no metrics
+	buildMu *sync.Mutex      // held while building Gorgonia graphs
+}
+
+func hookByName(name string) (commhook.Hook, error) {
+	switch name {
+	case "allreduce":
+		return commhook.Allreduce{}, nil
+	case "noop":
+		return commhook.Noop{}, nil
+	}
+	return nil, fmt.Errorf("--comm-hook %q: want allreduce or noop", name)
+}
+
+func specFor(c config, ds *dataset.Dataset) model.Spec {
+	dt := tensor.Float32
+	if c.dtype == "float64" {
+		dt = tensor.Float64
+	}
+	return model.Spec{Kind: c.model, InputShape: ds.Shape, Hidden: c.hidden, Activation: c.activation,
+		Classes: ds.Classes, Dtype: dt, Batch: c.batchSize}
+}
+
+// checkInit fails early, with exit code 2, on a model spec or --init
+// directory that does not fit the data.
+func checkInit(c config, ds *dataset.Dataset) error {
+	p, err := model.NewParams(specFor(c, ds), uint64(c.seed))
+	if err != nil {
+		return err
+	}
+	if c.initDir != "" {
+		return p.LoadNPY(c.initDir)
+	}
+	return nil
+}
+
+// session is what one rank builds before the first step.
+type session struct {
+	spec   model.Spec
+	params *model.Params
+	ddp    *reducer.DDP
+	net    *model.Net
+	vm     gorgonia.VM
+	used   gorgonia.Nodes
+	opt    optim.Optimizer
+	smp    *sampler.Sampler
+	start  int // the first step to run (after a resume)
+}
+
+func (t *trainer) build(ctx context.Context) (*session, error) {
+	s := &session{spec: specFor(t.c, t.ds)}
+	t.buildMu.Lock()
+	p, err := model.NewParams(s.spec, uint64(t.c.seed))
+	if err == nil && t.c.initDir != "" {
+		err = p.LoadNPY(t.c.initDir)
+	}
+	t.buildMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s.params = p
+	hook, _ := hookByName(t.c.commHook)
+	s.ddp, err = reducer.Wrap(ctx, t.g, p.Nodes, reducer.Options{
+		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
+		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
+		FindUnusedParameters: t.c.findUnused,
+		StaticGraph:          t.c.staticGraph,
+		Hook:                 hook,
+		Logger:               t.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.buildMu.Lock()
+	s.net, err = p.Forward(s.spec, s.ddp.Node)
+	if err == nil {
+		_, err = s.ddp.Grad(s.net.Loss)
+	}
+	if err == nil {
+		s.vm = gorgonia.NewTapeMachine(p.Graph)
+	}
+	t.buildMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range p.Nodes {
+		if !contains(s.ddp.Unused(), i) {
+			s.used = append(s.used, n)
+		}
+	}
+	if s.opt, err = optim.New(t.c.optimizer, t.c.lr, len(s.used)); err != nil {
+		return nil, usageError{err}
+	}
+	if t.c.resume {
+		// Every rank loads the same checkpoint, so the values set after
+		// Wrap's broadcast are the same everywhere.
+		ck, err := checkpoint.Load(t.c.checkpointDir)
+		if err == nil {
+			err = ck.Restore(p, s.opt)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
+		}
+		s.start = ck.Step
+	}
+	s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed)
+	return s, err
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// totalSteps is --steps, or the optimizer steps in --epochs epochs.
+func (t *trainer) totalSteps(s *session) int {
+	if t.c.steps > 0 {
+		return t.c.steps
+	}
+	micro := t.c.epochs * sampler.StepsPerEpoch(s.smp.NumSamples(), t.c.batchSize)
+	return (micro + t.c.gradAccum - 1) / t.c.gradAccum
+}
+
+func (t *trainer) run(ctx context.Context) error {
+	s, err := t.build(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.vm.Close()
+	total := t.totalSteps(s)
+	prog := newProgress(t, total)
+	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
+	began := time.Now()
+	for step := s.start; step < total; step++ {
+		st, err := t.step(ctx, s, feed, step)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step+1, err)
+		}
+		if err := prog.add(ctx, step+1, st); err != nil {
+			return err
+		}
+		if t.c.checkpointEvery > 0 && (step+1)%t.c.checkpointEvery == 0 {
+			if err := t.saveCheckpoint(s, step+1); err != nil {
+				return err
+			}
+		}
+	}
+	final, err := prog.finish(ctx)
+	if err != nil {
+		return err
+	}
+	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.String("param_digest", digest(s.params)))
+	if t.g.Rank() == 0 && t.c.saveDir != "" {
+		if err := s.params.SaveNPY(t.c.saveDir); err != nil {
+			return fmt.Errorf("--save: %w", err)
+		}
+	}
+	if t.g.Rank() == 0 && t.c.summary != "" {
+		return writeSummary(t.c.summary, summaryOf(t, final, total-s.start, time.Since(began)))
+	}
+	return nil
+}
+
+// stats are one step's local numbers.
+type stats struct {
+	loss    float64 // mean over the micro-batches
+	correct int
+	samples int
+	compute time.Duration // forward and backward
+	comm    time.Duration // communication left after backward
+	steps   int           // optimizer steps summed (for a window)
+}
+
+// step runs one optimizer step: gradAccum micro-batches, communicating on
+// the last, then the update.
+func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) (stats, error) {
+	var st stats
+	k := t.c.gradAccum
+	for micro := range k {
+		labels, err := feed.load(s, step*k+micro)
+		if err != nil {
+			return st, err
+		}
+		vm := &timedVM{VM: s.vm}
+		start := time.Now()
+		if micro < k-1 {
+			err = s.ddp.RunAllNoSync(ctx, vm)
+		} else {
+			err = s.ddp.RunAll(ctx, vm)
+		}
+		if err != nil {
+			return st, err
+		}
+		end := time.Now()
+		st.compute += vm.tapeEnd.Sub(start)
+		st.comm += end.Sub(vm.tapeEnd)
+		st.loss += s.net.LossValue() / float64(k)
+		st.correct += s.net.Correct(labels)
+		st.samples += len(labels)
+		if micro < k-1 {
+			s.vm.Reset()
+		}
+	}
+	params, grads, err := optim.NodeTensors(s.used)
+	if err != nil {
+		return st, err
+	}
+	if k > 1 { // the mean over micro-batches, as a loss divided by k would give
+		for _, g := range grads {
+			if err := commhook.Divide(g, k); err != nil {
+				return st, err
+			}
+		}
+	}
+	if err := s.opt.Step(params, grads); err != nil {
+		return st, err
+	}
+	s.vm.Reset()
+	return st, nil
+}
+
+// timedVM records when the tape finished, before DDP waits for buckets.
+type timedVM struct {
+	gorgonia.VM
+	tapeEnd time.Time
+}
+
+func (v *timedVM) RunAll() error {
+	err := v.VM.RunAll()
+	v.tapeEnd = time.Now()
+	return err
+}
+
+// digest is a hash of every parameter's bytes: equal digests on every
+// rank mean bitwise-identical replicas.
+func digest(p *model.Params) string {
+	h := sha256.New()
+	for _, n := range p.Nodes {
+		if t, err := reducer.TensorOf(n.Value()); err == nil {
+			h.Write(t.Data)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}

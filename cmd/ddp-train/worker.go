@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/goddp/ddp/internal/checkpoint"
+	"github.com/goddp/ddp/internal/dataset"
+	"github.com/goddp/ddp/internal/model"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/env"
+	"github.com/goddp/ddp/pg/local"
+	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/pg/tcp"
+)
+
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u) || errors.Is(err, dataset.ErrBadInput) || errors.Is(err, model.ErrBadInit) ||
+		errors.Is(err, model.ErrBadSpec) || errors.Is(err, checkpoint.ErrIncompatible) || errors.Is(err, checkpoint.ErrBadCheckpoint)
+}
+
+// runWorker is one rank of a multi-process job: rendezvous through the
+// TCP store (hosted by rank 0), join the TCP process group, train.
+func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Writer) error {
+	logger, err := newLogger(c, stderr)
+	if err != nil {
+		return err
+	}
+	defer logger.Sync()
+	ds, err := loadData(c)
+	if err != nil {
+		return err
+	}
+	setup, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	st, err := store.NewTCPStore(setup, store.TCPStoreOptions{
+		Addr: e.StoreAddr(), ListenAddr: e.StoreListenAddr(), IsServer: e.IsStoreHost(),
+		Secret: e.Secret, Timeout: c.timeout, Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("rank %d: rendezvous at %s: %w", e.Rank, e.StoreAddr(), err)
+	}
+	defer st.Close()
+	listen, advertise := peerAddrs(c, e)
+	g, err := tcp.New(setup, st, tcp.Options{
+		Rank: e.Rank, Size: e.WorldSize, Secret: e.Secret,
+		ListenAddr: listen, AdvertiseAddr: advertise, Timeout: c.timeout, Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("rank %d: joining the process group: %w", e.Rank, err)
+	}
+	defer g.Close()
+	metrics, err := serveMetrics(c, e.Rank, logger)
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
+	var out io.Writer = io.Discard
+	if e.Rank == 0 {
+		out = stdout
+	}
+	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, buildMu: new(sync.Mutex)}
+	if err := t.run(ctx); err != nil {
+		return fmt.Errorf("rank %d: %w", e.Rank, err)
+	}
+	return nil
+}
+
+// peerAddrs picks where this rank listens for peers and the address it
+// publishes: loopback for a single-machine job, else every interface and
+// the local address that routes to the master.
+func peerAddrs(c config, e env.Config) (listen, advertise string) {
+	if c.listenAddr != "" {
+		return c.listenAddr, ""
+	}
+	if ip := net.ParseIP(e.MasterAddr); e.MasterAddr == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return "127.0.0.1:0", ""
+	}
+	conn, err := net.Dial("udp", e.StoreAddr()) // no packet is sent: this only picks a route
+	if err != nil {
+		return "0.0.0.0:0", ""
+	}
+	defer conn.Close()
+	host := conn.LocalAddr().(*net.UDPAddr).IP.String()
+	return net.JoinHostPort(host, "0"), ""
+}
+
+// runLocal trains nproc replicas as goroutines over the in-process backend.
+func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
+	ds, err := loadData(c)
+	if err != nil {
+		return err
+	}
+	if err := checkInit(c, ds); err != nil {
+		return err
+	}
+	groups, err := local.New(c.nproc, local.Options{Timeout: c.timeout})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	logger, err := newLogger(c, stderr)
+	if err != nil {
+		return err
+	}
+	defer logger.Sync()
+	metrics, err := serveMetrics(c, 0, logger)
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
+	var buildMu sync.Mutex // Gorgonia's graph building is not safe in parallel
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		t := trainer{c: c, g: g, ds: ds, log: logger, out: io.Discard, stderr: stderr, buildMu: &buildMu}
+		if r == 0 {
+			t.out, t.metrics = stdout, metrics.m
+		}
+		wg.Go(func() {
+			if errs[r] = t.run(ctx); errs[r] != nil {
+				groups[r].Abort(errs[r]) // the others fail at once instead of timing out
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil && !errors.Is(err, pg.ErrRemote) {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// loadData returns the dataset the flags name, or the synthetic one.
+func loadData(c config) (*dataset.Dataset, error) {
+	if c.data == "" {
+		return dataset.Synthetic(uint64(c.seed), c.samples), nil
+	}
+	return dataset.Load(c.data, c.labels, c.classes)
+}

@@ -1,0 +1,241 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/goddp/ddp/internal/checkpoint/atomicdir"
+	"github.com/goddp/ddp/internal/model"
+	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/internal/optim"
+)
+
+// ErrBadCheckpoint is wrapped by errors about a checkpoint directory that
+// is missing, damaged or not a checkpoint.
+var ErrBadCheckpoint = errors.New("checkpoint: bad checkpoint")
+
+// ErrIncompatible is wrapped by Restore's errors about a checkpoint of
+// another model, dtype or optimizer than the run's.
+var ErrIncompatible = errors.New("checkpoint: checkpoint does not match this run")
+
+// Checkpoint is everything a run needs to continue exactly. Capture
+// fills every field a model and optimizer have; Load fills Shapes and
+// Dtype from what Save recorded.
+type Checkpoint struct {
+	Step      int                  // training steps completed; a resumed run's next step is Step+1
+	Params    map[string][]float64 // each parameter's values by name, row-major
+	Shapes    map[string][]int     // optional: parameter shapes; a parameter without one is saved as a vector
+	Dtype     string               // optional: the model's dtype, "float32" or "float64"; Restore checks it
+	Optimizer optim.State          // the optimizer's state
+	Extra     map[string][]float64 // other state, e.g. a comm hook's; keys are free-form
+	Meta      map[string]string    // free-form settings to check a resume against, e.g. "world_size"
+}
+
+// writeFunc writes one .npy file; tests replace it to inject failures.
+type writeFunc func(path string, shape []int, data []float64) error
+
+func writeNPY(path string, shape []int, data []float64) error {
+	return npy.WriteFile(path, shape, data)
+}
+
+// Save writes c to dir atomically: into a fresh temporary directory beside
+// dir, every file synced, then swapped in for dir in one step (see
+// atomicdir.Write). If Save fails, or the process dies during it, dir
+// still holds the previous checkpoint, whole.
+//
+// Layout: manifest.json (step, dtype, names, shapes, files), then
+// params/<name>.npy, optimizer/<k>.npy and extra/<k>.npy, all float64
+// (which holds float32 values exactly).
+func Save(dir string, c *Checkpoint) error { return save(dir, c, writeNPY) }
+
+func save(dir string, c *Checkpoint, write writeFunc) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	m := newManifest(c)
+	err := atomicdir.Write(dir, func(tmp string) error {
+		for _, sub := range []string{paramsDir, optimDir, extraDir} {
+			if err := os.Mkdir(filepath.Join(tmp, sub), 0o755); err != nil {
+				return err
+			}
+		}
+		for _, f := range m.files(c) {
+			if err := write(filepath.Join(tmp, f.path), f.shape, f.data); err != nil {
+				return fmt.Errorf("writing %s: %w", f.path, err)
+			}
+		}
+		return m.write(filepath.Join(tmp, manifestName))
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: saving to %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Load reads the checkpoint Save wrote to dir, checking that every file
+// the manifest names exists with the shape it gives.
+func Load(dir string) (*Checkpoint, error) {
+	m, err := readManifest(filepath.Join(dir, manifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s has no %s; is it a checkpoint directory? (%v)", ErrBadCheckpoint, dir, manifestName, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadCheckpoint, dir, err)
+	}
+	c := &Checkpoint{Step: m.Step, Dtype: m.Dtype, Meta: m.Meta,
+		Params: map[string][]float64{}, Shapes: map[string][]int{}, Extra: map[string][]float64{}}
+	c.Optimizer = optim.State{Name: m.Optimizer.Name, Step: m.Optimizer.Step, Buffers: map[string][]float64{}}
+	read := func(e entry) ([]float64, error) {
+		data, err := readNPY(filepath.Join(dir, e.File), e.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+		}
+		return data, nil
+	}
+	for _, e := range m.Params {
+		c.Shapes[e.Name] = e.Shape
+	}
+	for _, group := range []struct {
+		entries []entry
+		into    map[string][]float64
+	}{{m.Params, c.Params}, {m.Optimizer.Buffers, c.Optimizer.Buffers}, {m.Extra, c.Extra}} {
+		for _, e := range group.entries {
+			if group.into[e.Name], err = read(e); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c, nil
+}
+
+// readNPY reads a float64 array that must have the given shape.
+func readNPY(path string, shape []int) ([]float64, error) {
+	a, err := npy.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(a.Shape, shape) {
+		return nil, fmt.Errorf("%s: shape %v, but the manifest says %v", path, a.Shape, shape)
+	}
+	return a.Float64s()
+}
+
+// Capture takes a checkpoint of a run after step training steps: copies
+// of p's values, with their shapes and dtype, and of opt's state. Take it
+// between steps (after the optimizer's Step), on one rank: every rank
+// holds the same values and state.
+func Capture(step int, p *model.Params, opt optim.Optimizer) *Checkpoint {
+	c := &Checkpoint{Step: step, Params: map[string][]float64{}, Shapes: map[string][]int{},
+		Dtype: p.Spec().Dtype.String(), Optimizer: opt.State()}
+	for i, name := range p.Names {
+		c.Params[name], c.Shapes[name] = p.Value(i), p.Shape(i)
+	}
+	return c
+}
+
+// Restore puts c's parameter values into p and its state into opt, after
+// checking that c is a checkpoint of the same model (the same parameter
+// names, sizes, and shapes and dtype where c records them) and optimizer;
+// on error it changes neither, and the error wraps ErrIncompatible.
+// Restore on every rank before reducer.Wrap (or on rank 0, as Wrap
+// broadcasts rank 0's values, but the optimizer on every rank). The run
+// then continues with step c.Step+1.
+func (c *Checkpoint) Restore(p *model.Params, opt optim.Optimizer) error {
+	incompatible := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrIncompatible, fmt.Sprintf(format, args...))
+	}
+	if want := p.Spec().Dtype.String(); c.Dtype != "" && c.Dtype != want {
+		return incompatible("it holds a %s model and this run's is %s; resume with --dtype %s", c.Dtype, want, c.Dtype)
+	}
+	if len(c.Params) != p.Len() {
+		return incompatible("it holds %d parameters and this run's model has %d (%v); resume with the same model flags", len(c.Params), p.Len(), p.Names)
+	}
+	for i, name := range p.Names {
+		v, ok := c.Params[name]
+		shape, recorded := c.Shapes[name]
+		n, _ := numel(p.Shape(i))
+		switch {
+		case !ok:
+			return incompatible("it has no parameter %s; resume with the same model flags", name)
+		case recorded && !slices.Equal(shape, p.Shape(i)):
+			return incompatible("its %s has shape %v and this run's has %v; resume with the same model flags", name, shape, p.Shape(i))
+		case len(v) != n:
+			return incompatible("its %s has %d values and this run's has %d; resume with the same model flags", name, len(v), n)
+		}
+	}
+	if c.Optimizer.Name != "" && c.Optimizer.Name != opt.Name() {
+		return incompatible("it was written by a run with the %s optimizer and this run uses %s", c.Optimizer.Name, opt.Name())
+	}
+	if err := opt.Load(c.Optimizer); err != nil {
+		return fmt.Errorf("%w: %w", ErrIncompatible, err)
+	}
+	for i, name := range p.Names {
+		if err := p.SetValue(i, c.Params[name]); err != nil {
+			return fmt.Errorf("%w: %w", ErrIncompatible, err) // unreachable: sizes were checked
+		}
+	}
+	return nil
+}
+
+// validate checks that c can be saved and loaded back as it is.
+func (c *Checkpoint) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("checkpoint: can't save: "+format, args...)
+	}
+	if c == nil {
+		return bad("no checkpoint")
+	}
+	if c.Step < 0 || c.Optimizer.Step < 0 {
+		return bad("negative step (%d, optimizer %d)", c.Step, c.Optimizer.Step)
+	}
+	if c.Dtype != "" && c.Dtype != "float32" && c.Dtype != "float64" {
+		return bad("dtype %q; want float32, float64 or empty", c.Dtype)
+	}
+	for name, v := range c.Params {
+		if err := checkName(name); err != nil {
+			return bad("parameter %q: %v", name, err)
+		}
+		if n, ok := numel(c.shape(name)); !ok || n != len(v) {
+			return bad("parameter %s has %d values for shape %v", name, len(v), c.shape(name))
+		}
+	}
+	for name := range c.Shapes {
+		if _, ok := c.Params[name]; !ok {
+			return bad("a shape for %s, which has no values", name)
+		}
+	}
+	return nil
+}
+
+// shape is the shape parameter name is saved with.
+func (c *Checkpoint) shape(name string) []int {
+	if s, ok := c.Shapes[name]; ok {
+		return s
+	}
+	return []int{len(c.Params[name])}
+}
+
+// checkName allows names that are plain file names: params/<name>.npy.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
+		return fmt.Errorf("a parameter name must be a plain file name (no slashes, not empty)")
+	}
+	return nil
+}
+
+// numel is the product of shape, and whether it is a valid shape.
+func numel(shape []int) (int, bool) {
+	n := 1
+	for _, d := range shape {
+		if d < 0 || d > 0 && n > (1<<48)/d {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, true
+}

@@ -1,0 +1,172 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+const (
+	manifestName = "manifest.json"
+	formatName   = "goddp-checkpoint/1"
+	paramsDir    = "params"
+	optimDir     = "optimizer"
+	extraDir     = "extra"
+	maxManifest  = 64 << 20 // bytes; a manifest lists names and shapes only
+)
+
+// manifest is manifest.json. Load decodes it into these types only,
+// rejecting unknown fields.
+type manifest struct {
+	Format    string            `json:"format"`
+	Step      int               `json:"step"`
+	Dtype     string            `json:"dtype,omitempty"`
+	Params    []entry           `json:"params"`
+	Optimizer optimEntry        `json:"optimizer"`
+	Extra     []entry           `json:"extra"`
+	Meta      map[string]string `json:"meta"`
+}
+
+type optimEntry struct {
+	Name    string  `json:"name"`
+	Step    int     `json:"step"`
+	Buffers []entry `json:"buffers"`
+}
+
+// entry is one array: its name or key, its file relative to the
+// checkpoint directory, and its shape.
+type entry struct {
+	Name  string `json:"name"`
+	File  string `json:"file"`
+	Shape []int  `json:"shape"`
+}
+
+// file is one array to write.
+type file struct {
+	path  string
+	shape []int
+	data  []float64
+}
+
+// newManifest describes c; map entries are sorted by key.
+func newManifest(c *Checkpoint) *manifest {
+	m := &manifest{Format: formatName, Step: c.Step, Dtype: c.Dtype, Meta: c.Meta,
+		Optimizer: optimEntry{Name: c.Optimizer.Name, Step: c.Optimizer.Step}}
+	for _, name := range sortedKeys(c.Params) {
+		m.Params = append(m.Params, entry{Name: name, File: paramsDir + "/" + name + ".npy", Shape: slices.Clone(c.shape(name))})
+	}
+	m.Optimizer.Buffers = flatEntries(optimDir, c.Optimizer.Buffers)
+	m.Extra = flatEntries(extraDir, c.Extra)
+	return m
+}
+
+// flatEntries names the vectors of vals, in key order, <dir>/<k>.npy.
+func flatEntries(dir string, vals map[string][]float64) []entry {
+	keys := sortedKeys(vals)
+	out := make([]entry, len(keys))
+	for i, k := range keys {
+		out[i] = entry{Name: k, File: fmt.Sprintf("%s/%d.npy", dir, i), Shape: []int{len(vals[k])}}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// files pairs m's entries with c's data.
+func (m *manifest) files(c *Checkpoint) []file {
+	var out []file
+	for _, e := range m.Params {
+		out = append(out, file{e.File, e.Shape, c.Params[e.Name]})
+	}
+	for _, e := range m.Optimizer.Buffers {
+		out = append(out, file{e.File, e.Shape, c.Optimizer.Buffers[e.Name]})
+	}
+	for _, e := range m.Extra {
+		out = append(out, file{e.File, e.Shape, c.Extra[e.Name]})
+	}
+	return out
+}
+
+func (m *manifest) write(path string) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// readManifest reads and checks a manifest: its format, its dtype, and
+// that every entry has a unique name, a valid shape and a file inside the
+// checkpoint directory.
+func readManifest(path string) (*manifest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxManifest+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxManifest {
+		return nil, fmt.Errorf("%s is over %d bytes; it is not a manifest Save wrote", path, maxManifest)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s: data after the manifest", path)
+	}
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &m, nil
+}
+
+func (m *manifest) check() error {
+	switch {
+	case m.Format != formatName:
+		return fmt.Errorf("format %q; this program reads %q", m.Format, formatName)
+	case m.Step < 0 || m.Optimizer.Step < 0:
+		return fmt.Errorf("negative step")
+	case m.Dtype != "" && m.Dtype != "float32" && m.Dtype != "float64":
+		return fmt.Errorf("dtype %q; want float32, float64 or empty", m.Dtype)
+	}
+	files := map[string]bool{}
+	for _, group := range []struct {
+		what    string
+		dir     string
+		entries []entry
+	}{{"parameter", paramsDir, m.Params}, {"optimizer buffer", optimDir, m.Optimizer.Buffers}, {"extra", extraDir, m.Extra}} {
+		names := map[string]bool{}
+		for _, e := range group.entries {
+			if names[e.Name] {
+				return fmt.Errorf("two of its %ss are called %q", group.what, e.Name)
+			}
+			names[e.Name] = true
+			if d, base := filepath.Split(filepath.FromSlash(e.File)); d != group.dir+string(filepath.Separator) ||
+				base == "" || base == "." || base == ".." || files[e.File] {
+				return fmt.Errorf("%s %q: file %q is not a file of its own in %s/", group.what, e.Name, e.File, group.dir)
+			}
+			files[e.File] = true
+			if _, ok := numel(e.Shape); !ok {
+				return fmt.Errorf("%s %q: bad shape %v", group.what, e.Name, e.Shape)
+			}
+		}
+	}
+	return nil
+}

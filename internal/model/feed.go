@@ -1,0 +1,142 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Feed binds one batch to the graph's inputs: x holds n rows of
+// spec.Features() values, row-major, and labels their n classes, with
+// 1 <= n <= spec.Batch. A short batch is padded with zero rows whose
+// target and loss weight are 0, so they add exactly nothing to the loss
+// or the gradients: the fixed-shape graph computes the mean over the n
+// real rows, as PyTorch does for an epoch's short last batch.
+//
+// Feed binds fresh tensors and keeps no reference to x or labels.
+func (n *Net) Feed(spec Spec, x []float64, labels []int) error {
+	s := n.spec
+	rows, d := len(labels), s.Features()
+	switch {
+	case spec.Features() != d || spec.Batch != s.Batch || spec.Classes != s.Classes:
+		return fmt.Errorf("model: Feed: spec (batch %d, %d features, %d classes) is not the net's (batch %d, %d features, %d classes)",
+			spec.Batch, spec.Features(), spec.Classes, s.Batch, d, s.Classes)
+	case rows == 0:
+		return fmt.Errorf("model: Feed: empty batch; pass 1 to %d rows", s.Batch)
+	case rows > s.Batch:
+		return fmt.Errorf("model: Feed: %d rows for a graph of batch %d; split the batch", rows, s.Batch)
+	case len(x) != rows*d:
+		return fmt.Errorf("model: Feed: %d feature values for %d labels; want %d×%d = %d", len(x), rows, rows, d, rows*d)
+	}
+	for r, c := range labels {
+		if c < 0 || c >= s.Classes {
+			return fmt.Errorf("model: Feed: row %d has label %d; labels must lie in [0, %d)", r, c, s.Classes)
+		}
+	}
+	xs := make([]float64, s.Batch*d)
+	copy(xs, x)
+	ys := make([]float64, s.Batch*s.Classes)
+	ws := make([]float64, s.Batch)
+	for r, c := range labels {
+		ys[r*s.Classes+c] = 1
+		ws[r] = 1 / float64(rows)
+	}
+	if err := n.let(n.X, xs, s.Batch, d); err != nil {
+		return err
+	}
+	if err := n.let(n.Y, ys, s.Batch, s.Classes); err != nil {
+		return err
+	}
+	if err := n.let(n.W, ws, s.Batch); err != nil {
+		return err
+	}
+	n.rows = rows
+	return nil
+}
+
+// let binds a fresh tensor of the net's dtype, holding v, to node.
+func (n *Net) let(node *gorgonia.Node, v []float64, shape ...int) error {
+	var backing any = v
+	if n.spec.Dtype == tensor.Float32 {
+		v32 := make([]float32, len(v))
+		for k, x := range v {
+			v32[k] = float32(x)
+		}
+		backing = v32
+	}
+	if err := gorgonia.Let(node, tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))); err != nil {
+		return fmt.Errorf("model: Feed: binding %s: %w", node.Name(), err)
+	}
+	return nil
+}
+
+// Correct returns how many of the first len(labels) rows the last run
+// classified right: the largest logit (the first, on ties) is the label.
+// Call it after RunAll, with the labels given to Feed. Rows beyond the
+// batch, and every row before any run, count as wrong.
+func (n *Net) Correct(labels []int) int {
+	logits := floats(n.logits)
+	c := n.spec.Classes
+	right := 0
+	for r, label := range labels {
+		if (r+1)*c > len(logits) {
+			break
+		}
+		row := logits[r*c : (r+1)*c]
+		best := 0
+		for k, v := range row {
+			if v > row[best] {
+				best = k
+			}
+		}
+		if best == label {
+			right++
+		}
+	}
+	return right
+}
+
+// LossValue returns the loss of the last run (the mean cross-entropy over
+// the rows fed), or NaN before any run.
+func (n *Net) LossValue() float64 {
+	if v := floats(n.loss); len(v) == 1 {
+		return v[0]
+	}
+	return math.NaN()
+}
+
+// LogitsValue returns a copy of the last run's logits, [Batch, Classes]
+// row-major (padding rows included), or nil before any run. Read logits
+// here, not from Logits.Value(): the machine may reuse that register later
+// in the run.
+func (n *Net) LogitsValue() []float64 { return floats(n.logits) }
+
+// floats returns v's elements as float64s, or nil.
+func floats(v gorgonia.Value) []float64 {
+	if v == nil {
+		return nil
+	}
+	switch v := v.(type) {
+	case *gorgonia.F32:
+		return []float64{float64(*v)}
+	case *gorgonia.F64:
+		return []float64{float64(*v)}
+	}
+	switch data := v.Data().(type) {
+	case []float32:
+		out := make([]float64, len(data))
+		for k, x := range data {
+			out[k] = float64(x)
+		}
+		return out
+	case []float64:
+		return append([]float64(nil), data...)
+	case float32:
+		return []float64{float64(data)}
+	case float64:
+		return []float64{data}
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/reducer"
+	"gorgonia.org/gorgonia"
+)
+
+// Optimizer updates parameters in place from their gradients.
+//
+// Step takes the parameters' and gradients' memory as float32 or float64
+// tensors (views, as reducer.TensorOf gives, or NodeTensors), the same
+// list in the same order on every call, params[i] and grads[i] of one
+// dtype and length. It reads the gradients and never writes them. An
+// Optimizer is not safe for concurrent use.
+type Optimizer interface {
+	Step(params, grads []pg.Tensor) error
+	// State returns a deep copy of everything Step depends on, for a
+	// checkpoint.
+	State() State
+	// Load replaces the optimizer's state with a copy of s, so that the
+	// next Step continues the run s was taken from exactly.
+	Load(s State) error
+	// Name is the name New takes: "sgd", "momentum" or "adam".
+	Name() string
+}
+
+// State is an optimizer's state. Buffers are keyed "<kind>/<param
+// index>": "momentum/3" for SGD with momentum, "exp_avg/3" and
+// "exp_avg_sq/3" for Adam (PyTorch's names). A float32 run's buffers hold
+// float32 values, which float64 represents exactly.
+type State struct {
+	Name    string // the optimizer's Name; Load checks it when it is set
+	Step    int    // steps taken
+	Buffers map[string][]float64
+}
+
+// Names lists the optimizers New makes.
+func Names() []string { return []string{"sgd", "momentum", "adam"} }
+
+// NodeTensors views each node's value and gradient as tensors for Step,
+// without copying: Step writes the values in place. Call it after each
+// RunAll (the machine allocates new gradients on every run after Reset)
+// and before Reset. With DDP, after reducer.DDP.RunAll the gradients hold
+// the average over ranks.
+func NodeTensors(nodes gorgonia.Nodes) (params, grads []pg.Tensor, err error) {
+	params, grads = make([]pg.Tensor, len(nodes)), make([]pg.Tensor, len(nodes))
+	for i, n := range nodes {
+		if params[i], err = reducer.TensorOf(n.Value()); err != nil {
+			return nil, nil, fmt.Errorf("optim: parameter %d (%s): %w", i, n.Name(), err)
+		}
+		g, err := n.Grad()
+		if err != nil || g == nil {
+			return nil, nil, fmt.Errorf("optim: parameter %d (%s) has no gradient; run the graph (RunAll) before stepping, on a graph whose loss uses every parameter", i, n.Name())
+		}
+		if grads[i], err = reducer.TensorOf(g); err != nil {
+			return nil, nil, fmt.Errorf("optim: gradient of parameter %d (%s): %w", i, n.Name(), err)
+		}
+	}
+	return params, grads, nil
+}
+
+// New returns the optimizer called name, with learning rate lr, for
+// numParams parameters, with PyTorch's defaults: momentum 0.9 for
+// "momentum"; β1 0.9, β2 0.999 and ε 1e-8 for "adam"; no weight decay,
+// dampening or Nesterov.
+func New(name string, lr float64, numParams int) (Optimizer, error) {
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
+		return nil, fmt.Errorf("optim: learning rate %v: want a finite number >= 0", lr)
+	}
+	if numParams < 1 {
+		return nil, fmt.Errorf("optim: %d parameters: want at least 1", numParams)
+	}
+	switch name {
+	case "sgd":
+		return &sgd{base: newBase(name, lr, numParams)}, nil
+	case "momentum":
+		return &sgd{base: newBase(name, lr, numParams, "momentum"), momentum: 0.9}, nil
+	case "adam":
+		return &adam{base: newBase(name, lr, numParams, "exp_avg", "exp_avg_sq"), beta1: 0.9, beta2: 0.999, eps: 1e-8}, nil
+	}
+	return nil, fmt.Errorf("optim: unknown optimizer %q; choose one of %s", name, strings.Join(Names(), ", "))
+}
+
+// base holds what every optimizer shares: its step count and its
+// per-parameter buffers, bufs[kind][param], each in its parameter's dtype
+// (or float64 after Load, until the next Step converts it). A buffer with
+// no Data does not exist yet.
+type base struct {
+	name  string
+	lr    float64
+	n     int
+	step  int
+	kinds []string
+	bufs  [][]pg.Tensor
+}
+
+func newBase(name string, lr float64, n int, kinds ...string) base {
+	b := base{name: name, lr: lr, n: n, kinds: kinds, bufs: make([][]pg.Tensor, len(kinds))}
+	for k := range b.bufs {
+		b.bufs[k] = make([]pg.Tensor, n)
+	}
+	return b
+}
+
+func (b *base) Name() string { return b.name }
+
+// check validates a Step's arguments against each other and the state,
+// and converts loaded buffers to their parameter's dtype.
+func (b *base) check(params, grads []pg.Tensor) error {
+	if len(params) != b.n || len(grads) != b.n {
+		return fmt.Errorf("optim: %s.Step: %d parameters and %d gradients, but the optimizer was made for %d", b.name, len(params), len(grads), b.n)
+	}
+	for i, p := range params {
+		g := grads[i]
+		switch {
+		case p.Dtype != pg.Float32 && p.Dtype != pg.Float64:
+			return fmt.Errorf("optim: parameter %d is %v; want float32 or float64", i, p.Dtype)
+		case g.Dtype != p.Dtype || g.Len() != p.Len():
+			return fmt.Errorf("optim: parameter %d is %d %v values but its gradient is %d %v values", i, p.Len(), p.Dtype, g.Len(), g.Dtype)
+		case p.Validate() != nil || g.Validate() != nil:
+			return fmt.Errorf("optim: parameter %d: %w", i, errFirst(p.Validate(), g.Validate()))
+		}
+		for k, kind := range b.kinds {
+			buf := b.bufs[k][i]
+			if buf.Data == nil {
+				continue
+			}
+			if buf.Len() != p.Len() {
+				return fmt.Errorf("optim: state %s/%d has %d values but parameter %d has %d; the state is from another model", kind, i, buf.Len(), i, p.Len())
+			}
+			b.bufs[k][i] = convert(buf, p.Dtype)
+		}
+	}
+	return nil
+}
+
+func errFirst(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// convert returns t in dtype d: t itself, or a rounded copy.
+func convert(t pg.Tensor, d pg.Dtype) pg.Tensor {
+	if t.Dtype == d {
+		return t
+	}
+	out := pg.NewTensor(d, t.Len())
+	if d == pg.Float32 {
+		dst := pg.View[float32](out)
+		for k, v := range toFloat64s(t) {
+			dst[k] = float32(v)
+		}
+		return out
+	}
+	copy(pg.View[float64](out), toFloat64s(t))
+	return out
+}
+
+// toFloat64s returns a float64 copy of a float32 or float64 tensor.
+func toFloat64s(t pg.Tensor) []float64 {
+	if t.Dtype == pg.Float64 {
+		return slices.Clone(pg.View[float64](t))
+	}
+	src := pg.View[float32](t)
+	out := make([]float64, len(src))
+	for k, v := range src {
+		out[k] = float64(v)
+	}
+	return out
+}
+
+func (b *base) State() State {
+	s := State{Name: b.name, Step: b.step, Buffers: map[string][]float64{}}
+	for k, kind := range b.kinds {
+		for i, buf := range b.bufs[k] {
+			if buf.Data != nil {
+				s.Buffers[kind+"/"+strconv.Itoa(i)] = toFloat64s(buf)
+			}
+		}
+	}
+	return s
+}
+
+// Load checks s's names and indices; buffer lengths are checked against
+// the parameters at the next Step. If every is set, a state with Step > 0
+// must hold every buffer of every parameter.
+func (b *base) load(s State, every bool) error {
+	if s.Name != "" && s.Name != b.name {
+		return fmt.Errorf("optim: the state is %s's, but this run's optimizer is %s; resume with the same optimizer", s.Name, b.name)
+	}
+	if s.Step < 0 {
+		return fmt.Errorf("optim: state at step %d; want >= 0", s.Step)
+	}
+	bufs := newBase(b.name, b.lr, b.n, b.kinds...).bufs
+	for key, v := range s.Buffers {
+		kind, idx, _ := strings.Cut(key, "/")
+		k, i := slices.Index(b.kinds, kind), -1
+		if n, err := strconv.Atoi(idx); err == nil && n >= 0 && n < b.n && strconv.Itoa(n) == idx {
+			i = n
+		}
+		if k < 0 || i < 0 {
+			return fmt.Errorf("optim: state buffer %q is not one %s keeps for %d parameters (%s/0 … %s/%d)", key, b.name, b.n, b.kindsOrNone(), b.kindsOrNone(), b.n-1)
+		}
+		bufs[k][i] = pg.Float64s(slices.Clone(v))
+	}
+	if every && s.Step > 0 {
+		for k, kind := range b.kinds {
+			for i, buf := range bufs[k] {
+				if buf.Data == nil {
+					return fmt.Errorf("optim: state at step %d has no %s/%d; the state is incomplete", s.Step, kind, i)
+				}
+			}
+		}
+	}
+	b.step, b.bufs = s.Step, bufs
+	return nil
+}
+
+func (b *base) kindsOrNone() string {
+	if len(b.kinds) == 0 {
+		return "(none)"
+	}
+	return strings.Join(b.kinds, "|")
+}
