@@ -72,7 +72,6 @@ import (
 	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
-	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
 )
 
@@ -181,22 +180,7 @@ func runLocal(ctx context.Context, o options, stdout io.Writer) error {
 // runLauncher starts nproc workers of this program on loopback, with a
 // fresh job secret, and waits for them; rank 0's output is ours.
 func runLauncher(ctx context.Context, o options, args []string, stdout, stderr io.Writer) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	jobEnv, err := launch.StandaloneEnv(o.nproc)
-	if err != nil {
-		return err
-	}
-	return launch.Run(ctx, launch.Spec{
-		N:      o.nproc,
-		Path:   self,
-		Args:   args,
-		Env:    append(append(os.Environ(), jobEnv...), workerEnv+"=1"),
-		Stdout: stdout,
-		Stderr: stderr,
-	})
+	return launch.Self(ctx, o.nproc, args, workerEnv+"=1", stdout, stderr)
 }
 
 // runWorker is one TCP rank: rendezvous through the TCPStore that rank 0
@@ -208,28 +192,12 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{
-		Addr:     cfg.StoreAddr(),
-		IsServer: cfg.Rank == 0,
-		Secret:   cfg.Secret,
-		Timeout:  o.timeout,
-	})
+	m, err := launch.JoinTCP(ctx, cfg, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps}, nil)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	g, err := tcp.New(ctx, st, tcp.Options{
-		Rank:            cfg.Rank,
-		Size:            cfg.WorldSize,
-		Secret:          cfg.Secret,
-		ListenAddr:      "127.0.0.1:0",
-		Timeout:         o.timeout,
-		LinkBytesPerSec: o.linkBps,
-	})
-	if err != nil {
-		return err
-	}
-	defer g.Close()
+	defer m.Close()
+	g := m.Group
 	res, err := measure(ctx, g, o.cfg)
 	if err != nil {
 		return err

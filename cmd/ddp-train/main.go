@@ -88,22 +88,7 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 	if err := checkInit(c, ds); err != nil {
 		return err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	jobEnv, err := launch.StandaloneEnv(c.nproc)
-	if err != nil {
-		return err
-	}
-	err = launch.Run(ctx, launch.Spec{
-		N:      c.nproc,
-		Path:   self,
-		Args:   args,
-		Env:    append(append(os.Environ(), jobEnv...), workerEnv+"=1"),
-		Stdout: stdout,
-		Stderr: stderr,
-	})
+	err = launch.Self(ctx, c.nproc, args, workerEnv+"=1", stdout, stderr)
 	var we *launch.WorkerError
 	if errors.As(err, &we) {
 		// The worker already printed its own error line; name the rank.

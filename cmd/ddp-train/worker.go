@@ -10,11 +10,11 @@ import (
 
 	"github.com/goddp/ddp/internal/checkpoint"
 	"github.com/goddp/ddp/internal/dataset"
+	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
-	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
 )
 
@@ -38,23 +38,13 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	}
 	setup, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	st, err := store.NewTCPStore(setup, store.TCPStoreOptions{
-		Addr: e.StoreAddr(), ListenAddr: e.StoreListenAddr(), IsServer: e.IsStoreHost(),
-		Secret: e.Secret, Timeout: c.timeout, Logger: logger,
-	})
-	if err != nil {
-		return fmt.Errorf("rank %d: rendezvous at %s: %w", e.Rank, e.StoreAddr(), err)
-	}
-	defer st.Close()
 	listen, advertise := peerAddrs(c, e)
-	g, err := tcp.New(setup, st, tcp.Options{
-		Rank: e.Rank, Size: e.WorldSize, Secret: e.Secret,
-		ListenAddr: listen, AdvertiseAddr: advertise, Timeout: c.timeout, Logger: logger,
-	})
+	m, err := launch.JoinTCP(setup, e, tcp.Options{ListenAddr: listen, AdvertiseAddr: advertise, Timeout: c.timeout}, logger)
 	if err != nil {
-		return fmt.Errorf("rank %d: joining the process group: %w", e.Rank, err)
+		return err
 	}
-	defer g.Close()
+	defer m.Close()
+	g := m.Group
 	metrics, err := serveMetrics(c, e.Rank, logger)
 	if err != nil {
 		return err
