@@ -40,7 +40,7 @@ func ddpTrain(t *testing.T, args ...string) result {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, args...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0") // -race waits a second at every process exit otherwise
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
