@@ -23,10 +23,22 @@ func (Allreduce) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.W
 	return g.AllReduce(ctx, b.Buffer, pg.Op(pg.Sum))
 }
 
-// Divide divides every element of a float32 or float64 tensor by n, in
-// place, with true division as torch's div_ does.
+// Divide divides every element of a floating-point tensor by n, in place,
+// with true division as torch's div_ does. float16 and bfloat16 elements
+// are divided in float32 and rounded back to nearest even, as torch
+// computes half-precision arithmetic.
 func Divide(t pg.Tensor, n int) error {
 	switch t.Dtype {
+	case pg.Float16:
+		s, d := pg.View[uint16](t), float32(n)
+		for i, h := range s {
+			s[i] = pg.F32ToF16(pg.F16ToF32(h) / d)
+		}
+	case pg.BFloat16:
+		s, d := pg.View[uint16](t), float32(n)
+		for i, h := range s {
+			s[i] = pg.F32ToBF16(pg.BF16ToF32(h) / d)
+		}
 	case pg.Float32:
 		s, d := pg.View[float32](t), float32(n)
 		for i := range s {
@@ -38,10 +50,11 @@ func Divide(t pg.Tensor, n int) error {
 			s[i] /= d
 		}
 	default:
-		return fmt.Errorf("commhook: cannot average a %v bucket; gradients must be float32 or float64", t.Dtype)
+		return fmt.Errorf("commhook: cannot average a %v bucket; gradients must be floating point", t.Dtype)
 	}
 	return nil
 }
+
 
 // Noop leaves the bucket as it is and communicates nothing: each rank
 // keeps its own gradients. It is for measuring the cost of everything

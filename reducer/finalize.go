@@ -22,8 +22,10 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	if !r.it.active {
 		return errors.New("reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
 	}
+	r.obs.backwardEnded() // observe.go
 	if !r.it.sync {
 		r.endLocalIteration()
+		r.obs.finish(r, false)
 		return nil
 	}
 	if r.static.first {
@@ -50,6 +52,7 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	r.it.num++
 	r.static.first = false
 	r.rebuild.finishRecording()
+	r.obs.finish(r, true) // observe.go
 	return nil
 }
 
@@ -71,7 +74,10 @@ func (r *Reducer) endLocalIteration() {
 // wait waits for every bucket in launch order.
 func (r *Reducer) wait(ctx context.Context) error {
 	for b, w := range r.layout.works {
-		if err := w.Wait(ctx); err != nil {
+		start := r.obs.waitStart() // observe.go
+		err := w.Wait(ctx)
+		r.obs.waited(b, start)
+		if err != nil {
 			if ctx.Err() != nil {
 				// The collectives are still running and own the buffers.
 				r.g.Abort(err)
@@ -84,7 +90,17 @@ func (r *Reducer) wait(ctx context.Context) error {
 
 // globalUsed returns, with FindUnusedParameters or in the first static
 // iteration, which parameters some rank used; otherwise nil (all used).
+//
+// Note [used map after the buckets]: with FindUnusedParameters the map is
+// allreduced only once every bucket's Work is done. A comm hook may still
+// issue collectives after Run has returned (PowerSGD sends Q once P is
+// summed); a collective of the reducer's own issued in between would sit
+// at a different position on each rank. The map is a few bytes, so
+// sending it last costs one small collective's latency.
 func (r *Reducer) globalUsed(ctx context.Context) ([]int32, error) {
+	if r.opts.FindUnusedParameters && !r.opts.StaticGraph {
+		r.usedWork = r.g.AllReduce(ctx, r.localUsed, pg.Op(pg.Sum))
+	}
 	if r.usedWork == nil {
 		return nil, nil
 	}

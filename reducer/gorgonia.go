@@ -82,6 +82,12 @@ func (d *DDP) Node(i int) *gorgonia.Node { return d.hooks.Node(i) }
 // each parameter (nil for parameters the loss does not reach). Unused
 // parameters need FindUnusedParameters (or StaticGraph).
 func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
+	if d.r.obs.on { // observe.go: mark where backward starts
+		var err error
+		if cost, err = markLoss(cost, d.r.obs.backwardStarted); err != nil {
+			return nil, err
+		}
+	}
 	grads, unused, err := d.hooks.Grad(cost)
 	if err != nil {
 		return nil, err
@@ -125,6 +131,7 @@ func (d *DDP) run(ctx context.Context, vm gorgonia.VM, sync bool) error {
 		// The reducer is mid-iteration and out of step with its peers.
 		return d.r.failLocked(fmt.Errorf("reducer: backward failed: %w", err))
 	}
+	d.r.markBackwardEnd() // observe.go
 	return d.r.Finalize(ctx)
 }
 

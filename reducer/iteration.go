@@ -58,6 +58,7 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 		unused = r.static.unusedList
 	}
 	r.it = iteration{active: true, sync: it.Sync, ctx: ctx, unused: unused, num: r.it.num}
+	r.obs.prepare(r, it.Sync) // observe.go
 	return nil
 }
 
@@ -98,7 +99,9 @@ func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	}
 	pg.View[int32](r.localUsed)[i] = 1
 	r.dst[i] = grad
+	copyStart := r.obs.copyStart() // observe.go
 	r.store(i, grad)
+	r.obs.copied(i, copyStart)
 	if !r.it.sync || r.static.first {
 		r.t.markOnly(i) // no communication now: see Finalize
 		return nil
@@ -159,15 +162,12 @@ func (r *Reducer) markUnused() {
 	}
 }
 
-// launch runs the comm hook on buckets [from, to). After the last bucket,
-// with FindUnusedParameters, it also starts the allreduce of the map of
-// locally used parameters.
+// launch runs the comm hook on buckets [from, to).
 func (r *Reducer) launch(from, to int) {
 	for b := from; b < to; b++ {
+		start := r.obs.launchStart() // observe.go
 		r.layout.works[b] = r.runHook(&r.layout.grads[b])
-	}
-	if from < to && to == len(r.layout.buckets) && r.opts.FindUnusedParameters && !r.opts.StaticGraph {
-		r.usedWork = r.g.AllReduce(r.it.ctx, r.localUsed, pg.Op(pg.Sum))
+		r.obs.launched(b, start, r.layout.works[b])
 	}
 }
 
@@ -180,7 +180,7 @@ func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
 			w = pg.Completed(fmt.Errorf("reducer: comm hook %q panicked on bucket %d: %v", commhook.Name(r.hook), b.Index, p))
 		}
 	}()
-	w = r.hook.Run(r.it.ctx, r.g, b)
+	w = r.hook.Run(r.it.ctx, r.obs.hookGroup(r.g), b) // observe.go: with metrics, a group that counts bytes
 	if w == nil {
 		w = pg.Completed(fmt.Errorf("reducer: comm hook %q returned no Work for bucket %d", commhook.Name(r.hook), b.Index))
 	}
@@ -193,6 +193,7 @@ func (r *Reducer) fail(err error) error {
 	r.broken = err
 	r.it.active = false
 	r.it.ctx = nil
+	r.obs.failed(err) // observe.go
 	r.log.Error("reducer failed", zap.Error(err))
 	return err
 }

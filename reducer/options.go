@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"gorgonia.org/tensor"
@@ -53,6 +54,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Registerer receives the reducer's metrics. nil means none.
 	Registerer prometheus.Registerer
+	// Timeline receives a Chrome trace of every iteration. nil means none.
+	// The caller closes it after the last iteration.
+	Timeline *timeline.Writer
 }
 
 func (o Options) withDefaults() (Options, error) {

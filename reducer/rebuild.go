@@ -70,6 +70,7 @@ func (r *Reducer) rebuildBuckets(ctx context.Context) error {
 		}
 	}
 	r.rebuild.done, r.rebuild.order = true, nil
+	r.obs.rebuilt(r, order) // observe.go
 	r.log.Info("Reducer buckets have been rebuilt in this iteration.",
 		zap.Ints("ready_order", order), zap.Ints("bucket_bytes", r.layout.bucketBytes()))
 	return nil

@@ -50,6 +50,8 @@ type Reducer struct {
 
 	rebuild rebuildState
 	static  staticState
+
+	obs observer // metrics, logging data and timeline: see observe.go
 }
 
 // iteration is the state of the backward pass in progress.
@@ -99,11 +101,9 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if r.hook == nil {
 		r.hook = commhook.Allreduce{}
 	}
-	r.log.Info("reducer ready",
-		zap.Int("world_size", g.Size()), zap.String("backend", pg.BackendName(g)),
-		zap.Int("parameters", len(params)), zap.Ints("bucket_bytes", r.layout.bucketBytes()),
-		zap.Int("bucket_cap_bytes", opts.BucketCapBytes), zap.String("comm_hook", commhook.Name(r.hook)),
-		zap.Bool("find_unused_parameters", opts.FindUnusedParameters), zap.Bool("static_graph", opts.StaticGraph))
+	if err := r.observe(); err != nil { // logs "DDP initialized"; see observe.go
+		return nil, fmt.Errorf("reducer: observability: %w", err)
+	}
 	return r, nil
 }
 

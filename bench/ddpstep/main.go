@@ -109,7 +109,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.rows, "batch", 64, "batch per rank")
 	fs.IntVar(&o.cfg.steps, "steps", 50, "timed steps of each model")
 	fs.IntVar(&o.cfg.warmup, "warmup", 5, "untimed steps of each model first (at least 2: the buckets are rebuilt after the first)")
-	fs.StringVar(&o.cfg.hook, "hook", "allreduce", "comm hook: allreduce, or noop to time DDP without communication")
+	fs.StringVar(&o.cfg.hook, "hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, or noop to time DDP without communication")
+	fs.IntVar(&o.cfg.powersgdRank, "powersgd-rank", 1, "powersgd hooks: matrix_approximation_rank")
+	fs.IntVar(&o.cfg.powersgdStartIter, "powersgd-start-iter", 2, "powersgd hooks: plain allreduce before this iteration (at least 2; keep it within --warmup to time compressed steps)")
 	fs.IntVar(&o.cfg.bucketCapBytes, "bucket-cap-bytes", 0, "bucket cap (0: the reducer's default, 25 MiB)")
 	fs.IntVar(&o.cfg.firstBucketBytes, "first-bucket-bytes", 0, "first bucket's cap (0: the reducer's default, 1 MiB)")
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
@@ -127,10 +129,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{fmt.Errorf("--batch %d, --steps %d: want at least 1", o.cfg.rows, o.cfg.steps)}
 	case o.cfg.warmup < 2:
 		return o, usageError{fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup)}
-	case o.cfg.hook != "allreduce" && o.cfg.hook != "noop":
-		return o, usageError{fmt.Errorf("--hook %q: want allreduce or noop", o.cfg.hook)}
 	case o.format != "table" && o.format != "csv":
 		return o, usageError{fmt.Errorf("--format %q: want table or csv", o.format)}
+	}
+	if _, err := newHook(o.cfg); err != nil { // hooks.go
+		return o, usageError{err}
 	}
 	return o, nil
 }

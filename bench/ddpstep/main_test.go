@@ -38,7 +38,7 @@ func TestIntervals(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	for _, args := range [][]string{
-		{"--backend", "nccl"}, {"--nproc", "0"}, {"--warmup", "1"}, {"--hook", "fp16"}, {"--format", "json"},
+		{"--backend", "nccl"}, {"--nproc", "0"}, {"--warmup", "1"}, {"--hook", "zip"}, {"--hook", "powersgd", "--powersgd-start-iter", "1"}, {"--format", "json"},
 	} {
 		if _, err := parse(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parse(%q) accepted", args)

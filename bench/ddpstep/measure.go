@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 )
@@ -15,9 +14,11 @@ type config struct {
 	sizes            []int
 	rows             int
 	steps, warmup    int
-	hook             string // "allreduce" or "noop"
+	hook             string // one of hooks.go's hookNames
 	bucketCapBytes   int
 	firstBucketBytes int
+
+	powersgdRank, powersgdStartIter int // the powersgd hooks' options
 }
 
 // sample is one timed step of each model. The plain fields time the model
@@ -53,9 +54,9 @@ type rankResult struct {
 // so that drift in the machine's speed moves both alike.
 func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, error) {
 	var res rankResult
-	inner := commhook.Hook(commhook.Allreduce{})
-	if c.hook == "noop" {
-		inner = commhook.Noop{}
+	inner, err := newHook(c)
+	if err != nil {
+		return res, err
 	}
 	timer := &commTimer{inner: inner}
 	data := makeBatch(c.sizes, c.rows, uint64(100+g.Rank()))

@@ -44,6 +44,9 @@ type config struct {
 	gradAccum     int
 	timeout       time.Duration
 
+	powersgdRank      int // --powersgd-rank: matrix_approximation_rank
+	powersgdStartIter int // --powersgd-start-iter: start_powerSGD_iter
+
 	initDir, saveDir string
 	checkpointDir    string
 	checkpointEvery  int
@@ -54,6 +57,7 @@ type config struct {
 	summary     string
 	metricsAddr string
 	listenAddr  string
+	timeline    string // --timeline DIR: a Chrome trace per rank
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -88,7 +92,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
-	fs.StringVar(&c.commHook, "comm-hook", "allreduce", "comm hook: allreduce or noop")
+	fs.StringVar(&c.commHook, "comm-hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd or noop (docs/comm-hooks.md)")
+	fs.IntVar(&c.powersgdRank, "powersgd-rank", 1, "powersgd hooks: rank of the low-rank approximation (matrix_approximation_rank)")
+	fs.IntVar(&c.powersgdStartIter, "powersgd-start-iter", 1000, "powersgd hooks: plain allreduce before this iteration (start_powerSGD_iter; at least 2)")
 	fs.BoolVar(&c.findUnused, "find-unused-parameters", false, "allow parameters that do not reach the loss")
 	fs.BoolVar(&c.staticGraph, "static-graph", false, "DDP's static_graph")
 	fs.IntVar(&c.gradAccum, "grad-accum", 1, "micro-batches per optimizer step; communication only on the last")
@@ -102,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal")
 	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i)")
+	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -171,7 +178,7 @@ func (c config) validate() error {
 	if !slices.Contains(optim.Names(), c.optimizer) {
 		return usagef("--optimizer %q: want one of %s", c.optimizer, strings.Join(optim.Names(), ", "))
 	}
-	if _, err := hookByName(c.commHook); err != nil {
+	if _, err := hookByName(c); err != nil {
 		return usageError{err}
 	}
 	return nil

@@ -5,7 +5,9 @@ import (
 )
 
 // The training figures ddp-train exports beside the Go runtime's. The
-// reducer's own bucket metrics come with the observability work.
+// reducer (ddp_bucket_*, ddp_forward_seconds, ...) and the process group
+// wrapper (ddp_collective_*) register their own on the same registry;
+// see docs/observability.md.
 type trainingMetrics struct {
 	step, loss, accuracy, samples, comm prometheus.Gauge
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -76,7 +77,17 @@ func writeSummary(path string, s summary) error {
 // metricsServer serves /metrics for one rank, or nothing.
 type metricsServer struct {
 	m   *trainingMetrics // nil when off
+	reg *prometheus.Registry
 	srv *http.Server
+}
+
+// registerer is where the reducer and the process group register their
+// metrics: nil when metrics are off.
+func (m *metricsServer) registerer() prometheus.Registerer {
+	if m.reg == nil {
+		return nil
+	}
+	return m.reg
 }
 
 // serveMetrics listens on --metrics-addr's port plus rank.
@@ -103,7 +114,7 @@ func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(l)
 	log.Info("serving metrics", zap.String("addr", "http://"+l.Addr().String()+"/metrics"))
-	return &metricsServer{m: &tm, srv: srv}, nil
+	return &metricsServer{m: &tm, reg: reg, srv: srv}, nil
 }
 
 func (m *metricsServer) Close() error {
@@ -111,4 +122,29 @@ func (m *metricsServer) Close() error {
 		return nil
 	}
 	return m.srv.Close()
+}
+
+// openTimeline creates --timeline DIR/rank-N.json, or returns nil.
+func (t *trainer) openTimeline() (*timeline.Writer, error) {
+	if t.c.timeline == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(t.c.timeline, 0o755); err != nil {
+		return nil, fmt.Errorf("--timeline: %w", err)
+	}
+	w, err := timeline.Create(filepath.Join(t.c.timeline, fmt.Sprintf("rank-%d.json", t.g.Rank())), t.g.Rank())
+	if err != nil {
+		return nil, fmt.Errorf("--timeline: %w", err)
+	}
+	return w, nil
+}
+
+// closeTimeline finishes the trace; a failure is logged, not fatal.
+func (s *session) closeTimeline(log *zap.Logger) {
+	if s == nil || s.tl == nil {
+		return
+	}
+	if err := s.tl.Close(); err != nil {
+		log.Warn("--timeline: the trace is incomplete", zap.Error(err))
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/goddp/ddp/internal/sampler"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
+	"github.com/goddp/ddp/timeline"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -30,18 +32,9 @@ type trainer struct {
 	log     *zap.Logger
 	out     io.Writer // rank 0's progress; io.Discard elsewhere
 	stderr  io.Writer
-	metrics *trainingMetrics // nil: no metrics
-	buildMu *sync.Mutex      // held while building Gorgonia graphs
-}
-
-func hookByName(name string) (commhook.Hook, error) {
-	switch name {
-	case "allreduce":
-		return commhook.Allreduce{}, nil
-	case "noop":
-		return commhook.Noop{}, nil
-	}
-	return nil, fmt.Errorf("--comm-hook %q: want allreduce or noop", name)
+	metrics *trainingMetrics      // nil: no metrics
+	reg     prometheus.Registerer // the reducer's metrics; nil: none
+	buildMu *sync.Mutex           // held while building Gorgonia graphs
 }
 
 func specFor(c config, ds *dataset.Dataset) model.Spec {
@@ -76,7 +69,9 @@ type session struct {
 	used   gorgonia.Nodes
 	opt    optim.Optimizer
 	smp    *sampler.Sampler
-	start  int // the first step to run (after a resume)
+	hook   commhook.Hook    // --comm-hook's, with this rank's state
+	start  int              // the first step to run (after a resume)
+	tl     *timeline.Writer // --timeline; nil without
 }
 
 func (t *trainer) build(ctx context.Context) (*session, error) {
@@ -91,7 +86,14 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	s.params = p
-	hook, _ := hookByName(t.c.commHook)
+	if s.tl, err = t.openTimeline(); err != nil {
+		return nil, err
+	}
+	hook, err := hookByName(t.c) // hooks.go
+	if err != nil {
+		return nil, usageError{err}
+	}
+	s.hook = hook
 	s.ddp, err = reducer.Wrap(ctx, t.g, p.Nodes, reducer.Options{
 		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
@@ -99,6 +101,8 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		StaticGraph:          t.c.staticGraph,
 		Hook:                 hook,
 		Logger:               t.log,
+		Registerer:           t.reg,
+		Timeline:             s.tl,
 	})
 	if err != nil {
 		return nil, err
@@ -129,6 +133,9 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		ck, err := checkpoint.Load(t.c.checkpointDir)
 		if err == nil {
 			err = ck.Restore(p, s.opt)
+		}
+		if err == nil {
+			err = restoreHookState(ck, t.g.Rank(), t.g.Size(), hook, t.c.commHook) // hooks.go
 		}
 		if err != nil {
 			return nil, fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
@@ -163,6 +170,7 @@ func (t *trainer) run(ctx context.Context) error {
 		return err
 	}
 	defer s.vm.Close()
+	defer s.closeTimeline(t.log)
 	total := t.totalSteps(s)
 	prog := newProgress(t, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
@@ -176,7 +184,7 @@ func (t *trainer) run(ctx context.Context) error {
 			return err
 		}
 		if t.c.checkpointEvery > 0 && (step+1)%t.c.checkpointEvery == 0 {
-			if err := t.saveCheckpoint(s, step+1); err != nil {
+			if err := t.saveCheckpoint(ctx, s, step+1); err != nil {
 				return err
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
+	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/pg/tcp"
 )
@@ -44,17 +45,21 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer m.Close()
-	g := m.Group
+	var g pg.ProcessGroup = m.Group
 	metrics, err := serveMetrics(c, e.Rank, logger)
 	if err != nil {
 		return err
 	}
 	defer metrics.Close()
+	if g, err = instrument.Wrap(g, metrics.registerer()); err != nil { // ddp_collective_seconds
+		return err
+	}
+	defer g.Close() // before m.Close: it stops the wrapper's watcher
 	var out io.Writer = io.Discard
 	if e.Rank == 0 {
 		out = stdout
 	}
-	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, buildMu: new(sync.Mutex)}
+	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(), buildMu: new(sync.Mutex)}
 	if err := t.run(ctx); err != nil {
 		return fmt.Errorf("rank %d: %w", e.Rank, err)
 	}
@@ -111,8 +116,13 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	var buildMu sync.Mutex // Gorgonia's graph building is not safe in parallel
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
-	for r, g := range groups {
-		t := trainer{c: c, g: g, ds: ds, log: logger, out: io.Discard, stderr: stderr, buildMu: &buildMu}
+	for r, lg := range groups {
+		g, err := instrument.Wrap(lg, metrics.registerer()) // every rank's series, told apart by their rank label
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		t := trainer{c: c, g: g, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
 		if r == 0 {
 			t.out, t.metrics = stdout, metrics.m
 		}

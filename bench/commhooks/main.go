@@ -1,0 +1,116 @@
+// Command commhooks measures what each comm hook costs and saves for an
+// MLP's gradients (by default ddpstep's 784-512-512-512-10, float32):
+//
+//	go run ./bench/commhooks                       # every hook, a table
+//	go run ./bench/commhooks --format csv --rank 1,2,4
+//
+// For each hook it reports two figures.
+//
+//   - Bytes per step: the bytes one rank hands to allreduce in one
+//     synchronised step, with the reducer's default buckets (rebuilt after
+//     the first step, as in training), counted by a process group that
+//     wraps pg/local; and the ratio of allreduce's bytes to the hook's. A
+//     ring sends about 2(n−1)/n times these bytes per rank, for every hook
+//     alike, so the ratio is also the ratio of bytes on the wire.
+//   - CPU per MiB: the time the hook takes per step on one rank alone,
+//     with an allreduce that does nothing (a sum over one rank is the
+//     identity), per MiB of gradients: the cost of compressing and
+//     decompressing. Allreduce's is its division by the world size.
+//
+// The PowerSGD hooks compress from the third step, with torch's defaults
+// otherwise; both figures are taken once they compress. Step time on a
+// slow link is bench/ddpstep's: --hook powersgd --link-bytes-per-sec.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type options struct {
+	sizes  []int
+	ranks  []int // PowerSGD ranks to measure
+	nproc  int   // world size for the byte counts
+	steps  int   // timed steps for the CPU figure
+	format string
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "commhooks:", err)
+		var u usageError
+		if errors.As(err, &u) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("commhooks", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	sizes, ranks := "784,512,512,512,10", "1,2,4"
+	fs.StringVar(&sizes, "sizes", sizes, "MLP layer widths, input first")
+	fs.StringVar(&ranks, "rank", ranks, "PowerSGD ranks (matrix_approximation_rank) to measure, comma-separated")
+	fs.IntVar(&o.nproc, "nproc", 2, "world size for the byte counts")
+	fs.IntVar(&o.steps, "steps", 20, "timed steps for the CPU figure")
+	fs.StringVar(&o.format, "format", "table", "output: table or csv")
+	if err := fs.Parse(args); err != nil {
+		return o, usageError{err}
+	}
+	var err error
+	if o.sizes, err = parseInts(sizes); err != nil || len(o.sizes) < 2 {
+		return o, usageError{fmt.Errorf("--sizes %q: want at least two positive integers", sizes)}
+	}
+	if o.ranks, err = parseInts(ranks); err != nil {
+		return o, usageError{fmt.Errorf("--rank %q: %v", ranks, err)}
+	}
+	switch {
+	case o.nproc < 1 || o.steps < 1:
+		return o, usageError{fmt.Errorf("--nproc %d, --steps %d: want at least 1", o.nproc, o.steps)}
+	case o.format != "table" && o.format != "csv":
+		return o, usageError{fmt.Errorf("--format %q: want table or csv", o.format)}
+	}
+	return o, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var rows []row
+	for _, h := range hookSpecs(o.ranks) {
+		r, err := measure(ctx, o, h)
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.label, err)
+		}
+		rows = append(rows, r)
+	}
+	report(stdout, o, rows)
+	return nil
+}

@@ -1,0 +1,89 @@
+// Command plot turns a goddp timeline trace or a benchmark CSV into a
+// PNG, drawn with the standard library alone, so results can be looked
+// at, not only read.
+//
+//	go run ./bench/plot -in trace/rank-0.json,trace/rank-1.json -out timeline.png
+//	go run ./bench/allreduce ... > ar.csv && go run ./bench/plot -in ar.csv -y busbw_GBps -out busbw.png
+//	go run ./bench/ddpstep --format csv > step.csv && go run ./bench/plot -in step.csv -out step.png
+//
+// A trace (.json, as written by ddp-train --timeline) becomes a Gantt
+// chart of the last -steps steps: one row per lane of each rank
+// (compute, reducer, each bucket's communication), coloured by event.
+// A CSV whose first column is numeric becomes a line chart of the -y
+// column against it (log scale for byte sizes); otherwise a bar chart
+// of the -y column per row. Lines starting with '#' are skipped.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "plot:", err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	in := fs.String("in", "", "input: a trace .json (several, comma-separated, for several ranks) or a benchmark .csv")
+	out := fs.String("out", "", "output PNG (default: the first input with .png)")
+	steps := fs.Int("steps", 3, "traces: how many of the last steps to show")
+	y := fs.String("y", "", "CSV: the column to plot (default: the last)")
+	title := fs.String("title", "", "title (default: the input's name)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *in == "" || fs.NArg() > 0 || *steps < 1 {
+		fs.Usage()
+		return fmt.Errorf("%w: want -in FILE[,FILE...], no other arguments, and -steps of at least 1", errUsage)
+	}
+	paths := strings.Split(*in, ",")
+	if *out == "" {
+		*out = strings.TrimSuffix(paths[0], filepath.Ext(paths[0])) + ".png"
+	}
+	if *title == "" {
+		*title = filepath.Base(paths[0])
+	}
+	c, err := draw(paths, *steps, *y, *title)
+	if err != nil {
+		return err
+	}
+	return c.save(*out)
+}
+
+func draw(paths []string, steps int, y, title string) (*canvas, error) {
+	if strings.EqualFold(filepath.Ext(paths[0]), ".csv") {
+		if len(paths) > 1 {
+			return nil, fmt.Errorf("%w: one CSV at a time", errUsage)
+		}
+		f, err := os.Open(paths[0])
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		t, err := readTable(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", paths[0], err)
+		}
+		return plotTable(t, y, title)
+	}
+	t, err := readTraces(paths)
+	if err != nil {
+		return nil, err
+	}
+	return plotTrace(t, steps, fmt.Sprintf("%s: last %d steps", title, steps)), nil
+}

@@ -1,0 +1,130 @@
+package pg_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
+)
+
+// The exported conversions must round exactly as the reduction kernels
+// do (kernel's own tests check those against an arithmetic reference):
+// every 16-bit pattern, and float32 patterns spread over the whole range.
+func TestConversionsAgreeWithTheKernels(t *testing.T) {
+	for h := range 1 << 16 {
+		h := uint16(h)
+		if a, b := pg.F16ToF32(h), kernel.F16ToF32(h); math.Float32bits(a) != math.Float32bits(b) {
+			t.Fatalf("F16ToF32(%#04x) = %v, kernel %v", h, a, b)
+		}
+		if a, b := pg.BF16ToF32(h), kernel.BF16ToF32(h); math.Float32bits(a) != math.Float32bits(b) {
+			t.Fatalf("BF16ToF32(%#04x) = %v, kernel %v", h, a, b)
+		}
+	}
+	step := uint64(97)
+	if testing.Short() {
+		step = 9973
+	}
+	for u := uint64(0); u < 1<<32; u += step {
+		f := math.Float32frombits(uint32(u))
+		if a, b := pg.F32ToF16(f), kernel.F32ToF16(f); a != b {
+			t.Fatalf("F32ToF16(%#08x) = %#04x, kernel %#04x", u, a, b)
+		}
+		if a, b := pg.F32ToBF16(f), kernel.F32ToBF16(f); a != b {
+			t.Fatalf("F32ToBF16(%#08x) = %#04x, kernel %#04x", u, a, b)
+		}
+	}
+}
+
+// Every float16 value survives float16 -> float32 -> float16, and the
+// boundaries round as IEEE 754 says.
+func TestHalfRoundTripsAndBoundaries(t *testing.T) {
+	for h := range 1 << 16 {
+		h := uint16(h)
+		f := pg.F16ToF32(h)
+		if f != f {
+			if g := pg.F32ToF16(f); g&0x7c00 != 0x7c00 || g&0x3ff == 0 {
+				t.Fatalf("NaN %#04x came back as %#04x", h, g)
+			}
+			continue
+		}
+		if g := pg.F32ToF16(f); g != h {
+			t.Fatalf("%#04x -> %v -> %#04x", h, f, g)
+		}
+	}
+	for f, want := range map[float32]uint16{
+		65504: 0x7bff, 65519: 0x7bff, 65520: 0x7c00, 1e9: 0x7c00, -1e9: 0xfc00,
+		0x1p-24: 0x0001, 0x1p-25: 0x0000, 0x1.8p-25: 0x0001, 0x1.8p-24: 0x0002, // ties to even at the bottom
+		1 + 0x1p-11: 0x3c00, 1 + 0x3p-11: 0x3c02, // ties to even at 1
+	} {
+		if got := pg.F32ToF16(f); got != want {
+			t.Errorf("F32ToF16(%v) = %#04x, want %#04x", f, got, want)
+		}
+	}
+	if got := pg.F32ToBF16(1 + 0x1p-8); got != 0x3f80 {
+		t.Errorf("F32ToBF16(1+2^-8) = %#04x, want 0x3f80 (a tie goes to even)", got)
+	}
+}
+
+func TestConvert(t *testing.T) {
+	// 1 + 2^-11 + 2^-30 rounds up to float16 directly, but through
+	// float32 it first becomes the tie 1 + 2^-11, which goes to even (1):
+	// c10's double -> float -> half rounding, which Convert copies.
+	src := []float64{1 + 0x1p-11 + 0x1p-30, -2.5, 1e6, 0}
+	half := make([]uint16, len(src))
+	if err := pg.Convert(pg.Float16s(half), pg.Float64s(src)); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint16{0x3c00, 0xc100, 0x7c00, 0}
+	for i := range want {
+		if half[i] != want[i] {
+			t.Errorf("float64 %v -> float16 %#04x, want %#04x", src[i], half[i], want[i])
+		}
+	}
+	back := make([]float64, len(src))
+	if err := pg.Convert(pg.Float64s(back), pg.Float16s(half)); err != nil || back[1] != -2.5 || !math.IsInf(back[2], 1) {
+		t.Errorf("float16 -> float64: %v %v", back, err)
+	}
+	bf := make([]uint16, len(src))
+	if err := pg.Convert(pg.BFloat16s(bf), pg.Float16s(half)); err != nil || pg.BF16ToF32(bf[1]) != -2.5 {
+		t.Errorf("float16 -> bfloat16: %v %v", bf, err)
+	}
+	f32 := []float32{0, 0, 0, 0}
+	if err := pg.Convert(pg.Float32s(f32), pg.Float64s(src)); err != nil || f32[1] != -2.5 {
+		t.Errorf("float64 -> float32: %v %v", f32, err)
+	}
+	same := []float32{9, 9, 9, 9}
+	if err := pg.Convert(pg.Float32s(same), pg.Float32s(f32)); err != nil || same[1] != -2.5 {
+		t.Errorf("float32 -> float32: %v %v", same, err)
+	}
+	for name, err := range map[string]error{
+		"int":    pg.Convert(pg.Int32s(make([]int32, 4)), pg.Float64s(src)),
+		"length": pg.Convert(pg.Float32s(make([]float32, 3)), pg.Float64s(src)),
+	} {
+		if !errors.Is(err, pg.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func BenchmarkConvert(b *testing.B) {
+	const n = 1 << 18 // 1 MiB of float32
+	src := make([]float32, n)
+	for i := range src {
+		src[i] = float32(i) * 1e-3
+	}
+	half := make([]uint16, n)
+	b.Run("float32-to-float16", func(b *testing.B) {
+		b.SetBytes(4 * n)
+		for b.Loop() {
+			_ = pg.Convert(pg.Float16s(half), pg.Float32s(src))
+		}
+	})
+	b.Run("float16-to-float32", func(b *testing.B) {
+		b.SetBytes(4 * n)
+		for b.Loop() {
+			_ = pg.Convert(pg.Float32s(src), pg.Float16s(half))
+		}
+	})
+}

@@ -1,0 +1,184 @@
+package reducer
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the reducer's Prometheus metrics. Every one carries the
+// constant labels rank and backend; see docs/observability.md.
+type metrics struct {
+	bucketSeconds   *prometheus.HistogramVec // {bucket}: launch to completion
+	forward         prometheus.Histogram
+	backwardCompute prometheus.Histogram
+	backwardComm    prometheus.Histogram
+	commExposed     prometheus.Histogram
+	lastBucketWait  prometheus.Histogram
+	bucketBytes     *prometheus.GaugeVec // {bucket}
+	buckets         prometheus.Gauge
+	compression     *prometheus.GaugeVec // {hook}
+	iterations      prometheus.Counter
+	commBytes       *prometheus.CounterVec // {hook}
+	errors          *prometheus.CounterVec // {type}
+	rebuilds        prometheus.Counter
+
+	// Resolved children, so an iteration only calls Observe, Add and Set.
+	perBucket      []prometheus.Observer
+	hookBytes      prometheus.Counter
+	hookRatio      prometheus.Gauge
+	sent           countingGroup // the group hooks see, counting their bytes
+	sentAtLastStep int64
+}
+
+// secondsBuckets span 10µs to about 5s in factors of 2: a bucket's
+// allreduce on loopback to a large model's step.
+func secondsBuckets() []float64 { return prometheus.ExponentialBuckets(10e-6, 2, 20) }
+
+func newMetrics(reg prometheus.Registerer, g pg.ProcessGroup) (*metrics, error) {
+	labels := prometheus.Labels{"rank": strconv.Itoa(g.Rank()), "backend": pg.BackendName(g)}
+	hist := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: secondsBuckets()})
+	}
+	m := &metrics{
+		bucketSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ddp_bucket_allreduce_seconds", ConstLabels: labels, Buckets: secondsBuckets(),
+			Help: "Time from a bucket's launch (the comm hook's call) to the completion of its communication."}, []string{"bucket"}),
+		forward:         hist("ddp_forward_seconds", "Forward compute time: from Prepare to the start of backward (DDP wrapper only)."),
+		backwardCompute: hist("ddp_backward_compute_seconds", "Backward compute time: from the start of backward to its end."),
+		backwardComm:    hist("ddp_backward_comm_seconds", "Backward communication time: from the first bucket's launch to the end of Finalize."),
+		commExposed:     hist("ddp_comm_exposed_seconds", "Communication time not hidden behind backward: backward comm minus its overlap with backward compute."),
+		lastBucketWait:  hist("ddp_last_bucket_wait_seconds", "Time Finalize waited for the last bucket: long on ranks that wait for a straggler."),
+		bucketBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ddp_bucket_bytes", ConstLabels: labels,
+			Help: "Size of each bucket of the current plan, in launch order."}, []string{"bucket"}),
+		buckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ddp_buckets", ConstLabels: labels, Help: "Number of buckets in the current plan."}),
+		compression: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ddp_compression_ratio", ConstLabels: labels,
+			Help: "Bucket bytes over the bytes the comm hook handed to collectives, in the last synchronised iteration (1 without compression)."}, []string{"hook"}),
+		iterations: prometheus.NewCounter(prometheus.CounterOpts{Name: "ddp_iterations_total", ConstLabels: labels, Help: "Iterations completed (Finalize returned), synchronised or not."}),
+		commBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ddp_comm_bytes_total", ConstLabels: labels,
+			Help: "Bytes of the tensors the comm hook handed to collectives."}, []string{"hook"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ddp_errors_total", ConstLabels: labels,
+			Help: "Fatal reducer errors, by type."}, []string{"type"}),
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "ddp_bucket_rebuilds_total", ConstLabels: labels, Help: "Bucket rebuilds in gradient-ready order."}),
+	}
+	errs := []error{
+		register(reg, &m.bucketSeconds), register(reg, &m.forward), register(reg, &m.backwardCompute),
+		register(reg, &m.backwardComm), register(reg, &m.commExposed), register(reg, &m.lastBucketWait),
+		register(reg, &m.bucketBytes), register(reg, &m.buckets), register(reg, &m.compression),
+		register(reg, &m.iterations), register(reg, &m.commBytes), register(reg, &m.errors), register(reg, &m.rebuilds),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m.sent.ProcessGroup = g
+	return m, nil
+}
+
+// register registers *c or, when a collector of the same type and
+// description is registered already, puts that one in *c: a reducer
+// rebuilt on the same registry carries on with its predecessor's series.
+func register[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			*c = existing
+			return nil
+		}
+	}
+	return err
+}
+
+// setHook resolves the hook-labelled series, once the hook is known.
+func (m *metrics) setHook(name string) {
+	m.hookBytes = m.commBytes.WithLabelValues(name)
+	m.hookRatio = m.compression.WithLabelValues(name)
+}
+
+// setLayout publishes a new bucket plan and resolves its per-bucket series.
+func (m *metrics) setLayout(bytes []int) {
+	m.buckets.Set(float64(len(bytes)))
+	m.bucketBytes.Reset()
+	m.perBucket = m.perBucket[:0]
+	for b, n := range bytes {
+		label := strconv.Itoa(b)
+		m.bucketBytes.WithLabelValues(label).Set(float64(n))
+		m.perBucket = append(m.perBucket, m.bucketSeconds.WithLabelValues(label))
+	}
+}
+
+// commStep adds the bytes the hook sent since the last call and sets the
+// compression ratio against the buckets' bytes.
+func (m *metrics) commStep(bucketBytes int64) {
+	sent := m.sent.n.Load()
+	d := sent - m.sentAtLastStep
+	m.sentAtLastStep = sent
+	m.hookBytes.Add(float64(d))
+	if d > 0 {
+		m.hookRatio.Set(float64(bucketBytes) / float64(d))
+	}
+}
+
+// errorType names an error for ddp_errors_total{type}.
+func errorType(err error) string {
+	switch {
+	case errors.Is(err, ErrUnfinishedReduction):
+		return "unfinished_reduction"
+	case errors.Is(err, ErrMarkedTwice):
+		return "marked_twice"
+	case errors.Is(err, ErrBadGradient):
+		return "bad_gradient"
+	case errors.Is(err, ErrGraphChanged):
+		return "graph_changed"
+	case errors.Is(err, pg.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, pg.ErrRemote):
+		return "remote"
+	case errors.Is(err, pg.ErrComm):
+		return "comm"
+	case errors.Is(err, pg.ErrAborted):
+		return "aborted"
+	case errors.Is(err, pg.ErrClosed):
+		return "closed"
+	case errors.Is(err, pg.ErrMismatch):
+		return "mismatch"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "other"
+}
+
+// countingGroup is the process group a comm hook sees when metrics are
+// on: the reducer's, counting the bytes of the tensors the hook hands to
+// collectives (the input of each), so compressing hooks show their ratio
+// without declaring it. It forwards Backend; a hook that needs another
+// optional interface of the group should not rely on it being there.
+type countingGroup struct {
+	pg.ProcessGroup
+	n atomic.Int64
+}
+
+func (g *countingGroup) Backend() string { return pg.BackendName(g.ProcessGroup) }
+
+func (g *countingGroup) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
+	g.n.Add(int64(len(t.Data)))
+	return g.ProcessGroup.AllReduce(ctx, t, op)
+}
+
+func (g *countingGroup) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
+	g.n.Add(int64(len(t.Data)))
+	return g.ProcessGroup.Broadcast(ctx, t, root)
+}
+
+func (g *countingGroup) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
+	g.n.Add(int64(len(in.Data)))
+	return g.ProcessGroup.AllGather(ctx, out, in)
+}
+
+func (g *countingGroup) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
+	g.n.Add(int64(len(in.Data)))
+	return g.ProcessGroup.ReduceScatter(ctx, out, in, op)
+}
