@@ -55,7 +55,6 @@ func Divide(t pg.Tensor, n int) error {
 	return nil
 }
 
-
 // Noop leaves the bucket as it is and communicates nothing: each rank
 // keeps its own gradients. It is for measuring the cost of everything
 // around communication.

@@ -22,17 +22,25 @@ func TestConversionsAgreeWithTheKernels(t *testing.T) {
 			t.Fatalf("BF16ToF32(%#04x) = %v, kernel %v", h, a, b)
 		}
 	}
-	step := uint64(97)
-	if testing.Short() {
-		step = 9973
-	}
-	for u := uint64(0); u < 1<<32; u += step {
-		f := math.Float32frombits(uint32(u))
+	check := func(u uint32) {
+		f := math.Float32frombits(u)
 		if a, b := pg.F32ToF16(f), kernel.F32ToF16(f); a != b {
 			t.Fatalf("F32ToF16(%#08x) = %#04x, kernel %#04x", u, a, b)
 		}
 		if a, b := pg.F32ToBF16(f), kernel.F32ToBF16(f); a != b {
 			t.Fatalf("F32ToBF16(%#08x) = %#04x, kernel %#04x", u, a, b)
+		}
+	}
+	for u := uint64(0); u < 1<<32; u += 1021 { // every exponent, many mantissas
+		check(uint32(u))
+	}
+	// Every pattern near the edges of float16's ranges, both signs: the
+	// smallest normal (2^-14), the overflow to Inf (65520), Inf and NaN.
+	for _, edge := range []uint32{113 << 23, 143<<23 - 1<<13, 0x7f800000} {
+		for d := range uint32(1 << 15) {
+			for _, sign := range []uint32{0, 1 << 31} {
+				check(sign | (edge - 1<<14 + d))
+			}
 		}
 	}
 }

@@ -21,7 +21,7 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	}
 	ck := checkpoint.Capture(step, s.params, s.opt)
 	ck.Extra = hookState
-	ck.Meta = map[string]string{"comm_hook": t.c.commHook}
+	ck.Meta = map[string]string{"comm_hook": hookLabel(t.c)}
 	if err := checkpoint.Save(t.c.checkpointDir, ck); err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}

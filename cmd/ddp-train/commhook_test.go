@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goddp/ddp/pg"
 )
 
 // accuracy runs ddp-train with args and returns the summary's accuracy.
@@ -82,10 +86,11 @@ func TestResumeWithPowerSGDEqualsUninterrupted(t *testing.T) {
 			t.Fatalf("%s: the resumed run differs from the uninterrupted one", name)
 		}
 	}
-	// Resuming with another hook, or another world size, is refused.
+	// Resuming with another hook, rank or world size is refused.
 	for _, c := range []struct{ args []string }{
 		{[]string{"--comm-hook", "allreduce"}},
 		{[]string{"--comm-hook", "powersgd", "--powersgd-start-iter", "3", "--nproc", "3"}},
+		{[]string{"--comm-hook", "powersgd", "--powersgd-start-iter", "3", "--powersgd-rank", "2"}},
 	} {
 		r := ddpTrain(t, append(args("--optimizer", "momentum", "--steps", "12", "--checkpoint", ck, "--resume"), c.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, "resume with") {
@@ -107,5 +112,95 @@ func TestCommHookFlags(t *testing.T) {
 		if r := ddpTrain(t, args(c.args...)...); r.code != 2 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr:\n%s", c.args, r.code, r.stderr)
 		}
+	}
+}
+
+// trainFP16 is torchRef.train with DDP's gradient averaging replaced by
+// torch's fp16_compress_hook: each rank casts its gradient to float16
+// (float64 through float32, as c10 does), divides by the world size in
+// float16 arithmetic (computed in float32, rounded), the float16 values
+// are summed in float32 in rank order and rounded once (gloo's and
+// pg/local's sum of two, and pg/local's order for more), and the result
+// is cast back to float64. SGD as in train.
+func (r *torchRef) trainFP16(x [][]float64, y []int, world, batch, epochs int, lr float64) {
+	loaders := make([][][]int, world)
+	for rank := range world {
+		loaders[rank] = torchLoader(torchSampler(len(x), world, rank, r.opts), batch, r.opts)
+	}
+	f16 := func(v float32) float32 { return pg.F16ToF32(pg.F32ToF16(v)) }
+	for range epochs {
+		for s := range loaders[0] {
+			local := make([]grads, world)
+			for rank := range world {
+				local[rank] = r.lossGrad(x, y, loaders[rank][s])
+			}
+			average := func(get func(g grads) []float64) []float64 {
+				out := make([]float64, len(get(local[0])))
+				for j := range out {
+					var sum float32
+					for rank := range world {
+						sum += f16(f16(float32(get(local[rank])[j])) / float32(world))
+					}
+					out[j] = float64(f16(sum))
+				}
+				return out
+			}
+			for k := range r.layers {
+				l := &r.layers[k]
+				w := average(func(g grads) []float64 { return g.w[k] })
+				b := average(func(g grads) []float64 { return g.b[k] })
+				for j := range l.weight {
+					l.weight[j] -= lr * w[j]
+				}
+				for j := range l.bias {
+					l.bias[j] -= lr * b[j]
+				}
+			}
+		}
+	}
+}
+
+// With the same inputs as PyTorch's fp16_compress_hook (the contract's
+// data, weights and loop: see contract_test.go), ddp-train --comm-hook
+// fp16 on a float64 model ends where that reference ends, to float16
+// rounding; it ends measurably away from the reference without
+// compression, so the comparison can tell.
+func TestFP16ContractWithPyTorch(t *testing.T) {
+	dir := t.TempDir()
+	x, y := contractData(t, dir, contractN, contractD, contractClasses)
+	sizes := append(append([]int{contractD}, contractHidden...), contractClasses)
+	initDir := filepath.Join(dir, "init")
+	initial := contractInit(sizes)
+	initial.saveOurs(t, initDir)
+	for _, c := range []struct {
+		backend string
+		world   int
+	}{{"tcp", 2}, {"local", 3}} {
+		t.Run(fmt.Sprintf("%s/nproc=%d", c.backend, c.world), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			r := ddpTrain(t, "--nproc", strconv.Itoa(c.world), "--backend", c.backend,
+				"--data", filepath.Join(dir, "X.npy"), "--labels", filepath.Join(dir, "y.npy"),
+				"--init", initDir, "--save", out, "--model", "mlp", "--hidden", "10,7",
+				"--dtype", "float64", "--optimizer", "sgd", "--lr", strconv.FormatFloat(contractLR, 'g', -1, 64),
+				"--shuffle=false", "--batch-size", strconv.Itoa(contractBatch), "--epochs", "2", "--steps", "0",
+				"--comm-hook", "fp16", "--log-format", "json", "--timeout", "30s")
+			if r.code != 0 {
+				t.Fatalf("ddp-train exited %d\n%s", r.code, r.stderr)
+			}
+			got := newTorchRef(sizes, refOptions{})
+			got.loadOurs(t, out)
+			want := newTorchRef(sizes, refOptions{})
+			want.loadOurs(t, initDir)
+			want.trainFP16(x, y, c.world, contractBatch, 2, contractLR)
+			exact := newTorchRef(sizes, refOptions{})
+			exact.loadOurs(t, initDir)
+			exact.train(x, y, c.world, contractBatch, 2, 0, contractLR)
+			d, _ := paramDiff(got, want)
+			e, _ := paramDiff(got, exact)
+			t.Logf("relative difference from the fp16 reference %.3g, from the uncompressed one %.3g", d, e)
+			if d > 1e-6 || e < 100*max(d, 1e-12) {
+				t.Errorf("ddp-train --comm-hook fp16 differs from the fp16 reference by %.3g and from the uncompressed one by %.3g", d, e)
+			}
+		})
 	}
 }

@@ -48,6 +48,15 @@ func hookByName(c config) (commhook.Hook, error) {
 	return nil, fmt.Errorf("--comm-hook %q: want one of %s", c.commHook, strings.Join(hookNames, ", "))
 }
 
+// hookLabel names the hook and what its state's shape depends on, for
+// checkpoints to record and resumes to check: "powersgd --powersgd-rank 2".
+func hookLabel(c config) string {
+	if c.commHook == "powersgd" || c.commHook == "batched-powersgd" {
+		return fmt.Sprintf("%s --powersgd-rank %d", c.commHook, c.powersgdRank)
+	}
+	return c.commHook
+}
+
 // Note [comm hook state in checkpoints]: PowerSGD's error feedback is
 // each rank's own, but rank 0 alone writes checkpoints. So at each
 // checkpoint every rank's hook state is gathered to rank 0 (an allgather,
@@ -107,7 +116,7 @@ func gatherHookState(ctx context.Context, g pg.ProcessGroup, h commhook.Hook) (m
 }
 
 // restoreHookState loads this rank's part of ck's hook state into h.
-func restoreHookState(ck *checkpoint.Checkpoint, rank, world int, h commhook.Hook, name string) error {
+func restoreHookState(ck *checkpoint.Checkpoint, rank, world int, h commhook.Hook, label string) error {
 	mine := map[string][]float64{}
 	ranks := map[string]bool{}
 	for k, v := range ck.Extra {
@@ -127,12 +136,12 @@ func restoreHookState(ck *checkpoint.Checkpoint, rank, world int, h commhook.Hoo
 	saved := ck.Meta["comm_hook"]
 	s, ok := h.(commhook.Stateful)
 	switch {
-	case saved != "" && saved != name:
-		return usagef("the checkpoint holds the state of --comm-hook %s; resume with it, not %s", saved, name)
+	case saved != "" && saved != label:
+		return usagef("the checkpoint holds the state of --comm-hook %s; resume with it, not %s", saved, label)
 	case len(ranks) != world:
 		return usagef("the checkpoint holds comm hook state for %d ranks; resume with --nproc %d", len(ranks), len(ranks))
 	case !ok:
-		return usagef("the checkpoint holds comm hook state, but --comm-hook %s keeps none", name)
+		return usagef("the checkpoint holds comm hook state, but --comm-hook %s keeps none", label)
 	}
 	return s.LoadState(mine)
 }

@@ -135,7 +135,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 			err = ck.Restore(p, s.opt)
 		}
 		if err == nil {
-			err = restoreHookState(ck, t.g.Rank(), t.g.Size(), hook, t.c.commHook) // hooks.go
+			err = restoreHookState(ck, t.g.Rank(), t.g.Size(), hook, hookLabel(t.c)) // hooks.go
 		}
 		if err != nil {
 			return nil, fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
