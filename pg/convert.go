@@ -13,8 +13,8 @@ import (
 // tensor. Widening is exact.
 //
 // These are the conversions the process groups reduce half-precision
-// tensors with (pg/internal/kernel keeps its own copy for its loops; the
-// tests check the two agree), exported for comm hooks that compress.
+// tensors with (pg/internal/kernel calls them), exported for comm hooks
+// that compress.
 
 // F16ToF32 converts an IEEE 754 binary16 bit pattern to float32, exactly.
 func F16ToF32(h uint16) float32 {

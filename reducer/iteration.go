@@ -163,6 +163,15 @@ func (r *Reducer) markUnused() {
 }
 
 // launch runs the comm hook on buckets [from, to).
+//
+// Note [launching under the lock]: c10d holds its one mutex while
+// collectives launch, and STYLE.md warns against copying that. Here the
+// lock is held across launch on purpose but cheaply: a hook must not
+// block (it starts its collectives and returns a Work), so the critical
+// section is the bookkeeping plus a few non-blocking calls. Releasing the
+// lock between "bucket b is next" and "launch b" would let a misbehaving
+// caller interleave two launches and break the in-order guarantee every
+// rank relies on (Note [launch order]).
 func (r *Reducer) launch(from, to int) {
 	for b := from; b < to; b++ {
 		start := r.obs.launchStart() // observe.go
