@@ -109,3 +109,15 @@ func TestGradientViews(t *testing.T) {
 		t.Fatalf("Gradient(1) = %v", got)
 	}
 }
+
+func TestByNameBuildsEveryBuiltIn(t *testing.T) {
+	for _, name := range commhook.Names() {
+		h, err := commhook.ByName(name, commhook.DefaultPowerSGDOptions())
+		if err != nil || commhook.Name(h) == "custom" {
+			t.Errorf("ByName(%q) = %v (named %q), %v", name, h, commhook.Name(h), err)
+		}
+	}
+	if _, err := commhook.ByName("zip", commhook.DefaultPowerSGDOptions()); err == nil {
+		t.Error("ByName accepted an unknown hook")
+	}
+}

@@ -14,7 +14,7 @@ type config struct {
 	sizes            []int
 	rows             int
 	steps, warmup    int
-	hook             string // one of hooks.go's hookNames
+	hook             string // one of commhook.Names()
 	bucketCapBytes   int
 	firstBucketBytes int
 

@@ -14,38 +14,20 @@ import (
 	"github.com/goddp/ddp/pg"
 )
 
-// hookNames are --comm-hook's choices.
-var hookNames = []string{"allreduce", "fp16", "bf16", "powersgd", "batched-powersgd", "noop"}
-
 // hookByName builds --comm-hook's hook. PowerSGD takes torch's defaults
 // but for --powersgd-rank and --powersgd-start-iter. Every call returns a
 // new hook: a stateful one holds one rank's state.
 func hookByName(c config) (commhook.Hook, error) {
-	switch c.commHook {
-	case "allreduce":
-		return commhook.Allreduce{}, nil
-	case "fp16":
-		return commhook.FP16Compress(), nil
-	case "bf16":
-		return commhook.BF16Compress(), nil
-	case "noop":
-		return commhook.Noop{}, nil
-	case "powersgd", "batched-powersgd":
-		o := commhook.DefaultPowerSGDOptions()
-		o.MatrixApproximationRank, o.StartIter = c.powersgdRank, c.powersgdStartIter
-		var h commhook.Hook
-		var err error
-		if c.commHook == "powersgd" {
-			h, err = commhook.NewPowerSGD(o)
-		} else {
-			h, err = commhook.NewBatchedPowerSGD(o)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("--comm-hook %s with --powersgd-rank %d --powersgd-start-iter %d: %w", c.commHook, c.powersgdRank, c.powersgdStartIter, err)
-		}
-		return h, nil
+	if !slices.Contains(commhook.Names(), c.commHook) {
+		return nil, fmt.Errorf("--comm-hook %q: want one of %s", c.commHook, strings.Join(commhook.Names(), ", "))
 	}
-	return nil, fmt.Errorf("--comm-hook %q: want one of %s", c.commHook, strings.Join(hookNames, ", "))
+	o := commhook.DefaultPowerSGDOptions()
+	o.MatrixApproximationRank, o.StartIter = c.powersgdRank, c.powersgdStartIter
+	h, err := commhook.ByName(c.commHook, o)
+	if err != nil {
+		return nil, fmt.Errorf("--comm-hook %s with --powersgd-rank %d --powersgd-start-iter %d: %w", c.commHook, c.powersgdRank, c.powersgdStartIter, err)
+	}
+	return h, nil
 }
 
 // hookLabel names the hook and what its state's shape depends on, for
