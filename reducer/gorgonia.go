@@ -84,7 +84,7 @@ func (d *DDP) Node(i int) *gorgonia.Node { return d.hooks.Node(i) }
 func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
 	if d.r.obs.on { // observe.go: mark where backward starts
 		var err error
-		if cost, err = markLoss(cost, d.r.obs.backwardStarted); err != nil {
+		if cost, err = autogradhooks.MarkBackward(cost, d.r.obs.backwardStarted); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/goddp/ddp/autogradhooks"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -92,7 +93,7 @@ func (m *model) build(d *reducer.DDP) error {
 	if err != nil {
 		return err
 	}
-	if cost, err = G.ApplyOp(&backwardMark{fn: func() { m.backward() }}, cost); err != nil {
+	if cost, err = autogradhooks.MarkBackward(cost, m.backward); err != nil {
 		return err
 	}
 	if d != nil {

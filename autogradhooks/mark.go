@@ -1,4 +1,4 @@
-package reducer
+package autogradhooks
 
 import (
 	"fmt"
@@ -10,20 +10,21 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// backwardMark is an identity op the DDP wrapper puts on the loss when
-// observation is on, so forward and backward, which run in one RunAll,
-// can be told apart. Its SymDiff plants a twin on the loss's seed
-// gradient; the twin calls fn when the tape runs it. Gradient creates
-// the twin first among the backward nodes and the tape runs nodes in
-// creation order, so fn marks the moment forward ends and backward
-// begins (bench/ddpstep uses the same mark).
+// backwardMark is the identity op MarkBackward puts on the loss, so
+// forward and backward, which run in one RunAll, can be told apart. Its
+// SymDiff plants a twin on the loss's seed gradient; the twin calls fn
+// when the tape runs it. Grad creates the twin first among the backward
+// nodes and the tape runs nodes in creation order, so fn marks the moment
+// forward ends and backward begins.
 type backwardMark struct {
 	backward bool
 	fn       func()
 }
 
-// markLoss returns cost passed through a backwardMark calling fn.
-func markLoss(cost *gorgonia.Node, fn func()) (*gorgonia.Node, error) {
+// MarkBackward returns cost passed through an identity op that calls fn,
+// on the tape's goroutine, at the moment backward begins. Use the result
+// as the loss (differentiate it, not cost). fn must not block or panic.
+func MarkBackward(cost *gorgonia.Node, fn func()) (*gorgonia.Node, error) {
 	return gorgonia.ApplyOp(&backwardMark{fn: fn}, cost)
 }
 
@@ -67,7 +68,9 @@ func (op *backwardMark) Hashcode() uint32 {
 	return h.Sum32()
 }
 
-func (op *backwardMark) String() string { return fmt.Sprintf("reducer.backwardMark{%t}", op.backward) }
+func (op *backwardMark) String() string {
+	return fmt.Sprintf("autogradhooks.backwardMark{%t}", op.backward)
+}
 
 func (op *backwardMark) DiffWRT(int) []bool { return []bool{true} }
 
