@@ -9,10 +9,18 @@ import (
 // Done is closed when the collective has finished; Err is then its result.
 // Wait blocks until it finishes or ctx ends. Cancelling ctx in Wait stops
 // the wait, not the collective: use the group's Abort for that.
+//
+// Seq is the collective's sequence number in its group, as c10d's
+// getSequencenumberForGroup: the first collective a group issues is 1,
+// the next 2, and so on, the same on every rank. Send and Recv are
+// numbered apart, per peer and direction (the first Send to a peer is 1).
+// A Work that is not one collective (arguments refused before issue, or a
+// comm hook's composite) has Seq 0.
 type Work interface {
 	Wait(ctx context.Context) error
 	Done() <-chan struct{}
 	Err() error
+	Seq() uint64
 }
 
 // Future is the Work that backends return. The backend calls Complete
@@ -21,10 +29,17 @@ type Future struct {
 	done chan struct{}
 	once sync.Once
 	err  error
+	seq  uint64
 }
 
-// NewFuture returns an unfinished Future.
+// NewFuture returns an unfinished Future with sequence number 0.
 func NewFuture() *Future { return &Future{done: make(chan struct{})} }
+
+// NewSeqFuture returns an unfinished Future for collective number seq.
+func NewSeqFuture(seq uint64) *Future { return &Future{done: make(chan struct{}), seq: seq} }
+
+// Seq is the collective's sequence number, or 0.
+func (f *Future) Seq() uint64 { return f.seq }
 
 // Completed returns a Future that has already finished with err.
 func Completed(err error) *Future {

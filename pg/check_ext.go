@@ -1,0 +1,163 @@
+package pg
+
+import "fmt"
+
+func checkRoot(what string, root, size int) error {
+	if root < 0 || root >= size {
+		return fmt.Errorf("%w: %s root %d is not a rank of a group of size %d", ErrInvalidArgument, what, root, size)
+	}
+	return nil
+}
+
+func checkSameDtype(what string, out, in Tensor) error {
+	if err := in.Validate(); err != nil {
+		return err
+	}
+	if err := out.Validate(); err != nil {
+		return err
+	}
+	if out.Dtype != in.Dtype {
+		return fmt.Errorf("%w: %s output is %v but input is %v", ErrInvalidArgument, what, out.Dtype, in.Dtype)
+	}
+	return nil
+}
+
+// CheckReduce validates Reduce's arguments.
+func CheckReduce(t Tensor, root int, op ReduceOp, size int) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if err := checkRoot("reduce", root, size); err != nil {
+		return err
+	}
+	return op.Check(t.Dtype)
+}
+
+// CheckGather validates Gather's arguments on rank rank.
+func CheckGather(out, in Tensor, root, rank, size int) error {
+	if err := checkRoot("gather", root, size); err != nil {
+		return err
+	}
+	if rank != root {
+		return in.Validate()
+	}
+	if err := checkSameDtype("gather", out, in); err != nil {
+		return err
+	}
+	if out.Len() != size*in.Len() {
+		return fmt.Errorf("%w: gather output on root %d holds %d elements, want size*input = %d*%d", ErrInvalidArgument, root, out.Len(), size, in.Len())
+	}
+	return nil
+}
+
+// CheckScatter validates Scatter's arguments on rank rank.
+func CheckScatter(out, in Tensor, root, rank, size int) error {
+	if err := checkRoot("scatter", root, size); err != nil {
+		return err
+	}
+	if rank != root {
+		return out.Validate()
+	}
+	if err := checkSameDtype("scatter", out, in); err != nil {
+		return err
+	}
+	if in.Len() != size*out.Len() {
+		return fmt.Errorf("%w: scatter input on root %d holds %d elements, want size*output = %d*%d", ErrInvalidArgument, root, in.Len(), size, out.Len())
+	}
+	return nil
+}
+
+// CheckAllToAll validates AllToAll's arguments and returns the splits to
+// use: the given ones, or equal chunks when both are nil.
+func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int) (outS, inS []int, err error) {
+	if err := checkSameDtype("alltoall", out, in); err != nil {
+		return nil, nil, err
+	}
+	split := func(name string, s []int, t Tensor) ([]int, error) {
+		if s == nil {
+			if t.Len()%size != 0 {
+				return nil, fmt.Errorf("%w: alltoall %s holds %d elements, not a multiple of the group size %d; pass split sizes", ErrInvalidArgument, name, t.Len(), size)
+			}
+			eq := make([]int, size)
+			for i := range eq {
+				eq[i] = t.Len() / size
+			}
+			return eq, nil
+		}
+		if len(s) != size {
+			return nil, fmt.Errorf("%w: alltoall %s split sizes have %d entries, want one per rank (%d)", ErrInvalidArgument, name, len(s), size)
+		}
+		sum := 0
+		for i, n := range s {
+			if n < 0 {
+				return nil, fmt.Errorf("%w: alltoall %s split size %d for rank %d is negative", ErrInvalidArgument, name, n, i)
+			}
+			sum += n
+		}
+		if sum != t.Len() {
+			return nil, fmt.Errorf("%w: alltoall %s split sizes sum to %d but the tensor holds %d elements", ErrInvalidArgument, name, sum, t.Len())
+		}
+		return s, nil
+	}
+	if outS, err = split("output", outSplits, out); err != nil {
+		return nil, nil, err
+	}
+	if inS, err = split("input", inSplits, in); err != nil {
+		return nil, nil, err
+	}
+	return outS, inS, nil
+}
+
+// CheckPeer validates a Send or Recv peer and tag on rank rank.
+func CheckPeer(what string, t Tensor, peer, tag, rank, size int) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if peer < 0 || peer >= size {
+		return fmt.Errorf("%w: %s peer %d is not a rank of a group of size %d", ErrInvalidArgument, what, peer, size)
+	}
+	if peer == rank {
+		return fmt.Errorf("%w: %s to or from itself (rank %d); copy the tensor instead", ErrInvalidArgument, what, rank)
+	}
+	if tag < 0 {
+		return fmt.Errorf("%w: %s tag %d is negative", ErrInvalidArgument, what, tag)
+	}
+	return nil
+}
+
+// CheckCoalesced validates the tensor lists of a coalesced collective:
+// outs may be nil (AllReduceCoalesced); otherwise it pairs with ins.
+func CheckCoalesced(what string, outs, ins []Tensor) error {
+	if outs != nil && len(outs) != len(ins) {
+		return fmt.Errorf("%w: %s has %d outputs for %d inputs", ErrInvalidArgument, what, len(outs), len(ins))
+	}
+	for i, t := range ins {
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("%s tensor %d: %w", what, i, err)
+		}
+	}
+	return nil
+}
+
+// CheckNewGroup validates new_group's ranks for a parent of size size and
+// returns this rank's index in them, or -1.
+func CheckNewGroup(ranks []int, rank, size int) (int, error) {
+	if len(ranks) == 0 {
+		return -1, fmt.Errorf("%w: new group with no ranks", ErrInvalidArgument)
+	}
+	seen := make(map[int]bool, len(ranks))
+	me := -1
+	for i, r := range ranks {
+		if r < 0 || r >= size {
+			return -1, fmt.Errorf("%w: new group rank %d is not a rank of the parent group of size %d", ErrInvalidArgument, r, size)
+		}
+		if seen[r] {
+			return -1, fmt.Errorf("%w: new group lists rank %d twice", ErrInvalidArgument, r)
+		}
+		seen[r] = true
+		if r == rank {
+			me = i
+		}
+	}
+	return me, nil
+}
