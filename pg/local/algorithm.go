@@ -13,19 +13,44 @@ import (
 // prepare scales rank r's own contribution for AVG and PREMUL_SUM. A rank
 // scales only its own buffer: its peers may not have arrived yet.
 // ReduceScatter scales a copy, so the caller's input is left as it was.
-func prepare(d desc, a args, n int) args {
+func prepare(d desc, a args, n, r int) args {
 	switch d.kind {
 	case opAllReduce:
 		kernel.Prepare(a.in, a.op, n)
 	case opReduceScatter:
-		if scales(a.op, d.dtype) {
-			c := pg.NewTensor(d.dtype, a.in.Len())
-			copy(c.Data, a.in.Data)
-			kernel.Prepare(c, a.op, n)
-			a.in = c
+		a.in = scaledCopy(a.in, a.op, n)
+	case opReduce:
+		if r == d.root {
+			kernel.Prepare(a.in, a.op, n)
+		} else {
+			a.in = scaledCopy(a.in, a.op, n)
 		}
+	case opAllToAll:
+		a.in = unaliased(a.in, a.out)
+	case opAllReduceCoalesced:
+		for _, t := range a.ins {
+			kernel.Prepare(t, a.op, n)
+		}
+	case opReduceScatterCoalesced:
+		ins := make([]pg.Tensor, len(a.ins))
+		for i, t := range a.ins {
+			ins[i] = scaledCopy(t, a.op, n)
+		}
+		a.ins = ins
 	}
 	return a
+}
+
+// scaledCopy returns t, or a scaled copy of it if op scales its inputs,
+// so that the caller's t is left as it was.
+func scaledCopy(t pg.Tensor, op pg.ReduceOp, n int) pg.Tensor {
+	if !scales(op, t.Dtype) {
+		return t
+	}
+	c := pg.NewTensor(t.Dtype, t.Len())
+	copy(c.Data, t.Data)
+	kernel.Prepare(c, op, n)
+	return c
 }
 
 // scales reports whether kernel.Prepare changes a tensor of dtype d.
@@ -47,6 +72,22 @@ func compute(s *slot, r int) {
 		allGather(s, r)
 	case opReduceScatter:
 		reduceScatter(s, r, d)
+	case opReduce:
+		reduceShard(s, r, d)
+	case opGather:
+		gather(s, r, d)
+	case opScatter:
+		scatter(s, r, d)
+	case opAllToAll:
+		allToAll(s, r)
+	case opAllReduceCoalesced:
+		allReduceCoalesced(s, r, d)
+	case opAllGatherCoalesced:
+		allGatherCoalesced(s, r)
+	case opReduceScatterCoalesced:
+		reduceScatterCoalesced(s, r, d)
+	case opNewGroup, opSplit:
+		*s.args[r].sub = s.subs[r]
 	}
 }
 
@@ -63,6 +104,20 @@ func allReduceShard(s *slot, r int, d desc) {
 		parts[i] = a.in.Slice(lo, hi)
 	}
 	kernel.ReduceN(parts, parts, kernel.BaseKind(pg.Op(d.op)))
+}
+
+// disagree says how ranks a and b, which issued the same desc, disagree
+// on the rest of their arguments, or "" if they agree.
+func disagree(k opKind, a, b int, aa, ab args) string {
+	switch k {
+	case opAllToAll:
+		return splitsDisagree(a, b, aa, ab)
+	case opAllReduceCoalesced, opAllGatherCoalesced, opReduceScatterCoalesced:
+		return tensorsDisagree(k, a, b, aa.ins, ab.ins)
+	case opNewGroup:
+		return ranksDisagree(a, b, aa.ranks, ab.ranks)
+	}
+	return ""
 }
 
 // allGather copies every rank's input into rank r's output.
@@ -83,11 +138,23 @@ func reduceScatter(s *slot, r int, d desc) {
 }
 
 // finish completes rank r's result alone: integer AVG divides its sum.
-func finish(d desc, a args, n int) {
+func finish(d desc, a args, n, r int) {
 	switch d.kind {
 	case opAllReduce:
 		kernel.Finish(a.in, a.op, n)
 	case opReduceScatter:
 		kernel.Finish(a.out, a.op, n)
+	case opReduce:
+		if r == d.root {
+			kernel.Finish(a.in, a.op, n)
+		}
+	case opAllReduceCoalesced:
+		for _, t := range a.ins {
+			kernel.Finish(t, a.op, n)
+		}
+	case opReduceScatterCoalesced:
+		for _, t := range a.outs {
+			kernel.Finish(t, a.op, n)
+		}
 	}
 }

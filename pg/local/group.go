@@ -20,20 +20,26 @@ type Options struct {
 	Logger *zap.Logger
 }
 
-// Group is one rank of an in-process world. It implements
-// pg.ProcessGroup, pg.MonitoredBarrierer and pg.Backender, and is safe for
-// use by many goroutines.
+// Group is one rank of an in-process world. It implements pg.Extended
+// (every optional ability of a process group) and is safe for use by many
+// goroutines.
 type Group struct {
+	pg.Completions // OnCompletion's hooks
+
 	rank    int
 	w       *world
 	timeout time.Duration
+	base    *zap.Logger // Options.Logger, for subgroups
 	log     *zap.Logger
 
 	mu       sync.Mutex
-	seq      uint64  // number of the last collective issued
-	queue    []*task // issued, not yet started
-	stopKind error   // pg.ErrClosed or pg.ErrAborted once stopped
-	stopWhy  error   // Abort's cause
+	seq      uint64   // number of the last collective issued
+	sendSeq  []uint64 // number of the last Send to rank i
+	recvSeq  []uint64 // number of the last Recv from rank i
+	queue    []*task  // issued, not yet started
+	stopKind error    // pg.ErrClosed or pg.ErrAborted once stopped
+	stopWhy  error    // Abort's cause
+	p2p      sync.WaitGroup
 
 	wake   chan struct{} // a task was queued (capacity 1)
 	stop   chan struct{} // closed by Close or Abort
@@ -44,6 +50,7 @@ var (
 	_ pg.ProcessGroup       = (*Group)(nil)
 	_ pg.MonitoredBarrierer = (*Group)(nil)
 	_ pg.Backender          = (*Group)(nil)
+	_ pg.Extended           = (*Group)(nil)
 )
 
 // New starts a world of n ranks in this process and returns them, rank i
@@ -61,17 +68,27 @@ func New(n int, opts Options) ([]*Group, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	w := newWorld(n)
+	w := newWorld(n, nil)
 	groups := make([]*Group, n)
 	for r := range groups {
-		groups[r] = &Group{
-			rank: r, w: w, timeout: opts.Timeout,
-			log:  opts.Logger.With(zap.String("backend", "local"), zap.Int("rank", r), zap.Int("size", n)),
-			wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
-		}
-		go groups[r].loop()
+		groups[r] = startGroup(w, r, opts.Timeout, opts.Logger)
 	}
 	return groups, nil
+}
+
+// startGroup makes rank r of w and starts its worker.
+func startGroup(w *world, r int, timeout time.Duration, base *zap.Logger) *Group {
+	log := base.With(zap.String("backend", "local"), zap.Int("rank", r), zap.Int("size", w.n))
+	if w.parent != nil {
+		log = log.With(zap.Int("parent_rank", w.parent[r]))
+	}
+	g := &Group{
+		rank: r, w: w, timeout: timeout, base: base, log: log,
+		sendSeq: make([]uint64, w.n), recvSeq: make([]uint64, w.n),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
+	}
+	go g.loop()
+	return g
 }
 
 // Rank is this group's rank.
@@ -170,12 +187,23 @@ func (g *Group) invalid(op opKind, err error) pg.Work {
 func (g *Group) Abort(cause error) { g.halt(pg.ErrAborted, cause) }
 
 // Close is Abort with pg.ErrClosed that also waits for this rank's worker
-// to exit. It is idempotent and always returns nil.
+// and point-to-point calls to end and for the completion hooks to see
+// every finished Work. It is idempotent and always returns nil. It does
+// not close subgroups.
 func (g *Group) Close() error {
 	g.halt(pg.ErrClosed, nil)
 	<-g.exited
+	g.p2p.Wait()
+	g.Completions.Close()
 	return nil
 }
+
+// OnCompletion registers hook to receive a pg.WorkInfo for every Work
+// this group finishes from now on: collectives, Send and Recv (not calls
+// refused before they were issued, which have Seq 0). Hooks run on one
+// goroutine in completion order; Close delivers what is pending and stops
+// them.
+func (g *Group) OnCompletion(hook func(pg.WorkInfo)) { g.Completions.Register(hook) }
 
 // halt stops the group once: it takes the queue, tells the peers, wakes
 // the worker and fails what was queued.
@@ -191,10 +219,10 @@ func (g *Group) halt(kind, cause error) {
 	g.mu.Unlock()
 
 	g.log.Debug("process group stopping", zap.Error(kind), zap.NamedError("cause", cause))
-	g.w.leave(g.rank, leaveReason(g.rank, kind, cause))
+	g.w.leave(g.rank, leaveReason(g.w.name(g.rank), kind, cause))
 	close(g.stop)
 	for _, t := range queued {
-		t.fut.Complete(g.stopped(t.desc.kind))
+		g.complete(t, g.stopped(t.desc.kind))
 	}
 }
 

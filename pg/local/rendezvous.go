@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -31,16 +32,38 @@ import (
 // is bounded by the slowest rank's share of the arithmetic, and a timeout
 // there could only free a buffer that a peer is still writing.
 
-// world is the state the ranks of one New call share.
+// world is the state the ranks of one New call, or of one subgroup, share.
 type world struct {
-	n     int
-	mu    sync.Mutex
-	slots map[uint64]*slot
-	gone  []string // why rank r left the group; "" while it is a member
+	n      int
+	parent []int // rank r's rank in the parent group; nil for New's worlds
+	mu     sync.Mutex
+	slots  map[uint64]*slot
+	gone   []string // why rank r left the group; "" while it is a member
+	mail   mailbox  // pending Sends and Recvs
 }
 
-func newWorld(n int) *world {
-	return &world{n: n, slots: make(map[uint64]*slot), gone: make([]string, n)}
+func newWorld(n int, parent []int) *world {
+	return &world{n: n, parent: parent, slots: make(map[uint64]*slot), gone: make([]string, n), mail: make(mailbox)}
+}
+
+// name is how errors name rank r: with its parent rank in a subgroup.
+func (w *world) name(r int) string {
+	if w.parent == nil {
+		return fmt.Sprintf("rank %d", r)
+	}
+	return fmt.Sprintf("rank %d (rank %d of the parent group)", r, w.parent[r])
+}
+
+// names is how errors name ranks.
+func (w *world) names(rs []int) string {
+	if w.parent == nil {
+		return fmt.Sprintf("ranks %v", rs)
+	}
+	ps := make([]int, len(rs))
+	for i, r := range rs {
+		ps[i] = w.parent[r]
+	}
+	return fmt.Sprintf("ranks %v (ranks %v of the parent group)", rs, ps)
 }
 
 // slot is where collective number seq of every rank meets.
@@ -53,6 +76,7 @@ type slot struct {
 	arrived  int
 	settled  bool
 	settle   chan struct{} // closed when settled: ready (fail == nil) or broken
+	subs     []subResult   // new_group and Split: rank r's subgroup
 	fail     failure
 	departed int
 	left     chan struct{} // closed when every rank has departed
@@ -106,6 +130,9 @@ func (w *world) arrive(r int, seq uint64, d desc, a args) (*slot, failure) {
 	} else if f := s.mismatch(r); f != nil {
 		s.breakWith(f)
 	} else if s.arrived == w.n {
+		if d.kind == opNewGroup || d.kind == opSplit {
+			s.subs = makeSubworlds(s.args, d.kind)
+		}
 		s.settled = true
 		close(s.settle)
 	}
@@ -122,14 +149,25 @@ func (w *world) firstGone() int {
 }
 
 // mismatch compares r's description with that of another rank already in
-// s (all of which agree, or s would have broken). Callers hold world.mu.
+// s (all of which agree, or s would have broken), and what desc does not
+// hold with every rank that disagree needs. Callers hold world.mu.
 func (s *slot) mismatch(r int) failure {
+	if s.descs[r].kind == opAllToAll {
+		if msg := splitsDisagree(r, r, s.args[r], s.args[r]); msg != "" {
+			return detailFailure{seq: s.seq, a: r, b: r, msg: msg, kind: opAllToAll}
+		}
+	}
 	for a, ok := range s.here {
 		if ok && a != r {
 			if s.descs[a] != s.descs[r] {
 				return mismatchFailure{seq: s.seq, a: a, b: r, da: s.descs[a], db: s.descs[r]}
 			}
-			return nil
+			if msg := disagree(s.descs[r].kind, a, r, s.args[a], s.args[r]); msg != "" {
+				return detailFailure{seq: s.seq, a: a, b: r, msg: msg, kind: s.descs[r].kind}
+			}
+			if s.descs[r].kind != opAllToAll {
+				return nil // agreement is transitive
+			}
 		}
 	}
 	return nil
@@ -159,9 +197,10 @@ func (w *world) giveUp(s *slot, r int, waited time.Duration, cause error) failur
 	if s.settled {
 		return s.fail
 	}
-	var f failure = timeoutFailure{by: r, missing: s.missing(), waited: waited}
+	missing := s.missing()
+	var f failure = timeoutFailure{by: r, missing: missing, names: w.names(missing), waited: waited}
 	if cause != nil {
-		f = cancelFailure{by: r, missing: s.missing(), cause: cause}
+		f = cancelFailure{by: r, missing: missing, names: w.names(missing), cause: cause}
 	}
 	s.breakWith(f)
 	return f
@@ -211,6 +250,7 @@ func (w *world) leave(r int, why string) {
 		return
 	}
 	w.gone[r] = why
+	w.mail.leave(r, why)
 	for _, s := range w.slots {
 		if !s.settled {
 			s.breakWith(goneFailure{peer: r, reason: why})

@@ -21,7 +21,11 @@ type task struct {
 	args    args
 	timeout time.Duration
 	waitAll bool
+	size    int // the group size, for bytes
 	fut     *pg.Future
+
+	// For the completion hooks.
+	issued, started time.Time
 }
 
 // submit numbers t in issue order and queues it for the worker.
@@ -29,7 +33,7 @@ func (g *Group) submit(ctx context.Context, t *task) pg.Work {
 	if ctx == nil {
 		return g.invalid(t.desc.kind, fmt.Errorf("%w: nil context", pg.ErrInvalidArgument))
 	}
-	t.ctx, t.fut = ctx, pg.NewFuture()
+	t.ctx, t.issued, t.size = ctx, time.Now(), g.Size()
 	g.mu.Lock()
 	if g.stopKind != nil {
 		g.mu.Unlock()
@@ -37,6 +41,7 @@ func (g *Group) submit(ctx context.Context, t *task) pg.Work {
 	}
 	g.seq++
 	t.seq = g.seq
+	t.fut = pg.NewSeqFuture(t.seq)
 	g.queue = append(g.queue, t)
 	g.mu.Unlock()
 	select {
@@ -55,8 +60,62 @@ func (g *Group) loop() {
 		if !ok {
 			return
 		}
-		t.fut.Complete(g.run(t))
+		t.started = time.Now()
+		g.complete(t, g.run(t))
 	}
+}
+
+// complete finishes t with err and tells the completion hooks.
+func (g *Group) complete(t *task, err error) {
+	t.fut.Complete(err)
+	if !g.Completions.Active() {
+		return
+	}
+	started := t.started
+	if started.IsZero() {
+		started = time.Now()
+	}
+	in, out := t.bytes()
+	g.Completions.Deliver(pg.WorkInfo{
+		Op: t.desc.kind.opType(), Seq: t.seq, Rank: g.rank, Dtype: t.dtype(),
+		InBytes: in, OutBytes: out,
+		Issued: t.issued, Started: started, Finished: time.Now(), Err: err,
+	})
+}
+
+// dtype is the dtype completion hooks see: the first tensor's for the
+// coalesced collectives.
+func (t *task) dtype() pg.Dtype {
+	if len(t.args.ins) > 0 {
+		return t.args.ins[0].Dtype
+	}
+	return t.desc.dtype
+}
+
+// bytes are the sizes of this rank's input and output buffers.
+func (t *task) bytes() (in, out int64) {
+	a := t.args
+	switch t.desc.kind {
+	case opAllReduce, opBroadcast, opReduce:
+		return int64(len(a.in.Data)), int64(len(a.in.Data))
+	case opAllGather, opReduceScatter, opGather, opScatter, opAllToAll:
+		return int64(len(a.in.Data)), int64(len(a.out.Data))
+	case opAllReduceCoalesced, opAllGatherCoalesced, opReduceScatterCoalesced:
+		for i, x := range a.ins {
+			in += int64(len(x.Data))
+			if a.outs != nil {
+				out += int64(len(a.outs[i].Data))
+			} else {
+				out += int64(len(x.Data))
+			}
+		}
+		return in, out
+	case opNewGroup:
+		return int64(8 * len(a.ranks)), int64(8 * len(a.ranks) * len(a.ranks))
+	case opSplit:
+		return 16, int64(16 * t.size)
+	}
+	return 0, 0
 }
 
 // next returns the oldest queued task, waiting for one, or false once the
@@ -88,7 +147,7 @@ func (g *Group) next() (*task, bool) {
 // theirs, finish.
 func (g *Group) run(t *task) error {
 	n := g.Size()
-	a := prepare(t.desc, t.args, n)
+	a := prepare(t.desc, t.args, n, g.rank)
 	s, f := g.w.arrive(g.rank, t.seq, t.desc, a)
 	arrived := f == nil
 	if arrived {
@@ -101,7 +160,7 @@ func (g *Group) run(t *task) error {
 	compute(s, g.rank)
 	g.w.depart(s)
 	g.w.release(s, g.rank)
-	finish(t.desc, a, n)
+	finish(t.desc, a, n, g.rank)
 	return nil
 }
 
