@@ -1,15 +1,35 @@
-// Command allreduce measures allreduce on a goddp backend and prints CSV
-// in the spirit of nccl-tests:
+// Command allreduce measures the collectives of a goddp backend the way
+// nccl-tests does, allreduce by default:
 //
 //	go run ./bench/allreduce --backend tcp --nproc 2 --sizes 4096,1048576,67108864 --dtype float32
+//	go run ./bench/allreduce --backend tcp --nproc 2 --op alltoall --sizes 1048576
+//	go run ./bench/allreduce --backend local --nproc 4 --op all --format table
 //
-// prints
+// --op is allreduce, allgather, reducescatter, alltoall, broadcast,
+// reduce, gather, scatter or sendrecv, a comma-separated list of them, or
+// all (which skips, with a note, the ops the backend lacks). The CSV
+// output is
 //
-//	bytes,time_us,algbw_GBps,busbw_GBps
+//	bytes,count,type,op,redop,root,time_us,algbw_GBps,busbw_GBps
 //
-// with algbw = bytes/time and busbw = algbw × 2(n−1)/n. For tcp it starts
+// and --format table prints nccl-tests' aligned columns instead. As in
+// nccl-tests, a requested size S gives each op its count and size:
+// allreduce, broadcast, reduce and sendrecv move count = S/e elements
+// (e the element size); allgather, reducescatter, alltoall, gather and
+// scatter have a per-rank chunk of count = S/e/n elements, and their
+// size is count·n·e, the larger of a rank's buffers. algbw = size/time
+// and busbw = algbw × factor, with nccl-tests' factors (src/*.cu GetBw):
+//
+//	allreduce                                      2(n-1)/n
+//	allgather, reducescatter, alltoall,
+//	gather, scatter                                (n-1)/n
+//	broadcast, reduce, sendrecv                    1
+//
+// sendrecv is nccl-tests' ring: each rank sends to rank+1 and receives
+// from rank-1 at once. Rooted ops use --root. For tcp the command starts
 // nproc worker processes on loopback with a fresh job secret, the way
-// ddp-train does; for local it runs nproc goroutine ranks in this process.
+// ddp-train does; for local it runs nproc goroutine ranks in this
+// process, and reports allreduce against the memory-bandwidth bound.
 package main
 
 import (
@@ -45,6 +65,9 @@ type options struct {
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // --help: the usage is printed
+		}
 		fmt.Fprintln(os.Stderr, "allreduce:", err)
 		var usage usageError
 		if errors.As(err, &usage) {
@@ -56,14 +79,23 @@ func main() {
 
 type usageError struct{ error }
 
+func (u usageError) Unwrap() error { return u.error }
+
 func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var sizes, dtype string
+	var sizes, dtype, ops, format string
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: allreduce [flags]\n\n%s\nflags:\n", helpText)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&ops, "op", "allreduce", "collective to time: all, or a comma-separated list of "+opNames())
+	fs.StringVar(&format, "format", "csv", "output: csv, or table (nccl-tests' columns)")
+	fs.IntVar(&o.cfg.root, "root", 0, "root rank of broadcast, reduce, gather and scatter")
 	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local or tcp")
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
-	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864", "comma-separated buffer sizes in bytes")
+	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864", "comma-separated sizes in bytes, as nccl-tests' -b/-e (see above for each op's buffers)")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
@@ -72,11 +104,26 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}
+	var err error
 	if o.backend != "local" && o.backend != "tcp" {
 		return o, usageError{fmt.Errorf("--backend %q: want local or tcp", o.backend)}
 	}
 	if o.nproc < 1 {
 		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
+	}
+	if o.cfg.ops, err = lookupOps(ops); err != nil {
+		return o, usageError{err}
+	}
+	o.cfg.all = ops == "all"
+	switch format {
+	case "csv":
+	case "table":
+		o.cfg.table = true
+	default:
+		return o, usageError{fmt.Errorf("--format %q: want csv or table", format)}
+	}
+	if o.cfg.root < 0 || o.cfg.root >= o.nproc {
+		return o, usageError{fmt.Errorf("--root %d: want a rank in [0, %d)", o.cfg.root, o.nproc)}
 	}
 	d, err := pg.ParseDtype(dtype)
 	if err != nil {

@@ -3,9 +3,27 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/goddp/ddp/pg"
+	"go.uber.org/goleak"
 )
+
+// TestMain is also the worker of the tcp test: launch.Self starts this
+// test binary again with the command's arguments and workerEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "allreduce worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestLocalPrintsCSV(t *testing.T) {
 	var out, errOut bytes.Buffer
@@ -16,8 +34,8 @@ func TestLocalPrintsCSV(t *testing.T) {
 	if lines[0] != csvHeader || len(lines) != 4 {
 		t.Fatalf("output:\n%s", out.String())
 	}
-	if !strings.HasPrefix(lines[3], "65540,") {
-		t.Fatalf("last row %q", lines[3])
+	if want := "65540,16385,float32,allreduce,sum,,"; !strings.HasPrefix(lines[3], want) {
+		t.Fatalf("last row %q, want it to start with %q", lines[3], want)
 	}
 	if !strings.Contains(errOut.String(), "measured/bound") {
 		t.Fatalf("no memory-bandwidth bound reported: %q", errOut.String())
@@ -25,7 +43,10 @@ func TestLocalPrintsCSV(t *testing.T) {
 }
 
 func TestBadFlagsAreUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"--backend", "mpi"}, {"--nproc", "0"}, {"--sizes", "12,x"}, {"--dtype", "int128"}} {
+	for _, args := range [][]string{
+		{"--backend", "mpi"}, {"--nproc", "0"}, {"--sizes", "12,x"}, {"--dtype", "int128"},
+		{"--op", "allreduce,bcast"}, {"--op", ""}, {"--format", "json"}, {"--root", "2"}, {"--root", "-1"},
+	} {
 		var out, errOut bytes.Buffer
 		err := run(args, &out, &errOut)
 		var u usageError
@@ -35,9 +56,136 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 	}
 }
 
-func TestBusbwFollowsNcclTests(t *testing.T) {
-	r := result{bytes: 1000, perIter: 1000, n: 4} // 1 µs
-	if r.algbw() != 1 || r.busbw() != 1.5 {
-		t.Fatalf("algbw %v busbw %v, want 1 and 1.5", r.algbw(), r.busbw())
+// TestBusFactorsFollowNcclTests checks busbw and the count and size
+// columns against values worked out by hand from nccl-tests' src/*.cu
+// (GetCollByteCount and GetBw): 1000 bytes in 1 µs is an algbw of 1 GB/s,
+// so busbw is the factor itself.
+func TestBusFactorsFollowNcclTests(t *testing.T) {
+	type want struct {
+		bus          float64 // busbw at algbw 1
+		count, bytes int     // for a requested 1000 bytes of float32
+	}
+	cases := map[int]map[string]want{
+		2: {
+			"allreduce": {1, 250, 1000}, "broadcast": {1, 250, 1000}, "reduce": {1, 250, 1000}, "sendrecv": {1, 250, 1000},
+			"allgather": {0.5, 125, 1000}, "reducescatter": {0.5, 125, 1000}, "alltoall": {0.5, 125, 1000},
+			"gather": {0.5, 125, 1000}, "scatter": {0.5, 125, 1000},
+		},
+		4: {
+			"allreduce": {1.5, 250, 1000}, "broadcast": {1, 250, 1000}, "reduce": {1, 250, 1000}, "sendrecv": {1, 250, 1000},
+			// 250 elements over 4 ranks: chunks of 62, 248 elements in all.
+			"allgather": {0.75, 62, 992}, "reducescatter": {0.75, 62, 992}, "alltoall": {0.75, 62, 992},
+			"gather": {0.75, 62, 992}, "scatter": {0.75, 62, 992},
+		},
+		8: {
+			"allreduce": {1.75, 250, 1000}, "broadcast": {1, 250, 1000}, "reduce": {1, 250, 1000}, "sendrecv": {1, 250, 1000},
+			"allgather": {0.875, 31, 992}, "reducescatter": {0.875, 31, 992}, "alltoall": {0.875, 31, 992},
+			"gather": {0.875, 31, 992}, "scatter": {0.875, 31, 992},
+		},
+	}
+	for n, ops := range cases {
+		if len(ops) != len(collectives()) {
+			t.Fatalf("the test covers %d ops, the command has %d", len(ops), len(collectives()))
+		}
+		for _, c := range collectives() {
+			w, ok := ops[c.name]
+			if !ok {
+				t.Fatalf("no expected values for %s", c.name)
+			}
+			count, size := c.layout(1000, pg.Float32, n)
+			if count != w.count || size != w.bytes {
+				t.Errorf("%s on %d ranks: count %d size %d, want %d and %d", c.name, n, count, size, w.count, w.bytes)
+			}
+			r := result{op: c, bytes: 1000, perIter: 1000, n: n} // 1 µs
+			if r.algbw() != 1 || r.busbw() != w.bus {
+				t.Errorf("%s on %d ranks: algbw %v busbw %v, want 1 and %v", c.name, n, r.algbw(), r.busbw(), w.bus)
+			}
+		}
+	}
+	// The formula shown in headers agrees with the factor used.
+	for _, c := range collectives() {
+		want := map[string]float64{"2(n-1)/n": 1.5, "(n-1)/n": 0.75, "1": 1}[c.formula]
+		if c.factor(4) != want {
+			t.Errorf("%s: formula %q but factor(4) = %v", c.name, c.formula, c.factor(4))
+		}
+	}
+}
+
+func TestTableFormatLooksLikeNcclTests(t *testing.T) {
+	r := result{op: collectives()[0], count: 262144, bytes: 1 << 20, dtype: pg.Float32, perIter: 250_000, n: 2}
+	want := "     1048576        262144   float32     sum            250.0    4.19    4.19"
+	if got := r.table(); got != want {
+		t.Errorf("table row\n%q, want\n%q", got, want)
+	}
+}
+
+// TestEveryOpOnLocal runs every op once on a local world of 3 ranks, in
+// both formats, and checks one row per op and size.
+func TestEveryOpOnLocal(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run([]string{"--backend", "local", "--nproc", "3", "--op", "all", "--sizes", "0,4096", "--iters", "2", "--warmup", "1", "--root", "1"}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if lines[0] != csvHeader {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	rows := map[string]int{}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		if len(f) != 9 {
+			t.Fatalf("row %q (a skipped op?)\n%s", l, out.String())
+		}
+		rows[f[3]]++
+		if f[0] == "4096" && f[3] == "gather" && (f[1] != "341" || f[4] != "" || f[5] != "1") {
+			// 1024 float32 over 3 ranks: chunks of 341
+			t.Errorf("gather row %q: want count 341, no redop, root 1", l)
+		}
+	}
+	for _, c := range collectives() {
+		if rows[c.name] != 2 {
+			t.Errorf("%s: %d rows, want 2\n%s", c.name, rows[c.name], out.String())
+		}
+	}
+	out.Reset()
+	if err := run([]string{"--backend", "local", "--nproc", "2", "--op", "reducescatter,sendrecv", "--sizes", "4096", "--iters", "1", "--format", "table"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# reducescatter: 2 ranks, local backend, busbw = algbw × (n-1)/n", "# sendrecv: 2 ranks, local backend, busbw = algbw × 1", "# Avg bus bandwidth"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestSendRecvNeedsTwoRanks(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run([]string{"--backend", "local", "--nproc", "1", "--op", "sendrecv", "--sizes", "64", "--iters", "1"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "at least 2 ranks") {
+		t.Fatalf("got %v, want an error asking for 2 ranks", err)
+	}
+	// --op all skips it with a note instead.
+	out.Reset()
+	if err := run([]string{"--backend", "local", "--nproc", "1", "--op", "all", "--sizes", "64", "--iters", "1", "--warmup", "0"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "# skipped sendrecv: needs at least 2 ranks") {
+		t.Errorf("no skip note:\n%s", out.String())
+	}
+}
+
+// TestTCPWorkers runs the real command: launcher, two worker processes
+// (this test binary, see TestMain), the tcp backend over loopback.
+func TestTCPWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	var out, errOut bytes.Buffer
+	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--op", "reducescatter", "--sizes", "4096,65536", "--iters", "2", "--timeout", "30s"}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || lines[0] != csvHeader || !strings.HasPrefix(lines[2], "65536,8192,float32,reducescatter,sum,,") {
+		t.Fatalf("output:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -34,13 +35,19 @@ func memoryBandwidth(perCore int, rounds int) float64 {
 	return 2 * float64(cores*perCore*rounds) / time.Since(start).Seconds()
 }
 
-// reportBound prints, after the CSV, the bound the in-process allreduce
+// reportBound prints, after the output, for allreduce rows, the bound the in-process allreduce
 // can reach here. The fused shard algorithm reads each rank's S bytes once
 // and writes them once per rank: 2·N·S bytes of traffic, so T ≥ 2NS/B_mem.
 func reportBound(w io.Writer, n int, rows []result) {
+	if !slices.ContainsFunc(rows, func(r result) bool { return r.op.name == "allreduce" }) {
+		return
+	}
 	bmem := memoryBandwidth(64<<20, 8)
 	fmt.Fprintf(w, "# memory bandwidth (parallel copy on %d cores): %.2f GB/s of traffic\n", runtime.GOMAXPROCS(0), bmem/1e9)
 	for _, r := range rows {
+		if r.op.name != "allreduce" {
+			continue
+		}
 		bound := 2 * float64(n) * float64(r.bytes) / bmem
 		fmt.Fprintf(w, "# bytes=%d ranks=%d bound=%.1fus measured=%.1fus measured/bound=%.2f\n",
 			r.bytes, n, bound*1e6, float64(r.perIter.Nanoseconds())/1e3, r.perIter.Seconds()/bound)

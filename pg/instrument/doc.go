@@ -1,20 +1,29 @@
-// Package instrument wraps any pg.ProcessGroup with Prometheus metrics
-// of its collectives, without touching the backends:
+// Package instrument measures any pg.ProcessGroup's collectives with
+// Prometheus metrics, without touching the backends:
 //
 //	g, err := instrument.Wrap(group, reg)
 //	// use g wherever group was used; g.Close closes group too
 //
 // It observes ddp_collective_seconds{op}, the time from issuing a
 // collective to its completion, and counts ddp_collective_bytes_total{op},
-// the bytes of each collective's input tensor, with the constant labels
-// rank and backend. op is allreduce, broadcast, allgather, reducescatter
-// or barrier.
+// the bytes of each collective's input tensor (for recv, of the tensor
+// received), with the constant labels rank and backend. op is the
+// pg.OpType's String: allreduce, broadcast, allgather, reducescatter,
+// barrier, and, for groups that have them, monitored_barrier, reduce,
+// gather, scatter, alltoall, send, recv and the _coalesced collectives.
+// Failed collectives count their bytes but are not timed.
 //
-// Completion is seen by one goroutine per wrapped group that waits on
-// the Works in issue order, which is the order every backend completes
-// them (each runs its collectives one at a time). Close stops it.
+// For a group that reports completions (a pg.CompletionHooker, as every
+// backend in this module is) the measurements come from a completion
+// hook, which also observes ddp_collective_queue_seconds{op}: how long
+// each collective waited behind earlier ones before the backend started
+// it. Wrap then returns the group itself, so all its optional interfaces
+// (pg.Extended) remain, and Works issued on it directly are measured too.
 //
-// The wrapper keeps the group's optional abilities: it is a
+// Any other group is wrapped: only its ProcessGroup collectives are
+// measured, by one goroutine per wrapped group that waits on the Works
+// in issue order, which is the order every backend completes them (each
+// runs its collectives one at a time). Close stops it. The wrapper is a
 // pg.Backender, and a pg.MonitoredBarrierer exactly when the wrapped
 // group is one.
 package instrument

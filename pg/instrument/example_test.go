@@ -21,7 +21,7 @@ func Example() {
 	if err := g.AllReduce(ctx, pg.Float32s([]float32{1, 2, 3}), pg.Op(pg.Sum)).Wait(ctx); err != nil {
 		panic(err)
 	}
-	g.Close() // closes the local group too, after the watcher has seen the allreduce
+	g.Close() // closes the local group, after its completion hook has seen the allreduce
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -37,5 +37,6 @@ func Example() {
 	}
 	// Output:
 	// ddp_collective_bytes_total 12
+	// ddp_collective_queue_seconds count 1
 	// ddp_collective_seconds count 1
 }

@@ -11,7 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Collective names, the values of the op label.
+// The op label's values for the five ProcessGroup collectives: the
+// String of pg.OpAllReduce and so on. Other ops use their pg.OpType's
+// String too.
 const (
 	OpAllReduce     = "allreduce"
 	OpBroadcast     = "broadcast"
@@ -24,21 +26,58 @@ const (
 // falls back to one goroutine per extra collective.
 const queueLen = 256
 
-// group is the wrapper. See Wrap.
+// metrics are one wrapped group's series.
+type metrics struct {
+	seconds, queued *prometheus.HistogramVec
+	bytes           *prometheus.CounterVec
+
+	mu  sync.Mutex // guards ops: the hook adds ops as it first sees them
+	ops map[string]opMetrics
+}
+
+type opMetrics struct {
+	seconds, queued prometheus.Observer
+	bytes           prometheus.Counter
+}
+
+// op returns the series of one op, creating them on first use.
+func (m *metrics) op(name string) opMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	om, ok := m.ops[name]
+	if !ok {
+		om = opMetrics{m.seconds.WithLabelValues(name), m.queued.WithLabelValues(name), m.bytes.WithLabelValues(name)}
+		m.ops[name] = om
+	}
+	return om
+}
+
+// observe is the completion hook: it counts the Work's bytes and, if it
+// succeeded, times it (a failed one would put its timeout into the
+// histograms).
+func (m *metrics) observe(info pg.WorkInfo) {
+	om := m.op(info.Op.String())
+	b := info.InBytes
+	if info.Op == pg.OpRecv {
+		b = info.OutBytes // a Recv has no input; count what it received
+	}
+	om.bytes.Add(float64(b))
+	if info.Err == nil {
+		om.seconds.Observe(info.Duration().Seconds())
+		om.queued.Observe(info.QueueDuration().Seconds())
+	}
+}
+
+// group is the wrapper of a group without completion hooks. See Wrap.
 type group struct {
 	pg.ProcessGroup
-	ops map[string]opMetrics
+	m *metrics
 
 	mu     sync.Mutex // guards closed and sends on queue
 	closed bool
 	queue  chan pending
 	quit   chan struct{}
 	exited chan struct{}
-}
-
-type opMetrics struct {
-	seconds prometheus.Observer
-	bytes   prometheus.Counter
 }
 
 type pending struct {
@@ -58,16 +97,35 @@ func (m monitored) MonitoredBarrier(ctx context.Context, timeout time.Duration, 
 }
 
 // Wrap returns g with its collectives measured on reg. A nil reg returns
-// g itself. Registering twice on one registry for the same rank and
-// backend shares the series.
+// g itself.
+//
+// A group that reports its Works (a pg.CompletionHooker, as every backend
+// in this module) is measured by a completion hook, and Wrap returns g
+// itself, so every optional interface of g (pg.Extended included) stays
+// reachable by type assertion. Every Work g finishes is measured, also
+// those issued on g directly. Wrap such a group once per registry: each
+// Wrap adds a hook.
+//
+// Any other group is wrapped: its five ProcessGroup collectives are
+// timed by a goroutine that Close stops, and the wrapper is a
+// pg.Backender, and a pg.MonitoredBarrierer exactly when g is one; g's
+// other optional interfaces are not reachable through it.
+//
+// Registering twice on one registry for the same rank and backend shares
+// the series.
 func Wrap(g pg.ProcessGroup, reg prometheus.Registerer) (pg.ProcessGroup, error) {
 	if reg == nil {
 		return g, nil
 	}
 	labels := prometheus.Labels{"rank": strconv.Itoa(g.Rank()), "backend": pg.BackendName(g)}
+	buckets := prometheus.ExponentialBuckets(10e-6, 2, 20)
 	seconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "ddp_collective_seconds", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(10e-6, 2, 20),
+		Name: "ddp_collective_seconds", ConstLabels: labels, Buckets: buckets,
 		Help: "Time from issuing a collective to its completion, by operation.",
+	}, []string{"op"})
+	queued := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ddp_collective_queue_seconds", ConstLabels: labels, Buckets: buckets,
+		Help: "Time a collective waited behind earlier ones before its backend started it, by operation.",
 	}, []string{"op"})
 	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ddp_collective_bytes_total", ConstLabels: labels,
@@ -80,10 +138,25 @@ func Wrap(g pg.ProcessGroup, reg prometheus.Registerer) (pg.ProcessGroup, error)
 	if bytes, err = register(reg, bytes); err != nil {
 		return nil, err
 	}
-	w := &group{ProcessGroup: g, ops: map[string]opMetrics{}, queue: make(chan pending, queueLen), quit: make(chan struct{}), exited: make(chan struct{})}
-	for _, op := range []string{OpAllReduce, OpBroadcast, OpAllGather, OpReduceScatter, OpBarrier} {
-		w.ops[op] = opMetrics{seconds.WithLabelValues(op), bytes.WithLabelValues(op)}
+	m := &metrics{seconds: seconds, bytes: bytes, ops: map[string]opMetrics{}}
+	// The five ProcessGroup collectives have series from the start, at
+	// zero until used.
+	if h, ok := g.(pg.CompletionHooker); ok {
+		if queued, err = register(reg, queued); err != nil {
+			return nil, err
+		}
+		m.queued = queued
+		for _, op := range []string{OpAllReduce, OpBroadcast, OpAllGather, OpReduceScatter, OpBarrier} {
+			seconds.WithLabelValues(op)
+			bytes.WithLabelValues(op)
+		}
+		h.OnCompletion(m.observe)
+		return g, nil
 	}
+	for _, op := range []string{OpAllReduce, OpBroadcast, OpAllGather, OpReduceScatter, OpBarrier} {
+		m.ops[op] = opMetrics{seconds: seconds.WithLabelValues(op), bytes: bytes.WithLabelValues(op)}
+	}
+	w := &group{ProcessGroup: g, m: m, queue: make(chan pending, queueLen), quit: make(chan struct{}), exited: make(chan struct{})}
 	go w.watch()
 	if mb, ok := g.(pg.MonitoredBarrierer); ok {
 		return monitored{w, mb}, nil
@@ -106,7 +179,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 
 // track counts a collective's bytes and queues its Work for the watcher.
 func (g *group) track(op string, start time.Time, bytes int, w pg.Work) pg.Work {
-	m := g.ops[op]
+	m := g.m.ops[op]
 	m.bytes.Add(float64(bytes))
 	p := pending{start, w, m.seconds}
 	g.mu.Lock()
