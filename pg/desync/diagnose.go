@@ -1,0 +1,226 @@
+package desync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/store"
+	"go.uber.org/zap"
+)
+
+// Store keys, under "desync/<name>/":
+//
+//	request     set by the first rank that diagnoses; wakes every rank's responder
+//	progress/R  rank R's published progress (a JSON report)
+const keyRequest = "request"
+
+func keyProgress(rank int) string { return "progress/" + strconv.Itoa(rank) }
+
+// responderWindow is how long one parked Wait of the responder lasts
+// before it is renewed.
+const responderWindow = time.Minute
+
+// kindOf returns the sentinel among ErrTimeout, ErrComm and ErrRemote
+// that err carries (a CollectiveError's Kind first), or nil.
+func kindOf(err error) error {
+	var ce *pg.CollectiveError
+	if errors.As(err, &ce) {
+		switch ce.Kind {
+		case pg.ErrTimeout, pg.ErrComm, pg.ErrRemote:
+			return ce.Kind
+		}
+	}
+	for _, k := range []error{pg.ErrTimeout, pg.ErrComm, pg.ErrRemote} {
+		if errors.Is(err, k) {
+			return k
+		}
+	}
+	return nil
+}
+
+// diagnosable reports whether err is a stall to explain: a timeout,
+// communication or remote error, and not this rank's own abort or close,
+// an argument error or a mismatch already explained.
+func diagnosable(err error) bool {
+	if kindOf(err) == nil {
+		return false
+	}
+	for _, own := range []error{pg.ErrAborted, pg.ErrClosed, pg.ErrInvalidArgument, pg.ErrMismatch, pg.ErrUnsupported} {
+		if errors.Is(err, own) {
+			return false
+		}
+	}
+	var se *pg.StallError
+	return !errors.As(err, &se)
+}
+
+// explain turns the failed collective it's error into a *pg.StallError
+// carrying the group's diagnosis, running the diagnosis the first time.
+// Only the monitor calls it.
+func (g *Group) explain(it item, err error) error {
+	if !diagnosable(err) {
+		return err
+	}
+	if g.diag == nil {
+		g.diag = g.diagnose(it.seq, it.op)
+		g.log.Error("desync: collective failed; diagnosis", zap.Error(g.diag))
+	}
+	se := *g.diag
+	se.Kind, se.Err = kindOf(err), err
+	return &se
+}
+
+// diagnose asks every rank for its progress through the store and works
+// out who stalled collective seq: ranks that had not entered it, ranks
+// that did not answer, ranks that issued something else as seq. It is
+// bounded by Options.DiagnosisTimeout and by Close.
+func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
+	ctx, cancel := context.WithTimeout(g.life, g.opts.DiagnosisTimeout)
+	defer cancel()
+	se := &pg.StallError{Rank: g.rank, Op: op, Seq: seq, StoreHost: g.opts.StoreHost, Progress: make([]pg.RankProgress, g.size)}
+	reports := make([]*progress, g.size)
+	g.mu.Lock()
+	mine := g.prog
+	g.mu.Unlock()
+	reports[g.rank] = &mine
+
+	if err := g.st.Set(ctx, keyRequest, []byte(strconv.Itoa(g.rank))); err != nil {
+		se.StoreErr = err
+	} else if err := g.publish(ctx); err != nil {
+		se.StoreErr = err
+	} else {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for r := range g.size {
+			if r == g.rank {
+				continue
+			}
+			wg.Go(func() {
+				b, err := g.st.Get(ctx, keyProgress(r))
+				var p *progress
+				if err == nil {
+					p, err = parseReport(b, r)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					reports[r] = p
+				case errors.Is(err, pg.ErrTimeout):
+					se.Silent = append(se.Silent, r)
+				case se.StoreErr == nil:
+					se.StoreErr = err
+				}
+			})
+		}
+		wg.Wait()
+		slices.Sort(se.Silent)
+	}
+
+	var at []int // ranks that reported what they issued as seq
+	var fps []fingerprint
+	for r := range g.size {
+		p := reports[r]
+		rp := pg.RankProgress{Rank: r}
+		if p != nil {
+			rp.Answered, rp.Entered, rp.EnteredOp, rp.Finished = true, p.entered, p.op, p.finished
+			if fp, ok := p.at(seq); ok {
+				rp.AtSeq = fp.String()
+				at, fps = append(at, r), append(fps, fp)
+			}
+			if p.entered < seq {
+				se.Behind = append(se.Behind, r)
+			}
+		}
+		se.Progress[r] = rp
+	}
+	se.Mismatched = minority(at, fps)
+	if se.StoreErr == nil {
+		se.StoreHost = pg.NoPeer
+	}
+	return se
+}
+
+// minority returns the ranks (at[i] issued fps[i]) outside the largest
+// set that issued the same collective; ties go to the set holding the
+// lowest rank, so every rank names the same ones.
+func minority(at []int, fps []fingerprint) []int {
+	best, bestCount := 0, 0
+	for i := range fps {
+		count := 0
+		for j := range fps {
+			if fps[j].same(fps[i]) {
+				count++
+			}
+		}
+		if count > bestCount {
+			best, bestCount = i, count
+		}
+	}
+	var out []int
+	for i, r := range at {
+		if !fps[i].same(fps[best]) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// publish puts this rank's progress in the store, once: the responder
+// does it when another rank asks, the diagnosing rank before it reads.
+func (g *Group) publish(ctx context.Context) error {
+	g.mu.Lock()
+	if g.published {
+		g.mu.Unlock()
+		return nil
+	}
+	b, err := json.Marshal(g.prog.report(g.rank))
+	g.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := g.st.Set(ctx, keyProgress(g.rank), b); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.published = true
+	g.mu.Unlock()
+	return nil
+}
+
+// respond waits for another rank's diagnosis request and answers it with
+// this rank's progress. It runs until Close: a rank that is alive but not
+// failing (behind, stuck outside the collectives) still answers.
+func (g *Group) respond() {
+	defer g.workers.Done()
+	for {
+		ctx, cancel := context.WithTimeout(g.life, responderWindow)
+		err := g.st.Wait(ctx, keyRequest)
+		cancel()
+		switch {
+		case g.life.Err() != nil || errors.Is(err, store.ErrClosed):
+			return
+		case err == nil:
+			ctx, cancel := context.WithTimeout(g.life, g.opts.DiagnosisTimeout)
+			if err := g.publish(ctx); err != nil {
+				g.log.Warn("desync: could not publish progress for a diagnosis", zap.Error(err))
+			}
+			cancel()
+			return
+		case !errors.Is(err, pg.ErrTimeout):
+			// The store failed (its host may be gone); try again later.
+			select {
+			case <-g.life.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+

@@ -1,0 +1,71 @@
+// Package desync wraps a process group so that a stalled or failed
+// collective names the rank at fault on every rank, as c10d's desync
+// debug (TORCH_NCCL_DESYNC_DEBUG) and ProcessGroupWrapper
+// (TORCH_DISTRIBUTED_DEBUG=DETAIL) do.
+//
+//	g, err := desync.Wrap(inner, st, desync.Options{}) // st: the job's rendezvous store
+//	...
+//	err = g.AllReduce(ctx, t, pg.Op(pg.Sum)).Wait(ctx)
+//	var se *pg.StallError
+//	if errors.As(err, &se) { log.Printf("look at ranks %v", se.Culprits()) }
+//
+// # The diagnosis
+//
+// The Group numbers the collectives it issues (Work.Seq) and records, for
+// this rank, the last one entered (issued) with its signature, and the
+// last up to which all had finished. A responder goroutine parks on the
+// store key "desync/<name>/request".
+//
+// When a collective fails with a timeout, communication or remote error,
+// the Group runs the diagnosis once: it sets the request key, publishes
+// its own progress as "desync/<name>/progress/<rank>" (every live rank's
+// responder does the same on the request), and waits up to
+// Options.DiagnosisTimeout for every other rank's. Then, for the failed
+// collective #S:
+//
+//   - ranks that did not publish are silent: stopped (SIGSTOP, a debugger)
+//     or dead;
+//   - ranks that published an entered number below S are behind: alive,
+//     but they never issued #S (stuck in compute, or in a different code
+//     path);
+//   - ranks that issued a different collective as #S than the majority
+//     are mismatched (a desynchronisation);
+//   - if the store itself does not answer, that is said, with the rank that
+//     hosts it (Options.StoreHost), which is then likely the stopped one.
+//
+// The failing Work, and every later failure of the group, returns a
+// *pg.StallError carrying the diagnosis; it wraps the original error's
+// kind (pg.ErrTimeout, pg.ErrComm or pg.ErrRemote) and the error itself.
+// Every rank reads the same reports, so all name the same culprit. On a
+// 3-rank job in which rank 2 was stopped, ranks 0 and 1 both report (one
+// line; the cause is the backend's own error):
+//
+//	pg: rank 1: allreduce #57 failed because rank 2 did not answer (stopped or dead); check rank 2: is the process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: ...)
+//
+// and when rank 2 is alive but never issued the collective:
+//
+//	pg: rank 0: allreduce #2 failed because rank 2 is behind (its last collective is allreduce #1; it never entered #2); check rank 2: is the process alive, stopped, or stuck outside collectives? (cause: ...)
+//
+// Point-to-point calls pass through without diagnosis.
+//
+// # Checking collectives
+//
+// With Options.CheckCollectives, before each collective the ranks
+// allgather a fixed-size fingerprint of it on the wrapped group (op,
+// dtype, element counts, root, reduce op, hashes of coalesced shapes and
+// of all-to-all split sizes) and compare; only then is the collective
+// issued. A disagreement fails it on every rank with a *pg.MismatchError
+// instead of a hang or a corrupted buffer, and the group stays usable:
+//
+//	pg: rank 0: collective #3 differs across ranks: rank 2 issued broadcast(float32 x1024, root 0) where rank 0 issued allreduce(float32 x1024, SUM) (this rank: allreduce(float32 x1024, SUM)); make every rank issue the same collectives in the same order with the same dtypes, sizes and roots
+//
+// The check runs on one goroutine in issue order, so the order stays the
+// same on every rank; it costs one small allgather per collective (see
+// BenchmarkAllReduce).
+//
+// # Subgroups
+//
+// NewGroup and Split return wrapped subgroups whose keys live under
+// "desync/<name>/<k>", k counting the parent's NewGroup and Split calls,
+// which is the same on every rank.
+package desync

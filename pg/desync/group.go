@@ -1,0 +1,395 @@
+package desync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/store"
+	"go.uber.org/zap"
+)
+
+// DefaultDiagnosisTimeout is how long a diagnosis waits for the other
+// ranks' progress when Options sets none.
+const DefaultDiagnosisTimeout = 5 * time.Second
+
+// Options configure Wrap.
+type Options struct {
+	// Name makes the group's store keys unique ("desync/<Name>/...");
+	// empty means "world". Subgroups made through the Group derive
+	// theirs. Groups sharing a store need distinct names.
+	Name string
+	// DiagnosisTimeout bounds how long a diagnosis waits for the other
+	// ranks; zero means DefaultDiagnosisTimeout.
+	DiagnosisTimeout time.Duration
+	// CheckCollectives turns on the fingerprint check before every
+	// collective, as TORCH_DISTRIBUTED_DEBUG=DETAIL.
+	CheckCollectives bool
+	// StoreHost is the rank of this group whose process hosts the store
+	// (a TCPStore's server: rank 0, the zero value, as c10d's master),
+	// named when the store stops answering; pg.NoPeer when no rank of
+	// the group does (an in-memory store, or an external one).
+	StoreHost int
+	// Logger receives the diagnosis; nil means none.
+	Logger *zap.Logger
+}
+
+// Group is a process group wrapped for desync diagnosis. It implements
+// pg.Extended by delegating to the wrapped group; abilities the wrapped
+// group lacks fail with pg.ErrUnsupported.
+type Group struct {
+	inner pg.ProcessGroup
+	base  store.Store // the store Wrap was given, for subgroups
+	st    store.Store // base under this group's prefix
+	opts  Options
+	rank  int
+	size  int
+	log   *zap.Logger
+
+	issueMu   sync.Mutex // serialises issue, so seq order is issue order
+	seq       uint64     // last collective number given out
+	subgroups int        // NewGroup and Split calls so far, for subgroup names
+
+	mu        sync.Mutex
+	prog      progress
+	published bool // this rank's progress is in the store
+
+	// life ends at Close: it stops the responder and bounds diagnoses.
+	life   context.Context
+	cancel context.CancelFunc
+
+	mon  queue[item] // issued collectives, waited for in order by monitor
+	jobs queue[job]  // CheckCollectives: collectives waiting for the check
+
+	diag      *pg.StallError // the group's diagnosis, once made (monitor only)
+	closeOnce sync.Once
+	closeErr  error
+	workers   sync.WaitGroup // responder
+	monDone   chan struct{}
+	jobsDone  chan struct{}
+}
+
+var _ pg.Extended = (*Group)(nil)
+
+// Wrap returns g wrapped for desync diagnosis over st, which every rank
+// of g must share (the rendezvous store). The Group owns g: closing it
+// closes g. st must outlive the Group; Close does not close it.
+func Wrap(g pg.ProcessGroup, st store.Store, opts Options) (*Group, error) {
+	if g == nil || st == nil {
+		return nil, fmt.Errorf("desync: %w: Wrap needs a group and a store", pg.ErrInvalidArgument)
+	}
+	if opts.DiagnosisTimeout < 0 {
+		return nil, fmt.Errorf("desync: %w: negative diagnosis timeout %v", pg.ErrInvalidArgument, opts.DiagnosisTimeout)
+	}
+	if opts.DiagnosisTimeout == 0 {
+		opts.DiagnosisTimeout = DefaultDiagnosisTimeout
+	}
+	if opts.Name == "" {
+		opts.Name = "world"
+	}
+	if opts.StoreHost < pg.NoPeer || opts.StoreHost >= g.Size() {
+		opts.StoreHost = pg.NoPeer
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	life, cancel := context.WithCancel(context.Background())
+	w := &Group{
+		inner: g, base: st, st: store.NewPrefixStore("desync/"+opts.Name, st), opts: opts,
+		rank: g.Rank(), size: g.Size(),
+		log:  log.With(zap.String("group", opts.Name), zap.Int("rank", g.Rank())),
+		life: life, cancel: cancel,
+		monDone: make(chan struct{}), jobsDone: make(chan struct{}),
+	}
+	w.mon.init()
+	w.jobs.init()
+	go w.monitor()
+	if opts.CheckCollectives {
+		go w.checker()
+	} else {
+		close(w.jobsDone)
+	}
+	w.workers.Add(1)
+	go w.respond()
+	return w, nil
+}
+
+// Inner returns the wrapped group.
+func (g *Group) Inner() pg.ProcessGroup { return g.inner }
+
+// Rank is this process's rank.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks.
+func (g *Group) Size() int { return g.size }
+
+// Backend returns the wrapped group's backend name.
+func (g *Group) Backend() string { return pg.BackendName(g.inner) }
+
+// Abort aborts the wrapped group.
+func (g *Group) Abort(cause error) { g.inner.Abort(cause) }
+
+// Close closes the wrapped group, fails what is still queued, and stops
+// the Group's goroutines. It is idempotent.
+func (g *Group) Close() error {
+	g.closeOnce.Do(func() {
+		g.cancel() // stops the responder; ends a diagnosis in progress
+		g.closeErr = g.inner.Close()
+		g.jobs.close()
+		<-g.jobsDone // every queued job has reached the monitor
+		g.mon.close()
+		<-g.monDone
+		g.workers.Wait()
+	})
+	return g.closeErr
+}
+
+// OnCompletion registers hook with the wrapped group, if it reports
+// completions; otherwise the hook is never called.
+func (g *Group) OnCompletion(hook func(pg.WorkInfo)) {
+	if h, ok := g.inner.(pg.CompletionHooker); ok {
+		h.OnCompletion(hook)
+	}
+}
+
+func (g *Group) unsupported(op pg.OpType) pg.Work {
+	return pg.Completed(&pg.CollectiveError{Op: op.String(), Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrUnsupported,
+		Err: fmt.Errorf("the %s backend has no %v", g.Backend(), op)})
+}
+
+func (g *Group) closedErr(op pg.OpType) error {
+	return &pg.CollectiveError{Op: op.String(), Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrClosed}
+}
+
+// AllReduce implements pg.ProcessGroup.
+func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
+	if err := pg.CheckAllReduce(t, op); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), func(ctx context.Context) pg.Work {
+		return g.inner.AllReduce(ctx, t, op)
+	})
+}
+
+// Broadcast implements pg.ProcessGroup.
+func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
+	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpOf(pg.OpBroadcast, t, root), func(ctx context.Context) pg.Work {
+		return g.inner.Broadcast(ctx, t, root)
+	})
+}
+
+// AllGather implements pg.ProcessGroup.
+func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
+	if err := pg.CheckAllGather(out, in, g.size); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpOf(pg.OpAllGather, in, noRoot), func(ctx context.Context) pg.Work {
+		return g.inner.AllGather(ctx, out, in)
+	})
+}
+
+// ReduceScatter implements pg.ProcessGroup.
+func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
+	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), func(ctx context.Context) pg.Work {
+		return g.inner.ReduceScatter(ctx, out, in, op)
+	})
+}
+
+// Barrier implements pg.ProcessGroup.
+func (g *Group) Barrier(ctx context.Context) pg.Work {
+	return g.issue(ctx, fingerprint{op: pg.OpBarrier, root: noRoot}, func(ctx context.Context) pg.Work {
+		return g.inner.Barrier(ctx)
+	})
+}
+
+// Reduce implements pg.Rooted.
+func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
+	r, ok := g.inner.(pg.Rooted)
+	if !ok {
+		return g.unsupported(pg.OpReduce)
+	}
+	if err := pg.CheckReduce(t, root, op, g.size); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, withOp(fpOf(pg.OpReduce, t, root), op), func(ctx context.Context) pg.Work {
+		return r.Reduce(ctx, t, root, op)
+	})
+}
+
+// Gather implements pg.Rooted.
+func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
+	r, ok := g.inner.(pg.Rooted)
+	if !ok {
+		return g.unsupported(pg.OpGather)
+	}
+	if err := pg.CheckGather(out, in, root, g.rank, g.size); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpOf(pg.OpGather, in, root), func(ctx context.Context) pg.Work {
+		return r.Gather(ctx, out, in, root)
+	})
+}
+
+// Scatter implements pg.Rooted.
+func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
+	r, ok := g.inner.(pg.Rooted)
+	if !ok {
+		return g.unsupported(pg.OpScatter)
+	}
+	if err := pg.CheckScatter(out, in, root, g.rank, g.size); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpOf(pg.OpScatter, out, root), func(ctx context.Context) pg.Work {
+		return r.Scatter(ctx, out, in, root)
+	})
+}
+
+// AllToAll implements pg.AllToAller.
+func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
+	a, ok := g.inner.(pg.AllToAller)
+	if !ok {
+		return g.unsupported(pg.OpAllToAll)
+	}
+	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size)
+	if err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpAllToAll(g.rank, in.Dtype, outS, inS), func(ctx context.Context) pg.Work {
+		return a.AllToAll(ctx, out, in, outSplits, inSplits)
+	})
+}
+
+// Send implements pg.PointToPoint. Point-to-point calls are passed
+// through: they are neither fingerprinted nor diagnosed.
+func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
+	p, ok := g.inner.(pg.PointToPoint)
+	if !ok {
+		return g.unsupported(pg.OpSend)
+	}
+	return p.Send(ctx, t, dst, tag)
+}
+
+// Recv implements pg.PointToPoint, passed through as Send.
+func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
+	p, ok := g.inner.(pg.PointToPoint)
+	if !ok {
+		return g.unsupported(pg.OpRecv)
+	}
+	return p.Recv(ctx, t, src, tag)
+}
+
+// AllReduceCoalesced implements pg.Coalescer.
+func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
+	c, ok := g.inner.(pg.Coalescer)
+	if !ok {
+		return g.unsupported(pg.OpAllReduceCoalesced)
+	}
+	if err := pg.CheckCoalesced("allreduce_coalesced", nil, ts); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), func(ctx context.Context) pg.Work {
+		return c.AllReduceCoalesced(ctx, ts, op)
+	})
+}
+
+// AllGatherCoalesced implements pg.Coalescer.
+func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
+	c, ok := g.inner.(pg.Coalescer)
+	if !ok {
+		return g.unsupported(pg.OpAllGatherCoalesced)
+	}
+	if err := pg.CheckCoalesced("allgather_coalesced", outs, ins); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), func(ctx context.Context) pg.Work {
+		return c.AllGatherCoalesced(ctx, outs, ins)
+	})
+}
+
+// ReduceScatterCoalesced implements pg.Coalescer.
+func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
+	c, ok := g.inner.(pg.Coalescer)
+	if !ok {
+		return g.unsupported(pg.OpReduceScatterCoalesced)
+	}
+	if err := pg.CheckCoalesced("reducescatter_coalesced", outs, ins); err != nil {
+		return pg.Completed(err)
+	}
+	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), func(ctx context.Context) pg.Work {
+		return c.ReduceScatterCoalesced(ctx, outs, ins, op)
+	})
+}
+
+// MonitoredBarrier implements pg.MonitoredBarrierer: after the
+// collectives issued before it (with CheckCollectives, once they have
+// passed the check), it runs the wrapped group's monitored barrier. It is
+// not fingerprinted: it already names missing ranks.
+func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
+	m, ok := g.inner.(pg.MonitoredBarrierer)
+	if !ok {
+		return g.unsupported(pg.OpMonitoredBarrier).Err()
+	}
+	g.issueMu.Lock()
+	defer g.issueMu.Unlock()
+	if err := g.drain(ctx); err != nil {
+		return err
+	}
+	return m.MonitoredBarrier(ctx, timeout, waitAll)
+}
+
+// NewGroup implements pg.Splitter. The subgroup is wrapped too, with
+// this Group's options and its own store prefix.
+func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
+	s, ok := g.inner.(pg.Splitter)
+	if !ok {
+		return nil, g.unsupported(pg.OpAllGather).Err()
+	}
+	host := pg.NoPeer
+	for i, r := range ranks {
+		if r == g.opts.StoreHost {
+			host = i
+		}
+	}
+	return g.split(ctx, host, func(ctx context.Context) (pg.ProcessGroup, error) { return s.NewGroup(ctx, ranks) })
+}
+
+// Split implements pg.Splitter; the subgroup is wrapped as NewGroup's.
+// Its store host is unknown (the backend orders the members).
+func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, error) {
+	s, ok := g.inner.(pg.Splitter)
+	if !ok {
+		return nil, g.unsupported(pg.OpAllGather).Err()
+	}
+	return g.split(ctx, pg.NoPeer, func(ctx context.Context) (pg.ProcessGroup, error) { return s.Split(ctx, color, key) })
+}
+
+func (g *Group) split(ctx context.Context, host int, create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
+	g.issueMu.Lock()
+	defer g.issueMu.Unlock()
+	if err := g.drain(ctx); err != nil {
+		return nil, err
+	}
+	g.subgroups++ // on every rank, member or not, so names agree
+	name := fmt.Sprintf("%s/%d", g.opts.Name, g.subgroups)
+	sub, err := create(ctx)
+	if err != nil || sub == nil {
+		return nil, err
+	}
+	opts := g.opts
+	opts.Name, opts.StoreHost = name, host
+	w, err := Wrap(sub, g.base, opts)
+	if err != nil {
+		return nil, errors.Join(err, sub.Close())
+	}
+	return w, nil
+}

@@ -1,0 +1,209 @@
+package pg
+
+import (
+	"fmt"
+	"strings"
+)
+
+// RankProgress is where one rank stood in a group's collectives when a
+// stall was diagnosed (see StallError).
+type RankProgress struct {
+	Rank int
+	// Answered is false when the rank did not publish its progress within
+	// the diagnosis timeout: it is stopped, dead, or its process is stuck.
+	Answered bool
+	// Entered is the sequence number of the last collective the rank
+	// issued (0: none), EnteredOp its op.
+	Entered   uint64
+	EnteredOp OpType
+	// Finished is the last sequence number up to which every collective
+	// of the rank had finished.
+	Finished uint64
+	// AtSeq describes the collective the rank issued as the stalled
+	// sequence number ("allreduce(float32 x1024, SUM)"), or "" if the
+	// rank did not report it.
+	AtSeq string
+}
+
+// StallError is a collective's timeout, communication or remote error
+// explained by a diagnosis across the group's ranks, as c10d's desync
+// report (TORCH_NCCL_DESYNC_DEBUG): which ranks had not entered the
+// collective, which did not answer at all, and which issued a different
+// collective at the same position. Every rank that sees the failure gets
+// the same diagnosis, so all of them name the same culprit.
+//
+// errors.Is matches Kind (ErrTimeout, ErrComm or ErrRemote, as the
+// original error) and everything Err wraps.
+type StallError struct {
+	Rank int    // the reporting rank
+	Op   OpType // the collective that failed first in this group
+	Seq  uint64 // its sequence number
+	// Behind are the ranks that answered but had not entered collective
+	// Seq; Silent those that did not answer (stopped or dead);
+	// Mismatched those that issued a different collective as number Seq.
+	// All ascending.
+	Behind, Silent, Mismatched []int
+	// Progress has one entry per rank of the group, index = rank.
+	Progress []RankProgress
+	// StoreErr is set when the store the diagnosis runs over did not
+	// answer; StoreHost is then the rank hosting it, or NoPeer.
+	StoreErr  error
+	StoreHost int
+	Kind      error // ErrTimeout, ErrComm or ErrRemote
+	Err       error // this rank's original error
+}
+
+// Culprits are the ranks to look at, in the order the message names
+// them: silent, then behind, then mismatched. With a store that did not
+// answer and no other finding, it is the store's host rank.
+func (e *StallError) Culprits() []int {
+	var out []int
+	add := func(rs []int) {
+		for _, r := range rs {
+			if !containsInt(out, r) {
+				out = append(out, r)
+			}
+		}
+	}
+	add(e.Silent)
+	add(e.Behind)
+	add(e.Mismatched)
+	if len(out) == 0 && e.StoreErr != nil && e.StoreHost != NoPeer {
+		out = append(out, e.StoreHost)
+	}
+	return out
+}
+
+func (e *StallError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pg: rank %d: %v #%d failed", e.Rank, e.Op, e.Seq)
+	var why []string
+	if len(e.Silent) > 0 {
+		why = append(why, fmt.Sprintf("%s did not answer (stopped or dead)", ranksPhrase(e.Silent)))
+	}
+	for _, r := range e.Behind {
+		p := e.progress(r)
+		last := "no collective"
+		if p.Entered > 0 {
+			last = fmt.Sprintf("%v #%d", p.EnteredOp, p.Entered)
+		}
+		why = append(why, fmt.Sprintf("rank %d is behind (its last collective is %s; it never entered #%d)", r, last, e.Seq))
+	}
+	for _, r := range e.Mismatched {
+		why = append(why, fmt.Sprintf("rank %d issued %s as #%d", r, e.progress(r).AtSeq, e.Seq))
+	}
+	if e.StoreErr != nil {
+		host := ""
+		if e.StoreHost != NoPeer {
+			host = fmt.Sprintf(" (hosted by rank %d, which is likely stopped or dead)", e.StoreHost)
+		}
+		why = append(why, fmt.Sprintf("the store did not answer%s: %v", host, e.StoreErr))
+	}
+	culprits := e.Culprits()
+	switch {
+	case len(culprits) > 0 && len(why) > 0:
+		fmt.Fprintf(&b, " because %s", strings.Join(why, "; "))
+	case len(why) > 0:
+		fmt.Fprintf(&b, ": %s", strings.Join(why, "; "))
+	default:
+		fmt.Fprintf(&b, ": every rank answered and entered #%d, so no rank is behind; the fault is in the transport or a peer's host", e.Seq)
+	}
+	switch {
+	case len(e.Mismatched) > 0:
+		b.WriteString("; make every rank issue the same collectives in the same order")
+	case len(culprits) > 0:
+		fmt.Fprintf(&b, "; check %s: is the process alive, stopped, or stuck outside collectives?", ranksPhrase(culprits))
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, " (cause: %v)", e.Err)
+	}
+	return b.String()
+}
+
+func (e *StallError) progress(r int) RankProgress {
+	if r >= 0 && r < len(e.Progress) {
+		return e.Progress[r]
+	}
+	return RankProgress{Rank: r}
+}
+
+// Unwrap returns Kind and Err, so errors.Is matches both.
+func (e *StallError) Unwrap() []error {
+	var out []error
+	if e.Kind != nil {
+		out = append(out, e.Kind)
+	}
+	if e.Err != nil {
+		out = append(out, e.Err)
+	}
+	return out
+}
+
+// MismatchError is a collective whose signature (op, dtype, lengths,
+// root, reduce op, split sizes) differs across ranks, found before it was
+// issued by a checking wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL's
+// fingerprint check). Every rank gets the same error. It wraps
+// ErrMismatch.
+type MismatchError struct {
+	Rank      int    // the reporting rank
+	Seq       uint64 // the collective's sequence number
+	Signature string // this rank's signature
+	// Signatures holds every rank's signature, index = rank. Differ
+	// are the ranks whose signature is not the majority's (ties go to
+	// the group holding the lowest rank), ascending; Reason is set
+	// when the disagreement cannot be pinned on ranks (uneven
+	// all-to-all split sizes that do not pair up).
+	Signatures []string
+	Differ     []int
+	Reason     string
+}
+
+func (e *MismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pg: rank %d: collective #%d differs across ranks", e.Rank, e.Seq)
+	if len(e.Differ) > 0 {
+		ref := -1
+		for r := range e.Signatures {
+			if !containsInt(e.Differ, r) {
+				ref = r
+				break
+			}
+		}
+		var parts []string
+		for _, r := range e.Differ {
+			parts = append(parts, fmt.Sprintf("rank %d issued %s", r, e.Signatures[r]))
+		}
+		fmt.Fprintf(&b, ": %s", strings.Join(parts, ", "))
+		if ref >= 0 {
+			fmt.Fprintf(&b, " where rank %d issued %s", ref, e.Signatures[ref])
+		}
+	}
+	if e.Reason != "" {
+		fmt.Fprintf(&b, ": %s", e.Reason)
+	}
+	fmt.Fprintf(&b, " (this rank: %s); make every rank issue the same collectives in the same order with the same dtypes, sizes and roots", e.Signature)
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+func ranksPhrase(rs []int) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("rank %d", rs[0])
+	}
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = fmt.Sprint(r)
+	}
+	return "ranks " + strings.Join(s, ", ")
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
