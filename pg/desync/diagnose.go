@@ -223,4 +223,3 @@ func (g *Group) respond() {
 		}
 	}
 }
-
