@@ -1,0 +1,7 @@
+package nccl
+
+import "unsafe"
+
+func offsetOf[T, F any](base *T, field *F) uintptr {
+	return uintptr(unsafe.Pointer(field)) - uintptr(unsafe.Pointer(base))
+}
