@@ -33,3 +33,44 @@ func Example() {
 	fmt.Println(grads)
 	// Output: [[3 5] [3 5] [3 5]]
 }
+
+// Three ranks exchange uneven chunks with AllToAll: rank i sends i+1
+// copies of 10*i+j to rank j, so rank j receives 1, 2 and 3 elements from
+// ranks 0, 1 and 2.
+func ExampleGroup_AllToAll() {
+	const n = 3
+	groups, err := local.New(n, local.Options{})
+	if err != nil {
+		panic(err)
+	}
+	outs := make([][]int32, n)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() {
+			var in []int32
+			inSplits, outSplits := make([]int, n), make([]int, n)
+			for j := range n {
+				for range r + 1 {
+					in = append(in, int32(10*r+j))
+				}
+				inSplits[j], outSplits[j] = r+1, j+1
+			}
+			outs[r] = make([]int32, n*(n+1)/2)
+			w := g.AllToAll(context.Background(), pg.Int32s(outs[r]), pg.Int32s(in), outSplits, inSplits)
+			if err := w.Wait(context.Background()); err != nil {
+				panic(err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, g := range groups {
+		_ = g.Close()
+	}
+	for r, out := range outs {
+		fmt.Println("rank", r, out)
+	}
+	// Output:
+	// rank 0 [0 10 10 20 20 20]
+	// rank 1 [1 11 11 21 21 21]
+	// rank 2 [2 12 12 22 22 22]
+}

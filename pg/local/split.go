@@ -32,7 +32,7 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, err
 	if _, err := pg.CheckNewGroup(ranks, g.rank, g.Size()); err != nil {
 		return nil, fmt.Errorf("local: %v on rank %d: %w", opNewGroup, g.rank, err)
 	}
-	d := desc{kind: opNewGroup, len: len(ranks)}
+	d := desc{kind: opNewGroup, dtype: pg.Int64, len: len(ranks)}
 	return g.subgroup(ctx, d, args{ranks: slices.Clone(ranks)})
 }
 
@@ -43,7 +43,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 	if color < pg.NoColor {
 		return nil, fmt.Errorf("local: %v on rank %d: %w: color %d is negative; pass a color >= 0, or pg.NoColor to stay out", opSplit, g.rank, pg.ErrInvalidArgument, color)
 	}
-	return g.subgroup(ctx, desc{kind: opSplit}, args{color: color, key: key})
+	return g.subgroup(ctx, desc{kind: opSplit, dtype: pg.Int64}, args{color: color, key: key})
 }
 
 // subgroup runs the agreeing collective and starts this rank's Group on

@@ -22,6 +22,7 @@ type task struct {
 	timeout time.Duration
 	waitAll bool
 	size    int // the group size, for bytes
+	rank    int // this rank, for bytes
 	fut     *pg.Future
 
 	// For the completion hooks.
@@ -33,7 +34,7 @@ func (g *Group) submit(ctx context.Context, t *task) pg.Work {
 	if ctx == nil {
 		return g.invalid(t.desc.kind, fmt.Errorf("%w: nil context", pg.ErrInvalidArgument))
 	}
-	t.ctx, t.issued, t.size = ctx, time.Now(), g.Size()
+	t.ctx, t.issued, t.size, t.rank = ctx, time.Now(), g.Size(), g.rank
 	g.mu.Lock()
 	if g.stopKind != nil {
 		g.mu.Unlock()
@@ -98,8 +99,19 @@ func (t *task) bytes() (in, out int64) {
 	switch t.desc.kind {
 	case opAllReduce, opBroadcast, opReduce:
 		return int64(len(a.in.Data)), int64(len(a.in.Data))
-	case opAllGather, opReduceScatter, opGather, opScatter, opAllToAll:
+	case opAllGather, opReduceScatter, opAllToAll:
 		return int64(len(a.in.Data)), int64(len(a.out.Data))
+	case opGather, opScatter:
+		// Only the root's out of Gather and in of Scatter are used.
+		in, out = int64(len(a.in.Data)), int64(len(a.out.Data))
+		if t.rank != t.desc.root {
+			if t.desc.kind == opGather {
+				out = 0
+			} else {
+				in = 0
+			}
+		}
+		return in, out
 	case opAllReduceCoalesced, opAllGatherCoalesced, opReduceScatterCoalesced:
 		for i, x := range a.ins {
 			in += int64(len(x.Data))
