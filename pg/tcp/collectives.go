@@ -12,52 +12,55 @@ import (
 // Options.RingThreshold bytes, the pipelined ring at and above it.
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
 	if err := pg.CheckAllReduce(t, op); err != nil {
-		return g.invalid("allreduce", err)
+		return g.invalid(pg.OpAllReduce, err)
 	}
-	return g.submit(ctx, "allreduce", func(r *run) error {
-		switch {
-		case g.size == 1:
-			kernel.Prepare(t, op, 1)
-			kernel.Finish(t, op, 1)
-			return nil
-		case len(t.Data) == 0:
-			return nil
-		case len(t.Data) < g.opts.RingThreshold:
-			return g.doublingAllReduce(r, t, op)
-		}
-		return g.ringAllReduce(r, t, op)
-	})
+	return g.submit(ctx, pg.OpAllReduce, inPlace(t), func(r *run) error { return g.allReduce(r, t, op) })
+}
+
+// allReduce picks AllReduce's algorithm for t.
+func (g *Group) allReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
+	switch {
+	case g.size == 1:
+		kernel.Prepare(t, op, 1)
+		kernel.Finish(t, op, 1)
+		return nil
+	case len(t.Data) == 0:
+		return nil
+	case len(t.Data) < g.opts.RingThreshold:
+		return g.doublingAllReduce(r, t, op)
+	}
+	return g.ringAllReduce(r, t, op)
 }
 
 // Broadcast copies root's t into t on every rank, down a pipelined
 // binomial tree.
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
-		return g.invalid("broadcast", err)
+		return g.invalid(pg.OpBroadcast, err)
 	}
-	return g.submit(ctx, "broadcast", func(r *run) error { return g.broadcast(r, t, root) })
+	return g.submit(ctx, pg.OpBroadcast, inPlace(t), func(r *run) error { return g.broadcast(r, t, root) })
 }
 
 // AllGather gathers every rank's in into out, around the ring.
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 	if err := pg.CheckAllGather(out, in, g.size); err != nil {
-		return g.invalid("allgather", err)
+		return g.invalid(pg.OpAllGather, err)
 	}
-	return g.submit(ctx, "allgather", func(r *run) error { return g.allGather(r, out, in) })
+	return g.submit(ctx, pg.OpAllGather, outIn(out, in), func(r *run) error { return g.allGather(r, out, in) })
 }
 
 // ReduceScatter reduces in across ranks and leaves segment Rank() in
 // out, around the ring.
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
 	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
-		return g.invalid("reducescatter", err)
+		return g.invalid(pg.OpReduceScatter, err)
 	}
-	return g.submit(ctx, "reducescatter", func(r *run) error { return g.reduceScatter(r, out, in, op) })
+	return g.submit(ctx, pg.OpReduceScatter, outIn(out, in), func(r *run) error { return g.reduceScatter(r, out, in, op) })
 }
 
 // Barrier finishes once every rank has entered it.
 func (g *Group) Barrier(ctx context.Context) pg.Work {
-	return g.submit(ctx, "barrier", g.barrier)
+	return g.submit(ctx, pg.OpBarrier, meta{}, g.barrier)
 }
 
 // MonitoredBarrier is c10d's monitored_barrier: it returns nil once every
@@ -69,7 +72,7 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 	if timeout <= 0 {
 		timeout = g.opts.Timeout
 	}
-	w := g.submit(ctx, "monitored_barrier", func(r *run) error { return g.monitoredBarrier(r, timeout, waitAll) })
+	w := g.submit(ctx, pg.OpMonitoredBarrier, meta{}, func(r *run) error { return g.monitoredBarrier(r, timeout, waitAll) })
 	<-w.Done()
 	return w.Err()
 }

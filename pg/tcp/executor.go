@@ -17,34 +17,55 @@ import (
 // frames of later collectives that arrive early are kept in the link's
 // mailbox, keyed by (seq, tag), until their collective runs.
 
+// Note [sequence numbers]: on the wire, collectives are numbered from 0
+// (the first collective's frames carry Seq 0); Work.Seq, WorkInfo.Seq and
+// error messages count from 1, as c10d does: wire seq s is collective
+// #s+1.
+
 // op is one issued collective.
 type op struct {
-	name   string
-	seq    uint64
-	ctx    context.Context
-	issued time.Time
-	fut    *pg.Future
-	do     func(*run) error
-	stop   func() bool // unregisters the ctx watch
+	typ     pg.OpType
+	name    string
+	seq     uint64 // on the wire; Work.Seq is seq+1
+	ctx     context.Context
+	issued  time.Time
+	started time.Time
+	meta    meta
+	fut     *pg.Future
+	do      func(*run) error
+	stop    func() bool // unregisters the ctx watch
 }
 
+// meta is what a collective's WorkInfo says about its buffers.
+type meta struct {
+	dtype   pg.Dtype
+	in, out int64
+}
+
+// inPlace is the meta of a collective on one tensor, in place.
+func inPlace(t pg.Tensor) meta { return meta{t.Dtype, int64(len(t.Data)), int64(len(t.Data))} }
+
+// outIn is the meta of a collective from in to out.
+func outIn(out, in pg.Tensor) meta { return meta{in.Dtype, int64(len(in.Data)), int64(len(out.Data))} }
+
 // invalid is the Work of a collective whose arguments are wrong.
-func (g *Group) invalid(name string, err error) pg.Work {
-	return pg.Completed(&pg.CollectiveError{Op: name, Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err})
+func (g *Group) invalid(typ pg.OpType, err error) pg.Work {
+	return pg.Completed(&pg.CollectiveError{Op: typ.String(), Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err})
 }
 
 // submit issues a collective: it takes the next sequence number and
 // queues do for the executor.
-func (g *Group) submit(ctx context.Context, name string, do func(*run) error) pg.Work {
-	o := &op{name: name, ctx: ctx, issued: time.Now(), fut: pg.NewFuture(), do: do}
+func (g *Group) submit(ctx context.Context, typ pg.OpType, m meta, do func(*run) error) pg.Work {
+	name := typ.String()
+	o := &op{typ: typ, name: name, ctx: ctx, issued: time.Now(), meta: m, do: do}
 	g.mu.Lock()
 	if f := g.failure.Load(); f != nil || g.exited {
 		g.mu.Unlock()
-		o.fut.Complete(g.failure.Load().errorFor(name, g.rank)) // exited implies failed
-		return o.fut
+		return pg.Completed(g.annotate(g.failure.Load().errorFor(name, g.rank))) // exited implies failed
 	}
 	o.seq = g.nextSeq
 	g.nextSeq++
+	o.fut = pg.NewSeqFuture(o.seq + 1)
 	if ctx.Done() != nil {
 		// The ranks are out of step once a collective is abandoned, so
 		// the caller's ctx ending aborts the whole group (pg's contract).
@@ -62,7 +83,7 @@ func (g *Group) submit(ctx context.Context, name string, do func(*run) error) pg
 // cancelled aborts the group because o's ctx ended.
 func (g *Group) cancelled(o *op) {
 	g.fail(&failure{kind: pg.ErrAborted, peer: pg.NoPeer,
-		err: fmt.Errorf("the context of %s #%d ended: %w", o.name, o.seq, context.Cause(o.ctx))}, kindAbort)
+		err: fmt.Errorf("the context of %s #%d ended: %w", o.name, o.seq+1, context.Cause(o.ctx))}, kindAbort)
 }
 
 // execute is the executor goroutine: it runs the queued collectives one
@@ -74,11 +95,16 @@ func (g *Group) execute() {
 		if o == nil {
 			return
 		}
-		err := g.runOne(o)
+		err := g.annotate(g.runOne(o))
 		if o.stop != nil {
 			o.stop()
 		}
 		o.fut.Complete(err)
+		if g.hooks.Active() {
+			g.hooks.Deliver(pg.WorkInfo{Op: o.typ, Seq: o.seq + 1, Rank: g.rank, Dtype: o.meta.dtype,
+				InBytes: o.meta.in, OutBytes: o.meta.out,
+				Issued: o.issued, Started: o.started, Finished: time.Now(), Err: err})
+		}
 	}
 }
 
@@ -112,6 +138,7 @@ func (g *Group) next() *op {
 // runOne runs o and returns its result. A failed collective fails the
 // group.
 func (g *Group) runOne(o *op) error {
+	o.started = time.Now()
 	if o.ctx.Err() != nil {
 		return g.ctxErr(o.name, o.ctx)
 	}
@@ -131,7 +158,7 @@ func (g *Group) runOne(o *op) error {
 		if o.ctx.Err() != nil {
 			g.cancelled(o) // whichever of this and the ctx watch comes first
 		}
-		g.fail(failureOf(o.name, o.seq, err), finalFrame(g.rank, err))
+		g.fail(failureOf(o.name, o.seq+1, err), finalFrame(g.rank, err))
 		// Complete only once no reader can touch o's buffers, and the
 		// peers have been told and have hung up (or closeGrace passed):
 		// whoever sees this Work fail cannot then finish a collective

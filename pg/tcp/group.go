@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -13,15 +14,19 @@ import (
 )
 
 // Group is a TCP process group: one rank of a full mesh of authenticated
-// connections. It implements pg.ProcessGroup, pg.MonitoredBarrierer and
-// pg.Backender. Its methods are safe for concurrent use, but collectives
-// must be issued in the same order on every rank.
+// connections. It implements pg.Extended: every collective of c10d's
+// Backend, point-to-point Send and Recv, subgroups and completion hooks.
+// Its methods are safe for concurrent use, but collectives must be issued
+// in the same order on every rank.
 type Group struct {
 	opts       Options
 	rank, size int
 	log        *zap.Logger
-	links      []*link // by peer rank; nil at this rank
+	st         store.Store // the store New received, where subgroups rendezvous
+	parent     []int       // a subgroup's ranks in its parent group; nil for a top group
+	links      []*link     // by peer rank; nil at this rank
 	pool       pool
+	hooks      pg.Completions
 
 	mu      sync.Mutex
 	queue   []*op  // issued, not yet run
@@ -44,11 +49,7 @@ type Group struct {
 	closeOnce sync.Once
 }
 
-var (
-	_ pg.ProcessGroup       = (*Group)(nil)
-	_ pg.MonitoredBarrierer = (*Group)(nil)
-	_ pg.Backender          = (*Group)(nil)
-)
+var _ pg.Extended = (*Group)(nil)
 
 // New joins the group: it listens on opts.ListenAddr, publishes its
 // address in st, connects to every other rank (dialing the higher ranks,
@@ -56,6 +57,12 @@ var (
 // opts.Secret) and returns once the mesh is complete. ctx bounds the
 // rendezvous; without a deadline, opts.Timeout does.
 func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
+	return newGroup(ctx, st, opts, nil)
+}
+
+// newGroup is New for a group whose ranks are parent's in its parent
+// group (nil for a top group).
+func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (*Group, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
@@ -68,10 +75,10 @@ func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
 	log := opts.Logger.With(zap.Int("rank", opts.Rank))
 	conns, err := rendezvous(ctx, st, opts, log)
 	if err != nil {
-		return nil, err
+		return nil, (&Group{parent: parent}).annotate(err)
 	}
 	g := &Group{
-		opts: opts, rank: opts.Rank, size: opts.Size, log: log,
+		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent,
 		links:       make([]*link, opts.Size),
 		failed:      make(chan struct{}),
 		opKick:      make(chan struct{}, 1),
@@ -132,8 +139,32 @@ func (g *Group) Close() error {
 		g.fail(&failure{kind: pg.ErrClosed, peer: pg.NoPeer, err: errors.New("Close was called")}, kindGoodbye)
 		close(g.stopping)
 		g.wg.Wait()
+		g.hooks.Close()
 	})
 	return nil
+}
+
+// OnCompletion registers hook, which is called with a pg.WorkInfo for
+// every Work the group issues (collectives and Send and Recv) once it has
+// finished, in completion order, on one goroutine of the group's. Hooks
+// stop with Close.
+func (g *Group) OnCompletion(hook func(pg.WorkInfo)) { g.hooks.Register(hook) }
+
+// annotate adds, in a subgroup, the parent rank of the peer an error
+// names.
+func (g *Group) annotate(err error) error {
+	ce, ok := err.(*pg.CollectiveError)
+	if !ok || g.parent == nil || ce.Peer < 0 || ce.Peer >= len(g.parent) {
+		return err
+	}
+	c := *ce
+	note := fmt.Sprintf("subgroup rank %d is rank %d of the parent group", ce.Peer, g.parent[ce.Peer])
+	if c.Err == nil {
+		c.Err = errors.New(note)
+	} else {
+		c.Err = fmt.Errorf("%w (%s)", ce.Err, note)
+	}
+	return &c
 }
 
 // fail records the group's failure (the first wins), tears down every
@@ -154,6 +185,7 @@ func (g *Group) fail(f *failure, fkind uint8) bool {
 	for _, l := range g.links {
 		if l != nil {
 			l.teardown(fkind, payload)
+			l.failP2P(func(op string) error { return f.errorFor(op, g.rank) })
 		}
 	}
 	g.signal()

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/internal/wire"
 )
 
@@ -17,6 +18,8 @@ const (
 	kindGoodbye                  // the sender closed its group
 	kindHello                    // the accepting side names its rank, once, after the handshake
 	kindRelay                    // the sender's group failed because of another rank's abort; payload from encodeAbort
+	kindP2P                      // a chunk of a Send's message: Seq its total length, Tag the user's tag
+	kindP2PAck                   // a Recv took message Seq: Flags the outcome, payload the Recv's length
 )
 
 // Note [abort and relay]: a rank whose collective fails sends every peer
@@ -28,11 +31,12 @@ const (
 // send a relay frame instead, which fails only what waits on that link,
 // and names the root rank too.
 
-// key matches a data frame to the collective (Seq) and step (Tag) that
-// waits for it.
+// key matches a data frame to the collective (Seq), step (Tag) and part
+// of a coalesced collective (Flags) that waits for it.
 type key struct {
 	seq uint64
 	tag uint32
+	sub uint8
 }
 
 // slot is one expected or arrived data frame in a link's mailbox.
@@ -49,10 +53,11 @@ type sendReq struct {
 	h       wire.Header
 	p       []byte
 	run     *run
-	release bool   // p is a pool buffer: return it once written
-	post    *link  // once written, post postDst on this link under postKey
-	postKey key    //
-	postDst []byte //
+	release bool          // p is a pool buffer: return it once written
+	post    *link         // once written, post postDst on this link under postKey
+	postKey key           //
+	postDst []byte        //
+	done    func(ok bool) // if not nil, called once the frame is written or dropped
 }
 
 // link is the connection to one peer: a mailbox the reader fills and the
@@ -77,6 +82,8 @@ type link struct {
 	kick     chan struct{} // the writer has work (capacity 1)
 	finalCh  chan struct{} // closed by teardown
 	inflight atomic.Int64  // frames queued or being written
+
+	p2p p2p // Send and Recv with this peer
 }
 
 func newLink(g *Group, peer int, conn net.Conn) *link {
@@ -172,8 +179,30 @@ func (l *link) die(kind, err error, blame int) bool {
 	l.mu.Unlock()
 	l.failQueued(q)
 	l.conn.Close()
+	l.failP2P(func(op string) error {
+		return &pg.CollectiveError{Op: op, Rank: l.g.rank, Peer: blame, Kind: kind, Err: err}
+	})
 	l.g.signal()
 	return true
+}
+
+// enqueueAll hands reqs to the writer together, so that they go out back
+// to back, or fails at once if the link is dead.
+func (l *link) enqueueAll(reqs []sendReq) error {
+	l.mu.Lock()
+	if l.err != nil || l.shut {
+		err := l.errLocked()
+		l.mu.Unlock()
+		return err
+	}
+	l.queue = append(l.queue, reqs...)
+	l.inflight.Add(int64(len(reqs)))
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // failQueued drops requests that will never be written.
@@ -196,6 +225,9 @@ func (l *link) complete(req *sendReq, ok bool) {
 	l.inflight.Add(-1)
 	if req.run != nil {
 		req.run.sendDone(l, ok)
+	}
+	if req.done != nil {
+		req.done(ok)
 	}
 	*req = sendReq{}
 	l.g.signal()

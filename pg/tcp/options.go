@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -77,6 +78,10 @@ type Options struct {
 	// maximum (several MiB) as the connection needs, and measured no
 	// slower on loopback.
 	SocketBuffer int
+
+	// advertiseHost, set for subgroups, is the host to advertise with
+	// the listener's port, when AdvertiseAddr is empty.
+	advertiseHost string
 }
 
 // withDefaults validates o and fills in its defaults.
@@ -118,6 +123,9 @@ func (o Options) withDefaults() (Options, error) {
 func (o Options) advertise(a net.Addr) (string, error) {
 	if o.AdvertiseAddr != "" {
 		return o.AdvertiseAddr, nil
+	}
+	if ta, ok := a.(*net.TCPAddr); ok && o.advertiseHost != "" {
+		return net.JoinHostPort(o.advertiseHost, strconv.Itoa(ta.Port)), nil
 	}
 	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
 		return "", fmt.Errorf("%w: listening on %v, every interface: set AdvertiseAddr to the address peers should dial", pg.ErrInvalidArgument, a)

@@ -71,9 +71,17 @@ func (l *link) handle(h wire.Header, r *bufio.Reader) error {
 	switch h.Kind {
 	case kindData:
 		if h.Seq < l.g.curSeq.Load() {
-			return &linkErr{pg.ErrComm, fmt.Errorf("protocol error: frame for collective #%d, which has already finished", h.Seq), l.peer}
+			return &linkErr{pg.ErrComm, fmt.Errorf("protocol error: frame for collective #%d, which has already finished", h.Seq+1), l.peer}
 		}
-		return l.deliver(key{h.Seq, h.Tag}, int(h.Len), r)
+		return l.deliver(key{h.Seq, h.Tag, h.Flags}, int(h.Len), r)
+	case kindP2P:
+		return l.p2pFrame(h, r)
+	case kindP2PAck:
+		p, err := l.readControl(h, r)
+		if err != nil {
+			return err
+		}
+		return l.p2pAck(h, p)
 	case kindAbort:
 		p, err := l.readControl(h, r)
 		if err != nil {
@@ -198,5 +206,5 @@ func (l *link) readFailed(err error) {
 // collective expects: the ranks disagree on a tensor's length.
 func sizeMismatch(peer int, k key, got, want int) error {
 	return fmt.Errorf("%w: rank %d sent %d bytes for step %d of collective #%d, this rank expects %d (do the ranks pass tensors of the same length and dtype?)",
-		pg.ErrMismatch, peer, got, k.tag, k.seq, want)
+		pg.ErrMismatch, peer, got, k.tag, k.seq+1, want)
 }

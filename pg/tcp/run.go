@@ -20,6 +20,7 @@ type run struct {
 	g        *Group
 	op       string
 	seq      uint64
+	sub      uint8 // the part of a coalesced collective running: frames carry it in Flags
 	ctx      context.Context
 	ctxDone  <-chan struct{}
 	deadline time.Time
@@ -43,23 +44,28 @@ func (r *run) setDeadline(t time.Time) {
 	r.timer.Reset(time.Until(t))
 }
 
-func (r *run) key(tag uint32) key { return key{r.seq, tag} }
+func (r *run) key(tag uint32) key { return key{r.seq, tag, r.sub} }
+
+// header is the header of this run's data frame tag.
+func (r *run) header(tag uint32) wire.Header {
+	return wire.Header{Kind: kindData, Flags: r.sub, Seq: r.seq, Tag: tag}
+}
 
 // send queues p for l under tag. p must stay untouched until flush.
 func (r *run) send(l *link, tag uint32, p []byte) error {
-	return r.enqueue(l, sendReq{h: wire.Header{Seq: r.seq, Tag: tag}, p: p, run: r})
+	return r.enqueue(l, sendReq{h: r.header(tag), p: p, run: r})
 }
 
 // sendPooled sends a pool buffer, which goes back to the pool once written.
 func (r *run) sendPooled(l *link, tag uint32, p []byte) error {
-	return r.enqueue(l, sendReq{h: wire.Header{Seq: r.seq, Tag: tag}, p: p, run: r, release: true})
+	return r.enqueue(l, sendReq{h: r.header(tag), p: p, run: r, release: true})
 }
 
 // sendThenPost sends p to l and, once it is written, posts dst (usually
 // p itself) as the destination of frame ptag from link from: the region
 // is free for the incoming frame only after the kernel has taken it.
 func (r *run) sendThenPost(l *link, tag uint32, p []byte, from *link, ptag uint32, dst []byte) error {
-	return r.enqueue(l, sendReq{h: wire.Header{Seq: r.seq, Tag: tag}, p: p, run: r, post: from, postKey: r.key(ptag), postDst: dst})
+	return r.enqueue(l, sendReq{h: r.header(tag), p: p, run: r, post: from, postKey: r.key(ptag), postDst: dst})
 }
 
 func (r *run) enqueue(l *link, req sendReq) error {
@@ -188,7 +194,7 @@ func (r *run) block(peer int) error {
 	case <-r.g.wake:
 		return nil
 	case <-r.timer.C:
-		return r.errf(peer, pg.ErrTimeout, fmt.Errorf("collective #%d made no progress with rank %d before its deadline (group timeout %v)", r.seq, peer, r.g.opts.Timeout))
+		return r.errf(peer, pg.ErrTimeout, fmt.Errorf("collective #%d made no progress with rank %d before its deadline (group timeout %v)", r.seq+1, peer, r.g.opts.Timeout))
 	case <-r.ctxDone:
 		return r.g.ctxErr(r.op, r.ctx)
 	case <-r.g.failed:

@@ -65,7 +65,6 @@ func (w *writer) write(batch []sendReq) {
 		w.iov = w.iov[:0]
 		for j < len(batch) && j-i < maxBatch && (j == i || bytes+len(batch[j].p) <= maxBatchBytes) {
 			req := &batch[j]
-			req.h.Kind = kindData
 			req.h.Len = uint32(len(req.p))
 			req.h.Put(w.hdr[j-i][:])
 			w.iov = append(w.iov, w.hdr[j-i][:])
