@@ -74,3 +74,41 @@ func ExampleGroup_AllToAll() {
 	// rank 1 [1 11 11 21 21 21]
 	// rank 2 [2 12 12 22 22 22]
 }
+
+// Split makes subgroups: here the even and the odd ranks of four, each
+// ordered by descending parent rank, sum their parent ranks apart.
+func ExampleGroup_Split() {
+	groups, err := local.New(4, local.Options{})
+	if err != nil {
+		panic(err)
+	}
+	sums := make([]string, 4)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() {
+			ctx := context.Background()
+			sub, err := g.Split(ctx, r%2, -r)
+			if err != nil {
+				panic(err)
+			}
+			defer sub.Close()
+			x := []int64{int64(r)}
+			if err := sub.AllReduce(ctx, pg.Int64s(x), pg.Op(pg.Sum)).Wait(ctx); err != nil {
+				panic(err)
+			}
+			sums[r] = fmt.Sprintf("parent rank %d is rank %d of %d; sum %d", r, sub.Rank(), sub.Size(), x[0])
+		})
+	}
+	wg.Wait()
+	for _, g := range groups {
+		_ = g.Close()
+	}
+	for _, s := range sums {
+		fmt.Println(s)
+	}
+	// Output:
+	// parent rank 0 is rank 1 of 2; sum 2
+	// parent rank 1 is rank 1 of 2; sum 4
+	// parent rank 2 is rank 0 of 2; sum 2
+	// parent rank 3 is rank 0 of 2; sum 4
+}

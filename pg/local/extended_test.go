@@ -961,3 +961,22 @@ func TestExtendedMixedInFlight(t *testing.T) {
 		}
 	}
 }
+
+func TestExtendedAbortInSubgroup(t *testing.T) {
+	ctx := context.Background()
+	groups := start(t, 4, time.Minute)
+	// Two subgroups that share parent rank 2: {2, 0} and {1, 2, 3}.
+	a := makeSubgroups(t, groups, func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{2, 0}) })
+	b := makeSubgroups(t, groups, func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{1, 2, 3}) })
+	waiting := a[2].AllReduce(ctx, f32(1), pg.Op(pg.Sum))
+	a[0].Abort(errors.New("disk full"))
+	err := wait(t, waiting)
+	wantCollErr(t, "a's rank 0", err, pg.ErrRemote, 1)
+	if !strings.Contains(err.Error(), "rank 1 (rank 0 of the parent group)") || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("%v does not name the rank in both numberings with the cause", err)
+	}
+	wantCollErr(t, "aborted rank", wait(t, a[0].Barrier(ctx)), pg.ErrAborted, pg.NoPeer)
+	// The sibling that shares parent rank 2, and the parent, go on.
+	stillInStep(t, members(b, 1, 2, 3))
+	stillInStep(t, groups)
+}
