@@ -174,18 +174,28 @@ func TestSendRecvNeedsTwoRanks(t *testing.T) {
 	}
 }
 
-// TestTCPWorkers runs the real command: launcher, two worker processes
-// (this test binary, see TestMain), the tcp backend over loopback.
+// TestTCPWorkers runs the real command for every op: launcher, two
+// worker processes (this test binary, see TestMain), the tcp backend over
+// loopback.
 func TestTCPWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two processes")
 	}
 	var out, errOut bytes.Buffer
-	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--op", "reducescatter", "--sizes", "4096,65536", "--iters", "2", "--timeout", "30s"}, &out, &errOut); err != nil {
+	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--op", "all", "--sizes", "65536", "--iters", "2", "--warmup", "1", "--timeout", "30s"}, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 || lines[0] != csvHeader || !strings.HasPrefix(lines[2], "65536,8192,float32,reducescatter,sum,,") {
+	if len(lines) != 1+len(collectives()) || lines[0] != csvHeader {
 		t.Fatalf("output:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+	for i, c := range collectives() {
+		count := 16384
+		if c.chunked {
+			count = 8192
+		}
+		if want := fmt.Sprintf("65536,%d,float32,%s,", count, c.name); !strings.HasPrefix(lines[1+i], want) {
+			t.Errorf("row %q, want it to start with %q", lines[1+i], want)
+		}
 	}
 }

@@ -28,6 +28,9 @@ import (
 //	alltoall       S/e/n      count·n·e            (n-1)/n
 //	gather         S/e/n      count·n·e            (n-1)/n
 //	scatter        S/e/n      count·n·e            (n-1)/n
+//
+// (Recent nccl-tests also round gather's per-rank count down to a
+// multiple of 16 bytes; this command does not.)
 type collective struct {
 	name    string
 	chunked bool // nccl-tests' count is the per-rank chunk, S/e/n
