@@ -58,6 +58,40 @@ func BenchmarkAllReduce(b *testing.B) {
 	b.ReportMetric(algbw*2*(n-1)/n, "busbw_GB/s")
 }
 
+// BenchmarkAllToAll is 4 ranks exchanging equal chunks of 64 MiB of
+// float32 each. Every byte is read once from its sender's input and
+// written once to its receiver's output, so its MB/s, counted as 2*N*S
+// bytes moved, compares with BenchmarkCopy's directly.
+func BenchmarkAllToAll(b *testing.B) {
+	const n = 4
+	ctx := context.Background()
+	groups, err := local.New(n, local.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, g := range groups {
+			_ = g.Close()
+		}
+	}()
+	ins, outs := make([]pg.Tensor, n), make([]pg.Tensor, n)
+	for r := range ins {
+		ins[r], outs[r] = pg.NewTensor(pg.Float32, benchBytes/4), pg.NewTensor(pg.Float32, benchBytes/4)
+		fault(ins[r].Data)
+		fault(outs[r].Data)
+	}
+	works := make([]pg.Work, n)
+	b.SetBytes(2 * n * benchBytes)
+	for b.Loop() {
+		for r, g := range groups {
+			works[r] = g.AllToAll(ctx, outs[r], ins[r], nil, nil)
+		}
+		if err := pg.WaitAll(ctx, works...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkCopy is the memory-bandwidth reference: a plain copy of 64 MiB
 // by one goroutine, and split across GOMAXPROCS goroutines.
 func BenchmarkCopy(b *testing.B) {
