@@ -86,3 +86,88 @@ func clone(t pg.Tensor) pg.Tensor {
 	copy(c.Data, t.Data)
 	return c
 }
+
+// randomSplits returns the split sizes of an uneven alltoall on n ranks:
+// splits[i][j] elements go from rank i to rank j, each at most maxLen, a
+// third of them zero. They derive from seed alone, so every rank sees the
+// same matrix. Depending on seed, one rank also sends nothing, one
+// receives nothing, or no rank sends to itself.
+func randomSplits(n, maxLen int, seed uint64) [][]int {
+	rng := rand.New(rand.NewPCG(seed, uint64(n)))
+	s := make([][]int, n)
+	for i := range s {
+		s[i] = make([]int, n)
+		for j := range s[i] {
+			if rng.IntN(3) != 0 {
+				s[i][j] = 1 + rng.IntN(maxLen)
+			}
+		}
+	}
+	k := int(seed % uint64(n))
+	for i := range n {
+		switch seed % 3 {
+		case 0:
+			s[k][i] = 0
+		case 1:
+			s[i][k] = 0
+		default:
+			s[i][i] = 0
+		}
+	}
+	return s
+}
+
+// splitsSumming is randomSplits with every rank sending total elements in
+// all, at least one of its chunks empty when n > 1.
+func splitsSumming(n, total int, seed uint64) [][]int {
+	rng := rand.New(rand.NewPCG(seed, uint64(n)))
+	s := make([][]int, n)
+	for i := range s {
+		weights := make([]int, n)
+		sum := 0
+		for j := range weights {
+			weights[j] = rng.IntN(4)
+			sum += weights[j]
+		}
+		if n > 1 {
+			sum -= weights[(i+1)%n]
+			weights[(i+1)%n] = 0
+		}
+		if sum == 0 {
+			weights[i], sum = 1, 1
+		}
+		s[i] = make([]int, n)
+		left, last := total, 0
+		for j, wt := range weights {
+			s[i][j] = total * wt / sum
+			left -= s[i][j]
+			if wt > 0 {
+				last = j
+			}
+		}
+		s[i][last] += left
+	}
+	return s
+}
+
+// column returns splits[i][j] for every i: what rank j receives from
+// each rank.
+func columnOf(splits [][]int, j int) []int {
+	c := make([]int, len(splits))
+	for i, row := range splits {
+		c[i] = row[j]
+	}
+	return c
+}
+
+// sum adds up s.
+func sum(s []int) int {
+	t := 0
+	for _, v := range s {
+		t += v
+	}
+	return t
+}
+
+// newRand is the suite's seeded RNG.
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }

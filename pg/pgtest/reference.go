@@ -276,3 +276,105 @@ func element(t pg.Tensor, i int) string {
 	}
 	return fmt.Sprint(floats(e)[0])
 }
+
+// Gather is the serial reference for Gather and AllGather: the inputs,
+// one per rank and all of one dtype and length, back to back in rank
+// order, in a new tensor.
+func Gather(ins []pg.Tensor) (pg.Tensor, error) {
+	if len(ins) == 0 {
+		return pg.Tensor{}, fmt.Errorf("pgtest: %w: no inputs", pg.ErrInvalidArgument)
+	}
+	d, n := ins[0].Dtype, ins[0].Len()
+	out := pg.NewTensor(d, len(ins)*n)
+	for i, in := range ins {
+		if err := in.Validate(); err != nil {
+			return pg.Tensor{}, fmt.Errorf("pgtest: input %d: %w", i, err)
+		}
+		if in.Dtype != d || in.Len() != n {
+			return pg.Tensor{}, fmt.Errorf("pgtest: %w: input %d is %v x %d, input 0 is %v x %d", pg.ErrInvalidArgument, i, in.Dtype, in.Len(), d, n)
+		}
+		copy(out.Slice(i*n, (i+1)*n).Data, in.Data)
+	}
+	return out, nil
+}
+
+// Scatter is the serial reference for Scatter: in cut into size equal
+// chunks, chunk i for rank i, each in a new tensor.
+func Scatter(in pg.Tensor, size int) ([]pg.Tensor, error) {
+	if err := in.Validate(); err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	if size < 1 || in.Len()%size != 0 {
+		return nil, fmt.Errorf("pgtest: %w: %d elements do not split into %d equal chunks", pg.ErrInvalidArgument, in.Len(), size)
+	}
+	k := in.Len() / size
+	outs := make([]pg.Tensor, size)
+	for i := range outs {
+		outs[i] = clone(in.Slice(i*k, (i+1)*k))
+	}
+	return outs, nil
+}
+
+// AllToAll is the serial reference for AllToAll: splits[i][j] is the
+// number of elements rank i sends to rank j (nil splits: equal chunks),
+// so rank j's output is, for every i in order, chunk j of rank i's input.
+// It returns each rank's output in a new tensor.
+func AllToAll(ins []pg.Tensor, splits [][]int) ([]pg.Tensor, error) {
+	n := len(ins)
+	if n == 0 {
+		return nil, fmt.Errorf("pgtest: %w: no inputs", pg.ErrInvalidArgument)
+	}
+	d := ins[0].Dtype
+	if splits == nil {
+		splits = make([][]int, n)
+		for i, in := range ins {
+			if in.Len()%n != 0 {
+				return nil, fmt.Errorf("pgtest: %w: input %d holds %d elements, not a multiple of %d", pg.ErrInvalidArgument, i, in.Len(), n)
+			}
+			splits[i] = make([]int, n)
+			for j := range splits[i] {
+				splits[i][j] = in.Len() / n
+			}
+		}
+	}
+	if len(splits) != n {
+		return nil, fmt.Errorf("pgtest: %w: %d rows of splits for %d ranks", pg.ErrInvalidArgument, len(splits), n)
+	}
+	outLens := make([]int, n)
+	for i, in := range ins {
+		if err := in.Validate(); err != nil {
+			return nil, fmt.Errorf("pgtest: input %d: %w", i, err)
+		}
+		if in.Dtype != d {
+			return nil, fmt.Errorf("pgtest: %w: input %d is %v, input 0 is %v", pg.ErrInvalidArgument, i, in.Dtype, d)
+		}
+		if len(splits[i]) != n {
+			return nil, fmt.Errorf("pgtest: %w: rank %d has %d splits for %d ranks", pg.ErrInvalidArgument, i, len(splits[i]), n)
+		}
+		sum := 0
+		for j, s := range splits[i] {
+			if s < 0 {
+				return nil, fmt.Errorf("pgtest: %w: rank %d sends %d elements to rank %d", pg.ErrInvalidArgument, i, s, j)
+			}
+			sum += s
+			outLens[j] += s
+		}
+		if sum != in.Len() {
+			return nil, fmt.Errorf("pgtest: %w: rank %d's splits sum to %d, its input holds %d", pg.ErrInvalidArgument, i, sum, in.Len())
+		}
+	}
+	outs := make([]pg.Tensor, n)
+	at := make([]int, n) // where the next chunk goes in each output
+	for j := range outs {
+		outs[j] = pg.NewTensor(d, outLens[j])
+	}
+	for i, in := range ins {
+		from := 0
+		for j, s := range splits[i] {
+			copy(outs[j].Slice(at[j], at[j]+s).Data, in.Slice(from, from+s).Data)
+			at[j] += s
+			from += s
+		}
+	}
+	return outs, nil
+}

@@ -50,6 +50,7 @@ func Run(t *testing.T, newWorld World) {
 		}
 	})
 	t.Run("Faults", func(t *testing.T) { runFaults(t, newWorld) })
+	t.Run("Extended", func(t *testing.T) { runExtended(t, newWorld, g) })
 }
 
 func runCollectives(t *testing.T, w *world, g grid) {
@@ -68,13 +69,20 @@ func runCollectives(t *testing.T, w *world, g grid) {
 type grid struct {
 	worlds  []int
 	longest int // the longest tensor of the small-tensor checks
+
+	heavyWorlds []int // the worlds of the 16 MiB pg.Extended checks
+	seqWorlds   []int // the fresh worlds of the sequence-number checks
+	splitSeeds  int   // random uneven alltoalls per dtype
+	messages    int   // messages per tag and direction in the send/recv ring
 }
 
 func newGrid(short bool) grid {
 	if short {
-		return grid{worlds: []int{1, 2, 3, 4, 8}, longest: 4099}
+		return grid{worlds: []int{1, 2, 3, 4, 8}, longest: 4099,
+			heavyWorlds: []int{2}, seqWorlds: []int{1, 2, 4}, splitSeeds: 2, messages: 2}
 	}
-	return grid{worlds: []int{1, 2, 3, 4, 5, 6, 7, 8}, longest: 65537}
+	return grid{worlds: []int{1, 2, 3, 4, 5, 6, 7, 8}, longest: 65537,
+		heavyWorlds: []int{2, 4}, seqWorlds: []int{1, 2, 3, 5, 8}, splitSeeds: 3, messages: 3}
 }
 
 // lengths are the tensor lengths checked on a world of n ranks: empty,

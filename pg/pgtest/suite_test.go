@@ -24,6 +24,13 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 		{"corrupt-all", "Collectives/world=2/AllReduce/float32/SUM", "world=2 allreduce float32 SUM len=1: rank 0: 1 of 1 elements differ"},
 		{"corrupt-rank-1", "Collectives/world=3/AllReduce/int64/MAX", "rank 1's result differs in its bits from rank 0's"},
 		{"ignore-close", "Faults/Close/world=2/rank=1", "is a timeout; want the departure of rank 1 noticed"},
+		{"not-extended", "Extended/world=2/Reduce", "does not implement pg.Extended: it lacks pg.MonitoredBarrierer, pg.Backender, pg.Rooted"},
+		{"ext-reduce-writes-nonroot", "Extended/world=3/Reduce/int32/SUM", "rank 2: its tensor (not the root's) changed"},
+		{"ext-alltoall-corrupts", "Extended/world=2/AllToAll/uneven/uint8", "world=2 alltoall uint8 splits="},
+		{"ext-seq-off", "Extended/Seq/world=2", "collective #1 issued has Seq 2, want 1"},
+		{"ext-split-ignores-key", "Extended/world=4/Split", "Split(parity, -rank): subgroup of parent ranks [2 0]: parent rank 2 got rank 1 of size 2, want rank 0"},
+		{"ext-hook-drops-sends", "Extended/Seq/world=2", "completion hook: rank 0: never saw send #1"},
+		{"ext-recv-swaps-tags", "Extended/world=2/SendRecv", "world=2 send/recv ring: rank 0: recv #0 of tag"},
 	} {
 		t.Run(c.bug, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestPlantedBug$/"+c.run, "-test.short", "-test.count=1")
@@ -53,6 +60,9 @@ func TestPlantedBug(t *testing.T) {
 		out := make([]pg.ProcessGroup, n)
 		for i, g := range groups {
 			out[i] = planted{ProcessGroup: g, bug: bug}
+			if strings.HasPrefix(bug, "ext-") {
+				out[i] = plantedExt{Extended: g, bug: bug}
+			}
 			t.Cleanup(func() { _ = g.Close() })
 		}
 		return out
@@ -86,4 +96,82 @@ func (p planted) Close() error {
 		return nil
 	}
 	return p.ProcessGroup.Close()
+}
+
+// plantedExt is a local group with a bug in a pg.Extended method.
+type plantedExt struct {
+	pg.Extended
+	bug string
+}
+
+// after runs f once w has finished, before the returned Work finishes.
+func after(ctx context.Context, w pg.Work, f func()) pg.Work {
+	out := pg.NewSeqFuture(w.Seq())
+	go func() {
+		err := w.Wait(ctx)
+		f()
+		out.Complete(err)
+	}()
+	return out
+}
+
+// Reduce leaves a non-root rank's last byte flipped.
+func (p plantedExt) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
+	w := p.Extended.Reduce(ctx, t, root, op)
+	if p.bug != "ext-reduce-writes-nonroot" || p.Rank() == root || t.Len() == 0 {
+		return w
+	}
+	return after(ctx, w, func() { t.Data[len(t.Data)-1] ^= 1 })
+}
+
+// AllToAll flips the first byte of the output.
+func (p plantedExt) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
+	w := p.Extended.AllToAll(ctx, out, in, outSplits, inSplits)
+	if p.bug != "ext-alltoall-corrupts" || len(out.Data) == 0 {
+		return w
+	}
+	return after(ctx, w, func() { out.Data[0] ^= 0x80 })
+}
+
+// seqOff is a Work whose Seq is one too many.
+type seqOff struct{ pg.Work }
+
+func (s seqOff) Seq() uint64 { return s.Work.Seq() + 1 }
+
+// AllReduce numbers its Work one too high.
+func (p plantedExt) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
+	w := p.Extended.AllReduce(ctx, t, op)
+	if p.bug == "ext-seq-off" {
+		return seqOff{w}
+	}
+	return w
+}
+
+// Split ignores the key.
+func (p plantedExt) Split(ctx context.Context, color, key int) (pg.ProcessGroup, error) {
+	if p.bug == "ext-split-ignores-key" {
+		key = 0
+	}
+	return p.Extended.Split(ctx, color, key)
+}
+
+// OnCompletion hides sends from the hook.
+func (p plantedExt) OnCompletion(hook func(pg.WorkInfo)) {
+	if p.bug != "ext-hook-drops-sends" {
+		p.Extended.OnCompletion(hook)
+		return
+	}
+	p.Extended.OnCompletion(func(info pg.WorkInfo) {
+		if info.Op != pg.OpSend {
+			hook(info)
+		}
+	})
+}
+
+// Recv receives tag 1 as tag 2 and tag 2 as tag 1.
+func (p plantedExt) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
+	if p.bug == "ext-recv-swaps-tags" && (tag == 1 || tag == 2) {
+		tag = 3 - tag
+	}
+	return p.Extended.Recv(ctx, t, src, tag)
 }

@@ -1,0 +1,152 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// runExtendedFaults checks how subgroups and point-to-point calls fail,
+// each case on a fresh world with a short group timeout, in parallel.
+func runExtendedFaults(t *testing.T, newWorld World) {
+	for _, abort := range []bool{false, true} {
+		how := map[bool]string{false: "Close", true: "Abort"}[abort]
+		t.Run(fmt.Sprintf("Subgroup/%s/world=4/rank=2", how), func(t *testing.T) {
+			t.Parallel()
+			w := open(t, newWorld, 4, faultTimeout)
+			requireExtended(t, w)
+			subgroupDies(t, w, abort)
+		})
+	}
+	for _, c := range []struct {
+		n, recv, send int
+		abort         bool
+	}{{2, 0, 1, false}, {3, 2, 0, false}, {2, 1, 0, true}} {
+		how := map[bool]string{false: "Closes", true: "Aborts"}[c.abort]
+		t.Run(fmt.Sprintf("Recv/Sender%s/world=%d/rank=%d", how, c.n, c.send), func(t *testing.T) {
+			t.Parallel()
+			w := open(t, newWorld, c.n, faultTimeout)
+			requireExtended(t, w)
+			senderDies(t, w, c.recv, c.send, c.abort)
+		})
+	}
+	t.Run("Recv/SizeMismatch/world=2", func(t *testing.T) {
+		t.Parallel()
+		w := open(t, newWorld, 2, faultTimeout)
+		requireExtended(t, w)
+		sizeMismatch(t, w)
+	})
+}
+
+// subgroupDies: in a world of 4, A = NewGroup([0 1 2]) and B =
+// NewGroup([0 1 3]). Rank 2 closes A while ranks 0 and 1 wait for it in an
+// allreduce on A (or aborts A, and then they issue one): they must fail
+// naming rank 2 (its rank in A too), well before the group timeout. The
+// parent and B, which rank 2's fault does not touch, must then still
+// complete collectives.
+func subgroupDies(t *testing.T, w *world, abort bool) {
+	const k = 2
+	what := fmt.Sprintf("world=4, rank %d closes subgroup [0 1 2] during an allreduce", k)
+	if abort {
+		what = fmt.Sprintf("world=4, rank %d aborts subgroup [0 1 2]", k)
+	}
+	a := makeSubs(t, w, "NewGroup([0 1 2])", [][]int{{0, 1, 2}}, func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
+		return s.NewGroup(ctx, []int{0, 1, 2})
+	})[0]
+	b := makeSubs(t, w, "NewGroup([0 1 3])", [][]int{{0, 1, 3}}, func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
+		return s.NewGroup(ctx, []int{0, 1, 3})
+	})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	others := []int{0, 1}
+	cause := errors.New("pgtest: deliberate abort of a subgroup")
+	start := time.Now()
+	var works []pg.Work
+	if abort {
+		a.w.groups[k].Abort(cause)
+		works = allReduceOn(ctx, a.w, others)
+	} else {
+		works = allReduceOn(ctx, a.w, others)
+		time.Sleep(100 * time.Millisecond)
+		for _, r := range others {
+			if isDone(works[r]) {
+				t.Errorf("%s: rank %d finished (err %v) although rank %d never issued the allreduce", what, r, works[r].Err(), k)
+			}
+		}
+		if err := a.w.groups[k].Close(); err != nil {
+			t.Logf("%s: rank %d: Close: %v", what, k, err)
+		}
+	}
+	errs := a.w.wait(t, what, works)
+	for _, r := range others {
+		namesRank(t, what, r, errs[r], k)
+	}
+	if took := time.Since(start); took >= w.timeout {
+		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the fault went unnoticed", what, took, w.timeout)
+	}
+	if abort {
+		if err := a.w.waitOne(t, what, k, a.w.groups[k].Barrier(ctx)); !errors.Is(err, pg.ErrAborted) || !errors.Is(err, cause) {
+			t.Errorf("%s: rank %d: a barrier on the aborted subgroup got %v, want pg.ErrAborted wrapping the cause", what, k, err)
+		}
+	}
+	after := func(sw *world, name string) {
+		tr := allReduceTrial(sw, pg.Float32, pg.Op(pg.Sum), 300, 1)
+		tr.what = fmt.Sprintf("%s, then an allreduce on %s", what, name)
+		sw.try(t, tr)
+	}
+	after(w, "the parent")
+	after(b.w, "subgroup [0 1 3]")
+}
+
+// senderDies: rank recv waits in a Recv from rank send, which closes its
+// group (or aborts it first, before the Recv is posted). The Recv must
+// fail naming rank send, well before the group timeout.
+func senderDies(t *testing.T, w *world, recv, send int, abort bool) {
+	what := fmt.Sprintf("world=%d, rank %d closes while rank %d waits in a recv from it", w.n, send, recv)
+	if abort {
+		what = fmt.Sprintf("world=%d, rank %d aborts, then rank %d receives from it", w.n, send, recv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	start := time.Now()
+	x := w.groups[recv].(pg.PointToPoint)
+	var wk pg.Work
+	if abort {
+		w.groups[send].Abort(errors.New("pgtest: deliberate abort"))
+		wk = x.Recv(ctx, pg.NewTensor(pg.Float32, 64), send, 3)
+	} else {
+		wk = x.Recv(ctx, pg.NewTensor(pg.Float32, 64), send, 3)
+		time.Sleep(100 * time.Millisecond)
+		if isDone(wk) {
+			t.Errorf("%s: the recv finished (err %v) although nothing was sent", what, wk.Err())
+		}
+		if err := w.groups[send].Close(); err != nil {
+			t.Logf("%s: rank %d: Close: %v", what, send, err)
+		}
+	}
+	namesRank(t, what, recv, w.waitOne(t, what, recv, wk), send)
+	if took := time.Since(start); took >= w.timeout {
+		t.Errorf("%s: the recv took %v to fail, the whole group timeout %v: the fault went unnoticed", what, took, w.timeout)
+	}
+}
+
+// sizeMismatch: rank 0 sends 8 float32s, rank 1 receives into 7. Both
+// must fail with pg.ErrInvalidArgument.
+func sizeMismatch(t *testing.T, w *world) {
+	what := "world=2, rank 0 sends 32 bytes and rank 1 receives 28"
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	works := []pg.Work{
+		w.groups[0].(pg.PointToPoint).Send(ctx, pg.NewTensor(pg.Float32, 8), 1, 0),
+		w.groups[1].(pg.PointToPoint).Recv(ctx, pg.NewTensor(pg.Float32, 7), 0, 0),
+	}
+	for r, err := range w.wait(t, what, works) {
+		if !errors.Is(err, pg.ErrInvalidArgument) {
+			t.Errorf("%s: rank %d: got %v, want an error wrapping pg.ErrInvalidArgument", what, r, err)
+		}
+	}
+}

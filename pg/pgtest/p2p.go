@@ -1,0 +1,161 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// p2pTags are the tags of the ring test, one per dtype, with the length
+// of each of their messages.
+var p2pTags = []struct{ tag, length int }{{0, 1}, {1, 0}, {2, 7}, {3, 1000}, {9, 3}, {100, 64}, {1 << 20, 1}}
+
+// p2pOp is one Send or Recv of a rank in a point-to-point test.
+type p2pOp struct {
+	send bool
+	peer int
+	tag  int
+	buf  pg.Tensor // what is sent, or where it is received
+	want pg.Tensor // what buf must hold afterwards
+	what string
+}
+
+func (o p2pOp) issue(ctx context.Context, x pg.PointToPoint) pg.Work {
+	if o.send {
+		return x.Send(ctx, o.buf, o.peer, o.tag)
+	}
+	return x.Recv(ctx, o.buf, o.peer, o.tag)
+}
+
+// ringMessage is message m of tag ti from src to dst, forward (dir 0, to
+// src+1) or backward (dir 1, to src-1).
+func ringMessage(ti, m, src, dst, dir int) pg.Tensor {
+	d := pg.Dtypes()[ti%len(pg.Dtypes())]
+	return randomBytes(d, p2pTags[ti].length, uint64(ti*100+m), uint64(src*1000+dst*10+dir))
+}
+
+// ringPlan is what rank r of n issues in the ring test: perTag messages of
+// every tag to each neighbour, and the matching receives from each. Even
+// ranks send first, odd ranks receive first; receives go through the tags
+// in the reverse order of sends, so only the tag matches them.
+func ringPlan(n, r, perTag int) []p2pOp {
+	next, prev := (r+1)%n, (r+n-1)%n
+	var sends, recvs []p2pOp
+	for m := range perTag {
+		for ti, tg := range p2pTags {
+			fwd, bwd := ringMessage(ti, m, r, next, 0), ringMessage(ti, m, r, prev, 1)
+			sends = append(sends,
+				p2pOp{send: true, peer: next, tag: tg.tag, buf: fwd, want: clone(fwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, next)},
+				p2pOp{send: true, peer: prev, tag: tg.tag, buf: bwd, want: clone(bwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, prev)})
+		}
+		for ti := len(p2pTags) - 1; ti >= 0; ti-- {
+			tg := p2pTags[ti]
+			fromPrev, fromNext := ringMessage(ti, m, prev, r, 0), ringMessage(ti, m, next, r, 1)
+			recvs = append(recvs,
+				p2pOp{peer: prev, tag: tg.tag, buf: randomBytes(fromPrev.Dtype, fromPrev.Len(), 1, uint64(r)), want: fromPrev,
+					what: fmt.Sprintf("recv #%d of tag %d from rank %d", m, tg.tag, prev)},
+				p2pOp{peer: next, tag: tg.tag, buf: randomBytes(fromNext.Dtype, fromNext.Len(), 2, uint64(r)), want: fromNext,
+					what: fmt.Sprintf("recv #%d of tag %d from rank %d", m, tg.tag, next)})
+		}
+	}
+	if r%2 == 1 {
+		return append(recvs, sends...)
+	}
+	return append(sends, recvs...)
+}
+
+// sendRecvRing: every rank sends to both neighbours at once on several
+// tags, several messages per tag. Each message must arrive intact at the
+// receive of its tag in the order sent, senders' tensors must stay as
+// they were, and the Works' Seq must count each peer's sends and receives
+// apart, without gaps.
+func sendRecvRing(t *testing.T, w *world, perTag int) {
+	if w.n == 1 {
+		t.Skip("a world of one rank has no peer")
+	}
+	plans := make([][]p2pOp, w.n)
+	for r := range plans {
+		plans[r] = ringPlan(w.n, r, perTag)
+	}
+	runP2P(t, w, plans, fmt.Sprintf("world=%d send/recv ring", w.n))
+}
+
+// runP2P issues every rank's plan, waits for all of it and judges it.
+func runP2P(t *testing.T, w *world, plans [][]p2pOp, what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	works := issue(w, nil, func(r int, g pg.ProcessGroup) []pg.Work {
+		ws := make([]pg.Work, len(plans[r]))
+		x, ok := g.(pg.PointToPoint)
+		for i, o := range plans[r] {
+			if !ok {
+				ws[i] = pg.Completed(notExtended(g))
+				continue
+			}
+			ws[i] = o.issue(ctx, x)
+		}
+		return ws
+	})
+	for r, ws := range works {
+		for i, wk := range ws {
+			o := plans[r][i]
+			select {
+			case <-wk.Done():
+			case <-ctx.Done():
+				t.Fatalf("%s: rank %d: %s did not finish within %v: hung", what, r, o.what, w.limit)
+			}
+			if err := wk.Err(); err != nil {
+				t.Errorf("%s: rank %d: %s: %v", what, r, o.what, err)
+			} else if err := Compare(o.buf, o.want, 0); err != nil && o.send {
+				t.Errorf("%s: rank %d: %s changed the tensor sent: %v", what, r, o.what, err)
+			} else if err != nil {
+				t.Errorf("%s: rank %d: %s: %v", what, r, o.what, err)
+			}
+		}
+		checkP2PSeqs(t, what, r, plans[r], ws)
+	}
+}
+
+// checkP2PSeqs wants the Seqs of rank r's sends to each peer, and of its
+// receives from each peer, to count up by one in the order issued.
+func checkP2PSeqs(t testing.TB, what string, r int, plan []p2pOp, works []pg.Work) {
+	t.Helper()
+	type key struct {
+		send bool
+		peer int
+	}
+	seqs := map[key][]uint64{}
+	var keys []key
+	for i, o := range plan {
+		k := key{o.send, o.peer}
+		if _, ok := seqs[k]; !ok {
+			keys = append(keys, k)
+		}
+		seqs[k] = append(seqs[k], works[i].Seq())
+	}
+	for _, k := range keys {
+		s := seqs[k]
+		dir := "receives from"
+		if k.send {
+			dir = "sends to"
+		}
+		for i := range s {
+			if s[0] == 0 || s[i] != s[0]+uint64(i) {
+				t.Errorf("%s: rank %d: the Seqs of its %s rank %d, in the order issued, are %v; want consecutive numbers from at least 1",
+					what, r, dir, k.peer, compact(s))
+				break
+			}
+		}
+	}
+}
+
+// compact shortens a long list of numbers for a failure message.
+func compact(s []uint64) []uint64 {
+	if len(s) > 12 {
+		return slices.Concat(s[:6], s[len(s)-6:])
+	}
+	return s
+}
