@@ -663,3 +663,155 @@ func TestCompletionHook(t *testing.T) {
 		t.Errorf("send info %+v", send)
 	}
 }
+
+// TestExtendedMixedInFlight: every rank issues a long mix of collectives
+// of every kind without waiting, with Sends and Recvs between them on
+// other goroutines, then waits for all; every result is right.
+func TestExtendedMixedInFlight(t *testing.T) {
+	const n, rounds, length = 3, 10, 40
+	gs := extGroups(t, n)
+	ctx := ctx30(t)
+	waitAll(t, "mixed", each(gs, func(r int, g *Group) error {
+		// Point-to-point around the ring, beside the collectives.
+		p2p := make(chan error, 1)
+		go func() {
+			var works []pg.Work
+			got := make([][]int64, rounds)
+			for k := range rounds {
+				works = append(works, g.Send(ctx, pg.Int64s(filled(r*rounds+k, length)), (r+1)%n, k%2))
+				got[k] = make([]int64, length)
+			}
+			for k := range rounds { // the same tag order as sent
+				works = append(works, g.Recv(ctx, pg.Int64s(got[k]), (r+n-1)%n, k%2))
+			}
+			if err := pg.WaitAll(ctx, works...); err != nil {
+				p2p <- err
+				return
+			}
+			for k := range rounds {
+				if want := filled(((r+n-1)%n)*rounds+k, length); !slices.Equal(got[k], want) {
+					p2p <- fmt.Errorf("recv %d: got %v, want %v", k, got[k][:3], want[:3])
+					return
+				}
+			}
+			p2p <- nil
+		}()
+		type check func() error
+		var works []pg.Work
+		var checks []check
+		for k := range rounds {
+			root := k % n
+			red := filled(r, length)
+			works = append(works, g.Reduce(ctx, pg.Int64s(red), root, pg.Op(pg.Max)))
+			checks = append(checks, func() error {
+				want := filled(r, length)
+				if r == root {
+					want = filled(n-1, length)
+				}
+				if !slices.Equal(red, want) {
+					return fmt.Errorf("reduce %d: %v", k, red[:3])
+				}
+				return nil
+			})
+			var gout []int64
+			if r == root {
+				gout = make([]int64, n*length)
+			}
+			works = append(works, g.Gather(ctx, pg.Int64s(gout), pg.Int64s(filled(r, length)), root))
+			checks = append(checks, func() error {
+				for q := range n {
+					if r == root && !slices.Equal(gout[q*length:(q+1)*length], filled(q, length)) {
+						return fmt.Errorf("gather %d: segment %d", k, q)
+					}
+				}
+				return nil
+			})
+			a2a := make([]int64, n*length)
+			in := make([]int64, n*length)
+			for j := range n {
+				copy(in[j*length:], filled(r*n+j, length))
+			}
+			works = append(works, g.AllToAll(ctx, pg.Int64s(a2a), pg.Int64s(in), nil, nil))
+			checks = append(checks, func() error {
+				for i := range n {
+					if !slices.Equal(a2a[i*length:(i+1)*length], filled(i*n+r, length)) {
+						return fmt.Errorf("alltoall %d: chunk %d", k, i)
+					}
+				}
+				return nil
+			})
+			co := []pg.Tensor{pg.Int64s(filled(r, length)), pg.Int64s(filled(r, 3))}
+			works = append(works, g.AllReduceCoalesced(ctx, co, pg.Op(pg.Sum)))
+			checks = append(checks, func() error {
+				for e, v := range pg.View[int64](co[1]) {
+					if want := val(0, e) + val(1, e) + val(2, e); v != want {
+						return fmt.Errorf("allreduce_coalesced %d: %d, want %d", k, v, want)
+					}
+				}
+				return nil
+			})
+			works = append(works, g.AllReduce(ctx, pg.NewTensor(pg.Float32, 1000), pg.Op(pg.Sum)))
+		}
+		if err := pg.WaitAll(ctx, works...); err != nil {
+			return err
+		}
+		for i, w := range works {
+			if w.Seq() != uint64(i+1) {
+				return fmt.Errorf("work %d has seq %d", i, w.Seq())
+			}
+		}
+		for _, c := range checks {
+			if err := c(); err != nil {
+				return err
+			}
+		}
+		return <-p2p
+	}))
+}
+
+// TestSendRecvBothWays: two ranks send each other large messages at once
+// before either receives; nothing deadlocks.
+func TestSendRecvBothWays(t *testing.T) {
+	gs := extGroups(t, 2)
+	ctx := ctx30(t)
+	waitAll(t, "both ways", each(gs, func(r int, g *Group) error {
+		s := g.Send(ctx, pg.Int64s(filled(r, 100000)), 1-r, 0)
+		got := make([]int64, 100000)
+		if err := g.Recv(ctx, pg.Int64s(got), 1-r, 0).Wait(ctx); err != nil {
+			return err
+		}
+		if !slices.Equal(got, filled(1-r, 100000)) {
+			return fmt.Errorf("rank %d got the wrong data", r)
+		}
+		return s.Wait(ctx)
+	}))
+}
+
+// TestExtendedInvalid: bad arguments fail at once with ErrInvalidArgument
+// and Seq 0, without issuing anything: the group still works.
+func TestExtendedInvalid(t *testing.T) {
+	gs := extGroups(t, 2)
+	ctx := ctx30(t)
+	g := gs[0]
+	for name, w := range map[string]pg.Work{
+		"reduce root":       g.Reduce(ctx, pg.NewTensor(pg.Int64, 2), 2, pg.Op(pg.Sum)),
+		"gather size":       g.Gather(ctx, pg.NewTensor(pg.Int64, 3), pg.NewTensor(pg.Int64, 2), 0),
+		"scatter size":      g.Scatter(ctx, pg.NewTensor(pg.Int64, 2), pg.NewTensor(pg.Int64, 3), 0),
+		"alltoall split":    g.AllToAll(ctx, pg.NewTensor(pg.Int64, 2), pg.NewTensor(pg.Int64, 2), []int{1, 1}, []int{2, 0}),
+		"alltoall not even": g.AllToAll(ctx, pg.NewTensor(pg.Int64, 3), pg.NewTensor(pg.Int64, 3), nil, nil),
+		"send self":         g.Send(ctx, pg.NewTensor(pg.Int64, 2), 0, 0),
+		"recv tag":          g.Recv(ctx, pg.NewTensor(pg.Int64, 2), 1, -1),
+		"coalesced pairs":   g.AllGatherCoalesced(ctx, nil, []pg.Tensor{pg.NewTensor(pg.Int64, 2)}),
+	} {
+		if err := w.Wait(ctx); !errors.Is(err, pg.ErrInvalidArgument) || w.Seq() != 0 {
+			t.Errorf("%s: got %v (seq %d), want ErrInvalidArgument and seq 0", name, err, w.Seq())
+		}
+	}
+	if _, err := g.Split(ctx, -2, 0); !errors.Is(err, pg.ErrInvalidArgument) {
+		t.Errorf("split color -2: got %v", err)
+	}
+	if _, err := g.NewGroup(ctx, []int{0, 0}); !errors.Is(err, pg.ErrInvalidArgument) {
+		t.Errorf("new group with a duplicate: got %v", err)
+	}
+	waitAll(t, "barrier after", each(gs, func(r int, g *Group) error { return g.Barrier(ctx).Wait(ctx) }))
+}
