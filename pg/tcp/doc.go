@@ -1,5 +1,7 @@
 // Package tcp is a pure-Go process group over TCP, goddp's counterpart
-// of c10d's gloo backend. A Group is one rank; New joins it:
+// of c10d's gloo backend. A Group is one rank and implements pg.Extended:
+// every collective of c10d's Backend, Send and Recv, subgroups and
+// completion hooks. New joins it:
 //
 //	st := store.NewHashStore(store.HashStoreOptions{}) // or a store.TCPStore across processes
 //	g, err := tcp.New(ctx, st, tcp.Options{
@@ -66,12 +68,65 @@
 //   - AllGather and ReduceScatter: rings (allgather.go, reducescatter.go).
 //   - Barrier: the dissemination barrier (barrier.go).
 //   - MonitoredBarrier: c10d's, through rank 0 (monitored.go).
+//   - Reduce: a binomial tree towards the root, pipelined by chunk; ranks
+//     with children sum into scratch, so only the root's tensor changes
+//     (reduce.go).
+//   - Gather and Scatter: flat, every rank to or from the root, straight
+//     into place (gather.go, scatter.go).
+//   - AllToAll, equal or uneven chunks (c10d's alltoall_base): a pairwise
+//     exchange, every destination posted first (alltoall.go). Each pair
+//     first exchanges its chunk's length, so that ranks whose splits
+//     disagree fail with pg.ErrMismatch naming the peer and the split,
+//     never writing outside a chunk.
+//   - AllReduceCoalesced, AllGatherCoalesced, ReduceScatterCoalesced: one
+//     collective, one sequence number, one Work; the tensors of each
+//     dtype are packed into one buffer and moved by the plain algorithm
+//     (coalesced.go). The frames of each dtype's part carry its index in
+//     the header's flags.
 //
 // Every reduced element is combined by the kernel package's commutative
 // kernels and, in the ring, by exactly one rank before being copied to
 // the others, so every rank gets the same bits. AVG and PREMUL_SUM scale
 // each rank's own input first (kernel.Prepare); integer AVG divides at
 // the end (kernel.Finish).
+//
+// # Sequence numbers and completion hooks
+//
+// Work.Seq numbers a group's collectives from 1 (the frames on the wire
+// carry Seq-1), the same on every rank; Send and Recv are numbered apart,
+// per peer and direction, from 1. OnCompletion hooks get a pg.WorkInfo
+// for every Work the group issued, collectives in sequence order, on one
+// goroutine of the group's, until Close.
+//
+// # Send and Recv
+//
+// Send and Recv bypass the executor: they are not in the collective
+// sequence, a pending Recv never holds up a collective nor a collective a
+// Recv, and they need not be issued in the same order on every rank (see
+// Note [point to point] in p2p.go). A message goes out in frames of at
+// most ChunkBytes, back to back; the receiver matches it, in order, to
+// the oldest Recv from that peer with the same tag (messages with one tag
+// never overtake each other), buffering messages that come before their
+// Recv. The Send's Work finishes once that Recv has taken the message,
+// as in gloo. A Recv whose tensor is not the message's length fails with
+// pg.ErrInvalidArgument, and so does the Send. Each Work fails with
+// pg.ErrTimeout, naming the peer, if it has not finished a group timeout
+// after it was issued (the group goes on, and a message that comes later
+// goes to the next Recv with its tag); its ctx ending fails just that
+// Work. A peer that dies or closes fails every pending Send and Recv with
+// it, naming it. There is no receive from any source: name the peer.
+//
+// # Subgroups
+//
+// NewGroup (c10d's new_group) and Split (ncclCommSplit) are collectives
+// of the parent: one allgather on it, which also checks that the ranks
+// agree. The members then build a new Group, with its own mesh of
+// authenticated connections, executor and sequence numbers, and the
+// parent's Options, rendezvousing through the parent's store under the
+// prefix "sub/<seq>/<color>" (seq being that allgather's), which every
+// rank knows without asking. Ranks not in a subgroup get nil. A subgroup
+// fails alone: errors name the peer's subgroup rank, and say its rank in
+// the parent. Closing the parent does not close its subgroups.
 //
 // # Failures
 //

@@ -51,3 +51,54 @@ func Example() {
 	// rank 0 [2 20 200] <nil>
 	// rank 1 [2 20 200] <nil>
 }
+
+// Four ranks split into pairs by parity; in each pair, the higher rank
+// sends the lower one a message, and each pair sums its ranks.
+func ExampleGroup_Split() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := store.NewHashStore(store.HashStoreOptions{})
+	defer st.Close()
+	secret := []byte("example-job-secret-0123456789abc")
+
+	const size = 4
+	out := make([]string, size)
+	var wg sync.WaitGroup
+	for rank := range size {
+		wg.Go(func() {
+			g, err := tcp.New(ctx, st, tcp.Options{Rank: rank, Size: size, Secret: secret, ListenAddr: "127.0.0.1:0"})
+			if err != nil {
+				out[rank] = err.Error()
+				return
+			}
+			defer g.Close()
+			sub, err := g.Split(ctx, rank%2, rank) // {0, 2} and {1, 3}
+			if err != nil {
+				out[rank] = err.Error()
+				return
+			}
+			defer sub.Close()
+			p2p := sub.(pg.PointToPoint)
+			msg := []int64{int64(rank)}
+			if sub.Rank() == 1 {
+				err = p2p.Send(ctx, pg.Int64s(msg), 0, 7).Wait(ctx)
+			} else {
+				err = p2p.Recv(ctx, pg.Int64s(msg), 1, 7).Wait(ctx)
+			}
+			sum := []int64{int64(rank)}
+			if err == nil {
+				err = sub.AllReduce(ctx, pg.Int64s(sum), pg.Op(pg.Sum)).Wait(ctx)
+			}
+			out[rank] = fmt.Sprintf("rank %d: subgroup rank %d of %d, message %d, sum %d, %v", rank, sub.Rank(), sub.Size(), msg[0], sum[0], err)
+		})
+	}
+	wg.Wait()
+	for _, line := range out {
+		fmt.Println(line)
+	}
+	// Output:
+	// rank 0: subgroup rank 0 of 2, message 2, sum 2, <nil>
+	// rank 1: subgroup rank 0 of 2, message 3, sum 4, <nil>
+	// rank 2: subgroup rank 1 of 2, message 2, sum 2, <nil>
+	// rank 3: subgroup rank 1 of 2, message 3, sum 4, <nil>
+}
