@@ -24,8 +24,6 @@ type Options struct {
 // (every optional ability of a process group) and is safe for use by many
 // goroutines.
 type Group struct {
-	pg.Completions // OnCompletion's hooks
-
 	rank    int
 	w       *world
 	timeout time.Duration
@@ -40,6 +38,10 @@ type Group struct {
 	stopKind error    // pg.ErrClosed or pg.ErrAborted once stopped
 	stopWhy  error    // Abort's cause
 	p2p      sync.WaitGroup
+
+	// hooks runs OnCompletion's hooks. It is a named field, not embedded,
+	// so that Deliver is not part of Group's API.
+	hooks pg.Completions
 
 	wake   chan struct{} // a task was queued (capacity 1)
 	stop   chan struct{} // closed by Close or Abort
@@ -194,7 +196,7 @@ func (g *Group) Close() error {
 	g.halt(pg.ErrClosed, nil)
 	<-g.exited
 	g.p2p.Wait()
-	g.Completions.Close()
+	g.hooks.Close()
 	return nil
 }
 
@@ -203,7 +205,7 @@ func (g *Group) Close() error {
 // refused before they were issued, which have Seq 0). Hooks run on one
 // goroutine in completion order; Close delivers what is pending and stops
 // them.
-func (g *Group) OnCompletion(hook func(pg.WorkInfo)) { g.Completions.Register(hook) }
+func (g *Group) OnCompletion(hook func(pg.WorkInfo)) { g.hooks.Register(hook) }
 
 // halt stops the group once: it takes the queue, tells the peers, wakes
 // the worker and fails what was queued.

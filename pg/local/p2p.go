@@ -237,7 +237,7 @@ func (g *Group) await(ctx context.Context, e *p2pEntry) {
 func (e *p2pEntry) finish(err error) {
 	e.fut.Complete(err)
 	g := e.g
-	if !g.Completions.Active() {
+	if !g.hooks.Active() {
 		return
 	}
 	started := e.started
@@ -253,7 +253,7 @@ func (e *p2pEntry) finish(err error) {
 	} else {
 		info.OutBytes = int64(len(e.t.Data))
 	}
-	g.Completions.Deliver(info)
+	g.hooks.Deliver(info)
 }
 
 func other(op opKind) opKind {

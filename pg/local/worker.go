@@ -69,7 +69,7 @@ func (g *Group) loop() {
 // complete finishes t with err and tells the completion hooks.
 func (g *Group) complete(t *task, err error) {
 	t.fut.Complete(err)
-	if !g.Completions.Active() {
+	if !g.hooks.Active() {
 		return
 	}
 	started := t.started
@@ -77,7 +77,7 @@ func (g *Group) complete(t *task, err error) {
 		started = time.Now()
 	}
 	in, out := t.bytes()
-	g.Completions.Deliver(pg.WorkInfo{
+	g.hooks.Deliver(pg.WorkInfo{
 		Op: t.desc.kind.opType(), Seq: t.seq, Rank: g.rank, Dtype: t.dtype(),
 		InBytes: in, OutBytes: out,
 		Issued: t.issued, Started: started, Finished: time.Now(), Err: err,
