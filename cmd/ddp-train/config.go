@@ -43,6 +43,7 @@ type config struct {
 	staticGraph   bool
 	gradAccum     int
 	timeout       time.Duration
+	debugColls    bool // --debug-collectives: fingerprint check before every collective
 
 	powersgdRank      int // --powersgd-rank: matrix_approximation_rank
 	powersgdStartIter int // --powersgd-start-iter: start_powerSGD_iter
@@ -99,6 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.staticGraph, "static-graph", false, "DDP's static_graph")
 	fs.IntVar(&c.gradAccum, "grad-accum", 1, "micro-batches per optimizer step; communication only on the last")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "process group timeout: a stalled or dead peer fails the run after this")
+	fs.BoolVar(&c.debugColls, "debug-collectives", false, "check before every collective that all ranks issue the same one (op, dtype, sizes, root), as TORCH_DISTRIBUTED_DEBUG=DETAIL; a mismatch fails every rank with both signatures instead of hanging; costs one small allgather per collective")
 	fs.StringVar(&c.initDir, "init", "", "load initial parameters from DIR (one .npy per parameter)")
 	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0; one .npy per parameter)")
 	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory")

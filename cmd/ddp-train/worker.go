@@ -13,10 +13,13 @@ import (
 	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/desync"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/local"
+	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
+	"go.uber.org/zap"
 )
 
 func isUsage(err error) bool {
@@ -45,7 +48,14 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer m.Close()
-	var g pg.ProcessGroup = m.Group
+	// Named failures: a stalled or dead rank is named by every rank
+	// (pg/desync), with --debug-collectives the fingerprint check.
+	dg, err := desync.Wrap(m.Group, m.Store(), desyncOptions(c, 0, logger))
+	if err != nil {
+		return err
+	}
+	defer dg.Close() // after the instrument wrapper's Close, which closes it first
+	var g pg.ProcessGroup = dg
 	metrics, err := serveMetrics(c, e.Rank, logger)
 	if err != nil {
 		return err
@@ -108,6 +118,8 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer logger.Sync()
+	diagStore := store.NewHashStore(store.HashStoreOptions{Timeout: c.timeout}) // the ranks' desync reports
+	defer diagStore.Close()
 	metrics, err := serveMetrics(c, 0, logger)
 	if err != nil {
 		return err
@@ -117,7 +129,12 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for r, lg := range groups {
-		g, err := instrument.Wrap(lg, metrics.registerer()) // every rank's series, told apart by their rank label
+		dg, err := desync.Wrap(lg, diagStore, desyncOptions(c, pg.NoPeer, logger))
+		if err != nil {
+			return err
+		}
+		defer dg.Close()
+		g, err := instrument.Wrap(dg, metrics.registerer()) // every rank's series, told apart by their rank label
 		if err != nil {
 			return err
 		}
@@ -144,6 +161,17 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// desyncOptions configures the pg/desync wrapper of every rank's group:
+// storeHost is the rank hosting the store (pg.NoPeer for in-memory).
+func desyncOptions(c config, storeHost int, logger *zap.Logger) desync.Options {
+	return desync.Options{
+		CheckCollectives: c.debugColls,
+		DiagnosisTimeout: min(desync.DefaultDiagnosisTimeout, c.timeout),
+		StoreHost:        storeHost,
+		Logger:           logger,
+	}
 }
 
 // loadData returns the dataset the flags name, or the synthetic one.

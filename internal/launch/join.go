@@ -43,6 +43,10 @@ type Member struct {
 	store *store.TCPStore
 }
 
+// Store returns the job's rendezvous store (a TCPStore hosted by rank 0),
+// which outlives Group: wrappers such as pg/desync keep state in it.
+func (m *Member) Store() store.Store { return m.store }
+
 // Close leaves the group and the store.
 func (m *Member) Close() error {
 	return errors.Join(m.Group.Close(), m.store.Close())

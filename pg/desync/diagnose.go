@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goddp/ddp/pg"
@@ -18,7 +19,15 @@ import (
 //
 //	request     set by the first rank that diagnoses; wakes every rank's responder
 //	progress/R  rank R's published progress (a JSON report)
-const keyRequest = "request"
+//	verdict     set by each rank that has finished its diagnosis
+const (
+	keyRequest = "request"
+	keyVerdict = "verdict"
+)
+
+// lastLook is how long a rank still waits for a peer's progress once
+// another rank has finished its diagnosis.
+const lastLook = 200 * time.Millisecond
 
 func keyProgress(rank int) string { return "progress/" + strconv.Itoa(rank) }
 
@@ -95,32 +104,7 @@ func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 	} else if err := g.publish(ctx); err != nil {
 		se.StoreErr = err
 	} else {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for r := range g.size {
-			if r == g.rank {
-				continue
-			}
-			wg.Go(func() {
-				b, err := g.st.Get(ctx, keyProgress(r))
-				var p *progress
-				if err == nil {
-					p, err = parseReport(b, r)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-					reports[r] = p
-				case errors.Is(err, pg.ErrTimeout):
-					se.Silent = append(se.Silent, r)
-				case se.StoreErr == nil:
-					se.StoreErr = err
-				}
-			})
-		}
-		wg.Wait()
-		slices.Sort(se.Silent)
+		g.gather(ctx, reports, se)
 	}
 
 	var at []int // ranks that reported what they issued as seq
@@ -145,6 +129,77 @@ func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 		se.StoreHost = pg.NoPeer
 	}
 	return se
+}
+
+// gather reads every other rank's published progress into reports,
+// waiting until ctx ends for those not yet published. A rank that has
+// finished its own diagnosis publishes a verdict; once one appears, the
+// ranks still missing get a last short look and are then silent, so
+// every rank ends its diagnosis about when the first one did.
+func (g *Group) gather(ctx context.Context, reports []*progress, se *pg.StallError) {
+	gctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var verdictSeen atomic.Bool
+	go func() {
+		if _, err := g.st.Get(gctx, keyVerdict); err == nil {
+			verdictSeen.Store(true)
+			stop()
+		}
+	}()
+	var mu sync.Mutex
+	var unread []int
+	var storeErr error
+	var wg sync.WaitGroup
+	for r := range g.size {
+		if r == g.rank {
+			continue
+		}
+		wg.Go(func() {
+			b, err := g.st.Get(gctx, keyProgress(r))
+			if err != nil && verdictSeen.Load() && ctx.Err() == nil {
+				last, cancel := context.WithTimeout(ctx, lastLook)
+				b, err = g.st.Get(last, keyProgress(r))
+				cancel()
+			}
+			var p *progress
+			if err == nil {
+				p, err = parseReport(b, r)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				reports[r] = p
+			case errors.Is(err, pg.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
+				se.Silent = append(se.Silent, r)
+			default:
+				unread = append(unread, r)
+				if storeErr == nil {
+					storeErr = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stop()
+	// The store went away during the diagnosis. If its host had
+	// answered, or another rank had finished its diagnosis, the host's
+	// process has simply ended after its own diagnosis: the ranks not
+	// read by then had not answered for as long as the others waited.
+	// Otherwise the store is the problem, and they are unknown.
+	host := g.opts.StoreHost
+	if storeErr != nil {
+		if verdictSeen.Load() || (host != pg.NoPeer && reports[host] != nil) {
+			se.Silent = append(se.Silent, unread...)
+		} else {
+			se.StoreErr = storeErr
+		}
+	}
+	slices.Sort(se.Silent)
+	// Tell the ranks still waiting; best effort, they time out anyway.
+	vctx, cancel := context.WithTimeout(g.life, lastLook)
+	defer cancel()
+	_ = g.st.Set(vctx, keyVerdict, []byte(strconv.Itoa(g.rank)))
 }
 
 // minority returns the ranks (at[i] issued fps[i]) outside the largest
