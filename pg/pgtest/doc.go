@@ -17,11 +17,19 @@
 // lengths from 0 to 64 MiB, 16 collectives in flight at once, and the
 // failures a backend must report rather than hang on: a rank that closes
 // or aborts mid-collective, a rank that never arrives, and a monitored
-// barrier that a rank misses. The suite only calls the pg interfaces, so
-// it runs as well over sockets as over shared memory.
+// barrier that a rank misses. It then checks every collective of
+// pg.Extended the same way (Reduce, Gather and Scatter from every root,
+// AllToAll with uneven and empty splits, tagged Send and Recv, the
+// coalesced collectives, Work.Seq, completion hooks, NewGroup and Split
+// with subgroups in flight beside their parent, 16 MiB cases, 32 mixed
+// collectives in flight) and their failures: a rank that leaves a
+// subgroup, a sender that dies under a Recv, invalid arguments. The suite
+// only calls the pg interfaces, so it runs as well over sockets as over
+// shared memory.
 //
-// Results are judged against [Reduce], a serial reference that shares no
-// code with the backends' kernels: integers bit for bit, floats within
-// [Tolerance] (see [Compare]); and every rank's AllReduce result must be
-// bit for bit the same as every other rank's.
+// Results are judged against [Reduce], [Gather], [Scatter] and
+// [AllToAll], serial references that share no code with the backends:
+// integers bit for bit, floats within [Tolerance] (see [Compare]); and
+// every rank's AllReduce result must be bit for bit the same as every
+// other rank's.
 package pgtest

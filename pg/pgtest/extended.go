@@ -43,7 +43,7 @@ func runExtended(t *testing.T, newWorld World, g grid) {
 }
 
 func extendedCollectives(t *testing.T, w *world, g grid) {
-	lengths := g.shortLengths()
+	lengths := g.extLengths(w.n)
 	t.Run("Reduce", func(t *testing.T) { reduce(t, w, lengths) })
 	t.Run("Gather", func(t *testing.T) { gather(t, w, lengths) })
 	t.Run("Scatter", func(t *testing.T) { scatter(t, w, lengths) })

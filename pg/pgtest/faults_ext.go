@@ -34,6 +34,12 @@ func runExtendedFaults(t *testing.T, newWorld World) {
 			senderDies(t, w, c.recv, c.send, c.abort)
 		})
 	}
+	t.Run("Subgroup/OutlivesParent/world=3", func(t *testing.T) {
+		t.Parallel()
+		w := open(t, newWorld, 3, faultTimeout)
+		requireExtended(t, w)
+		outlivesParent(t, w)
+	})
 	t.Run("Recv/SizeMismatch/world=2", func(t *testing.T) {
 		t.Parallel()
 		w := open(t, newWorld, 2, faultTimeout)
@@ -63,6 +69,11 @@ func subgroupDies(t *testing.T, w *world, abort bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
 	defer cancel()
 	others := []int{0, 1}
+	recs := make([]*recorder, 2)
+	for _, r := range others {
+		recs[r] = newRecorder()
+		a.w.groups[r].(pg.CompletionHooker).OnCompletion(recs[r].hook)
+	}
 	cause := errors.New("pgtest: deliberate abort of a subgroup")
 	start := time.Now()
 	var works []pg.Work
@@ -87,6 +98,15 @@ func subgroupDies(t *testing.T, w *world, abort bool) {
 	}
 	if took := time.Since(start); took >= w.timeout {
 		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the fault went unnoticed", what, took, w.timeout)
+	}
+	hookCtx, hookCancel := context.WithTimeout(ctx, 5*time.Second)
+	defer hookCancel()
+	for _, r := range others {
+		infos := recs[r].await(hookCtx, 1)
+		if len(infos) != 1 || infos[0].Op != pg.OpAllReduce || infos[0].Seq != works[r].Seq() || infos[0].Err == nil {
+			t.Errorf("%s: rank %d: the completion hook saw %s, with errors %v; want the failed allreduce #%d with its error",
+				what, r, describeInfos(infos), infoErrs(infos), works[r].Seq())
+		}
 	}
 	if abort {
 		if err := a.w.waitOne(t, what, k, a.w.groups[k].Barrier(ctx)); !errors.Is(err, pg.ErrAborted) || !errors.Is(err, cause) {
@@ -149,4 +169,24 @@ func sizeMismatch(t *testing.T, w *world) {
 			t.Errorf("%s: rank %d: got %v, want an error wrapping pg.ErrInvalidArgument", what, r, err)
 		}
 	}
+}
+
+func infoErrs(infos []pg.WorkInfo) []error {
+	var errs []error
+	for _, info := range infos {
+		errs = append(errs, info.Err)
+	}
+	return errs
+}
+
+// outlivesParent: the parent of a subgroup is closed on every rank; the
+// subgroup, which is closed on its own, must still work.
+func outlivesParent(t *testing.T, w *world) {
+	s := makeSubs(t, w, "NewGroup([2 0])", [][]int{{2, 0}}, func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
+		return sp.NewGroup(ctx, []int{2, 0})
+	})[0]
+	closeAll(t, w.groups)
+	tr := allReduceTrial(s.w, pg.Float64, pg.Op(pg.Max), 500, 2)
+	tr.what = "world=3, parent closed: " + tr.what + " on subgroup [2 0]"
+	s.w.try(t, tr)
 }

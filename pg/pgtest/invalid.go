@@ -28,9 +28,15 @@ func invalidExtended(t *testing.T, w *world) {
 		name string
 		f    call
 	}{
-		{"reduce root -1", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Reduce(ctx, f32(4), -1, pg.Op(pg.Sum)) }},
-		{"reduce root = size", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Reduce(ctx, f32(4), n, pg.Op(pg.Sum)) }},
-		{"reduce BAND on float32", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Reduce(ctx, f32(4), 0, pg.Op(pg.Band)) }},
+		{"reduce root -1", func(ctx context.Context, r int, x pg.Extended) pg.Work {
+			return x.Reduce(ctx, f32(4), -1, pg.Op(pg.Sum))
+		}},
+		{"reduce root = size", func(ctx context.Context, r int, x pg.Extended) pg.Work {
+			return x.Reduce(ctx, f32(4), n, pg.Op(pg.Sum))
+		}},
+		{"reduce BAND on float32", func(ctx context.Context, r int, x pg.Extended) pg.Work {
+			return x.Reduce(ctx, f32(4), 0, pg.Op(pg.Band))
+		}},
 		{"reduce PREMUL_SUM on int32", func(ctx context.Context, r int, x pg.Extended) pg.Work {
 			return x.Reduce(ctx, i32(4), 0, pg.PremulSumOp(2))
 		}},

@@ -215,6 +215,7 @@ func checkSubs(t *testing.T, parent *world, subs []sub) {
 			allToAllTrial(w, pg.Float32, randomSplits(w.n, 50, seed), 0, seed),
 			reduceTrial(w, pg.Float32, pg.Op(pg.Avg), w.n-1, 33, seed),
 			broadcastTrial(w, pg.Uint8, w.n/2, 65),
+			ringTrial(w, pg.Int32, 40, 5, seed),
 		}
 	}
 	all := []placed{{parent, allRanks(parent.n), groupTrials(parent, 0)}}

@@ -28,8 +28,39 @@ const (
 // serial Reduce, integers equal to it bit for bit, and every rank's
 // AllReduce result bit for bit the same as every other rank's.
 //
+// Under "Extended" it checks the whole of pg.Extended, which every group
+// must implement (the subtests fail naming the interfaces it lacks), with
+// c10d's semantics, on worlds of 1 to 8 ranks:
+//   - Reduce with every dtype and valid op from every root (the other
+//     ranks' tensors unchanged); Gather and Scatter from every root, with
+//     full and empty buffers off the root; AllToAll with equal chunks and
+//     with uneven splits drawn from a seeded RNG, empty chunks included;
+//   - Send and Recv around a ring in both directions at once, on several
+//     tags, several messages per tag received in the order sent;
+//   - AllReduceCoalesced, AllGatherCoalesced and ReduceScatterCoalesced
+//     (every dtype and op, one batch of mixed dtypes), pg.StartCoalescing
+//     and its refusal of mixed batches;
+//   - Work.Seq (collectives 1, 2, 3... on every rank, refused calls 0,
+//     sends and receives numbered per peer and direction) and
+//     OnCompletion (every Work reported once with its op, seq, rank,
+//     dtype and sizes), on fresh worlds;
+//   - NewGroup and Split (nested too): member ranks and order, nil for
+//     non-members, a subgroup's own numbering from 1, and collectives of
+//     the parent and of every subgroup in flight at once;
+//   - 32 collectives of every kind, drawn from a seeded RNG, in flight;
+//     16 MiB Reduce, Gather, Scatter, AllToAll, Send/Recv and
+//     AllReduceCoalesced on 2 and 4 ranks;
+//   - refusals with pg.ErrInvalidArgument (bad roots, splits, peers,
+//     tags, coalesced lists, rank lists); and failures: a rank that closes
+//     or aborts its subgroup fails that subgroup's collective on the
+//     others naming it, while the parent and a subgroup without it go on;
+//     a subgroup outlives its closed parent; a Recv whose sender closes or
+//     aborts fails naming it; a Send and Recv of different sizes fail
+//     with pg.ErrInvalidArgument on both sides.
+//
 // Under -short it checks worlds of 1, 2, 3, 4 and 8 ranks with shorter
-// tensors and skips the 64 MiB AllReduce.
+// tensors, skips the 64 MiB AllReduce and runs the 16 MiB cases on 2
+// ranks only.
 func Run(t *testing.T, newWorld World) {
 	g := newGrid(testing.Short())
 	t.Run("Collectives", func(t *testing.T) {
@@ -94,6 +125,16 @@ func (g grid) lengths(n int) []int {
 		ls = append(ls, g.longest)
 	}
 	return ls
+}
+
+// extLengths are the lengths of the pg.Extended checks, which loop over
+// roots, ops or tensors in a batch: lengths without the longest, or
+// shortLengths under -short.
+func (g grid) extLengths(n int) []int {
+	if g.longest <= 4099 {
+		return g.shortLengths()
+	}
+	return []int{0, 1, 2, 7, 3*n + 1, 64 * n, 4099}
 }
 
 // shortLengths are the lengths of checks that multiply them by a loop over
