@@ -83,11 +83,11 @@ func (e *StallError) Error() string {
 	}
 	for _, r := range e.Behind {
 		p := e.progress(r)
-		last := "no collective"
+		last := "it has issued no collective"
 		if p.Entered > 0 {
-			last = fmt.Sprintf("%v #%d", p.EnteredOp, p.Entered)
+			last = fmt.Sprintf("its last collective is %v #%d", p.EnteredOp, p.Entered)
 		}
-		why = append(why, fmt.Sprintf("rank %d is behind (its last collective is %s; it never entered #%d)", r, last, e.Seq))
+		why = append(why, fmt.Sprintf("rank %d is behind (%s; it never entered #%d)", r, last, e.Seq))
 	}
 	for _, r := range e.Mismatched {
 		why = append(why, fmt.Sprintf("rank %d issued %s as #%d", r, e.progress(r).AtSeq, e.Seq))
