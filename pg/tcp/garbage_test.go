@@ -90,6 +90,14 @@ func TestGarbageFromPeer(t *testing.T) {
 		{"huge control frame", header(wire.Header{Kind: kindAbort, Len: maxControl + 1}), pg.ErrComm, "control frame"},
 		// Recursive doubling on 2 ranks expects frame (seq 0, tag 1).
 		{"wrong length", append(header(wire.Header{Kind: kindData, Tag: 1, Len: 3}), 1, 2, 3), pg.ErrMismatch, "expects 4096"},
+		// Point-to-point frames that break the protocol.
+		{"p2p overrun", append(header(wire.Header{Kind: kindP2P, Seq: 2, Len: 3}), 1, 2, 3), pg.ErrComm, "overruns"},
+		{"p2p interrupted", append(append(header(wire.Header{Kind: kindP2P, Seq: 4, Len: 2}), 1, 2),
+			append(header(wire.Header{Kind: kindP2P, Seq: 9, Len: 2}), 1, 2)...), pg.ErrComm, "interrupted"},
+		{"p2p empty frames", append(header(wire.Header{Kind: kindP2P, Seq: 4, Len: 2}), append([]byte{1, 2},
+			header(wire.Header{Kind: kindP2P, Seq: 4})...)...), pg.ErrComm, "overruns"},
+		{"ack of nothing", append(header(wire.Header{Kind: kindP2PAck, Seq: 1, Len: 8}), 0, 0, 0, 0, 0, 0, 0, 0), pg.ErrComm, "bad ack"},
+		{"huge ack", header(wire.Header{Kind: kindP2PAck, Seq: 1, Len: maxControl + 1}), pg.ErrComm, "control frame"},
 		// The peer hangs up mid-frame (a reset, if our frames are unread).
 		{"truncated frame", append(header(wire.Header{Kind: kindData, Tag: 1, Len: 4096}), 1, 2, 3), pg.ErrComm, "without a goodbye|connection reset"},
 	} {

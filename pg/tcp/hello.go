@@ -9,7 +9,7 @@ import (
 )
 
 // helloMagic starts every hello.
-const helloMagic = "goddp-pg-tcp/1"
+const helloMagic = "goddp-pg-tcp/2" // 2: point-to-point frames, coalesced parts in Flags
 
 // hello is what each end of a new connection says about itself, once it
 // has proven it holds the secret: the dialer in the handshake, the
