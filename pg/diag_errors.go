@@ -51,6 +51,11 @@ type StallError struct {
 	StoreHost int
 	Kind      error // ErrTimeout, ErrComm or ErrRemote
 	Err       error // this rank's original error
+	// Group names a subgroup in messages ("" for a top-level group);
+	// ParentRanks then holds each of its ranks' rank in the parent
+	// group, index = rank, when known.
+	Group       string
+	ParentRanks []int
 }
 
 // Culprits are the ranks to look at, in the order the message names
@@ -74,12 +79,14 @@ func (e *StallError) Culprits() []int {
 	return out
 }
 
+// Error is one line that names the culprits first, then what the
+// reporting rank was doing, what to check, and the original error:
+//
+//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #57; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
 func (e *StallError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "pg: rank %d: %v #%d failed", e.Rank, e.Op, e.Seq)
 	var why []string
 	if len(e.Silent) > 0 {
-		why = append(why, fmt.Sprintf("%s did not answer (stopped or dead)", ranksPhrase(e.Silent)))
+		why = append(why, fmt.Sprintf("%s did not answer (stopped or dead)", e.ranks(e.Silent)))
 	}
 	for _, r := range e.Behind {
 		p := e.progress(r)
@@ -87,37 +94,57 @@ func (e *StallError) Error() string {
 		if p.Entered > 0 {
 			last = fmt.Sprintf("its last collective is %v #%d", p.EnteredOp, p.Entered)
 		}
-		why = append(why, fmt.Sprintf("rank %d is behind (%s; it never entered #%d)", r, last, e.Seq))
+		why = append(why, fmt.Sprintf("%s is behind (%s; it never entered #%d)", e.ranks([]int{r}), last, e.Seq))
 	}
 	for _, r := range e.Mismatched {
-		why = append(why, fmt.Sprintf("rank %d issued %s as #%d", r, e.progress(r).AtSeq, e.Seq))
+		why = append(why, fmt.Sprintf("%s issued %s as #%d", e.ranks([]int{r}), e.progress(r).AtSeq, e.Seq))
 	}
 	if e.StoreErr != nil {
 		host := ""
 		if e.StoreHost != NoPeer {
-			host = fmt.Sprintf(" (hosted by rank %d, which is likely stopped or dead)", e.StoreHost)
+			host = fmt.Sprintf(" (hosted by %s, which is likely stopped or dead)", e.ranks([]int{e.StoreHost}))
 		}
 		why = append(why, fmt.Sprintf("the store did not answer%s: %v", host, e.StoreErr))
 	}
-	culprits := e.Culprits()
-	switch {
-	case len(culprits) > 0 && len(why) > 0:
-		fmt.Fprintf(&b, " because %s", strings.Join(why, "; "))
-	case len(why) > 0:
-		fmt.Fprintf(&b, ": %s", strings.Join(why, "; "))
-	default:
-		fmt.Fprintf(&b, ": every rank answered and entered #%d, so no rank is behind; the fault is in the transport or a peer's host", e.Seq)
+	var b strings.Builder
+	b.WriteString("pg: ")
+	where := fmt.Sprintf("rank %d", e.Rank)
+	if e.Group != "" {
+		where += " of group " + e.Group
 	}
+	if len(why) > 0 {
+		fmt.Fprintf(&b, "%s while %s waited in %v #%d", strings.Join(why, "; "), where, e.Op, e.Seq)
+	} else {
+		fmt.Fprintf(&b, "%v #%d failed on %s, but every rank answered and had entered it, so none is behind; the fault is in the transport or a host", e.Op, e.Seq, where)
+	}
+	culprits := e.Culprits()
 	switch {
 	case len(e.Mismatched) > 0:
 		b.WriteString("; make every rank issue the same collectives in the same order")
 	case len(culprits) > 0:
-		fmt.Fprintf(&b, "; check %s: is the process alive, stopped, or stuck outside collectives?", ranksPhrase(culprits))
+		fmt.Fprintf(&b, "; check %s: is its process alive, stopped, or stuck outside collectives?", e.ranks(culprits))
 	}
 	if e.Err != nil {
 		fmt.Fprintf(&b, " (cause: %v)", e.Err)
 	}
 	return b.String()
+}
+
+// ranks names rs, with their parent ranks in a subgroup:
+// "rank 2 (parent rank 3)".
+func (e *StallError) ranks(rs []int) string {
+	s := ranksPhrase(rs)
+	if len(e.ParentRanks) == 0 {
+		return s
+	}
+	parents := make([]int, len(rs))
+	for i, r := range rs {
+		parents[i] = -1
+		if r >= 0 && r < len(e.ParentRanks) {
+			parents[i] = e.ParentRanks[r]
+		}
+	}
+	return s + " (parent " + ranksPhrase(parents) + ")"
 }
 
 func (e *StallError) progress(r int) RankProgress {

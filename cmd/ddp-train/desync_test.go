@@ -49,13 +49,13 @@ func TestStoppedWorkerIsNamedByEveryRank(t *testing.T) {
 	}
 	out := errOut.String()
 	for _, r := range []string{"0", "1"} {
-		// Each worker's last line: "[rank R] ddp-train: rank R: ... rank 2 did not answer (stopped or dead) ..."
+		// Each worker's last line: "[rank R] ddp-train: rank R: ...: pg: rank 2 did not answer (stopped or dead) while rank R waited in allreduce #N; check rank 2: ..."
 		re := regexp.MustCompile(`(?m)^.*ddp-train: rank ` + r + `: .*$`)
 		line := re.FindString(out)
 		if line == "" {
 			t.Fatalf("rank %s printed no error line:\n%s", r, out)
 		}
-		if !strings.Contains(line, "because rank 2 did not answer (stopped or dead); check rank 2") {
+		if !strings.Contains(line, "pg: rank 2 did not answer (stopped or dead) while rank "+r+" waited in allreduce #") {
 			t.Fatalf("rank %s does not name rank 2 first:\n%s\n\nall output:\n%s", r, line, out)
 		}
 	}

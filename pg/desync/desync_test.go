@@ -98,7 +98,7 @@ func TestBehindRankIsNamed(t *testing.T) {
 			t.Fatalf("rank %d: %v matches none of timeout, comm, remote", r, errs[r])
 		}
 		msg := errs[r].Error()
-		want := fmt.Sprintf("pg: rank %d: allreduce #2 failed because rank 2 is behind (its last collective is allreduce #1; it never entered #2); check rank 2", r)
+		want := fmt.Sprintf("pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank %d waited in allreduce #2; check rank 2:", r)
 		if !strings.HasPrefix(msg, want) {
 			t.Fatalf("rank %d's message\n%s\ndoes not start with\n%s", r, msg, want)
 		}
@@ -131,7 +131,7 @@ func TestSilentRankIsNamed(t *testing.T) {
 		if !slices.Equal(se.Silent, []int{2}) || len(se.Behind) != 0 || se.Progress[2].Answered {
 			t.Fatalf("rank %d: diagnosis %+v, want rank 2 silent", r, se)
 		}
-		want := fmt.Sprintf("pg: rank %d: allreduce #1 failed because rank 2 did not answer (stopped or dead); check rank 2", r)
+		want := fmt.Sprintf("pg: rank 2 did not answer (stopped or dead) while rank %d waited in allreduce #1; check rank 2:", r)
 		if !strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("rank %d's message\n%s\ndoes not start with\n%s", r, errs[r], want)
 		}

@@ -92,7 +92,11 @@ func (g *Group) explain(it item, err error) error {
 func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 	ctx, cancel := context.WithTimeout(g.life, g.opts.DiagnosisTimeout)
 	defer cancel()
-	se := &pg.StallError{Rank: g.rank, Op: op, Seq: seq, StoreHost: g.opts.StoreHost, Progress: make([]pg.RankProgress, g.size)}
+	se := &pg.StallError{Rank: g.rank, Op: op, Seq: seq, StoreHost: g.opts.StoreHost, Progress: make([]pg.RankProgress, g.size),
+		ParentRanks: g.opts.parentRanks}
+	if g.opts.sub {
+		se.Group = g.opts.Name
+	}
 	reports := make([]*progress, g.size)
 	g.mu.Lock()
 	mine := g.prog

@@ -36,15 +36,30 @@
 // The failing Work, and every later failure of the group, returns a
 // *pg.StallError carrying the diagnosis; it wraps the original error's
 // kind (pg.ErrTimeout, pg.ErrComm or pg.ErrRemote) and the error itself.
-// Every rank reads the same reports, so all name the same culprit. On a
-// 3-rank job in which rank 2 was stopped, ranks 0 and 1 both report (one
-// line; the cause is the backend's own error):
+// Every rank reads the same reports, so all name the same culprit. The
+// message names the culprits first, then what this rank was doing, what
+// to check, and the backend's own error. On a 3-rank ddp-train job whose
+// rank 2 was stopped with SIGSTOP, rank 1 reported (rank 0 the same,
+// with "rank 0" and its own cause):
 //
-//	pg: rank 1: allreduce #57 failed because rank 2 did not answer (stopped or dead); check rank 2: is the process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: ...)
+//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #2360; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: collective #2360 made no progress with rank 0 before its deadline (group timeout 3s))
 //
-// and when rank 2 is alive but never issued the collective:
+// When rank 2 is alive but never issued the collective:
 //
-//	pg: rank 0: allreduce #2 failed because rank 2 is behind (its last collective is allreduce #1; it never entered #2); check rank 2: is the process alive, stopped, or stuck outside collectives? (cause: ...)
+//	pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank 0 waited in allreduce #2; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
+//
+// In a subgroup, ranks are the subgroup's, with their parent ranks:
+//
+//	pg: rank 2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank 0 of group world/1 waited in allreduce #1; ...
+//
+// When the store does not answer: "pg: the store did not answer (hosted
+// by rank 0, which is likely stopped or dead): ... while rank 1 waited in
+// allreduce #5; check rank 0: ...".
+//
+// A rank that finishes its diagnosis sets "desync/<name>/verdict"; ranks
+// still waiting then take a last short look and stop, so all ranks report
+// within moments of each other (a launcher stops the other workers as
+// soon as one exits).
 //
 // Point-to-point calls pass through without diagnosis.
 //
@@ -67,5 +82,6 @@
 //
 // NewGroup and Split return wrapped subgroups whose keys live under
 // "desync/<name>/<k>", k counting the parent's NewGroup and Split calls,
-// which is the same on every rank.
+// which is the same on every rank. Split first allgathers every rank's
+// (color, key) through the parent to learn the members' parent ranks.
 package desync

@@ -41,5 +41,5 @@ func ExampleWrap() {
 	}
 	// Output:
 	// culprits: [1] timeout: true
-	// pg: rank 0: allreduce #1 failed because rank 1 is behind (it has issued no collective; it never entered #1); check rank 1: is the process alive, stopped, or stuck outside collectives?
+	// pg: rank 1 is behind (it has issued no collective; it never entered #1) while rank 0 waited in allreduce #1; check rank 1: is its process alive, stopped, or stuck outside collectives?
 }

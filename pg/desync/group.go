@@ -1,9 +1,11 @@
 package desync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +37,9 @@ type Options struct {
 	StoreHost int
 	// Logger receives the diagnosis; nil means none.
 	Logger *zap.Logger
+
+	parentRanks []int // a subgroup's members' ranks in the parent group
+	sub         bool  // made by NewGroup or Split
 }
 
 // Group is a process group wrapped for desync diagnosis. It implements
@@ -348,32 +353,42 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 }
 
 // NewGroup implements pg.Splitter. The subgroup is wrapped too, with
-// this Group's options and its own store prefix.
+// this Group's options and its own store prefix; its diagnoses name
+// ranks with their rank in this group.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
 	s, ok := g.inner.(pg.Splitter)
 	if !ok {
 		return nil, g.unsupported(pg.OpAllGather).Err()
 	}
-	host := pg.NoPeer
-	for i, r := range ranks {
-		if r == g.opts.StoreHost {
-			host = i
-		}
-	}
-	return g.split(ctx, host, func(ctx context.Context) (pg.ProcessGroup, error) { return s.NewGroup(ctx, ranks) })
+	return g.split(ctx, ranks, func(ctx context.Context) (pg.ProcessGroup, error) { return s.NewGroup(ctx, ranks) })
 }
 
 // Split implements pg.Splitter; the subgroup is wrapped as NewGroup's.
-// Its store host is unknown (the backend orders the members).
+// To know the members' parent ranks, the ranks first allgather their
+// (color, key) through this Group: one more collective, with its own
+// sequence number.
 func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, error) {
 	s, ok := g.inner.(pg.Splitter)
 	if !ok {
 		return nil, g.unsupported(pg.OpAllGather).Err()
 	}
-	return g.split(ctx, pg.NoPeer, func(ctx context.Context) (pg.ProcessGroup, error) { return s.Split(ctx, color, key) })
+	all := make([]int64, 2*g.size)
+	if err := g.AllGather(ctx, pg.Int64s(all), pg.Int64s([]int64{int64(color), int64(key)})).Wait(ctx); err != nil {
+		return nil, err
+	}
+	var members []int
+	for r := range g.size {
+		if color != pg.NoColor && all[2*r] == int64(color) {
+			members = append(members, r)
+		}
+	}
+	slices.SortStableFunc(members, func(a, b int) int { return cmp.Compare(all[2*a+1], all[2*b+1]) })
+	return g.split(ctx, members, func(ctx context.Context) (pg.ProcessGroup, error) { return s.Split(ctx, color, key) })
 }
 
-func (g *Group) split(ctx context.Context, host int, create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
+// split makes a subgroup whose members are parent ranks members (in
+// subgroup rank order) and wraps it.
+func (g *Group) split(ctx context.Context, members []int, create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
 	g.issueMu.Lock()
 	defer g.issueMu.Unlock()
 	if err := g.drain(ctx); err != nil {
@@ -385,8 +400,16 @@ func (g *Group) split(ctx context.Context, host int, create func(context.Context
 	if err != nil || sub == nil {
 		return nil, err
 	}
+	if len(members) != sub.Size() { // the backend disagrees; name subgroup ranks only
+		members = nil
+	}
 	opts := g.opts
-	opts.Name, opts.StoreHost = name, host
+	opts.Name, opts.StoreHost, opts.parentRanks, opts.sub = name, pg.NoPeer, members, true
+	for i, r := range members {
+		if r == g.opts.StoreHost {
+			opts.StoreHost = i
+		}
+	}
 	w, err := Wrap(sub, g.base, opts)
 	if err != nil {
 		return nil, errors.Join(err, sub.Close())
