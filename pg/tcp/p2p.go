@@ -28,9 +28,10 @@ import (
 // an ack (kindP2PAck: Seq the message number, Flags the outcome, payload
 // the Recv's length), and the Send's Work completes on the ack, once its
 // frames are written: a Send finishes only when the matching Recv does,
-// as in gloo, and a length mismatch fails both sides. Chunks are read
-// into pool buffers and copied into the Recv's tensor under the link's
-// p2p lock, so a Recv that times out is never written to afterwards.
+// as in gloo, and a length mismatch fails both sides. A chunk of a
+// message that has its Recv is read straight into the Recv's tensor; the
+// Recv counts the read as a pending frame, so that it cannot complete (by
+// timing out, say) while the reader still writes into its tensor.
 
 // Outcomes in an ack's Flags.
 const (
@@ -368,19 +369,72 @@ func (l *link) ackLocked(id uint64, outcome uint8, n int) {
 }
 
 // p2pFrame reads a kindP2P frame: a chunk of message number arrived (or
-// arrived+1, when it is the first).
+// arrived+1, when it is the first). A chunk for a Recv goes straight
+// into its tensor; the Recv cannot complete meanwhile (its frames count
+// holds it), so nothing is written into a tensor after its Work is done.
+// Any other chunk is read into a pool buffer and kept, or dropped.
 func (l *link) p2pFrame(h wire.Header, r io.Reader) error {
 	n := int(h.Len)
-	buf := l.g.pool.get(n)
-	defer l.g.pool.put(buf)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return err
-	}
 	s := &l.p2p
 	s.mu.Lock()
+	m, err := l.messageLocked(h)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	lo := m.got
+	o := m.recv
+	if o != nil {
+		o.frames++
+	}
+	s.mu.Unlock()
+
+	var buf []byte
+	if o != nil {
+		_, err = io.ReadFull(r, o.t.Data[lo:lo+uint64(n)])
+	} else {
+		buf = l.g.pool.get(n)
+		defer l.g.pool.put(buf)
+		_, err = io.ReadFull(r, buf)
+	}
+
+	s.mu.Lock()
 	defer s.mu.Unlock()
+	if o != nil {
+		o.frames--
+		o.completeLocked() // if it expired or failed meanwhile
+	}
+	if err != nil {
+		return err
+	}
 	if s.dead != nil {
 		return errShut
+	}
+	if buf != nil {
+		switch {
+		case m.recv != nil: // matched while the chunk was read
+			copy(m.recv.t.Data[lo:], buf)
+		case !m.dropped:
+			m.buf = append(m.buf, buf...)
+		}
+	}
+	m.got += uint64(n)
+	if m.got == m.total {
+		s.cur = nil
+		if m.recv != nil {
+			l.finishLocked(m)
+		}
+	}
+	return nil
+}
+
+// messageLocked returns the message a kindP2P frame with header h belongs
+// to: the one arriving, or a new one, matched to the oldest Recv waiting
+// for its tag, if any. It checks that the frame fits.
+func (l *link) messageLocked(h wire.Header) (*p2pMsg, error) {
+	s := &l.p2p
+	if s.dead != nil {
+		return nil, errShut
 	}
 	m := s.cur
 	if m == nil {
@@ -399,25 +453,12 @@ func (l *link) p2pFrame(h wire.Header, r io.Reader) error {
 			m.buf = make([]byte, 0, min(m.total, 64<<20))
 		}
 	} else if m.tag != h.Tag || m.total != h.Seq {
-		return &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d (tag %d, %d bytes) interrupted by a frame of tag %d and length %d", m.id, m.tag, m.total, h.Tag, h.Seq), l.peer}
+		return nil, &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d (tag %d, %d bytes) interrupted by a frame of tag %d and length %d", m.id, m.tag, m.total, h.Tag, h.Seq), l.peer}
 	}
-	if uint64(n) > m.total-m.got || (n == 0 && m.total > 0) {
-		return &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d overruns its length %d", m.id, m.total), l.peer}
+	if n := uint64(h.Len); n > m.total-m.got || (n == 0 && m.total > 0) {
+		return nil, &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d overruns its length %d", m.id, m.total), l.peer}
 	}
-	switch {
-	case m.recv != nil:
-		copy(m.recv.t.Data[m.got:], buf)
-	case !m.dropped:
-		m.buf = append(m.buf, buf...)
-	}
-	m.got += uint64(n)
-	if m.got == m.total {
-		s.cur = nil
-		if m.recv != nil {
-			l.finishLocked(m)
-		}
-	}
-	return nil
+	return m, nil
 }
 
 // p2pAck acts on the ack of message h.Seq.
