@@ -1,0 +1,94 @@
+package desync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/pg/tcp"
+)
+
+// tcpWorld starts n TCP ranks on loopback in this process, wrapped over
+// one in-memory store.
+func tcpWorld(t *testing.T, n int, timeout time.Duration, opts Options) []*Group {
+	t.Helper()
+	st := store.NewHashStore(store.HashStoreOptions{})
+	t.Cleanup(func() { st.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gs := make([]*Group, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			g, err := tcp.New(ctx, st, tcp.Options{Rank: r, Size: n, Secret: []byte("desync-test-secret-0123456789abc"),
+				ListenAddr: "127.0.0.1:0", Timeout: timeout})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			gs[r], errs[r] = Wrap(g, st, opts)
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, g := range gs {
+			if g != nil {
+				g.Close()
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return gs
+}
+
+// Over real sockets, where the ranks that wait fail with a timeout or with
+// the relayed remote error of whoever timed out first (and blame whoever
+// they were waiting on), every one names the rank that never issued.
+func TestTCPBehindRankIsNamed(t *testing.T) {
+	gs := tcpWorld(t, 3, 500*time.Millisecond, Options{DiagnosisTimeout: 2 * time.Second, StoreHost: pg.NoPeer})
+	if errs := onRanks(gs, []int{0, 1, 2}, allReduce(1000)); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	errs := onRanks(gs, []int{0, 1}, allReduce(1000))
+	for _, r := range []int{0, 1} {
+		se := stallOf(t, r, errs[r])
+		if !slices.Equal(se.Culprits(), []int{2}) || !slices.Equal(se.Behind, []int{2}) {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		want := fmt.Sprintf("pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank %d waited in allreduce #2", r)
+		if !strings.HasPrefix(errs[r].Error(), want) {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+}
+
+// With CheckCollectives over TCP, a length mismatch is an error on every
+// rank, not a hang or a garbled buffer.
+func TestTCPMismatch(t *testing.T) {
+	gs := tcpWorld(t, 3, 5*time.Second, Options{CheckCollectives: true})
+	errs := onRanks(gs, []int{0, 1, 2}, func(g *Group) error {
+		if g.Rank() == 1 {
+			return allReduce(999)(g)
+		}
+		return allReduce(1000)(g)
+	})
+	for r, err := range errs {
+		var me *pg.MismatchError
+		if !errors.As(err, &me) || !slices.Equal(me.Differ, []int{1}) {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if errs := onRanks(gs, []int{0, 1, 2}, allReduce(1000)); errors.Join(errs...) != nil {
+		t.Fatalf("after the mismatch: %v", errs)
+	}
+}
