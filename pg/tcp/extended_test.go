@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -814,4 +815,18 @@ func TestExtendedInvalid(t *testing.T) {
 		t.Errorf("new group with a duplicate: got %v", err)
 	}
 	waitAll(t, "barrier after", each(gs, func(r int, g *Group) error { return g.Barrier(ctx).Wait(ctx) }))
+}
+
+// TestSubgroupAdvertise: a subgroup of a group that listens on every
+// interface and advertises a host listens on a fresh port and advertises
+// the same host with that port.
+func TestSubgroupAdvertise(t *testing.T) {
+	o := Options{advertiseHost: "10.0.0.5"}
+	got, err := o.advertise(&net.TCPAddr{IP: net.IPv4zero, Port: 1234})
+	if err != nil || got != "10.0.0.5:1234" {
+		t.Errorf("advertise: %q, %v; want 10.0.0.5:1234", got, err)
+	}
+	if _, err := (Options{}).advertise(&net.TCPAddr{IP: net.IPv4zero, Port: 1234}); !errors.Is(err, pg.ErrInvalidArgument) {
+		t.Errorf("advertise without a host: %v; want ErrInvalidArgument", err)
+	}
 }

@@ -282,10 +282,14 @@ func (o *p2pOp) completeLocked() {
 	err := g.annotate(o.err)
 	o.fut.Complete(err)
 	if g.hooks.Active() {
-		now := time.Now()
-		n := int64(len(o.t.Data))
-		g.hooks.Deliver(pg.WorkInfo{Op: o.typ, Seq: o.seq, Rank: g.rank, Dtype: o.t.Dtype, InBytes: n, OutBytes: n,
-			Issued: o.issued, Started: o.issued, Finished: now, Err: err})
+		info := pg.WorkInfo{Op: o.typ, Seq: o.seq, Rank: g.rank, Dtype: o.t.Dtype,
+			Issued: o.issued, Started: o.issued, Finished: time.Now(), Err: err}
+		if o.typ == pg.OpSend { // the buffer read, or written
+			info.InBytes = int64(len(o.t.Data))
+		} else {
+			info.OutBytes = int64(len(o.t.Data))
+		}
+		g.hooks.Deliver(info)
 	}
 }
 
