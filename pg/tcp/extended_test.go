@@ -369,6 +369,18 @@ func TestSendRecvTags(t *testing.T) {
 	}
 	big := filled(0, 1000) // many frames
 	sends = append(sends, gs[0].Send(ctx, pg.Int64s(big), 1, 1))
+	// Let every message arrive before its Recv, so that the Recvs are
+	// matched from the buffered messages (the Mixed test covers Recvs
+	// that wait).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s := &gs[1].links[0].p2p
+		s.mu.Lock()
+		n := s.arrived
+		s.mu.Unlock()
+		if n == 7 || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, tag := range []int{1, 2} {
 		for k := range 3 {
 			got := make([]int64, 3)
