@@ -144,12 +144,15 @@ func (g *Group) gather(ctx context.Context, reports []*progress, se *pg.StallErr
 	gctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var verdictSeen atomic.Bool
-	go func() {
+	var watcher sync.WaitGroup
+	defer watcher.Wait()
+	defer stop()
+	watcher.Go(func() {
 		if _, err := g.st.Get(gctx, keyVerdict); err == nil {
 			verdictSeen.Store(true)
 			stop()
 		}
-	}()
+	})
 	var mu sync.Mutex
 	var unread []int
 	var storeErr error
