@@ -100,7 +100,7 @@ func (g *Group) exchange(ctx context.Context, what string, a, b int64) ([]int64,
 
 // subgroup joins the subgroup of parent ranks members in which this rank
 // is rank me.
-func (g *Group) subgroup(ctx context.Context, prefix string, members []int, me int) (*Group, error) {
+func (g *Group) subgroup(ctx context.Context, prefix string, members []int, me int) (pg.ProcessGroup, error) {
 	o := g.opts
 	o.Rank, o.Size = me, len(members)
 	host, _, err := net.SplitHostPort(o.ListenAddr)
@@ -117,7 +117,7 @@ func (g *Group) subgroup(ctx context.Context, prefix string, members []int, me i
 	o.Logger = g.opts.Logger.With(zap.String("subgroup", prefix), zap.Int("parent_rank", g.rank))
 	sub, err := newGroup(ctx, store.NewPrefixStore(prefix, g.st), o, members)
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *Group in a non-nil interface
 	}
 	return sub, nil
 }
