@@ -33,7 +33,8 @@ import (
 // rank i is the parent's ranks[i]; other ranks get nil and no error.
 // Every rank of the parent must call it, with the same ranks, in the same
 // order as its other collectives. ctx bounds the subgroup's rendezvous;
-// without a deadline, the group timeout does.
+// without a deadline, the group timeout does. Close the subgroup when
+// done with it: closing the parent does not.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
 	me, err := pg.CheckNewGroup(ranks, g.rank, g.size)
 	if err != nil {
