@@ -50,6 +50,7 @@ func extendedCollectives(t *testing.T, w *world, g grid) {
 	t.Run("AllToAll", func(t *testing.T) { allToAll(t, w, lengths) })
 	t.Run("AllToAll/uneven", func(t *testing.T) { allToAllUneven(t, w, g.splitSeeds) })
 	t.Run("SendRecv", func(t *testing.T) { sendRecvRing(t, w, g.messages) })
+	t.Run("SendRecv/amid-collectives", func(t *testing.T) { sendRecvAmidCollectives(t, w) })
 	t.Run("Coalesced", func(t *testing.T) { coalesced(t, w, lengths) })
 	t.Run("StartCoalescing", func(t *testing.T) { startCoalescing(t, w) })
 	t.Run("invalid", func(t *testing.T) { invalidExtended(t, w) })
@@ -137,8 +138,23 @@ func (w *world) tryAll(t testing.TB, trials []trial) {
 				ok = false
 			}
 		}
+		sameSeq(t, what, column(works, i))
 		if ok {
 			tr.verify(t)
+		}
+	}
+	// Each rank's collectives must be numbered one after another, in the
+	// order issued (the Works of point-to-point pairs have Seq 0).
+	var seqs []uint64
+	for _, wk := range works[0] {
+		if s := wk.Seq(); s != 0 {
+			seqs = append(seqs, s)
+		}
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Errorf("world=%d: %d collectives in flight: rank 0's Works have Seqs %v in the order issued; want consecutive numbers", w.n, len(trials), seqs)
+			break
 		}
 	}
 }
@@ -188,13 +204,36 @@ type recorder struct {
 	mu    sync.Mutex
 	infos []pg.WorkInfo
 	kick  chan struct{}
+	// works are the Works issued, by op and seq, so that the hook can
+	// check that each is done when it is reported; early lists the
+	// reports of Works not yet done.
+	works map[hookKey]pg.Work
+	early []pg.WorkInfo
 }
 
-func newRecorder() *recorder { return &recorder{kick: make(chan struct{}, 1)} }
+// hookKey identifies a Work in a completion report.
+type hookKey struct {
+	op  pg.OpType
+	seq uint64
+}
+
+func newRecorder() *recorder {
+	return &recorder{kick: make(chan struct{}, 1), works: map[hookKey]pg.Work{}}
+}
+
+// issued notes w, of op, so that its report can be checked.
+func (c *recorder) issued(op pg.OpType, w pg.Work) {
+	c.mu.Lock()
+	c.works[hookKey{op, w.Seq()}] = w
+	c.mu.Unlock()
+}
 
 func (c *recorder) hook(info pg.WorkInfo) {
 	c.mu.Lock()
 	c.infos = append(c.infos, info)
+	if w, ok := c.works[hookKey{info.Op, info.Seq}]; ok && !isDone(w) {
+		c.early = append(c.early, info)
+	}
 	c.mu.Unlock()
 	select {
 	case c.kick <- struct{}{}:

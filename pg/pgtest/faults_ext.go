@@ -34,6 +34,12 @@ func runExtendedFaults(t *testing.T, newWorld World) {
 			senderDies(t, w, c.recv, c.send, c.abort)
 		})
 	}
+	t.Run("Subgroup/Timeout/world=3/absent=2", func(t *testing.T) {
+		t.Parallel()
+		w := open(t, newWorld, 3, faultTimeout)
+		requireExtended(t, w)
+		subgroupNoShow(t, w)
+	})
 	t.Run("Subgroup/OutlivesParent/world=3", func(t *testing.T) {
 		t.Parallel()
 		w := open(t, newWorld, 3, faultTimeout)
@@ -189,4 +195,27 @@ func outlivesParent(t *testing.T, w *world) {
 	tr := allReduceTrial(s.w, pg.Float64, pg.Op(pg.Max), 500, 2)
 	tr.what = "world=3, parent closed: " + tr.what + " on subgroup [2 0]"
 	s.w.try(t, tr)
+}
+
+// subgroupNoShow: rank 2 never issues the allreduce that ranks 0 and 1
+// wait in on subgroup [0 1 2]. They must fail with pg.ErrTimeout after
+// about the group timeout, which a subgroup inherits from its parent.
+func subgroupNoShow(t *testing.T, w *world) {
+	s := makeSubs(t, w, "NewGroup([0 1 2])", [][]int{{0, 1, 2}}, func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
+		return sp.NewGroup(ctx, []int{0, 1, 2})
+	})[0]
+	what := "world=3, rank 2 never issues the allreduce on subgroup [0 1 2]"
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	start := time.Now()
+	errs := s.w.wait(t, what, allReduceOn(ctx, s.w, []int{0, 1}))
+	took := time.Since(start)
+	for _, r := range []int{0, 1} {
+		if !errors.Is(errs[r], pg.ErrTimeout) {
+			t.Errorf("%s: rank %d: got %v, want an error wrapping pg.ErrTimeout", what, r, errs[r])
+		}
+	}
+	if took < w.timeout*9/10 || took > w.timeout+5*time.Second {
+		t.Errorf("%s: ranks 0 and 1 failed after %v; want about the parent's group timeout %v", what, took, w.timeout)
+	}
 }

@@ -124,7 +124,24 @@ func (w *world) run(t testing.TB, what string, f func(ctx context.Context, r int
 			ok = false
 		}
 	}
+	sameSeq(t, what, works)
 	return ok
+}
+
+// sameSeq reports, as a test failure, a collective whose Work.Seq differs
+// between ranks.
+func sameSeq(t testing.TB, what string, works []pg.Work) {
+	t.Helper()
+	for r := 1; r < len(works); r++ {
+		if works[r].Seq() != works[0].Seq() {
+			seqs := make([]uint64, len(works))
+			for i, wk := range works {
+				seqs[i] = wk.Seq()
+			}
+			t.Errorf("%s: the ranks' Works have Seqs %v (by rank); want the same number on every rank", what, seqs)
+			return
+		}
+	}
 }
 
 // sameBits reports, as test failures, every rank whose result differs in

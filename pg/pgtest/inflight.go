@@ -1,8 +1,6 @@
 package pgtest
 
 import (
-	"context"
-	"fmt"
 	"testing"
 
 	"github.com/goddp/ddp/pg"
@@ -15,31 +13,7 @@ func inFlight(t *testing.T, w *world, count int) {
 	for i := range trials {
 		trials[i] = mixedTrial(w, i)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
-	defer cancel()
-	works := issue(w, nil, func(r int, g pg.ProcessGroup) []pg.Work {
-		ws := make([]pg.Work, count)
-		for i, tr := range trials {
-			ws[i] = tr.issue(ctx, r, g)
-		}
-		return ws
-	})
-	ok := true
-	for i, tr := range trials {
-		what := fmt.Sprintf("%s (#%d of %d in flight)", tr.what, i, count)
-		for r, err := range w.wait(t, what, column(works, i)) {
-			if err != nil {
-				t.Errorf("%s: rank %d: %v", what, r, err)
-				ok = false
-			}
-		}
-	}
-	if !ok {
-		return
-	}
-	for _, tr := range trials {
-		tr.verify(t)
-	}
+	w.tryAll(t, trials)
 }
 
 // column returns works[r][i] for every rank r.

@@ -83,22 +83,83 @@ func sendRecvRing(t *testing.T, w *world, perTag int) {
 	runP2P(t, w, plans, fmt.Sprintf("world=%d send/recv ring", w.n))
 }
 
-// runP2P issues every rank's plan, waits for all of it and judges it.
-func runP2P(t *testing.T, w *world, plans [][]p2pOp, what string) {
+// sendRecvAmidCollectives: the ring's sends and receives with
+// collectives issued among them at a different point on every rank, as
+// the contract allows.
+func sendRecvAmidCollectives(t *testing.T, w *world) {
+	if w.n == 1 {
+		t.Skip("a world of one rank has no peer")
+	}
+	trials := []trial{
+		allReduceTrial(w, pg.Float32, pg.Op(pg.Sum), 1000, 1),
+		allToAllTrial(w, pg.Int64, randomSplits(w.n, 100, 1), 0, 1),
+		gatherTrial(w, pg.BFloat16, w.n-1, 77, false),
+	}
+	plans := make([][]p2pOp, w.n)
+	for r := range plans {
+		plans[r] = ringPlan(w.n, r, 1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
 	defer cancel()
-	works := issue(w, nil, func(r int, g pg.ProcessGroup) []pg.Work {
+	colls := make([][]pg.Work, w.n)
+	at := func(r int) int { return (r * 5) % (len(plans[r]) + 1) }
+	p2p := issueP2P(ctx, w, plans, func(ctx context.Context, r int, g pg.ProcessGroup, i int) {
+		if i == at(r) {
+			for _, tr := range trials {
+				colls[r] = append(colls[r], tr.issue(ctx, r, g))
+			}
+		}
+	})
+	for i, tr := range trials {
+		ok := true
+		for r, err := range w.wait(t, tr.what, column(colls, i)) {
+			if err != nil {
+				t.Errorf("%s, amid sends and receives: rank %d: %v", tr.what, r, err)
+				ok = false
+			}
+		}
+		if ok {
+			tr.verify(t)
+		}
+	}
+	judgeP2P(t, w, plans, p2p, fmt.Sprintf("world=%d send/recv ring amid collectives", w.n))
+}
+
+// issueP2P issues every rank's plan on its own goroutine and returns the
+// Works by rank. before, if not nil, runs before op i of rank r's plan,
+// and once more after the last.
+func issueP2P(ctx context.Context, w *world, plans [][]p2pOp, before func(ctx context.Context, r int, g pg.ProcessGroup, i int)) [][]pg.Work {
+	return issue(w, nil, func(r int, g pg.ProcessGroup) []pg.Work {
 		ws := make([]pg.Work, len(plans[r]))
 		x, ok := g.(pg.PointToPoint)
 		for i, o := range plans[r] {
+			if before != nil {
+				before(ctx, r, g, i)
+			}
 			if !ok {
 				ws[i] = pg.Completed(notExtended(g))
 				continue
 			}
 			ws[i] = o.issue(ctx, x)
 		}
+		if before != nil {
+			before(ctx, r, g, len(plans[r]))
+		}
 		return ws
 	})
+}
+
+// runP2P issues every rank's plan, waits for all of it and judges it.
+func runP2P(t *testing.T, w *world, plans [][]p2pOp, what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	judgeP2P(t, w, plans, issueP2P(ctx, w, plans, nil), what)
+}
+
+// judgeP2P waits for the Works of every rank's plan and judges them.
+func judgeP2P(t *testing.T, w *world, plans [][]p2pOp, works [][]pg.Work, what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
 	for r, ws := range works {
 		for i, wk := range ws {
 			o := plans[r][i]

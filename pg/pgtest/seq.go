@@ -100,11 +100,21 @@ func seqAndHooks(t *testing.T, w *world) {
 	works := issue(w, nil, func(r int, g pg.ProcessGroup) issued {
 		var is issued
 		for _, s := range steps {
-			is.coll = append(is.coll, s.tr.issue(ctx, r, g))
+			wk := s.tr.issue(ctx, r, g)
+			if s.tr.verify != nil {
+				recs[r].issued(s.op, wk)
+			}
+			is.coll = append(is.coll, wk)
 		}
 		if p2p != nil {
 			for _, o := range p2p[r] {
-				is.p2p = append(is.p2p, o.issue(ctx, g.(pg.PointToPoint)))
+				wk := o.issue(ctx, g.(pg.PointToPoint))
+				op := pg.OpRecv
+				if o.send {
+					op = pg.OpSend
+				}
+				recs[r].issued(op, wk) // one peer each way: (op, seq) is unique
+				is.p2p = append(is.p2p, wk)
 			}
 		}
 		return is
@@ -164,13 +174,12 @@ func seqAndHooks(t *testing.T, w *world) {
 			want += len(p2p[r])
 		}
 		checkHooks(t, fmt.Sprintf("world=%d completion hook", w.n), r, steps, p2p, recs[r].await(hookCtx, want))
+		recs[r].mu.Lock()
+		for _, info := range recs[r].early {
+			t.Errorf("world=%d completion hook: rank %d: %v #%d was reported before its Work was done", w.n, r, info.Op, info.Seq)
+		}
+		recs[r].mu.Unlock()
 	}
-}
-
-// hookKey identifies a WorkInfo of the sequence-number test.
-type hookKey struct {
-	op  pg.OpType
-	seq uint64
 }
 
 // checkHooks wants infos, what rank r's hook saw, to report each step and
