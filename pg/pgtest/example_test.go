@@ -22,3 +22,17 @@ func ExampleReduce() {
 	// <nil>
 	// element 0 is 1.5000001192092896, want 1.5 (bitwise)
 }
+
+// AllToAll is the serial answer for uneven splits: splits[i][j] elements
+// go from rank i to rank j, and empty chunks are allowed.
+func ExampleAllToAll() {
+	ins := []pg.Tensor{pg.Int32s([]int32{1, 2, 3}), pg.Int32s([]int32{4})}
+	splits := [][]int{
+		{1, 2}, // rank 0 keeps [1] and sends [2 3] to rank 1
+		{0, 1}, // rank 1 sends nothing to rank 0 and keeps [4]
+	}
+	outs, _ := pgtest.AllToAll(ins, splits)
+	fmt.Println(pg.View[int32](outs[0]), pg.View[int32](outs[1]))
+	// Output:
+	// [1] [2 3 4]
+}

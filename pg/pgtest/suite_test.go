@@ -30,6 +30,7 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 		{"ext-seq-off", "Extended/Seq/world=2", "collective #1 issued has Seq 2, want 1"},
 		{"ext-split-ignores-key", "Extended/world=4/Split", "Split(parity, -rank): subgroup of parent ranks [2 0]: parent rank 2 got rank 1 of size 2, want rank 0"},
 		{"ext-hook-drops-sends", "Extended/Seq/world=2", "completion hook: rank 0: never saw send #1"},
+		{"ext-subgroup-ignores-close", "Extended/Faults/Subgroup/Close", "is a timeout; want the departure of rank 2 noticed"},
 		{"ext-recv-swaps-tags", "Extended/world=2/SendRecv", "world=2 send/recv ring: rank 0: recv #0 of tag"},
 	} {
 		t.Run(c.bug, func(t *testing.T) {
@@ -174,4 +175,22 @@ func (p plantedExt) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work
 		tag = 3 - tag
 	}
 	return p.Extended.Recv(ctx, t, src, tag)
+}
+
+// NewGroup returns subgroups whose Close does nothing.
+func (p plantedExt) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
+	g, err := p.Extended.NewGroup(ctx, ranks)
+	if g == nil || p.bug != "ext-subgroup-ignores-close" {
+		return g, err
+	}
+	return plantedExt{Extended: g.(pg.Extended), bug: p.bug}, err
+}
+
+// Close does nothing in subgroups with the ext-subgroup-ignores-close bug
+// (the world's own groups are closed by the factory's cleanup).
+func (p plantedExt) Close() error {
+	if p.bug == "ext-subgroup-ignores-close" {
+		return nil
+	}
+	return p.Extended.Close()
 }
