@@ -104,7 +104,7 @@ func (e *StallError) Error() string {
 		if e.StoreHost != NoPeer {
 			host = fmt.Sprintf(" (hosted by %s, which is likely stopped or dead)", e.ranks([]int{e.StoreHost}))
 		}
-		why = append(why, fmt.Sprintf("the store did not answer%s: %v", host, e.StoreErr))
+		why = append(why, "the store did not answer"+host)
 	}
 	var b strings.Builder
 	b.WriteString("pg: ")
@@ -124,8 +124,15 @@ func (e *StallError) Error() string {
 	case len(culprits) > 0:
 		fmt.Fprintf(&b, "; check %s: is its process alive, stopped, or stuck outside collectives?", e.ranks(culprits))
 	}
+	var causes []string
+	if e.StoreErr != nil {
+		causes = append(causes, fmt.Sprintf("store: %v", e.StoreErr))
+	}
 	if e.Err != nil {
-		fmt.Fprintf(&b, " (cause: %v)", e.Err)
+		causes = append(causes, fmt.Sprintf("cause: %v", e.Err))
+	}
+	if len(causes) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(causes, "; "))
 	}
 	return b.String()
 }

@@ -13,11 +13,28 @@ import (
 
 // A worker stopped with SIGSTOP mid-training is named by every other
 // rank: each fails with a diagnosis saying rank 2 did not answer, instead
-// of blaming the peer it happened to be waiting on.
+// of blaming the peer it happened to be waiting on. When the stopped
+// rank is 0, which hosts the store, they say the store did not answer
+// and name rank 0.
 func TestStoppedWorkerIsNamedByEveryRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3 worker processes and waits out a timeout")
 	}
+	t.Run("rank 2", func(t *testing.T) {
+		stopWorker(t, "2", []string{"0", "1"}, func(r string) string {
+			return "pg: rank 2 did not answer (stopped or dead) while rank " + r + " waited in allreduce #"
+		})
+	})
+	t.Run("rank 0, the store's host", func(t *testing.T) {
+		stopWorker(t, "0", []string{"1", "2"}, func(r string) string {
+			return "pg: the store did not answer (hosted by rank 0, which is likely stopped or dead) while rank " + r + " waited in allreduce #"
+		})
+	})
+}
+
+// stopWorker runs ddp-train --nproc 3, stops worker victim once training
+// runs, and checks that every survivor's error line contains want(rank).
+func stopWorker(t *testing.T, victimRank string, survivors []string, want func(rank string) string) {
 	self, _ := os.Executable()
 	cmd := exec.Command(self, args("--nproc", "3", "--steps", "1000000", "--timeout", "3s", "--log-every", "1000")...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
@@ -26,7 +43,7 @@ func TestStoppedWorkerIsNamedByEveryRank(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	victim := waitForWorker(t, cmd.Process.Pid, "2")
+	victim := waitForWorker(t, cmd.Process.Pid, victimRank)
 	defer func() {
 		syscall.Kill(victim, syscall.SIGCONT)
 		syscall.Kill(victim, syscall.SIGKILL)
@@ -48,15 +65,16 @@ func TestStoppedWorkerIsNamedByEveryRank(t *testing.T) {
 		t.Fatalf("ddp-train still running 60s after a worker was stopped:\n%s", errOut.String())
 	}
 	out := errOut.String()
-	for _, r := range []string{"0", "1"} {
+	for _, r := range survivors {
 		// Each worker's last line: "[rank R] ddp-train: rank R: ...: pg: rank 2 did not answer (stopped or dead) while rank R waited in allreduce #N; check rank 2: ..."
 		re := regexp.MustCompile(`(?m)^.*ddp-train: rank ` + r + `: .*$`)
 		line := re.FindString(out)
 		if line == "" {
 			t.Fatalf("rank %s printed no error line:\n%s", r, out)
 		}
-		if !strings.Contains(line, "pg: rank 2 did not answer (stopped or dead) while rank "+r+" waited in allreduce #") {
-			t.Fatalf("rank %s does not name rank 2 first:\n%s\n\nall output:\n%s", r, line, out)
+		t.Logf("%s", line)
+		if !strings.Contains(line, want(r)) || !strings.Contains(line, "check rank "+victimRank+":") {
+			t.Fatalf("rank %s does not name rank %s first:\n%s\n\nall output:\n%s", r, victimRank, line, out)
 		}
 	}
 }

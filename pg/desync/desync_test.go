@@ -163,7 +163,8 @@ func TestDeadStoreNamesItsHost(t *testing.T) {
 		if se.StoreErr == nil || se.StoreHost != 2 || !slices.Equal(se.Culprits(), []int{2}) {
 			t.Fatalf("rank %d: diagnosis %+v, want the store's host rank 2 named", r, se)
 		}
-		if !strings.Contains(errs[r].Error(), "the store did not answer (hosted by rank 2, which is likely stopped or dead)") {
+		want := fmt.Sprintf("pg: the store did not answer (hosted by rank 2, which is likely stopped or dead) while rank %d waited in allreduce #1; check rank 2:", r)
+		if !strings.HasPrefix(errs[r].Error(), want) || !strings.Contains(errs[r].Error(), "(store: timeout: store: set") {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
 	}

@@ -52,9 +52,9 @@
 //
 //	pg: rank 2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank 0 of group world/1 waited in allreduce #1; ...
 //
-// When the store does not answer: "pg: the store did not answer (hosted
-// by rank 0, which is likely stopped or dead): ... while rank 1 waited in
-// allreduce #5; check rank 0: ...".
+// When the store does not answer (here rank 0, its host, was stopped):
+//
+//	pg: the store did not answer (hosted by rank 0, which is likely stopped or dead) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s; cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
 //
 // A rank that finishes its diagnosis sets "desync/<name>/verdict"; ranks
 // still waiting then take a last short look and stop, so all ranks report
