@@ -388,8 +388,7 @@ func TestSendRecvTags(t *testing.T) {
 		s.mu.Lock()
 		n := s.arrived
 		s.mu.Unlock()
-		if n == 8 || time.Now().After(deadline) { // the message beside the barrier, and 7
-
+		if n == 8 || time.Now().After(deadline) { // the message beside the barrier, and 7 more
 			break
 		}
 	}
