@@ -51,10 +51,12 @@ func extendedCollectives(t *testing.T, w *world, g grid) {
 	t.Run("AllToAll/uneven", func(t *testing.T) { allToAllUneven(t, w, g.splitSeeds) })
 	t.Run("SendRecv", func(t *testing.T) { sendRecvRing(t, w, g.messages) })
 	t.Run("SendRecv/amid-collectives", func(t *testing.T) { sendRecvAmidCollectives(t, w) })
+	t.Run("SendRecv/overtaking", func(t *testing.T) { sendRecvOvertaking(t, w) })
 	t.Run("Coalesced", func(t *testing.T) { coalesced(t, w, lengths) })
 	t.Run("StartCoalescing", func(t *testing.T) { startCoalescing(t, w) })
 	t.Run("invalid", func(t *testing.T) { invalidExtended(t, w) })
 	t.Run("NewGroup", func(t *testing.T) { newGroups(t, w) })
+	t.Run("NewGroup/amid-collectives", func(t *testing.T) { newGroupAmidCollectives(t, w) })
 	t.Run("Split", func(t *testing.T) { splits(t, w) })
 	t.Run("InFlight32", func(t *testing.T) { mixedInFlight(t, w, 32, uint64(w.n)) })
 }

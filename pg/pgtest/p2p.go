@@ -220,3 +220,41 @@ func compact(s []uint64) []uint64 {
 	}
 	return s
 }
+
+// sendRecvOvertaking: rank 0 sends a message on tag 1 and then one on tag
+// 2, each of 1 MiB (more than a socket buffer); the last rank receives
+// tag 2 first and waits for it before it posts the receive of tag 1. A
+// message must not hold up a later one of another tag.
+func sendRecvOvertaking(t *testing.T, w *world) {
+	if w.n == 1 {
+		t.Skip("a world of one rank has no peer")
+	}
+	const length = 1 << 20
+	last := w.n - 1
+	what := fmt.Sprintf("world=%d, rank 0 sends tags 1 then 2, rank %d receives 2 then 1", w.n, last)
+	a, b := randomBytes(pg.Uint8, length, 1, 1), randomBytes(pg.Uint8, length, 2, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	s0 := w.groups[0].(pg.PointToPoint)
+	sends := []pg.Work{s0.Send(ctx, a, last, 1), s0.Send(ctx, b, last, 2)}
+	rl := w.groups[last].(pg.PointToPoint)
+	gotB := pg.NewTensor(pg.Uint8, length)
+	if err := w.waitOne(t, what+": the receive of tag 2", last, rl.Recv(ctx, gotB, 0, 2)); err != nil {
+		t.Fatalf("%s: rank %d: the receive of tag 2: %v", what, last, err)
+	}
+	gotA := pg.NewTensor(pg.Uint8, length)
+	if err := w.waitOne(t, what+": the receive of tag 1", last, rl.Recv(ctx, gotA, 0, 1)); err != nil {
+		t.Fatalf("%s: rank %d: the receive of tag 1: %v", what, last, err)
+	}
+	for i, wk := range sends {
+		if err := w.waitOne(t, what, 0, wk); err != nil {
+			t.Errorf("%s: rank 0: the send of tag %d: %v", what, i+1, err)
+		}
+	}
+	if err := Compare(gotB, b, 0); err != nil {
+		t.Errorf("%s: tag 2: %v", what, err)
+	}
+	if err := Compare(gotA, a, 0); err != nil {
+		t.Errorf("%s: tag 1: %v", what, err)
+	}
+}

@@ -267,3 +267,58 @@ func checkSubs(t *testing.T, parent *world, subs []sub) {
 		}
 	}
 }
+
+// newGroupAmidCollectives: every rank issues an allreduce, creates a
+// subgroup (a collective of the parent, so in the same order) while the
+// allreduce may still be in flight, and issues another; all must finish
+// right, and the subgroup must work.
+func newGroupAmidCollectives(t *testing.T, w *world) {
+	before := allReduceTrial(w, pg.Float64, pg.Op(pg.Sum), 5000, 1)
+	after := allToAllTrial(w, pg.Int32, randomSplits(w.n, 200, 2), 0, 2)
+	ranks := reversed(allRanks(w.n))
+	what := fmt.Sprintf("world=%d NewGroup(%v) between two collectives in flight", w.n, ranks)
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	type result struct {
+		before, after pg.Work
+		sub           pg.ProcessGroup
+		err           error
+	}
+	res := issue(w, nil, func(r int, g pg.ProcessGroup) result {
+		var x result
+		x.before = before.issue(ctx, r, g)
+		x.sub, x.err = g.(pg.Splitter).NewGroup(ctx, ranks)
+		x.after = after.issue(ctx, r, g)
+		return x
+	})
+	subs := make([]pg.ProcessGroup, w.n)
+	for r, x := range res {
+		subs[len(ranks)-1-r] = x.sub
+	}
+	t.Cleanup(func() { closeAll(t, subs) })
+	for i, tr := range []trial{before, after} {
+		works := make([]pg.Work, w.n)
+		for r, x := range res {
+			works[r] = [2]pg.Work{x.before, x.after}[i]
+		}
+		ok := true
+		for r, err := range w.wait(t, what+": "+tr.what, works) {
+			if err != nil {
+				t.Errorf("%s: %s: rank %d: %v", what, tr.what, r, err)
+				ok = false
+			}
+		}
+		if ok {
+			tr.verify(t)
+		}
+	}
+	for r, x := range res {
+		if x.err != nil || x.sub == nil || x.sub.Rank() != len(ranks)-1-r {
+			t.Fatalf("%s: rank %d: got %s, error %v; want rank %d of the subgroup", what, r, describe(x.sub), x.err, len(ranks)-1-r)
+		}
+	}
+	sw := &world{groups: subs, n: w.n, timeout: w.timeout, limit: w.limit}
+	tr := broadcastTrial(sw, pg.Float16, 0, 99)
+	tr.what = what + ", then " + tr.what + " in the subgroup"
+	sw.try(t, tr)
+}
