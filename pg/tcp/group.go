@@ -120,9 +120,10 @@ func (g *Group) Size() int { return g.size }
 // Backend returns "tcp".
 func (g *Group) Backend() string { return "tcp" }
 
-// Abort fails every pending and future collective with pg.ErrAborted
-// (wrapping cause) without waiting for peers, and tells the peers, whose
-// pending collectives then fail with pg.ErrRemote naming this rank.
+// Abort fails every pending and future collective, Send and Recv with
+// pg.ErrAborted (wrapping cause) without waiting for peers, and tells the
+// peers, whose pending collectives then fail with pg.ErrRemote naming
+// this rank.
 func (g *Group) Abort(cause error) {
 	if cause == nil {
 		cause = errors.New("Abort was called")
@@ -130,10 +131,11 @@ func (g *Group) Abort(cause error) {
 	g.fail(&failure{kind: pg.ErrAborted, peer: pg.NoPeer, err: cause}, kindAbort)
 }
 
-// Close fails pending collectives with pg.ErrClosed, says goodbye to the
-// peers (whose collectives that need this rank then fail with
-// pg.ErrRemote), and releases every goroutine and socket. It is
-// idempotent and returns once everything is released.
+// Close fails pending collectives, Sends and Recvs with pg.ErrClosed,
+// says goodbye to the peers (whose collectives that need this rank then
+// fail with pg.ErrRemote), releases every goroutine and socket, and stops
+// the completion hooks once they have seen every Work. It is idempotent
+// and returns once everything is released. It does not close subgroups.
 func (g *Group) Close() error {
 	g.closeOnce.Do(func() {
 		g.fail(&failure{kind: pg.ErrClosed, peer: pg.NoPeer, err: errors.New("Close was called")}, kindGoodbye)
