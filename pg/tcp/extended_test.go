@@ -853,3 +853,20 @@ func TestSubgroupAdvertise(t *testing.T) {
 		t.Errorf("advertise without a host: %v; want ErrInvalidArgument", err)
 	}
 }
+
+// TestSendToStalledPeer: the peer passed the handshake but reads nothing,
+// so a large Send cannot even be written. It fails with ErrTimeout naming
+// the peer after the group timeout, and the link is given up, instead of
+// the Work waiting on the writer forever.
+func TestSendToStalledPeer(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	g, _ := fakePeer(t, func(o *Options) { o.Timeout = timeout })
+	ctx := ctx30(t)
+	start := time.Now()
+	err := g.Send(ctx, pg.NewTensor(pg.Uint8, 64<<20), 1, 0).Wait(ctx)
+	wantNames(t, "send", err, 1, pg.ErrTimeout)
+	if took := time.Since(start); took > timeout+5*time.Second {
+		t.Errorf("the send took %v to fail", took)
+	}
+	wantNames(t, "a later send", g.Send(ctx, pg.NewTensor(pg.Uint8, 4), 1, 0).Wait(ctx), 1, pg.ErrTimeout)
+}
