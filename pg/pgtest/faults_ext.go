@@ -46,6 +46,12 @@ func runExtendedFaults(t *testing.T, newWorld World) {
 		requireExtended(t, w)
 		outlivesParent(t, w)
 	})
+	t.Run("Recv/NoSender/world=2", func(t *testing.T) {
+		t.Parallel()
+		w := open(t, newWorld, 2, faultTimeout)
+		requireExtended(t, w)
+		recvNoShow(t, w)
+	})
 	t.Run("Recv/SizeMismatch/world=2", func(t *testing.T) {
 		t.Parallel()
 		w := open(t, newWorld, 2, faultTimeout)
@@ -220,5 +226,22 @@ func subgroupNoShow(t *testing.T, w *world) {
 	}
 	if took < w.timeout*9/10 || took > w.timeout+5*time.Second {
 		t.Errorf("%s: ranks 0 and 1 failed after %v; want about the parent's group timeout %v", what, took, w.timeout)
+	}
+}
+
+// recvNoShow: rank 1 receives from rank 0, which never sends. The Recv
+// must fail with pg.ErrTimeout after about the group timeout.
+func recvNoShow(t *testing.T, w *world) {
+	what := "world=2, rank 1 receives from rank 0, which never sends"
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	start := time.Now()
+	err := w.waitOne(t, what, 1, w.groups[1].(pg.PointToPoint).Recv(ctx, pg.NewTensor(pg.Int64, 3), 0, 0))
+	took := time.Since(start)
+	if !errors.Is(err, pg.ErrTimeout) {
+		t.Errorf("%s: got %v, want an error wrapping pg.ErrTimeout", what, err)
+	}
+	if took < w.timeout*9/10 || took > w.timeout+5*time.Second {
+		t.Errorf("%s: the recv failed after %v; want about the group timeout %v", what, took, w.timeout)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,6 +180,39 @@ func seqAndHooks(t *testing.T, w *world) {
 			t.Errorf("world=%d completion hook: rank %d: %v #%d was reported before its Work was done", w.n, r, info.Op, info.Seq)
 		}
 		recs[r].mu.Unlock()
+	}
+	slowHook(t, w)
+}
+
+// slowHook: a completion hook that blocks must not hold up collectives;
+// once it is released it sees them all.
+func slowHook(t *testing.T, w *world) {
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	slow := make([]*recorder, w.n)
+	for r, g := range w.groups {
+		rec := newRecorder()
+		slow[r] = rec
+		g.(pg.CompletionHooker).OnCompletion(func(info pg.WorkInfo) {
+			<-release
+			rec.hook(info)
+		})
+	}
+	trials := make([]trial, 8)
+	for i := range trials {
+		trials[i] = allReduceTrial(w, pg.Int32, pg.Op(pg.Max), 100+i, uint64(i))
+		trials[i].what += " (completion hooks blocked)"
+	}
+	w.tryAll(t, trials)
+	free()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for r := range w.n {
+		if infos := slow[r].await(ctx, len(trials)); len(infos) < len(trials) {
+			t.Errorf("world=%d: rank %d: a hook released after %d allreduces saw only %s", w.n, r, len(trials), describeInfos(infos))
+		}
 	}
 }
 
