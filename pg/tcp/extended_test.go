@@ -870,3 +870,43 @@ func TestSendToStalledPeer(t *testing.T) {
 	}
 	wantNames(t, "a later send", g.Send(ctx, pg.NewTensor(pg.Uint8, 4), 1, 0).Wait(ctx), 1, pg.ErrTimeout)
 }
+
+// TestRecvContext: a Recv whose ctx ends fails with ErrTimeout at once;
+// the group, and the link, go on.
+func TestRecvContext(t *testing.T) {
+	gs := extGroups(t, 2)
+	ctx := ctx30(t)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := gs[1].Recv(short, pg.NewTensor(pg.Int64, 2), 0, 0).Wait(ctx); !errors.Is(err, pg.ErrTimeout) {
+		t.Errorf("recv: got %v, want ErrTimeout", err)
+	}
+	x := make([]int64, 2)
+	if err := pg.WaitAll(ctx, gs[0].Send(ctx, pg.Int64s([]int64{3, 4}), 1, 0), gs[1].Recv(ctx, pg.Int64s(x), 0, 0)); err != nil || x[1] != 4 {
+		t.Fatalf("next message: %v, %v", err, x)
+	}
+}
+
+// TestGatherLengthMismatch: rank 2 gathers 3 elements where the others
+// gather 2. The root fails naming rank 2 with ErrMismatch, and nothing is
+// written outside its output.
+func TestGatherLengthMismatch(t *testing.T) {
+	gs := extGroups(t, 3)
+	ctx := ctx30(t)
+	backing := make([]int64, 10)
+	errs := each(gs, func(r int, g *Group) error {
+		in := filled(r, 2)
+		if r == 2 {
+			in = filled(r, 3)
+		}
+		var out []int64
+		if r == 0 {
+			out = backing[:6:6]
+		}
+		return g.Gather(ctx, pg.Int64s(out), pg.Int64s(in), 0).Wait(ctx)
+	})
+	wantNames(t, "root", errs[0], 2, pg.ErrMismatch)
+	if !slices.Equal(backing[6:], make([]int64, 4)) {
+		t.Errorf("written past the output: %v", backing)
+	}
+}
