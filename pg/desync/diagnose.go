@@ -69,18 +69,20 @@ func diagnosable(err error) bool {
 	return !errors.As(err, &se)
 }
 
-// explain turns the failed collective it's error into a *pg.StallError
-// carrying the group's diagnosis, running the diagnosis the first time.
-// Only the monitor calls it.
-func (g *Group) explain(it item, err error) error {
+// explain turns the failed collective's error into a *pg.StallError
+// carrying the group's diagnosis, running the diagnosis the first time;
+// concurrent callers wait for it (at most DiagnosisTimeout).
+func (g *Group) explain(seq uint64, op pg.OpType, err error) error {
 	if !diagnosable(err) {
 		return err
 	}
+	g.diagMu.Lock()
 	if g.diag == nil {
-		g.diag = g.diagnose(it.seq, it.op)
+		g.diag = g.diagnose(seq, op)
 		g.log.Error("desync: collective failed; diagnosis", zap.Error(g.diag))
 	}
 	se := *g.diag
+	g.diagMu.Unlock()
 	se.Kind, se.Err = kindOf(err), err
 	return &se
 }
@@ -99,6 +101,7 @@ func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 	}
 	reports := make([]*progress, g.size)
 	g.mu.Lock()
+	g.settleLocked()
 	mine := g.prog
 	g.mu.Unlock()
 	reports[g.rank] = &mine
@@ -242,6 +245,7 @@ func (g *Group) publish(ctx context.Context) error {
 		g.mu.Unlock()
 		return nil
 	}
+	g.settleLocked()
 	b, err := json.Marshal(g.prog.report(g.rank))
 	g.mu.Unlock()
 	if err != nil {

@@ -60,16 +60,20 @@ type Group struct {
 
 	mu        sync.Mutex
 	prog      progress
-	published bool // this rank's progress is in the store
+	pending   []item // issued without the check and not yet seen finished, in order
+	published bool   // this rank's progress is in the store
 
 	// life ends at Close: it stops the responder and bounds diagnoses.
 	life   context.Context
 	cancel context.CancelFunc
 
-	mon  queue[item] // issued collectives, waited for in order by monitor
-	jobs queue[job]  // CheckCollectives: collectives waiting for the check
+	// With CheckCollectives: collectives waiting for the check, and
+	// those issued after it, waited for in order by the monitor.
+	mon  queue[item]
+	jobs queue[job]
 
-	diag      *pg.StallError // the group's diagnosis, once made (monitor only)
+	diagMu    sync.Mutex     // held while the diagnosis runs
+	diag      *pg.StallError // the group's diagnosis, once made
 	closeOnce sync.Once
 	closeErr  error
 	workers   sync.WaitGroup // responder
@@ -112,10 +116,11 @@ func Wrap(g pg.ProcessGroup, st store.Store, opts Options) (*Group, error) {
 	}
 	w.mon.init()
 	w.jobs.init()
-	go w.monitor()
 	if opts.CheckCollectives {
+		go w.monitor()
 		go w.checker()
 	} else {
+		close(w.monDone)
 		close(w.jobsDone)
 	}
 	w.workers.Add(1)

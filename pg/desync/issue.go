@@ -87,9 +87,10 @@ type job struct {
 }
 
 // issue gives the collective described by fp the next sequence number,
-// records that this rank entered it, and issues it: at once, or, with
-// CheckCollectives, through the checker once the ranks' fingerprints
-// agree. The caller gets a Future that the monitor completes.
+// records that this rank entered it, and issues it: at once (the caller
+// gets a work), or, with CheckCollectives, through the checker once the
+// ranks' fingerprints agree (the caller gets a Future that the monitor
+// completes).
 func (g *Group) issue(ctx context.Context, fp fingerprint, call func(context.Context) pg.Work) pg.Work {
 	g.issueMu.Lock()
 	defer g.issueMu.Unlock()
@@ -98,15 +99,83 @@ func (g *Group) issue(ctx context.Context, fp fingerprint, call func(context.Con
 	g.mu.Lock()
 	g.prog.enter(seq, fp)
 	g.mu.Unlock()
-	fut := pg.NewSeqFuture(seq)
 	if g.opts.CheckCollectives {
+		fut := pg.NewSeqFuture(seq)
 		if !g.jobs.push(job{ctx: ctx, seq: seq, fp: fp, issue: call, fut: fut}) {
 			fut.Complete(g.closedErr(fp.op))
 		}
 		return fut
 	}
-	g.track(item{w: call(ctx), fut: fut, seq: seq, op: fp.op})
-	return fut
+	w := &work{g: g, w: call(ctx), seq: seq, op: fp.op}
+	g.mu.Lock()
+	g.settleLocked()
+	g.pending = append(g.pending, item{w: w.w, seq: seq})
+	g.mu.Unlock()
+	return w
+}
+
+// settleLocked drops the finished collectives at the head of pending,
+// advancing the last finished number. g.mu is held.
+func (g *Group) settleLocked() {
+	n := 0
+	for _, it := range g.pending {
+		select {
+		case <-it.w.Done():
+			g.prog.finished = max(g.prog.finished, it.seq)
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	if n > 0 {
+		clear(g.pending[:n])
+		g.pending = g.pending[n:]
+	}
+}
+
+// work is the Work of a collective issued without the check: the wrapped
+// group's Work, whose error, once it has one, is explained by the
+// diagnosis. Done closes with the wrapped Work's; Err and Wait may then
+// take up to Options.DiagnosisTimeout while the first diagnosis runs.
+type work struct {
+	g    *Group
+	w    pg.Work
+	seq  uint64
+	op   pg.OpType
+	once sync.Once
+	err  error
+}
+
+func (w *work) Seq() uint64           { return w.seq }
+func (w *work) Done() <-chan struct{} { return w.w.Done() }
+
+func (w *work) Err() error {
+	select {
+	case <-w.w.Done():
+		return w.result()
+	default:
+		return nil
+	}
+}
+
+func (w *work) Wait(ctx context.Context) error {
+	err := w.w.Wait(ctx)
+	select {
+	case <-w.w.Done():
+		return w.result()
+	default:
+		return err // ctx ended first
+	}
+}
+
+func (w *work) result() error {
+	w.once.Do(func() {
+		if err := w.w.Err(); err != nil {
+			w.err = w.g.explain(w.seq, w.op, err)
+		}
+	})
+	return w.err
 }
 
 // track hands an issued collective to the monitor.
@@ -153,7 +222,7 @@ func (g *Group) monitor() {
 		g.prog.finished = max(g.prog.finished, it.seq)
 		g.mu.Unlock()
 		if err != nil {
-			err = g.explain(it, err)
+			err = g.explain(it.seq, it.op, err)
 		}
 		it.fut.Complete(err)
 	}
