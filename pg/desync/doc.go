@@ -36,6 +36,10 @@
 // The failing Work, and every later failure of the group, returns a
 // *pg.StallError carrying the diagnosis; it wraps the original error's
 // kind (pg.ErrTimeout, pg.ErrComm or pg.ErrRemote) and the error itself.
+// The diagnosis runs on the first Wait or Err that sees a failure (Done
+// closes when the wrapped Work's does; that Wait or Err then takes up to
+// DiagnosisTimeout), or, for a rank that sees none, is answered by its
+// responder.
 // Every rank reads the same reports, so all name the same culprit. The
 // message names the culprits first, then what this rank was doing, what
 // to check, and the backend's own error. On a 3-rank ddp-train job whose
@@ -75,8 +79,10 @@
 //	pg: rank 0: collective #3 differs across ranks: rank 2 issued broadcast(float32 x1024, root 0) where rank 0 issued allreduce(float32 x1024, SUM) (this rank: allreduce(float32 x1024, SUM)); make every rank issue the same collectives in the same order with the same dtypes, sizes and roots
 //
 // The check runs on one goroutine in issue order, so the order stays the
-// same on every rank; it costs one small allgather per collective (see
-// BenchmarkAllReduce).
+// same on every rank; it costs one small allgather per collective. On 2
+// local ranks (BenchmarkAllReduce, a shared 2-core machine), allreduce
+// time relative to the bare group: wrapped 1.11x at 4 KiB and 1.04x at
+// 1 MiB; with the check 1.54x and 1.19x.
 //
 // # Subgroups
 //
