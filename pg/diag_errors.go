@@ -96,8 +96,15 @@ func (e *StallError) Error() string {
 		}
 		why = append(why, fmt.Sprintf("%s is behind (%s; it never entered #%d)", e.ranks([]int{r}), last, e.Seq))
 	}
+	ref := ""
+	for _, p := range e.Progress {
+		if p.AtSeq != "" && !containsInt(e.Mismatched, p.Rank) {
+			ref = fmt.Sprintf(" where %s issued %s", e.ranks([]int{p.Rank}), p.AtSeq)
+			break
+		}
+	}
 	for _, r := range e.Mismatched {
-		why = append(why, fmt.Sprintf("%s issued %s as #%d", e.ranks([]int{r}), e.progress(r).AtSeq, e.Seq))
+		why = append(why, fmt.Sprintf("%s issued %s as #%d%s", e.ranks([]int{r}), e.progress(r).AtSeq, e.Seq, ref))
 	}
 	if e.StoreErr != nil {
 		host := ""

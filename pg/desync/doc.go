@@ -52,6 +52,11 @@
 //
 //	pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank 0 waited in allreduce #2; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
 //
+// A desynchronisation is found even without the check (here over TCP,
+// where it hangs until the timeout):
+//
+//	pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, SUM) while rank 1 waited in allreduce #1; make every rank issue the same collectives in the same order (cause: ...)
+//
 // In a subgroup, ranks are the subgroup's, with their parent ranks:
 //
 //	pg: rank 2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank 0 of group world/1 waited in allreduce #1; ...

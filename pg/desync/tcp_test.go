@@ -92,3 +92,27 @@ func TestTCPMismatch(t *testing.T) {
 		t.Fatalf("after the mismatch: %v", errs)
 	}
 }
+
+// Without the check, a desynchronisation over TCP hangs until the
+// timeout; the diagnosis then finds it: rank 2 issued a broadcast where
+// the others issued an allreduce, and every rank says so.
+func TestTCPDesyncDiagnosed(t *testing.T) {
+	gs := tcpWorld(t, 3, 500*time.Millisecond, Options{DiagnosisTimeout: 2 * time.Second})
+	ctx := context.Background()
+	errs := onRanks(gs, []int{0, 1, 2}, func(g *Group) error {
+		if g.Rank() == 2 {
+			return g.Broadcast(ctx, pg.Float32s(make([]float32, 1000)), 0).Wait(ctx)
+		}
+		return allReduce(1000)(g)
+	})
+	for r, err := range errs {
+		se := stallOf(t, r, err)
+		if !slices.Equal(se.Mismatched, []int{2}) || len(se.Behind)+len(se.Silent) != 0 {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		want := "pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, SUM) while rank " + fmt.Sprint(r) + " waited in "
+		if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "; make every rank issue the same collectives in the same order") {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
