@@ -129,7 +129,11 @@ func (e *StallError) Error() string {
 	case len(e.Mismatched) > 0:
 		b.WriteString("; make every rank issue the same collectives in the same order")
 	case len(culprits) > 0:
-		fmt.Fprintf(&b, "; check %s: is its process alive, stopped, or stuck outside collectives?", e.ranks(culprits))
+		q := "is its process"
+		if len(culprits) > 1 {
+			q = "are their processes"
+		}
+		fmt.Fprintf(&b, "; check %s: %s alive, stopped, or stuck outside collectives?", e.ranks(culprits), q)
 	}
 	var causes []string
 	if e.StoreErr != nil {
