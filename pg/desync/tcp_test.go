@@ -116,3 +116,43 @@ func TestTCPDesyncDiagnosed(t *testing.T) {
 		}
 	}
 }
+
+// A rank that dies inside a TCP subgroup (here: closes it) fails that
+// subgroup on the other members, who name it as silent by its subgroup
+// and parent rank; the parent group keeps working.
+func TestTCPDeadRankInSubgroup(t *testing.T) {
+	gs := tcpWorld(t, 4, time.Second, Options{DiagnosisTimeout: time.Second, StoreHost: pg.NoPeer})
+	if _, ok := gs[0].Inner().(pg.Splitter); !ok {
+		t.Skip("the tcp backend has no NewGroup yet")
+	}
+	ctx := context.Background()
+	subs := make([]pg.ProcessGroup, 4)
+	errs := onRanks(gs, []int{0, 1, 2, 3}, func(g *Group) (err error) {
+		subs[g.Rank()], err = g.NewGroup(ctx, []int{1, 2, 3})
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range subs {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	subs[3].Close() // parent rank 3, subgroup rank 2, dies
+	errs = onRanks(gs, []int{1, 2}, func(g *Group) error {
+		return subs[g.Rank()].AllReduce(ctx, pg.Float32s(make([]float32, 8)), pg.Op(pg.Sum)).Wait(ctx)
+	})
+	for _, r := range []int{1, 2} {
+		se := stallOf(t, r-1, errs[r])
+		want := fmt.Sprintf("pg: rank 2 (parent rank 3) did not answer (stopped or dead) while rank %d of group world/1 waited in allreduce #1; check rank 2 (parent rank 3):", r-1)
+		if !slices.Equal(se.Silent, []int{2}) || !strings.HasPrefix(errs[r].Error(), want) {
+			t.Fatalf("parent rank %d: %v", r, errs[r])
+		}
+	}
+	if errs := onRanks(gs, []int{0, 1, 2, 3}, allReduce(8)); errors.Join(errs...) != nil {
+		t.Fatalf("the parent failed after its subgroup did: %v", errs)
+	}
+}
