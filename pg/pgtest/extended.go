@@ -63,18 +63,23 @@ func extendedCollectives(t *testing.T, w *world, g grid) {
 
 // extendedInterfaces names the interfaces that make up pg.Extended, with a
 // check for each.
-var extendedInterfaces = []struct {
+func extendedInterfaces() []struct {
 	name string
 	has  func(pg.ProcessGroup) bool
-}{
-	{"pg.MonitoredBarrierer", func(g pg.ProcessGroup) bool { _, ok := g.(pg.MonitoredBarrierer); return ok }},
-	{"pg.Backender", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Backender); return ok }},
-	{"pg.Rooted", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Rooted); return ok }},
-	{"pg.AllToAller", func(g pg.ProcessGroup) bool { _, ok := g.(pg.AllToAller); return ok }},
-	{"pg.PointToPoint", func(g pg.ProcessGroup) bool { _, ok := g.(pg.PointToPoint); return ok }},
-	{"pg.Coalescer", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Coalescer); return ok }},
-	{"pg.Splitter", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Splitter); return ok }},
-	{"pg.CompletionHooker", func(g pg.ProcessGroup) bool { _, ok := g.(pg.CompletionHooker); return ok }},
+} {
+	return []struct {
+		name string
+		has  func(pg.ProcessGroup) bool
+	}{
+		{"pg.MonitoredBarrierer", func(g pg.ProcessGroup) bool { _, ok := g.(pg.MonitoredBarrierer); return ok }},
+		{"pg.Backender", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Backender); return ok }},
+		{"pg.Rooted", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Rooted); return ok }},
+		{"pg.AllToAller", func(g pg.ProcessGroup) bool { _, ok := g.(pg.AllToAller); return ok }},
+		{"pg.PointToPoint", func(g pg.ProcessGroup) bool { _, ok := g.(pg.PointToPoint); return ok }},
+		{"pg.Coalescer", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Coalescer); return ok }},
+		{"pg.Splitter", func(g pg.ProcessGroup) bool { _, ok := g.(pg.Splitter); return ok }},
+		{"pg.CompletionHooker", func(g pg.ProcessGroup) bool { _, ok := g.(pg.CompletionHooker); return ok }},
+	}
 }
 
 // notExtended describes why g is not a pg.Extended, or returns nil.
@@ -83,7 +88,7 @@ func notExtended(g pg.ProcessGroup) error {
 		return nil
 	}
 	var missing []string
-	for _, i := range extendedInterfaces {
+	for _, i := range extendedInterfaces() {
 		if !i.has(g) {
 			missing = append(missing, i.name)
 		}

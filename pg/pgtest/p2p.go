@@ -11,7 +11,9 @@ import (
 
 // p2pTags are the tags of the ring test, one per dtype, with the length
 // of each of their messages.
-var p2pTags = []struct{ tag, length int }{{0, 1}, {1, 0}, {2, 7}, {3, 1000}, {9, 3}, {100, 64}, {1 << 20, 1}}
+func p2pTags() []struct{ tag, length int } {
+	return []struct{ tag, length int }{{0, 1}, {1, 0}, {2, 7}, {3, 1000}, {9, 3}, {100, 64}, {1 << 20, 1}}
+}
 
 // p2pOp is one Send or Recv of a rank in a point-to-point test.
 type p2pOp struct {
@@ -34,7 +36,7 @@ func (o p2pOp) issue(ctx context.Context, x pg.PointToPoint) pg.Work {
 // src+1) or backward (dir 1, to src-1).
 func ringMessage(ti, m, src, dst, dir int) pg.Tensor {
 	d := pg.Dtypes()[ti%len(pg.Dtypes())]
-	return randomBytes(d, p2pTags[ti].length, uint64(ti*100+m), uint64(src*1000+dst*10+dir))
+	return randomBytes(d, p2pTags()[ti].length, uint64(ti*100+m), uint64(src*1000+dst*10+dir))
 }
 
 // ringPlan is what rank r of n issues in the ring test: perTag messages of
@@ -43,16 +45,17 @@ func ringMessage(ti, m, src, dst, dir int) pg.Tensor {
 // in the reverse order of sends, so only the tag matches them.
 func ringPlan(n, r, perTag int) []p2pOp {
 	next, prev := (r+1)%n, (r+n-1)%n
+	tags := p2pTags()
 	var sends, recvs []p2pOp
 	for m := range perTag {
-		for ti, tg := range p2pTags {
+		for ti, tg := range tags {
 			fwd, bwd := ringMessage(ti, m, r, next, 0), ringMessage(ti, m, r, prev, 1)
 			sends = append(sends,
 				p2pOp{send: true, peer: next, tag: tg.tag, buf: fwd, want: clone(fwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, next)},
 				p2pOp{send: true, peer: prev, tag: tg.tag, buf: bwd, want: clone(bwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, prev)})
 		}
-		for ti := len(p2pTags) - 1; ti >= 0; ti-- {
-			tg := p2pTags[ti]
+		for ti := len(tags) - 1; ti >= 0; ti-- {
+			tg := tags[ti]
 			fromPrev, fromNext := ringMessage(ti, m, prev, r, 0), ringMessage(ti, m, next, r, 1)
 			recvs = append(recvs,
 				p2pOp{peer: prev, tag: tg.tag, buf: randomBytes(fromPrev.Dtype, fromPrev.Len(), 1, uint64(r)), want: fromPrev,
