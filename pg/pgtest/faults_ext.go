@@ -52,6 +52,20 @@ func runExtendedFaults(t *testing.T, newWorld World) {
 		requireExtended(t, w)
 		recvNoShow(t, w)
 	})
+	t.Run("Gather/RootRefuses/world=3", func(t *testing.T) {
+		t.Parallel()
+		w := open(t, newWorld, 3, faultTimeout)
+		requireExtended(t, w)
+		gatherRootRefuses(t, w)
+	})
+	for _, n := range []int{3, 1} {
+		t.Run(fmt.Sprintf("AllToAll/InconsistentSplits/world=3/sends=%d", n), func(t *testing.T) {
+			t.Parallel()
+			w := open(t, newWorld, 3, faultTimeout)
+			requireExtended(t, w)
+			inconsistentSplits(t, w, n)
+		})
+	}
 	t.Run("Recv/SizeMismatch/world=2", func(t *testing.T) {
 		t.Parallel()
 		w := open(t, newWorld, 2, faultTimeout)
@@ -243,5 +257,72 @@ func recvNoShow(t *testing.T, w *world) {
 	}
 	if took < w.timeout*9/10 || took > w.timeout+5*time.Second {
 		t.Errorf("%s: the recv failed after %v; want about the group timeout %v", what, took, w.timeout)
+	}
+}
+
+// gatherRootRefuses: the root of a gather passes an output too short, so
+// it refuses the call with pg.ErrInvalidArgument. The other ranks cannot
+// know: their gather may succeed (their part is sent) or fail, but must
+// not hang past the group timeout. The ranks are now out of step, so an
+// allreduce after it may fail, but must not hang or give wrong results.
+func gatherRootRefuses(t *testing.T, w *world) {
+	const root = 1
+	what := fmt.Sprintf("world=%d gather whose root %d passes an output one element short", w.n, root)
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	start := time.Now()
+	works := issue(w, nil, func(r int, g pg.ProcessGroup) pg.Work {
+		return g.(pg.Rooted).Gather(ctx, pg.NewTensor(pg.Int32, 4*w.n-1), pg.NewTensor(pg.Int32, 4), root)
+	})
+	for r, err := range w.wait(t, what, works) {
+		if r == root && !errors.Is(err, pg.ErrInvalidArgument) {
+			t.Errorf("%s: root %d: got %v, want pg.ErrInvalidArgument", what, r, err)
+		} else if r != root {
+			t.Logf("%s: rank %d: %v", what, r, err)
+		}
+	}
+	if took := time.Since(start); took > w.timeout+5*time.Second {
+		t.Errorf("%s: the other ranks took %v to finish; want at most about the group timeout %v", what, took, w.timeout)
+	}
+	tr := allReduceTrial(w, pg.Int64, pg.Op(pg.Sum), 4, 1)
+	tr.what = what + ", then " + tr.what
+	works = issue(w, nil, func(r int, g pg.ProcessGroup) pg.Work { return tr.issue(ctx, r, g) })
+	failed := false
+	for r, err := range w.wait(t, tr.what, works) {
+		if err != nil {
+			t.Logf("%s: rank %d: %v", tr.what, r, err)
+			failed = true
+		}
+	}
+	if !failed {
+		tr.verify(t)
+	}
+}
+
+// inconsistentSplits: every rank's AllToAll splits are valid on their
+// own, but rank 0 sends rank 1 n elements where rank 1 expects two. Rank 1
+// must fail with pg.ErrInvalidArgument or pg.ErrMismatch (rank 0, whose
+// own part went as it said, may succeed), and no rank may hang past the
+// group timeout.
+func inconsistentSplits(t *testing.T, w *world, n int) {
+	what := fmt.Sprintf("world=%d alltoall where rank 0 sends rank 1 %d elements and rank 1 expects two", w.n, n)
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	splits := [][]int{{2, 2, 2}, {2, 2, 2}, {2, 2, 2}} // what each rank expects
+	send := [][]int{{2, n, 2}, splits[1], splits[2]}
+	start := time.Now()
+	works := issue(w, nil, func(r int, g pg.ProcessGroup) pg.Work {
+		in, out := send[r], columnOf(splits, r)
+		return g.(pg.AllToAller).AllToAll(ctx, pg.NewTensor(pg.Float32, sum(out)), pg.NewTensor(pg.Float32, sum(in)), out, in)
+	})
+	for r, err := range w.wait(t, what, works) {
+		if r == 1 && !errors.Is(err, pg.ErrInvalidArgument) && !errors.Is(err, pg.ErrMismatch) {
+			t.Errorf("%s: rank %d: got %v, want pg.ErrInvalidArgument or pg.ErrMismatch", what, r, err)
+		} else {
+			t.Logf("%s: rank %d: %v", what, r, err)
+		}
+	}
+	if took := time.Since(start); took > w.timeout+5*time.Second {
+		t.Errorf("%s: the ranks took %v to finish; want at most about the group timeout %v", what, took, w.timeout)
 	}
 }
