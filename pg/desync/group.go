@@ -74,6 +74,7 @@ type Group struct {
 
 	diagMu    sync.Mutex     // held while the diagnosis runs
 	diag      *pg.StallError // the group's diagnosis, once made
+	hooks     pg.Completions // with CheckCollectives: the completion hooks
 	closeOnce sync.Once
 	closeErr  error
 	workers   sync.WaitGroup // responder
@@ -153,16 +154,32 @@ func (g *Group) Close() error {
 		<-g.jobsDone // every queued job has reached the monitor
 		g.mon.close()
 		<-g.monDone
+		g.hooks.Close()
 		g.workers.Wait()
 	})
 	return g.closeErr
 }
 
 // OnCompletion registers hook with the wrapped group, if it reports
-// completions; otherwise the hook is never called.
+// completions (otherwise the hook is never called); with
+// CheckCollectives, the Group reports its collectives itself, with its
+// own numbering and without the checks' allgathers, and passes hooks for
+// Send and Recv to the wrapped group.
 func (g *Group) OnCompletion(hook func(pg.WorkInfo)) {
-	if h, ok := g.inner.(pg.CompletionHooker); ok {
-		h.OnCompletion(hook)
+	h, ok := g.inner.(pg.CompletionHooker)
+	if !g.opts.CheckCollectives {
+		if ok {
+			h.OnCompletion(hook)
+		}
+		return
+	}
+	g.hooks.Register(hook)
+	if ok && hook != nil {
+		h.OnCompletion(func(info pg.WorkInfo) {
+			if info.Op.IsPointToPoint() {
+				hook(info)
+			}
+		})
 	}
 }
 
@@ -180,7 +197,7 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 	if err := pg.CheckAllReduce(t, op); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
 		return g.inner.AllReduce(ctx, t, op)
 	})
 }
@@ -190,7 +207,7 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpBroadcast, t, root), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpOf(pg.OpBroadcast, t, root), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
 		return g.inner.Broadcast(ctx, t, root)
 	})
 }
@@ -200,7 +217,7 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 	if err := pg.CheckAllGather(out, in, g.size); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpAllGather, in, noRoot), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpOf(pg.OpAllGather, in, noRoot), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
 		return g.inner.AllGather(ctx, out, in)
 	})
 }
@@ -210,14 +227,14 @@ func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.Redu
 	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
 		return g.inner.ReduceScatter(ctx, out, in, op)
 	})
 }
 
 // Barrier implements pg.ProcessGroup.
 func (g *Group) Barrier(ctx context.Context) pg.Work {
-	return g.issue(ctx, fingerprint{op: pg.OpBarrier, root: noRoot}, func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fingerprint{op: pg.OpBarrier, root: noRoot}, sizes{}, func(ctx context.Context) pg.Work {
 		return g.inner.Barrier(ctx)
 	})
 }
@@ -231,7 +248,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 	if err := pg.CheckReduce(t, root, op, g.size); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, withOp(fpOf(pg.OpReduce, t, root), op), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, withOp(fpOf(pg.OpReduce, t, root), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
 		return r.Reduce(ctx, t, root, op)
 	})
 }
@@ -245,7 +262,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 	if err := pg.CheckGather(out, in, root, g.rank, g.size); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpGather, in, root), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpOf(pg.OpGather, in, root), rootSized(in.Dtype, in, out, g.rank == root, true), func(ctx context.Context) pg.Work {
 		return r.Gather(ctx, out, in, root)
 	})
 }
@@ -259,7 +276,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 	if err := pg.CheckScatter(out, in, root, g.rank, g.size); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpScatter, out, root), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpOf(pg.OpScatter, out, root), rootSized(out.Dtype, in, out, g.rank == root, false), func(ctx context.Context) pg.Work {
 		return r.Scatter(ctx, out, in, root)
 	})
 }
@@ -274,7 +291,7 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	if err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpAllToAll(g.rank, in.Dtype, outS, inS), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpAllToAll(g.rank, in.Dtype, outS, inS), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
 		return a.AllToAll(ctx, out, in, outSplits, inSplits)
 	})
 }
@@ -304,10 +321,10 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 	if !ok {
 		return g.unsupported(pg.OpAllReduceCoalesced)
 	}
-	if err := pg.CheckCoalesced("allreduce_coalesced", nil, ts); err != nil {
+	if err := checkCoalesced("allreduce_coalesced", nil, ts, func(_, in pg.Tensor) error { return op.Check(in.Dtype) }); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), coalescedSize(nil, ts), func(ctx context.Context) pg.Work {
 		return c.AllReduceCoalesced(ctx, ts, op)
 	})
 }
@@ -318,10 +335,10 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 	if !ok {
 		return g.unsupported(pg.OpAllGatherCoalesced)
 	}
-	if err := pg.CheckCoalesced("allgather_coalesced", outs, ins); err != nil {
+	if err := checkCoalesced("allgather_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckAllGather(out, in, g.size) }); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
 		return c.AllGatherCoalesced(ctx, outs, ins)
 	})
 }
@@ -332,12 +349,70 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 	if !ok {
 		return g.unsupported(pg.OpReduceScatterCoalesced)
 	}
-	if err := pg.CheckCoalesced("reducescatter_coalesced", outs, ins); err != nil {
+	if err := checkCoalesced("reducescatter_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckReduceScatter(out, in, op, g.size) }); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), func(ctx context.Context) pg.Work {
+	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
 		return c.ReduceScatterCoalesced(ctx, outs, ins, op)
 	})
+}
+
+// sizes is what a completion hook reports of a collective's buffers.
+type sizes struct {
+	dtype   pg.Dtype
+	in, out int64
+}
+
+func sized(d pg.Dtype, in, out pg.Tensor) sizes {
+	return sizes{d, int64(len(in.Data)), int64(len(out.Data))}
+}
+
+// rootSized counts only the buffers a rooted collective uses: Gather's
+// out and Scatter's in on the root alone.
+func rootSized(d pg.Dtype, in, out pg.Tensor, isRoot, gather bool) sizes {
+	s := sized(d, in, out)
+	switch {
+	case isRoot:
+	case gather:
+		s.out = 0
+	default:
+		s.in = 0
+	}
+	return s
+}
+
+func coalescedSize(outs, ins []pg.Tensor) sizes {
+	var s sizes
+	for i, t := range ins {
+		if i == 0 {
+			s.dtype = t.Dtype
+		}
+		s.in += int64(len(t.Data))
+		if outs != nil {
+			s.out += int64(len(outs[i].Data))
+		} else {
+			s.out += int64(len(t.Data))
+		}
+	}
+	return s
+}
+
+// checkCoalesced validates a coalesced collective's lists, then each
+// pair (out is the zero Tensor without outputs) with each.
+func checkCoalesced(what string, outs, ins []pg.Tensor, each func(out, in pg.Tensor) error) error {
+	if err := pg.CheckCoalesced(what, outs, ins); err != nil {
+		return err
+	}
+	for i, in := range ins {
+		var out pg.Tensor
+		if outs != nil {
+			out = outs[i]
+		}
+		if err := each(out, in); err != nil {
+			return fmt.Errorf("%s tensor %d: %w", what, i, err)
+		}
+	}
+	return nil
 }
 
 // MonitoredBarrier implements pg.MonitoredBarrierer: after the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/goddp/ddp/pg"
 )
@@ -69,10 +70,11 @@ func (q *queue[T]) close() {
 // item is an issued collective: the wrapped group's Work and the Future
 // the caller holds.
 type item struct {
-	w   pg.Work
-	fut *pg.Future
-	seq uint64
-	op  pg.OpType
+	w    pg.Work
+	fut  *pg.Future
+	seq  uint64
+	op   pg.OpType
+	info pg.WorkInfo // for the completion hooks
 }
 
 // job is a collective waiting for the fingerprint check (CheckCollectives),
@@ -83,6 +85,7 @@ type job struct {
 	fp     fingerprint
 	issue  func(context.Context) pg.Work
 	fut    *pg.Future
+	info   pg.WorkInfo
 	marker chan struct{}
 }
 
@@ -91,27 +94,47 @@ type job struct {
 // gets a work), or, with CheckCollectives, through the checker once the
 // ranks' fingerprints agree (the caller gets a Future that the monitor
 // completes).
-func (g *Group) issue(ctx context.Context, fp fingerprint, call func(context.Context) pg.Work) pg.Work {
+func (g *Group) issue(ctx context.Context, fp fingerprint, sz sizes, call func(context.Context) pg.Work) pg.Work {
 	g.issueMu.Lock()
 	defer g.issueMu.Unlock()
-	g.seq++
-	seq := g.seq
-	g.mu.Lock()
-	g.prog.enter(seq, fp)
-	g.mu.Unlock()
 	if g.opts.CheckCollectives {
-		fut := pg.NewSeqFuture(seq)
-		if !g.jobs.push(job{ctx: ctx, seq: seq, fp: fp, issue: call, fut: fut}) {
+		g.seq++
+		g.mu.Lock()
+		g.prog.enter(g.seq, fp)
+		g.mu.Unlock()
+		fut := pg.NewSeqFuture(g.seq)
+		info := pg.WorkInfo{Op: fp.op, Seq: g.seq, Rank: g.rank, Dtype: sz.dtype, InBytes: sz.in, OutBytes: sz.out, Issued: time.Now()}
+		if !g.jobs.push(job{ctx: ctx, seq: g.seq, fp: fp, issue: call, fut: fut, info: info}) {
 			fut.Complete(g.closedErr(fp.op))
 		}
 		return fut
 	}
-	w := &work{g: g, w: call(ctx), seq: seq, op: fp.op}
+	inner := call(ctx)
+	if refused(inner) {
+		return inner // not a collective: no number, nothing entered
+	}
+	g.seq++
+	w := &work{g: g, w: inner, seq: g.seq, op: fp.op}
 	g.mu.Lock()
+	g.prog.enter(g.seq, fp)
 	g.settleLocked()
-	g.pending = append(g.pending, item{w: w.w, seq: seq})
+	g.pending = append(g.pending, item{w: inner, seq: g.seq})
 	g.mu.Unlock()
 	return w
+}
+
+// refused reports whether the wrapped group turned a call down before
+// issuing it: a finished, failed Work with no sequence number.
+func refused(w pg.Work) bool {
+	if w.Seq() != 0 {
+		return false
+	}
+	select {
+	case <-w.Done():
+		return w.Err() != nil
+	default:
+		return false
+	}
 }
 
 // settleLocked drops the finished collectives at the head of pending,
@@ -225,6 +248,14 @@ func (g *Group) monitor() {
 			err = g.explain(it.seq, it.op, err)
 		}
 		it.fut.Complete(err)
+		if g.hooks.Active() {
+			info := it.info
+			if info.Started.IsZero() {
+				info.Started = time.Now()
+			}
+			info.Finished, info.Err = time.Now(), err
+			g.hooks.Deliver(info)
+		}
 	}
 }
 
@@ -246,9 +277,10 @@ func (g *Group) checker() {
 		if err := g.check(j.ctx, j.seq, j.fp); err != nil {
 			w = pg.Completed(err)
 		} else {
+			j.info.Started = time.Now()
 			w = j.issue(j.ctx)
 		}
-		g.track(item{w: w, fut: j.fut, seq: j.seq, op: j.fp.op})
+		g.track(item{w: w, fut: j.fut, seq: j.seq, op: j.fp.op, info: j.info})
 	}
 }
 
