@@ -65,6 +65,12 @@ func stopWorker(t *testing.T, victimRank string, survivors []string, want func(r
 		t.Fatalf("ddp-train still running 60s after a worker was stopped:\n%s", errOut.String())
 	}
 	out := errOut.String()
+	// The launcher's last line repeats the failed worker's, culprit included.
+	last := regexp.MustCompile(`(?m)^ddp-train: worker rank \d failed: exit status 1: rank \d: .*$`).FindString(out)
+	t.Logf("%s", last)
+	if !strings.Contains(last, "check rank "+victimRank+":") {
+		t.Fatalf("the launcher's last line does not name rank %s:\n%s\n\nall output:\n%s", victimRank, last, out)
+	}
 	for _, r := range survivors {
 		// Each worker's last line: "[rank R] ddp-train: rank R: ...: pg: rank 2 did not answer (stopped or dead) while rank R waited in allreduce #N; check rank 2: ..."
 		re := regexp.MustCompile(`(?m)^.*ddp-train: rank ` + r + `: .*$`)

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/goddp/ddp/internal/launch"
@@ -91,12 +92,29 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 	err = launch.Self(ctx, c.nproc, args, workerEnv+"=1", stdout, stderr)
 	var we *launch.WorkerError
 	if errors.As(err, &we) {
-		// The worker already printed its own error line; name the rank.
+		// The worker already printed its own error line; name the rank,
+		// and repeat the worker's line (with pg/desync's diagnosis, it
+		// names the rank at fault) so that the last line says it all.
 		err = fmt.Errorf("worker rank %d failed: %v", we.Rank, we.Err)
+		if line := lastReport(we.Tail); line != "" {
+			err = fmt.Errorf("worker rank %d failed: %v: %s", we.Rank, we.Err, line)
+		}
 		var exit *exec.ExitError
 		if errors.As(we.Err, &exit) && exit.ExitCode() == 2 {
 			return usageError{err}
 		}
 	}
 	return err
+}
+
+// lastReport returns the last error line a worker printed with report,
+// without its "ddp-train: " prefix, or "".
+func lastReport(tail string) string {
+	lines := strings.Split(tail, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if line, ok := strings.CutPrefix(lines[i], "ddp-train: "); ok {
+			return line
+		}
+	}
+	return ""
 }
