@@ -84,3 +84,26 @@ func stopWorker(t *testing.T, victimRank string, survivors []string, want func(r
 		}
 	}
 }
+
+// --debug-collectives turns the check on in every worker, over TCP and
+// local, and changes nothing in the result: the final parameters are
+// bitwise those of a run without it.
+func TestDebugCollectivesSameResult(t *testing.T) {
+	for _, backend := range []string{"tcp", "local"} {
+		t.Run(backend, func(t *testing.T) {
+			common := args("--backend", backend, "--nproc", "2", "--steps", "20", "--optimizer", "adam", "--lr", "0.01")
+			plain := ddpTrain(t, common...)
+			checked := ddpTrain(t, append(common, "--debug-collectives")...)
+			if plain.code != 0 || checked.code != 0 {
+				t.Fatalf("exit %d and %d\n%s\n%s", plain.code, checked.code, plain.stderr, checked.stderr)
+			}
+			const on = "every collective is checked across ranks"
+			if strings.Contains(plain.stderr, on) || strings.Count(checked.stderr, on) != 2 {
+				t.Fatalf("the check is not on in exactly the --debug-collectives run's 2 ranks:\n%s", checked.stderr)
+			}
+			if p, c := digests(plain.stderr), digests(checked.stderr); len(p) == 0 || p["0"] != c["0"] {
+				t.Fatalf("digests %v without the check, %v with it", p, c)
+			}
+		})
+	}
+}

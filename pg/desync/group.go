@@ -118,6 +118,7 @@ func Wrap(g pg.ProcessGroup, st store.Store, opts Options) (*Group, error) {
 	w.mon.init()
 	w.jobs.init()
 	if opts.CheckCollectives {
+		w.log.Info("desync: every collective is checked across ranks before it is issued (as TORCH_DISTRIBUTED_DEBUG=DETAIL)")
 		go w.monitor()
 		go w.checker()
 	} else {
