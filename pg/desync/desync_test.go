@@ -322,3 +322,30 @@ func TestFingerprints(t *testing.T) {
 		}
 	}
 }
+
+// A Wait whose ctx ends during the diagnosis returns the collective's own
+// error then; the diagnosis goes on, and Err reports it.
+func TestWaitCtxEndsDuringDiagnosis(t *testing.T) {
+	hs := store.NewHashStore(store.HashStoreOptions{})
+	defer hs.Close()
+	elsewhere := store.NewHashStore(store.HashStoreOptions{})
+	defer elsewhere.Close()
+	gs := world(t, 2, 200*time.Millisecond, Options{DiagnosisTimeout: time.Second}, func(r int) store.Store {
+		if r == 1 {
+			return elsewhere // rank 1 never answers
+		}
+		return hs
+	})
+	w := gs[0].AllReduce(context.Background(), pg.Float32s(make([]float32, 4)), pg.Op(pg.Sum))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := w.Wait(ctx)
+	var se *pg.StallError
+	if took := time.Since(start); errors.As(err, &se) || !errors.Is(err, pg.ErrTimeout) || took > 900*time.Millisecond {
+		t.Fatalf("Wait returned %v after %v; want the collective's own timeout at the ctx's end", err, took)
+	}
+	if err := w.Err(); !errors.As(err, &se) || !slices.Equal(se.Silent, []int{1}) {
+		t.Fatalf("Err after the diagnosis: %v", err)
+	}
+}

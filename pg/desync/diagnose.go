@@ -70,21 +70,55 @@ func diagnosable(err error) bool {
 }
 
 // explain turns the failed collective's error into a *pg.StallError
-// carrying the group's diagnosis, running the diagnosis the first time;
-// concurrent callers wait for it (at most DiagnosisTimeout).
-func (g *Group) explain(seq uint64, op pg.OpType, err error) error {
+// carrying the group's diagnosis. The first call starts the diagnosis;
+// every call waits for it, or returns err as it is if ctx ends first (a
+// later call still gets the diagnosis).
+func (g *Group) explain(ctx context.Context, seq uint64, op pg.OpType, err error) error {
 	if !diagnosable(err) {
 		return err
 	}
-	g.diagMu.Lock()
-	if g.diag == nil {
-		g.diag = g.diagnose(seq, op)
-		g.log.Error("desync: collective failed; diagnosis", zap.Error(g.diag))
+	select {
+	case <-g.startDiagnosis(seq, op):
+	case <-ctx.Done():
+		return err
 	}
-	se := *g.diag
+	g.diagMu.Lock()
+	d := g.diag
 	g.diagMu.Unlock()
+	if d == nil { // the Group closed first
+		return err
+	}
+	se := *d
 	se.Kind, se.Err = kindOf(err), err
 	return &se
+}
+
+// startDiagnosis starts the group's diagnosis, about collective seq, the
+// first time it is called, and returns a channel closed once g.diag is
+// set (or left nil, if the Group is closing).
+func (g *Group) startDiagnosis(seq uint64, op pg.OpType) <-chan struct{} {
+	g.diagMu.Lock()
+	defer g.diagMu.Unlock()
+	if g.diagDone != nil {
+		return g.diagDone
+	}
+	done := make(chan struct{})
+	g.diagDone = done
+	if g.closing {
+		close(done)
+		return done
+	}
+	g.workers.Add(1)
+	go func() {
+		defer g.workers.Done()
+		defer close(done)
+		d := g.diagnose(seq, op)
+		g.log.Error("desync: collective failed; diagnosis", zap.Error(d))
+		g.diagMu.Lock()
+		g.diag = d
+		g.diagMu.Unlock()
+	}()
+	return done
 }
 
 // diagnose asks every rank for its progress through the store and works

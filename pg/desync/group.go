@@ -72,12 +72,14 @@ type Group struct {
 	mon  queue[item]
 	jobs queue[job]
 
-	diagMu    sync.Mutex     // held while the diagnosis runs
+	diagMu    sync.Mutex
+	diagDone  chan struct{}  // closed when the diagnosis is over; nil before it starts
 	diag      *pg.StallError // the group's diagnosis, once made
+	closing   bool           // Close has begun: no diagnosis starts
 	hooks     pg.Completions // with CheckCollectives: the completion hooks
 	closeOnce sync.Once
 	closeErr  error
-	workers   sync.WaitGroup // responder
+	workers   sync.WaitGroup // responder, diagnosis
 	monDone   chan struct{}
 	jobsDone  chan struct{}
 }
@@ -149,6 +151,9 @@ func (g *Group) Abort(cause error) { g.inner.Abort(cause) }
 // the Group's goroutines. It is idempotent.
 func (g *Group) Close() error {
 	g.closeOnce.Do(func() {
+		g.diagMu.Lock()
+		g.closing = true
+		g.diagMu.Unlock()
 		g.cancel() // stops the responder; ends a diagnosis in progress
 		g.closeErr = g.inner.Close()
 		g.jobs.close()

@@ -159,15 +159,14 @@ func (g *Group) settleLocked() {
 
 // work is the Work of a collective issued without the check: the wrapped
 // group's Work, whose error, once it has one, is explained by the
-// diagnosis. Done closes with the wrapped Work's; Err and Wait may then
-// take up to Options.DiagnosisTimeout while the first diagnosis runs.
+// diagnosis. Done closes with the wrapped Work's; Err may then take up to
+// Options.DiagnosisTimeout while the first diagnosis runs, and Wait until
+// its ctx ends.
 type work struct {
-	g    *Group
-	w    pg.Work
-	seq  uint64
-	op   pg.OpType
-	once sync.Once
-	err  error
+	g   *Group
+	w   pg.Work
+	seq uint64
+	op  pg.OpType
 }
 
 func (w *work) Seq() uint64           { return w.seq }
@@ -176,7 +175,7 @@ func (w *work) Done() <-chan struct{} { return w.w.Done() }
 func (w *work) Err() error {
 	select {
 	case <-w.w.Done():
-		return w.result()
+		return w.result(context.Background())
 	default:
 		return nil
 	}
@@ -186,19 +185,17 @@ func (w *work) Wait(ctx context.Context) error {
 	err := w.w.Wait(ctx)
 	select {
 	case <-w.w.Done():
-		return w.result()
+		return w.result(ctx)
 	default:
 		return err // ctx ended first
 	}
 }
 
-func (w *work) result() error {
-	w.once.Do(func() {
-		if err := w.w.Err(); err != nil {
-			w.err = w.g.explain(w.seq, w.op, err)
-		}
-	})
-	return w.err
+func (w *work) result(ctx context.Context) error {
+	if err := w.w.Err(); err != nil {
+		return w.g.explain(ctx, w.seq, w.op, err)
+	}
+	return nil
 }
 
 // track hands an issued collective to the monitor.
@@ -245,7 +242,7 @@ func (g *Group) monitor() {
 		g.prog.finished = max(g.prog.finished, it.seq)
 		g.mu.Unlock()
 		if err != nil {
-			err = g.explain(it.seq, it.op, err)
+			err = g.explain(context.Background(), it.seq, it.op, err)
 		}
 		it.fut.Complete(err)
 		if g.hooks.Active() {
