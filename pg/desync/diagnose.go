@@ -113,6 +113,9 @@ func (g *Group) startDiagnosis(seq uint64, op pg.OpType) <-chan struct{} {
 		defer g.workers.Done()
 		defer close(done)
 		d := g.diagnose(seq, op)
+		if g.life.Err() != nil {
+			return // closed mid-way: the findings are incomplete, keep the errors as they are
+		}
 		g.log.Error("desync: collective failed; diagnosis", zap.Error(d))
 		g.diagMu.Lock()
 		g.diag = d
