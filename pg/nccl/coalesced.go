@@ -1,0 +1,85 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// The coalesced collectives issue one NCCL call per tensor inside one
+// ncclGroupStart/End, as ProcessGroupNCCL's coalescing manager: one Work,
+// one sequence number, one event.
+
+// AllReduceCoalesced reduces every tensor of ts in place.
+func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
+	if err := pg.CheckCoalesced("allreduce_coalesced", nil, ts); err != nil {
+		return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, err)
+	}
+	var n int64
+	for i, t := range ts {
+		if err := pg.CheckAllReduce(t, op); err != nil {
+			return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
+		}
+		n += int64(len(t.Data))
+	}
+	return g.issue(ctx, desc{op: pg.OpAllReduceCoalesced, peer: pg.NoPeer, dtype: firstDtype(ts), inBytes: n, outBytes: n},
+		func(s *stager) ([]part, error) {
+			return coalesce(len(ts), func(i int) (part, error) { return s.allReduce(ts[i], op) })
+		})
+}
+
+// AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i.
+func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
+	if err := pg.CheckCoalesced("allgather_coalesced", outs, ins); err != nil {
+		return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, err)
+	}
+	var in, out int64
+	for i := range ins {
+		if err := pg.CheckAllGather(outs[i], ins[i], g.size); err != nil {
+			return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
+		}
+		in, out = in+int64(len(ins[i].Data)), out+int64(len(outs[i].Data))
+	}
+	return g.issue(ctx, desc{op: pg.OpAllGatherCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
+		func(s *stager) ([]part, error) {
+			return coalesce(len(ins), func(i int) (part, error) { return s.allGather(outs[i], ins[i]) })
+		})
+}
+
+// ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every i.
+func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
+	if err := pg.CheckCoalesced("reducescatter_coalesced", outs, ins); err != nil {
+		return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, err)
+	}
+	var in, out int64
+	for i := range ins {
+		if err := pg.CheckReduceScatter(outs[i], ins[i], op, g.size); err != nil {
+			return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
+		}
+		in, out = in+int64(len(ins[i].Data)), out+int64(len(outs[i].Data))
+	}
+	return g.issue(ctx, desc{op: pg.OpReduceScatterCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
+		func(s *stager) ([]part, error) {
+			return coalesce(len(ins), func(i int) (part, error) { return s.reduceScatter(outs[i], ins[i], op) })
+		})
+}
+
+func coalesce(n int, f func(i int) (part, error)) ([]part, error) {
+	parts := make([]part, 0, n+1)
+	for i := 0; i < n; i++ {
+		p, err := f(i)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+func firstDtype(ts []pg.Tensor) pg.Dtype {
+	if len(ts) == 0 {
+		return 0
+	}
+	return ts[0].Dtype
+}

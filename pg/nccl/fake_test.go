@@ -1,0 +1,450 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/local"
+	"github.com/goddp/ddp/pg/store"
+)
+
+// fakeBackend is the test double of the binding layer, as c10d's
+// FakeProcessGroup: "device" memory is host memory, the "stream" is a
+// goroutine that runs queued operations in order, and each NCCL call is
+// carried out by a pg/local group of the same world, so the fake moves
+// real data between ranks. Faults are injected with stall, asyncErr and
+// failNext.
+type fakeBackend struct {
+	lg  pg.Extended
+	mem *fakeMem
+	st  *fakeStream
+
+	noAvg    bool
+	aborted  atomic.Bool
+	abortCh  chan struct{}
+	asyncErr atomic.Int32          // injected ncclCommGetAsyncError result
+	stall    atomic.Bool           // the next NCCL call blocks the stream until abort
+	failNext atomic.Pointer[error] // the next NCCL call returns it at enqueue
+	calls    atomic.Int64          // NCCL calls enqueued
+	freed    atomic.Int64          // buffers freed
+	closed   atomic.Bool
+	detail   atomic.Value // string: what broke, as ncclGetLastError
+
+	mu      sync.Mutex
+	grouped *[]func(ctx context.Context) pg.Work // inside group()
+	ops     map[nccl.RedOp]float64               // PreMulSum factors
+	nextOp  nccl.RedOp
+	self    *selfQueue
+}
+
+func newFakeBackend(lg pg.Extended) *fakeBackend {
+	b := &fakeBackend{lg: lg, mem: &fakeMem{allocs: map[uintptr][]byte{}}, abortCh: make(chan struct{}),
+		ops: map[nccl.RedOp]float64{}, nextOp: 5}
+	b.st = newFakeStream()
+	return b
+}
+
+// fakeMem hands out "device pointers" id<<32 | offset.
+type fakeMem struct {
+	mu     sync.Mutex
+	next   uintptr
+	allocs map[uintptr][]byte
+}
+
+func (m *fakeMem) alloc(n int) nccl.DevicePtr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next++
+	words := make([]uint64, (n+7)/8)
+	m.allocs[m.next] = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), n)
+	return nccl.DevicePtr(m.next << 32)
+}
+
+func (m *fakeMem) at(p nccl.DevicePtr, n int) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.allocs[uintptr(p)>>32]
+	off := int(uintptr(p) & (1<<32 - 1))
+	return b[off : off+n : off+n]
+}
+
+// fakeStream runs queued functions in order on one goroutine.
+type fakeStream struct {
+	mu    sync.Mutex
+	queue []func()
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func newFakeStream() *fakeStream {
+	s := &fakeStream{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+func (s *fakeStream) enqueue(f func()) {
+	s.mu.Lock()
+	s.queue = append(s.queue, f)
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *fakeStream) run() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		q := s.queue
+		s.queue = nil
+		s.mu.Unlock()
+		for _, f := range q {
+			f()
+		}
+		if len(q) > 0 {
+			continue
+		}
+		select {
+		case <-s.kick:
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+type fakeEvent struct{ done chan struct{} }
+
+func (e fakeEvent) query() error {
+	select {
+	case <-e.done:
+		return nil
+	default:
+		return nccl.ErrNotReady
+	}
+}
+func (e fakeEvent) destroy() error { return nil }
+
+func (b *fakeBackend) malloc(n int) (nccl.DevicePtr, error) { return b.mem.alloc(n), nil }
+func (b *fakeBackend) free(nccl.DevicePtr) error            { b.freed.Add(1); return nil }
+func (b *fakeBackend) mallocHost(n int) ([]byte, error)     { return make([]byte, n), nil }
+func (b *fakeBackend) freeHost([]byte) error                { return nil }
+
+func (b *fakeBackend) h2d(dst nccl.DevicePtr, src []byte) error {
+	d := b.mem.at(dst, len(src))
+	b.st.enqueue(func() { copy(d, src) })
+	return nil
+}
+func (b *fakeBackend) d2h(dst []byte, src nccl.DevicePtr) error {
+	s := b.mem.at(src, len(dst))
+	b.st.enqueue(func() { copy(dst, s) })
+	return nil
+}
+func (b *fakeBackend) d2d(dst, src nccl.DevicePtr, n int) error {
+	d, s := b.mem.at(dst, n), b.mem.at(src, n)
+	b.st.enqueue(func() { copy(d, s) })
+	return nil
+}
+func (b *fakeBackend) record() (event, error) {
+	e := fakeEvent{done: make(chan struct{})}
+	b.st.enqueue(func() { close(e.done) })
+	return e, nil
+}
+func (b *fakeBackend) synchronize(ctx context.Context) error {
+	e, _ := b.record()
+	return pollEvent(ctx, e)
+}
+
+func pgDtype(dt nccl.DataType) pg.Dtype {
+	for _, d := range pg.Dtypes() {
+		if dataType(d) == dt {
+			return d
+		}
+	}
+	return 0
+}
+
+func (b *fakeBackend) pgOp(op nccl.RedOp) pg.ReduceOp {
+	switch op {
+	case nccl.Sum:
+		return pg.Op(pg.Sum)
+	case nccl.Prod:
+		return pg.Op(pg.Product)
+	case nccl.Max:
+		return pg.Op(pg.Max)
+	case nccl.Min:
+		return pg.Op(pg.Min)
+	case nccl.Avg:
+		return pg.Op(pg.Avg)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return pg.PremulSumOp(b.ops[op])
+}
+
+func (b *fakeBackend) tensor(p nccl.DevicePtr, count int, dt nccl.DataType) pg.Tensor {
+	d := pgDtype(dt)
+	return pg.Tensor{Dtype: d, Data: b.mem.at(p, count*d.Size())}
+}
+
+// launch enqueues an NCCL call: run issues it on the local group and
+// returns its Work; the stream waits for it, or for abort.
+func (b *fakeBackend) launch(run func(ctx context.Context) pg.Work) error {
+	if err := b.failNext.Swap(nil); err != nil {
+		return *err
+	}
+	if b.aborted.Load() {
+		return &nccl.Error{Func: "fake", Code: nccl.InvalidUsage, Desc: "communicator aborted"}
+	}
+	b.calls.Add(1)
+	b.mu.Lock()
+	if b.grouped != nil {
+		*b.grouped = append(*b.grouped, run)
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	stall := b.stall.Swap(false)
+	b.st.enqueue(func() { b.execute(stall, []func(context.Context) pg.Work{run}) })
+	return nil
+}
+
+// execute runs NCCL calls as the device would: concurrently, each until
+// done; a failure becomes an asynchronous error and stalls the stream
+// until abort, as a broken NCCL kernel does.
+func (b *fakeBackend) execute(stall bool, runs []func(context.Context) pg.Work) {
+	if stall {
+		<-b.abortCh
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, len(runs))
+	for _, r := range runs { // issued in order, as NCCL launches a group's calls
+		w := r(ctx)
+		go func() { errs <- w.Wait(ctx) }()
+	}
+	var first error
+	for range runs {
+		select {
+		case err := <-errs:
+			if err != nil && first == nil {
+				first = err
+			}
+		case <-b.abortCh:
+			cancel()
+			return
+		}
+	}
+	if first != nil && !b.aborted.Load() {
+		b.detail.Store(first.Error())
+		code := nccl.SystemError
+		if errors.Is(first, pg.ErrRemote) {
+			code = nccl.RemoteError
+		}
+		b.asyncErr.CompareAndSwap(0, int32(code))
+		<-b.abortCh
+	}
+}
+
+func (b *fakeBackend) allReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp) error {
+	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
+	return b.launch(func(ctx context.Context) pg.Work {
+		copy(out.Data, in.Data)
+		return b.lg.AllReduce(ctx, out, o)
+	})
+}
+func (b *fakeBackend) reduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp, root int) error {
+	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
+	return b.launch(func(ctx context.Context) pg.Work {
+		copy(out.Data, in.Data)
+		return b.lg.Reduce(ctx, out, root, o)
+	})
+}
+func (b *fakeBackend) broadcast(send, recv nccl.DevicePtr, count int, dt nccl.DataType, root int) error {
+	in, out := b.tensor(send, count, dt), b.tensor(recv, count, dt)
+	return b.launch(func(ctx context.Context) pg.Work {
+		copy(out.Data, in.Data)
+		return b.lg.Broadcast(ctx, out, root)
+	})
+}
+func (b *fakeBackend) allGather(send, recv nccl.DevicePtr, sendCount int, dt nccl.DataType) error {
+	in, out := b.tensor(send, sendCount, dt), b.tensor(recv, sendCount*b.lg.Size(), dt)
+	return b.launch(func(ctx context.Context) pg.Work {
+		tmp := pg.NewTensor(in.Dtype, in.Len())
+		copy(tmp.Data, in.Data) // NCCL's in-place allgather: in may lie inside out
+		return b.lg.AllGather(ctx, out, tmp)
+	})
+}
+func (b *fakeBackend) reduceScatter(send, recv nccl.DevicePtr, recvCount int, dt nccl.DataType, op nccl.RedOp) error {
+	in, out, o := b.tensor(send, recvCount*b.lg.Size(), dt), b.tensor(recv, recvCount, dt), b.pgOp(op)
+	return b.launch(func(ctx context.Context) pg.Work {
+		tmp := pg.NewTensor(in.Dtype, in.Len())
+		copy(tmp.Data, in.Data)
+		return b.lg.ReduceScatter(ctx, out, tmp, o)
+	})
+}
+
+// selfQueue pairs a group's send and recv to this rank, which NCCL allows
+// and pg/local refuses.
+type selfQueue struct {
+	mu   sync.Mutex
+	msgs [][]byte
+	cond chan struct{}
+}
+
+func (b *fakeBackend) send(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+	t := b.tensor(buf, count, dt)
+	if peer == b.lg.Rank() {
+		return b.launch(func(ctx context.Context) pg.Work { b.selfQ().put(t.Data); return pg.Completed(nil) })
+	}
+	return b.launch(func(ctx context.Context) pg.Work { return b.lg.Send(ctx, t, peer, 0) })
+}
+func (b *fakeBackend) recv(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+	t := b.tensor(buf, count, dt)
+	if peer == b.lg.Rank() {
+		return b.launch(func(ctx context.Context) pg.Work {
+			f := pg.NewFuture()
+			go func() { f.Complete(b.selfQ().take(ctx, t.Data)) }()
+			return f
+		})
+	}
+	return b.launch(func(ctx context.Context) pg.Work { return b.lg.Recv(ctx, t, peer, 0) })
+}
+
+func (b *fakeBackend) selfQ() *selfQueue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.self == nil {
+		b.self = &selfQueue{cond: make(chan struct{}, 1)}
+	}
+	return b.self
+}
+
+func (q *selfQueue) put(data []byte) {
+	q.mu.Lock()
+	q.msgs = append(q.msgs, append([]byte(nil), data...))
+	q.mu.Unlock()
+	select {
+	case q.cond <- struct{}{}:
+	default:
+	}
+}
+
+func (q *selfQueue) take(ctx context.Context, dst []byte) error {
+	for {
+		q.mu.Lock()
+		if len(q.msgs) > 0 {
+			copy(dst, q.msgs[0])
+			q.msgs = q.msgs[1:]
+			q.mu.Unlock()
+			return nil
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.cond:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (b *fakeBackend) group(f func() error) error {
+	var runs []func(context.Context) pg.Work
+	b.mu.Lock()
+	b.grouped = &runs
+	b.mu.Unlock()
+	err := f()
+	b.mu.Lock()
+	b.grouped = nil
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	stall := b.stall.Swap(false)
+	b.st.enqueue(func() { b.execute(stall, runs) })
+	return nil
+}
+
+func (b *fakeBackend) preMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	op := b.nextOp
+	b.nextOp++
+	b.ops[op] = factor
+	return op, nil
+}
+func (b *fakeBackend) destroyOp(nccl.RedOp) error { return nil }
+func (b *fakeBackend) hasAvg() bool               { return !b.noAvg }
+
+func (b *fakeBackend) asyncError() (nccl.Result, error) { return nccl.Result(b.asyncErr.Load()), nil }
+
+func (b *fakeBackend) lastError() string {
+	s, _ := b.detail.Load().(string)
+	return s
+}
+
+func (b *fakeBackend) abort() error {
+	if b.aborted.CompareAndSwap(false, true) {
+		close(b.abortCh)
+		b.lg.Abort(errors.New("ncclCommAbort"))
+	}
+	return nil
+}
+
+func (b *fakeBackend) split(ctx context.Context, color, key int) (backend, error) {
+	sub, err := b.lg.Split(ctx, color, key)
+	if err != nil || sub == nil {
+		return nil, err
+	}
+	return newFakeBackend(sub.(pg.Extended)), nil
+}
+
+func (b *fakeBackend) rankSize() (int, int, error) { return b.lg.Rank(), b.lg.Size(), nil }
+
+func (b *fakeBackend) close(ctx context.Context) error {
+	var err error
+	if !b.aborted.Load() {
+		err = b.synchronize(ctx)
+	}
+	close(b.st.stop)
+	<-b.st.done
+	b.closed.Store(true)
+	if cerr := b.lg.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// fakeWorld makes n ranks of Groups over fake backends over one pg/local
+// world, with a shared HashStore for MonitoredBarrier.
+func fakeWorld(t testing.TB, n int, timeout time.Duration) ([]*Group, []*fakeBackend) {
+	t.Helper()
+	lgs, err := local.New(n, local.Options{Timeout: timeout + time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.NewHashStore(store.HashStoreOptions{})
+	gs, bs := make([]*Group, n), make([]*fakeBackend, n)
+	for r := range lgs {
+		bs[r] = newFakeBackend(lgs[r])
+		opts, err := Options{Rank: r, Size: n, Timeout: timeout, PollInterval: 100 * time.Microsecond,
+			AsyncErrorInterval: 5 * time.Millisecond}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[r] = newGroup(bs[r], opts, st)
+	}
+	return gs, bs
+}
+
+var _ = fmt.Sprintf

@@ -1,0 +1,86 @@
+package nccl
+
+import (
+	"fmt"
+
+	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg"
+)
+
+// dataType maps a pg.Dtype to NCCL's.
+func dataType(d pg.Dtype) nccl.DataType {
+	switch d {
+	case pg.Float32:
+		return nccl.Float32
+	case pg.Float64:
+		return nccl.Float64
+	case pg.Float16:
+		return nccl.Float16
+	case pg.BFloat16:
+		return nccl.BFloat16
+	case pg.Int32:
+		return nccl.Int32
+	case pg.Int64:
+		return nccl.Int64
+	case pg.Uint8:
+		return nccl.Uint8
+	}
+	return -1
+}
+
+// bitwise reports whether op has no NCCL counterpart and is reduced on the
+// host after an allgather (BAND, BOR, BXOR: NCCL has no bitwise ops).
+func bitwise(op pg.ReduceOp) bool {
+	return op.Kind == pg.Band || op.Kind == pg.Bor || op.Kind == pg.Bxor
+}
+
+// redOp maps op to NCCL's for dtype d. PREMUL_SUM makes an NCCL op
+// (ncclRedOpCreatePreMulSum, 2.11) that s destroys after the NCCL calls.
+func (s *stager) redOp(op pg.ReduceOp, d pg.Dtype) (nccl.RedOp, error) {
+	switch op.Kind {
+	case pg.Sum:
+		return nccl.Sum, nil
+	case pg.Product:
+		return nccl.Prod, nil
+	case pg.Min:
+		return nccl.Min, nil
+	case pg.Max:
+		return nccl.Max, nil
+	case pg.Avg:
+		if !s.g.be.hasAvg() {
+			return 0, fmt.Errorf("%w: AVG needs NCCL 2.10", pg.ErrInvalidArgument)
+		}
+		return nccl.Avg, nil
+	case pg.PremulSum:
+		r, err := s.g.be.preMulSum(op.Factor, dataType(d))
+		if err != nil {
+			return 0, err
+		}
+		s.cleanup = append(s.cleanup, func() { _ = s.g.be.destroyOp(r) })
+		return r, nil
+	}
+	return 0, fmt.Errorf("%w: %v has no NCCL reduction", pg.ErrInvalidArgument, op)
+}
+
+// reduceBytes folds size chunks of n bytes in all, bitwise with op, into
+// dst. Bitwise operations act on every byte alone, whatever the dtype.
+func reduceBytes(dst, all []byte, n, size int, op pg.ReduceKind) {
+	copy(dst, all[:n])
+	for r := 1; r < size; r++ {
+		src := all[r*n : (r+1)*n]
+		switch op {
+		case pg.Band:
+			for i := range dst {
+				dst[i] &= src[i]
+			}
+		case pg.Bor:
+			for i := range dst {
+				dst[i] |= src[i]
+			}
+		case pg.Bxor:
+			for i := range dst {
+				dst[i] ^= src[i]
+			}
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package nccl
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg"
+)
+
+// Defaults of Options.
+const (
+	DefaultFlightRecorderSize = 2000 // as TORCH_NCCL_TRACE_BUFFER_SIZE's usual setting
+	DefaultPollInterval       = 200 * time.Microsecond
+	DefaultAsyncErrorInterval = 50 * time.Millisecond
+	DefaultStoreKey           = "nccl/unique_id"
+)
+
+// Options configure a Group. Rank, Size, Library and CUDA are required.
+type Options struct {
+	Rank, Size int
+	// Device is the GPU ordinal this rank uses (usually the local rank).
+	Device int
+	// Library and CUDA are the loaded NCCL and CUDA driver (nccl.Load,
+	// nccl.LoadCUDA); the caller decides where they come from.
+	Library *nccl.Library
+	CUDA    *nccl.CUDA
+	// Timeout is the group timeout: a Work not finished this long after
+	// it was issued fails with pg.ErrTimeout and aborts the communicator.
+	// It also bounds New when ctx has no deadline. Zero means
+	// pg.DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives failures and the flight recorder's dump; nil means
+	// no logging.
+	Logger *zap.Logger
+	// StoreKey is the store key under which rank 0 publishes the unique
+	// id. Zero means DefaultStoreKey; use a prefix store or a distinct key
+	// per group made on one store.
+	StoreKey string
+	// FlightRecorderSize is how many recent collectives are kept for the
+	// dump on a timeout. Zero means DefaultFlightRecorderSize.
+	FlightRecorderSize int
+	// PollInterval is how often the watchdog queries pending Works'
+	// events, AsyncErrorInterval how often it asks NCCL for asynchronous
+	// errors. Zero means the defaults.
+	PollInterval, AsyncErrorInterval time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
+		return o, fmt.Errorf("rank %d of size %d: want 0 <= Rank < Size", o.Rank, o.Size)
+	}
+	if o.Timeout < 0 || o.FlightRecorderSize < 0 || o.PollInterval < 0 || o.AsyncErrorInterval < 0 {
+		return o, fmt.Errorf("negative Timeout, FlightRecorderSize, PollInterval or AsyncErrorInterval")
+	}
+	if o.Timeout == 0 {
+		o.Timeout = pg.DefaultTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.StoreKey == "" {
+		o.StoreKey = DefaultStoreKey
+	}
+	if o.FlightRecorderSize == 0 {
+		o.FlightRecorderSize = DefaultFlightRecorderSize
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.AsyncErrorInterval == 0 {
+		o.AsyncErrorInterval = DefaultAsyncErrorInterval
+	}
+	return o, nil
+}

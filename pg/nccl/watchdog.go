@@ -1,0 +1,142 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg"
+)
+
+// watchdog is ProcessGroupNCCL's watchdog thread: it completes Works
+// whose events have passed, in stream order, fails the group when a Work
+// outlives the group timeout or its ctx, and polls NCCL for asynchronous
+// errors (a peer that died, a network failure). On any failure it aborts
+// the communicator and fails every pending Work (Group.fail).
+func (g *Group) watchdog() {
+	defer close(g.exited)
+	timer := time.NewTimer(g.opts.AsyncErrorInterval)
+	defer timer.Stop()
+	lastAsync := time.Now()
+	var lastFinish time.Time
+	for {
+		g.mu.Lock()
+		busy := len(g.pending) > 0 && g.failure == nil
+		g.mu.Unlock()
+		wait := g.opts.AsyncErrorInterval
+		if busy {
+			wait = g.opts.PollInterval
+		}
+		timer.Reset(wait)
+		select {
+		case <-g.stop:
+			return
+		case <-g.kick:
+		case <-timer.C:
+		}
+		lastFinish = g.poll(lastFinish)
+		if time.Since(lastAsync) >= g.opts.AsyncErrorInterval {
+			lastAsync = time.Now()
+			g.checkAsync()
+		}
+	}
+}
+
+// poll completes the finished Works at the head of the queue and checks
+// the deadlines of the rest. It returns when the head is not done.
+func (g *Group) poll(lastFinish time.Time) time.Time {
+	for {
+		g.mu.Lock()
+		if len(g.pending) == 0 || g.failure != nil {
+			g.mu.Unlock()
+			return lastFinish
+		}
+		w := g.pending[0]
+		g.mu.Unlock()
+		if w.ev == nil { // still being issued
+			return lastFinish
+		}
+		err := w.ev.query()
+		now := time.Now()
+		switch {
+		case err == nil:
+			g.mu.Lock()
+			if len(g.pending) == 0 || g.pending[0] != w {
+				g.mu.Unlock() // failed meanwhile
+				return lastFinish
+			}
+			g.pending = g.pending[1:]
+			g.mu.Unlock()
+			w.finish(g, nil, now, lastFinish)
+			lastFinish = now
+			continue
+		case errors.Is(err, nccl.ErrNotReady):
+			g.checkDeadlines(now)
+			return lastFinish
+		default:
+			g.fail(pg.ErrComm, fmt.Errorf("%v seq %d: the CUDA stream failed: %w", w.op, w.seq, err), w)
+			return lastFinish
+		}
+	}
+}
+
+// checkDeadlines fails the group if a pending Work is past the group
+// timeout or its ctx has ended.
+func (g *Group) checkDeadlines(now time.Time) {
+	g.mu.Lock()
+	var late *work
+	var cause error
+	for _, w := range g.pending {
+		if now.After(w.deadline) {
+			late, cause = w, fmt.Errorf("%v seq %d did not finish within the group timeout %v (issued %v ago)",
+				w.op, w.seq, g.opts.Timeout, now.Sub(w.issued).Round(time.Millisecond))
+			break
+		}
+		if w.ctx.Err() != nil {
+			late, cause = w, fmt.Errorf("%v seq %d: its context ended: %w", w.op, w.seq, context.Cause(w.ctx))
+			break
+		}
+	}
+	g.mu.Unlock()
+	if late != nil {
+		g.fail(pg.ErrTimeout, cause, late)
+	}
+}
+
+// checkAsync asks NCCL whether the communicator broke asynchronously.
+func (g *Group) checkAsync() {
+	g.mu.Lock()
+	failed := g.failure != nil
+	g.mu.Unlock()
+	if failed {
+		return
+	}
+	r, err := g.be.asyncError()
+	if err == nil && (r == nccl.Success || r == nccl.InProgress) {
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("ncclCommGetAsyncError: %w", r)
+		if d := g.be.lastError(); d != "" {
+			err = fmt.Errorf("ncclCommGetAsyncError: %w: %s", r, d)
+		}
+	}
+	g.fail(kindOf(err), err, nil)
+}
+
+// pollEvent waits for ev, at most until ctx ends.
+func pollEvent(ctx context.Context, ev event) error {
+	for {
+		err := ev.query()
+		if !errors.Is(err, nccl.ErrNotReady) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(DefaultPollInterval):
+		}
+	}
+}
