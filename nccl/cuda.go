@@ -31,7 +31,7 @@ type CUDA struct {
 }
 
 type cuFuncs struct {
-	init, driverGetVersion, getErrorName, getErrorString                       uintptr
+	init, driverGetVersion, getErrorName, getErrorString                      uintptr
 	deviceGetCount, deviceGet, primaryCtxRetain, primaryCtxRelease, ctxSetCur uintptr
 	memAlloc, memFree, memAllocHost, memFreeHost, memsetD8, memsetD8Async     uintptr
 	memcpyHtoD, memcpyDtoH, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync uintptr
@@ -51,7 +51,7 @@ func (f *cuFuncs) table() map[string]*uintptr {
 		"cuMemcpyHtoD_v2": &f.memcpyHtoD, "cuMemcpyDtoH_v2": &f.memcpyDtoH,
 		"cuMemcpyHtoDAsync_v2": &f.memcpyHtoDAsync, "cuMemcpyDtoHAsync_v2": &f.memcpyDtoHAsync,
 		"cuMemcpyDtoDAsync_v2": &f.memcpyDtoDAsync,
-		"cuStreamCreate": &f.streamCreate, "cuStreamDestroy_v2": &f.streamDestroy,
+		"cuStreamCreate":       &f.streamCreate, "cuStreamDestroy_v2": &f.streamDestroy,
 		"cuStreamSynchronize": &f.streamSynchronize, "cuStreamQuery": &f.streamQuery,
 		"cuEventCreate": &f.eventCreate, "cuEventDestroy_v2": &f.eventDestroy, "cuEventRecord": &f.eventRecord,
 		"cuEventQuery": &f.eventQuery, "cuEventSynchronize": &f.eventSynchronize,

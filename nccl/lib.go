@@ -97,6 +97,7 @@ func (l *Library) Version() Version { return l.version }
 func (l *Library) Has(v Version) bool { return l.version >= v }
 
 // call invokes fn and returns its ncclResult_t.
+//
 //go:uintptrescapes
 func call(fn uintptr, args ...uintptr) Result {
 	r, _, _ := purego.SyscallN(fn, args...)
@@ -105,6 +106,7 @@ func call(fn uintptr, args ...uintptr) Result {
 
 // check calls fn and turns a failure into an *Error, with comm's last
 // error message where NCCL has one.
+//
 //go:uintptrescapes
 func (l *Library) check(name string, comm uintptr, fn uintptr, args ...uintptr) error {
 	if fn == 0 {

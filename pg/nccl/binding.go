@@ -62,9 +62,10 @@ type event interface {
 
 // cudaBackend is the backend on a real GPU.
 type cudaBackend struct {
-	comm   *nccl.Comm
-	dev    *nccl.Device
-	stream *nccl.Stream
+	comm      *nccl.Comm
+	dev       *nccl.Device
+	stream    *nccl.Stream
+	ownDevice bool // release the device's primary context on close (not for split children)
 }
 
 func newCUDABackend(comm *nccl.Comm) (*cudaBackend, error) {
@@ -175,6 +176,9 @@ func (b *cudaBackend) close(ctx context.Context) error {
 	}
 	if derr := b.stream.Destroy(); derr != nil && err == nil {
 		err = derr
+	}
+	if b.ownDevice {
+		_ = b.dev.Close()
 	}
 	return err
 }

@@ -25,6 +25,9 @@ func (s *stager) allReduce(t pg.Tensor, op pg.ReduceOp) (part, error) {
 	if bitwise(op) {
 		return s.bitwiseReduce(t, t.Data, op, true)
 	}
+	if s.oneRankPremul(op) {
+		return s.scaleOnHost(t, t, op.Factor), nil
+	}
 	n := len(t.Data)
 	b, err := s.buffer(n)
 	if err != nil {
@@ -153,6 +156,9 @@ func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.Redu
 
 func (s *stager) reduceScatter(out, in pg.Tensor, op pg.ReduceOp) (part, error) {
 	m := len(out.Data)
+	if s.oneRankPremul(op) {
+		return s.scaleOnHost(out, in, op.Factor), nil
+	}
 	if bitwise(op) {
 		whole := make([]byte, len(in.Data))
 		p, err := s.bitwiseReduce(in, whole, op, true)

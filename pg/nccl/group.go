@@ -91,6 +91,7 @@ func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
 		_ = dev.Close()
 		return nil, connErr(pg.ErrComm, err)
 	}
+	be.ownDevice = true
 	g := newGroup(be, opts, st)
 	g.log.Debug("nccl process group ready", zap.Int("size", opts.Size), zap.Int("device", opts.Device),
 		zap.Stringer("nccl", opts.Library.Version()), zap.Bool("nonblocking", comm.NonBlocking()))

@@ -67,7 +67,10 @@ func TestCollectivesOverFake(t *testing.T) {
 	}
 	// AllReduce SUM, AVG, PREMUL_SUM and BXOR.
 	bufs := make([][]float32, n)
-	run("allreduce", func(r int, g *Group) pg.Work { bufs[r] = seqFloats(5, float32(r)); return g.AllReduce(ctx, pg.Float32s(bufs[r]), pg.Op(pg.Sum)) })
+	run("allreduce", func(r int, g *Group) pg.Work {
+		bufs[r] = seqFloats(5, float32(r))
+		return g.AllReduce(ctx, pg.Float32s(bufs[r]), pg.Op(pg.Sum))
+	})
 	for r := range bufs {
 		for i, v := range bufs[r] {
 			if want := float32(3*i + 3); v != want {
@@ -75,17 +78,26 @@ func TestCollectivesOverFake(t *testing.T) {
 			}
 		}
 	}
-	run("premul", func(r int, g *Group) pg.Work { bufs[r] = []float32{2}; return g.AllReduce(ctx, pg.Float32s(bufs[r]), pg.PremulSumOp(0.5)) })
+	run("premul", func(r int, g *Group) pg.Work {
+		bufs[r] = []float32{2}
+		return g.AllReduce(ctx, pg.Float32s(bufs[r]), pg.PremulSumOp(0.5))
+	})
 	if bufs[2][0] != 3 {
 		t.Fatalf("premul sum = %v, want 3", bufs[2][0])
 	}
 	ints := make([][]int32, n)
-	run("bxor", func(r int, g *Group) pg.Work { ints[r] = []int32{1 << r, 7}; return g.AllReduce(ctx, pg.Int32s(ints[r]), pg.Op(pg.Bxor)) })
+	run("bxor", func(r int, g *Group) pg.Work {
+		ints[r] = []int32{1 << r, 7}
+		return g.AllReduce(ctx, pg.Int32s(ints[r]), pg.Op(pg.Bxor))
+	})
 	if ints[1][0] != 7 || ints[1][1] != 7 {
 		t.Fatalf("bxor = %v, want [7 7]", ints[1])
 	}
 	// Broadcast from 1.
-	run("broadcast", func(r int, g *Group) pg.Work { bufs[r] = []float32{float32(r)}; return g.Broadcast(ctx, pg.Float32s(bufs[r]), 1) })
+	run("broadcast", func(r int, g *Group) pg.Work {
+		bufs[r] = []float32{float32(r)}
+		return g.Broadcast(ctx, pg.Float32s(bufs[r]), 1)
+	})
 	if bufs[0][0] != 1 || bufs[2][0] != 1 {
 		t.Fatalf("broadcast: %v", bufs)
 	}
@@ -113,7 +125,10 @@ func TestCollectivesOverFake(t *testing.T) {
 		t.Fatalf("reducescatter band: %v", ints)
 	}
 	// Rooted and alltoall through grouped send/recv.
-	run("reduce", func(r int, g *Group) pg.Work { bufs[r] = []float32{float32(r + 1)}; return g.Reduce(ctx, pg.Float32s(bufs[r]), 2, pg.Op(pg.Product)) })
+	run("reduce", func(r int, g *Group) pg.Work {
+		bufs[r] = []float32{float32(r + 1)}
+		return g.Reduce(ctx, pg.Float32s(bufs[r]), 2, pg.Op(pg.Product))
+	})
 	if bufs[2][0] != 6 || bufs[0][0] != 1 {
 		t.Fatalf("reduce: %v", bufs)
 	}

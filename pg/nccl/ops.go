@@ -84,3 +84,48 @@ func reduceBytes(dst, all []byte, n, size int, op pg.ReduceKind) {
 		}
 	}
 }
+
+// oneRankPremul reports whether op is PREMUL_SUM on a world of one, which
+// is done on the host: NCCL 2.28.3's one-rank path left the last element
+// of some odd counts unscaled in our GPU run (docs/nccl.md), and on one
+// rank the result is just the scaled input.
+func (s *stager) oneRankPremul(op pg.ReduceOp) bool {
+	return s.g.size == 1 && op.Kind == pg.PremulSum
+}
+
+// scaleOnHost makes a part that writes in*factor to out on the host once
+// the Work's event passes.
+func (s *stager) scaleOnHost(out, in pg.Tensor, factor float64) part {
+	src := append([]byte(nil), in.Data...)
+	prev := s.w.post
+	s.w.post = func() {
+		if prev != nil {
+			prev()
+		}
+		scale(pg.Tensor{Dtype: in.Dtype, Data: src}, factor)
+		copy(out.Data, src)
+	}
+	return part{}
+}
+
+// scale multiplies every element of t by f.
+func scale(t pg.Tensor, f float64) {
+	switch t.Dtype {
+	case pg.Float32:
+		for i, v := range pg.View[float32](t) {
+			pg.View[float32](t)[i] = v * float32(f)
+		}
+	case pg.Float64:
+		for i, v := range pg.View[float64](t) {
+			pg.View[float64](t)[i] = v * f
+		}
+	case pg.Float16:
+		for i, v := range pg.View[uint16](t) {
+			pg.View[uint16](t)[i] = pg.F32ToF16(pg.F16ToF32(v) * float32(f))
+		}
+	case pg.BFloat16:
+		for i, v := range pg.View[uint16](t) {
+			pg.View[uint16](t)[i] = pg.F32ToBF16(pg.BF16ToF32(v) * float32(f))
+		}
+	}
+}

@@ -20,6 +20,9 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 				p, err := s.bitwiseReduce(t, t.Data, op, g.rank == root)
 				return []part{p}, err
 			}
+			if s.oneRankPremul(op) {
+				return []part{s.scaleOnHost(t, t, op.Factor)}, nil
+			}
 			b, err := s.buffer(n)
 			if err != nil {
 				return nil, err

@@ -26,6 +26,12 @@ PY=${PY:-/opt/torch/.venv/bin/python}
     timeout 300 ./pgnccl.test -test.v -test.timeout 280s 2>&1
     echo "pgnccl.test exit $?"
   fi
+  TORCH_NCCL=$(ls /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null | head -1)
+  if [ -n "$TORCH_NCCL" ]; then
+    echo "== again with PyTorch's NCCL: $TORCH_NCCL"
+    GODDP_NCCL_LIBRARY=$TORCH_NCCL timeout 200 ./nccl.test -test.v -test.run 'GPUVersion|GPUCollectives|AvgTailProbe|InitRankBlocking' 2>&1
+    [ -x ./pgnccl.test ] && GODDP_NCCL_LIBRARY=$TORCH_NCCL timeout 200 ./pgnccl.test -test.run 'GPUConformance' 2>&1 | grep -E "^(ok|FAIL|PASS)|--- FAIL|trial.go"
+  fi
   echo "== torch.distributed all_reduce (world size 1, NCCL)"
   timeout 240 "$PY" torch_allreduce.py 2>&1
   echo "torch exit $?"

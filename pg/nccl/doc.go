@@ -1,0 +1,56 @@
+// Package nccl is the NCCL process group: pg.Extended on NVIDIA's NCCL,
+// as c10d's ProcessGroupNCCL, through the run-time bindings of package
+// github.com/goddp/ddp/nccl (no cgo; the binary runs where NCCL is
+// absent and fails New there with an error that says where it looked).
+//
+//	lib, err := nccl.Load(nccl.Options{PythonPrefixes: []string{"/opt/torch/.venv"}})
+//	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
+//	g, err := pgnccl.New(ctx, st, pgnccl.Options{Rank: rank, Size: size, Device: localRank, Library: lib, CUDA: cu})
+//	w := g.AllReduce(ctx, pg.Float32s(grads), pg.Op(pg.Avg))
+//
+// # Design
+//
+// Setup: rank 0 publishes an ncclUniqueId in the store; every rank makes
+// its communicator non-blocking (ncclCommInitRankConfig, blocking=0, NCCL
+// 2.14+), so that a rendezvous that never completes is aborted when ctx
+// or the group timeout ends.
+//
+// Tensors: pg.Tensor holds host bytes, so every collective stages them:
+// caller's slice -> pinned host buffer -> device buffer -> NCCL -> device ->
+// pinned -> caller's slice. Buffers come from a per-group pool of
+// power-of-two size classes and are reused. The device never touches Go
+// memory, and a failed collective leaves the caller's tensor untouched.
+//
+// Streams and completion: each group has one CUDA stream. A collective is
+// enqueued under the group's issue lock (NCCL needs calls on a
+// communicator serialised and in the same order on every rank), followed
+// by a CUDA event; the Work completes when the watchdog sees the event
+// pass and has copied the result back.
+//
+// Watchdog: one goroutine per group polls the pending Works' events (every
+// PollInterval while any is pending), their deadlines (the group timeout
+// from issue, or the Work's ctx) and ncclCommGetAsyncError (every
+// AsyncErrorInterval). On a timeout or an asynchronous error it calls
+// ncclCommAbort and fails every pending Work with a *pg.CollectiveError
+// naming the collective and its sequence number (pg.ErrTimeout,
+// pg.ErrRemote for ncclRemoteError, pg.ErrComm otherwise); the group then
+// refuses new work, as ProcessGroupNCCL after an abort.
+//
+// Flight recorder: a ring of the last FlightRecorderSize collectives (seq,
+// op, dtype, sizes, state, times), dumped to the logger on a timeout and
+// readable with FlightRecorder.
+//
+// Collectives: AllReduce, Broadcast, AllGather, ReduceScatter and Reduce
+// map to NCCL's; BAND/BOR/BXOR, which NCCL lacks, are an ncclAllGather
+// reduced on the host; AVG is ncclAvg (2.10); PREMUL_SUM is
+// ncclRedOpCreatePreMulSum (2.11). Gather, Scatter and AllToAll are
+// grouped ncclSend/ncclRecv, the coalesced collectives one NCCL group,
+// Barrier an allreduce of one float, Split and NewGroup ncclCommSplit
+// (2.18), MonitoredBarrier a store protocol (NCCL has none; c10d uses
+// Gloo). Send and Recv are ncclSend/ncclRecv: NCCL matches them by order
+// and has no tags, so, as in ProcessGroupNCCL, tags are not matched.
+//
+// Not yet: device tensors (a Device/Ptr description beside Data; see
+// docs/nccl.md) and a separate communicator per peer pair for
+// point-to-point calls.
+package nccl
