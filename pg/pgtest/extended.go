@@ -49,9 +49,14 @@ func extendedCollectives(t *testing.T, w *world, g grid) {
 	t.Run("Scatter", func(t *testing.T) { scatter(t, w, lengths) })
 	t.Run("AllToAll", func(t *testing.T) { allToAll(t, w, lengths) })
 	t.Run("AllToAll/uneven", func(t *testing.T) { allToAllUneven(t, w, g.splitSeeds) })
-	t.Run("SendRecv", func(t *testing.T) { sendRecvRing(t, w, g.messages) })
-	t.Run("SendRecv/amid-collectives", func(t *testing.T) { sendRecvAmidCollectives(t, w) })
-	t.Run("SendRecv/overtaking", func(t *testing.T) { sendRecvOvertaking(t, w) })
+	t.Run("SendRecv", func(t *testing.T) { sendRecvRing(t, w, g.messages, g.orderedP2P) })
+	t.Run("SendRecv/amid-collectives", func(t *testing.T) { sendRecvAmidCollectives(t, w, g.orderedP2P) })
+	t.Run("SendRecv/overtaking", func(t *testing.T) {
+		if g.orderedP2P {
+			t.Skip("Options.OrderedPointToPoint: sends and receives match in order, not by tag")
+		}
+		sendRecvOvertaking(t, w)
+	})
 	t.Run("Coalesced", func(t *testing.T) { coalesced(t, w, lengths) })
 	t.Run("StartCoalescing", func(t *testing.T) { startCoalescing(t, w) })
 	t.Run("invalid", func(t *testing.T) { invalidExtended(t, w) })

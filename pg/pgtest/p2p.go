@@ -42,8 +42,9 @@ func ringMessage(ti, m, src, dst, dir int) pg.Tensor {
 // ringPlan is what rank r of n issues in the ring test: perTag messages of
 // every tag to each neighbour, and the matching receives from each. Even
 // ranks send first, odd ranks receive first; receives go through the tags
-// in the reverse order of sends, so only the tag matches them.
-func ringPlan(n, r, perTag int) []p2pOp {
+// in the reverse order of sends, so only the tag matches them, unless
+// ordered (Options.OrderedPointToPoint).
+func ringPlan(n, r, perTag int, ordered bool) []p2pOp {
 	next, prev := (r+1)%n, (r+n-1)%n
 	tags := p2pTags()
 	var sends, recvs []p2pOp
@@ -54,7 +55,11 @@ func ringPlan(n, r, perTag int) []p2pOp {
 				p2pOp{send: true, peer: next, tag: tg.tag, buf: fwd, want: clone(fwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, next)},
 				p2pOp{send: true, peer: prev, tag: tg.tag, buf: bwd, want: clone(bwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, prev)})
 		}
-		for ti := len(tags) - 1; ti >= 0; ti-- {
+		for k := range tags {
+			ti := len(tags) - 1 - k
+			if ordered {
+				ti = k
+			}
 			tg := tags[ti]
 			fromPrev, fromNext := ringMessage(ti, m, prev, r, 0), ringMessage(ti, m, next, r, 1)
 			recvs = append(recvs,
@@ -75,21 +80,21 @@ func ringPlan(n, r, perTag int) []p2pOp {
 // receive of its tag in the order sent, senders' tensors must stay as
 // they were, and the Works' Seq must count each peer's sends and receives
 // apart, without gaps.
-func sendRecvRing(t *testing.T, w *world, perTag int) {
+func sendRecvRing(t *testing.T, w *world, perTag int, ordered bool) {
 	if w.n == 1 {
 		t.Skip("a world of one rank has no peer")
 	}
 	plans := make([][]p2pOp, w.n)
 	for r := range plans {
-		plans[r] = ringPlan(w.n, r, perTag)
+		plans[r] = ringPlan(w.n, r, perTag, ordered)
 	}
 	runP2P(t, w, plans, fmt.Sprintf("world=%d send/recv ring", w.n))
 }
 
 // sendRecvAmidCollectives: the ring's sends and receives with
 // collectives issued among them at a different point on every rank, as
-// the contract allows.
-func sendRecvAmidCollectives(t *testing.T, w *world) {
+// the contract allows (at the same point if ordered).
+func sendRecvAmidCollectives(t *testing.T, w *world, ordered bool) {
 	if w.n == 1 {
 		t.Skip("a world of one rank has no peer")
 	}
@@ -100,12 +105,17 @@ func sendRecvAmidCollectives(t *testing.T, w *world) {
 	}
 	plans := make([][]p2pOp, w.n)
 	for r := range plans {
-		plans[r] = ringPlan(w.n, r, 1)
+		plans[r] = ringPlan(w.n, r, 1, ordered)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
 	defer cancel()
 	colls := make([][]pg.Work, w.n)
-	at := func(r int) int { return (r * 5) % (len(plans[r]) + 1) }
+	at := func(r int) int {
+		if ordered {
+			return len(plans[r]) / 2
+		}
+		return (r * 5) % (len(plans[r]) + 1)
+	}
 	p2p := issueP2P(ctx, w, plans, func(ctx context.Context, r int, g pg.ProcessGroup, i int) {
 		if i == at(r) {
 			for _, tr := range trials {

@@ -167,27 +167,31 @@ func TestSplitMembers(t *testing.T) {
 
 func TestRingPlanMatches(t *testing.T) {
 	// Every send of the ring has a receive on its peer with the same tag
-	// and message, in the same order among those of its tag.
-	for n := 2; n <= 5; n++ {
-		type key struct{ from, to, tag int }
-		sent, recvd := map[key][][]byte{}, map[key][][]byte{}
-		for r := range n {
-			for _, o := range ringPlan(n, r, 2) {
-				if o.send {
-					k := key{r, o.peer, o.tag}
-					sent[k] = append(sent[k], o.want.Data)
-				} else {
-					k := key{o.peer, r, o.tag}
-					recvd[k] = append(recvd[k], o.want.Data)
+	// and message, in the same order among those of its tag; ordered, in
+	// the same order among those between the two ranks.
+	for _, ordered := range []bool{false, true} {
+		for n := 2; n <= 5; n++ {
+			type key struct{ from, to, tag int }
+			sent, recvd := map[key][][]byte{}, map[key][][]byte{}
+			for r := range n {
+				for _, o := range ringPlan(n, r, 2, ordered) {
+					if o.send {
+						sent[key{r, o.peer, o.tag}] = append(sent[key{r, o.peer, o.tag}], o.want.Data)
+						sent[key{r, o.peer, -1}] = append(sent[key{r, o.peer, -1}], o.want.Data)
+					} else {
+						recvd[key{o.peer, r, o.tag}] = append(recvd[key{o.peer, r, o.tag}], o.want.Data)
+						recvd[key{o.peer, r, -1}] = append(recvd[key{o.peer, r, -1}], o.want.Data)
+					}
 				}
 			}
-		}
-		if len(sent) != len(recvd) {
-			t.Fatalf("n=%d: %d send streams, %d receive streams", n, len(sent), len(recvd))
-		}
-		for k, s := range sent {
-			if !slices.EqualFunc(s, recvd[k], slices.Equal) {
-				t.Errorf("n=%d: from %d to %d with tag %d: the receives do not expect what was sent, in order", n, k.from, k.to, k.tag)
+			if len(sent) != len(recvd) {
+				t.Fatalf("n=%d: %d send streams, %d receive streams", n, len(sent), len(recvd))
+			}
+			for k, s := range sent {
+				if same := slices.EqualFunc(s, recvd[k], slices.Equal); k.tag >= 0 && !same || k.tag < 0 && same != ordered {
+					t.Errorf("n=%d ordered=%v: from %d to %d with tag %d (-1: any): the receives expect what was sent in order: %v",
+						n, ordered, k.from, k.to, k.tag, same)
+				}
 			}
 		}
 	}

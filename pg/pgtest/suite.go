@@ -61,8 +61,26 @@ const (
 // Under -short it checks worlds of 1, 2, 3, 4 and 8 ranks with shorter
 // tensors, skips the 64 MiB AllReduce and runs the 16 MiB cases on 2
 // ranks only.
-func Run(t *testing.T, newWorld World) {
+func Run(t *testing.T, newWorld World) { RunWith(t, newWorld, Options{}) }
+
+// Options adapt Run to a backend's documented departures from the pg
+// contracts. The zero value is Run's full contract; every field relaxes
+// it and should be justified in the backend's documentation.
+type Options struct {
+	// OrderedPointToPoint is for backends whose Send and Recv match in
+	// the order issued between two ranks whatever the tag, as NCCL's and
+	// c10d's ProcessGroupNCCL do, and must be issued in the same order as
+	// collectives on every rank. The suite then posts receives in the
+	// order of the sends, issues collectives at the same point among
+	// point-to-point calls on every rank, and skips the check that a
+	// message on one tag does not hold up a later one on another.
+	OrderedPointToPoint bool
+}
+
+// RunWith is Run with opts.
+func RunWith(t *testing.T, newWorld World, opts Options) {
 	g := newGrid(testing.Short())
+	g.orderedP2P = opts.OrderedPointToPoint
 	t.Run("Collectives", func(t *testing.T) {
 		for _, n := range g.worlds {
 			t.Run(fmt.Sprintf("world=%d", n), func(t *testing.T) {
@@ -105,6 +123,7 @@ type grid struct {
 	seqWorlds   []int // the fresh worlds of the sequence-number checks
 	splitSeeds  int   // random uneven alltoalls per dtype
 	messages    int   // messages per tag and direction in the send/recv ring
+	orderedP2P  bool  // Options.OrderedPointToPoint
 }
 
 func newGrid(short bool) grid {
