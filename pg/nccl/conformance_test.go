@@ -14,7 +14,7 @@ var flagConformance = flag.Bool("pgnccl.conformance", false, "run pgtest.Run on 
 // TestConformanceFake runs the conformance suite on Groups over the fake
 // binding layer: the real staging, issue path, watchdog and NCCL call
 // sequences, with pg/local moving the data. It takes minutes, so it runs
-// with -pgnccl.conformance. Known result (docs/nccl.md): everything but
+// with -args -pgnccl.conformance. Known result (docs/nccl.md): everything but
 // Extended's SendRecv passes; NCCL matches sends and receives by order
 // and has no tags, so the tagged ring that receives in another order
 // than it sends cannot be served, and its failure fails the rest of that

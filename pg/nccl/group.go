@@ -159,18 +159,15 @@ func (g *Group) Abort(cause error) {
 	g.fail(pg.ErrAborted, cause, nil)
 }
 
-// Close waits (up to the group timeout) for pending collectives, destroys
-// the communicator and its stream, frees the staging memory and stops
-// the watchdog. Collectives still pending when the wait ends fail with
-// pg.ErrClosed and the communicator is aborted instead. It is idempotent.
+// Close fails pending collectives with pg.ErrClosed (aborting the
+// communicator if there are any), otherwise destroys it gracefully
+// (ncclCommFinalize, bounded), then destroys the stream, frees the
+// staging memory and stops the watchdog. It is idempotent.
 func (g *Group) Close() error {
 	g.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
-		defer cancel()
 		g.mu.Lock()
 		g.closed = true
 		g.mu.Unlock()
-		g.drain(ctx)
 		g.fail(pg.ErrClosed, errors.New("Close was called"), nil)
 		close(g.stop)
 		<-g.exited
@@ -187,23 +184,6 @@ func (g *Group) Close() error {
 		g.hooks.Close()
 	})
 	return g.closeErr
-}
-
-// drain waits until nothing is pending, the group fails or ctx ends.
-func (g *Group) drain(ctx context.Context) {
-	for {
-		g.mu.Lock()
-		n, failed := len(g.pending), g.failure != nil
-		g.mu.Unlock()
-		if n == 0 || failed {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(g.opts.PollInterval):
-		}
-	}
 }
 
 // fail records the group's failure (the first wins), aborts the
