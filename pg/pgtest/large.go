@@ -45,9 +45,9 @@ func large(t *testing.T, w *world) {
 }
 
 // mixedInFlight issues count collectives of every kind of pg.Extended,
-// and point-to-point pairs, drawn from a seeded RNG, on every rank in the
-// same order, before waiting for any of them.
-func mixedInFlight(t *testing.T, w *world, count int, seed uint64) {
+// and with p2p point-to-point pairs, drawn from a seeded RNG, on every
+// rank in the same order, before waiting for any of them.
+func mixedInFlight(t *testing.T, w *world, count int, seed uint64, p2p bool) {
 	rng := newRand(seed)
 	lengths := []int{0, 1, 7, 1000, 4099}
 	trials := make([]trial, count)
@@ -62,7 +62,11 @@ func mixedInFlight(t *testing.T, w *world, count int, seed uint64) {
 			}
 		}
 		op, s := opOf(k), uint64(i)
-		switch rng.IntN(14) {
+		kinds := 13
+		if p2p {
+			kinds++
+		}
+		switch rng.IntN(kinds) {
 		case 0:
 			trials[i] = allReduceTrial(w, d, op, l, s)
 		case 1:
@@ -97,7 +101,9 @@ func mixedInFlight(t *testing.T, w *world, count int, seed uint64) {
 }
 
 // ringTrial: every rank sends to the next and receives from the previous
-// with tag; one world-wide shift. On a world of one rank it is a barrier.
+// with tag; one world-wide shift. Even ranks issue the Send first, odd
+// ranks the Recv, so that a backend whose Send waits for its Recv does not
+// deadlock. On a world of one rank it is a barrier.
 func ringTrial(w *world, d pg.Dtype, length, tag int, seed uint64) trial {
 	if w.n == 1 {
 		return barrierTrial(w)
@@ -112,6 +118,10 @@ func ringTrial(w *world, d pg.Dtype, length, tag int, seed uint64) trial {
 	return trial{
 		what: what,
 		issue: onExt(func(ctx context.Context, r int, x pg.Extended) pg.Work {
+			if r%2 == 1 {
+				recv := x.Recv(ctx, ins[r], (r+w.n-1)%w.n, tag)
+				return joined(recv, x.Send(ctx, outs[r], (r+1)%w.n, tag))
+			}
 			return joined(x.Send(ctx, outs[r], (r+1)%w.n, tag), x.Recv(ctx, ins[r], (r+w.n-1)%w.n, tag))
 		}),
 		verify: func(t testing.TB) {

@@ -99,13 +99,13 @@ func newGroups(t *testing.T, w *world) {
 			})...)
 	}
 	firstIsOne(t, w, subs)
-	checkSubs(t, w, subs)
+	checkSubs(t, w, subs, false)
 }
 
 // splits checks Split: by parity with descending keys and the last rank
 // left out (NoColor), everyone with keys that tie, and a split of that
-// group again.
-func splits(t *testing.T, w *world) {
+// group again. With p2p the subgroups also send and receive.
+func splits(t *testing.T, w *world, p2p bool) {
 	colors, keys := make([]int, w.n), make([]int, w.n)
 	for r := range w.n {
 		colors[r], keys[r] = r%2, -r
@@ -133,7 +133,7 @@ func splits(t *testing.T, w *world) {
 			s.members[i] = inner.members[m] // in the coordinates of w
 		}
 	}
-	checkSubs(t, w, append(subs, nested...))
+	checkSubs(t, w, append(subs, nested...), p2p)
 }
 
 // splitOn splits parent with each rank's color and key and checks the
@@ -202,7 +202,8 @@ func firstIsOne(t *testing.T, parent *world, subs []sub) {
 // checkSubs runs collectives on the parent and on every subgroup, all in
 // flight at once: each parent rank issues its share, even ranks the
 // parent's first and odd ranks the subgroups' first, in reverse order.
-func checkSubs(t *testing.T, parent *world, subs []sub) {
+// With p2p every group also shifts a tensor around its ring.
+func checkSubs(t *testing.T, parent *world, subs []sub, p2p bool) {
 	t.Helper()
 	type placed struct {
 		w       *world
@@ -210,13 +211,16 @@ func checkSubs(t *testing.T, parent *world, subs []sub) {
 		trials  []trial
 	}
 	groupTrials := func(w *world, seed uint64) []trial {
-		return []trial{
+		trials := []trial{
 			allReduceTrial(w, pg.Int64, pg.Op(pg.Sum), 100, seed),
 			allToAllTrial(w, pg.Float32, randomSplits(w.n, 50, seed), 0, seed),
 			reduceTrial(w, pg.Float32, pg.Op(pg.Avg), w.n-1, 33, seed),
 			broadcastTrial(w, pg.Uint8, w.n/2, 65),
-			ringTrial(w, pg.Int32, 40, 5, seed),
 		}
+		if p2p {
+			trials = append(trials, ringTrial(w, pg.Int32, 40, 5, seed))
+		}
+		return trials
 	}
 	all := []placed{{parent, allRanks(parent.n), groupTrials(parent, 0)}}
 	for i, s := range subs {
