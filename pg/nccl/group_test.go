@@ -453,3 +453,33 @@ func TestNewNeedsLibraries(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestOneRankPremulSum: on a world of one PREMUL_SUM is done on the host
+// (NCCL's one-rank path left odd tails unscaled on the GPU), for every
+// float dtype and through AllReduce, Reduce and ReduceScatter.
+func TestOneRankPremulSum(t *testing.T) {
+	gs, bs := fakeWorld(t, 1, time.Minute)
+	defer closeAll(t, gs)
+	ctx := context.Background()
+	x := make([]float64, 4099)
+	for i := range x {
+		x[i] = float64(i)
+	}
+	if err := waitErr(t, gs[0].AllReduce(ctx, pg.Float64s(x), pg.PremulSumOp(0.5)), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if x[4098] != 2049 || x[1] != 0.5 {
+		t.Fatalf("x[1], x[4098] = %v, %v", x[1], x[4098])
+	}
+	h := []uint16{pg.F32ToF16(3)}
+	if err := waitErr(t, gs[0].Reduce(ctx, pg.Float16s(h), 0, pg.PremulSumOp(2)), 5*time.Second); err != nil || pg.F16ToF32(h[0]) != 6 {
+		t.Fatal(err, pg.F16ToF32(h[0]))
+	}
+	out := []uint16{0}
+	if err := waitErr(t, gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{pg.F32ToBF16(4)}), pg.PremulSumOp(0.25)), 5*time.Second); err != nil || pg.BF16ToF32(out[0]) != 1 {
+		t.Fatal(err, pg.BF16ToF32(out[0]))
+	}
+	if n := bs[0].calls.Load(); n != 0 {
+		t.Fatalf("%d NCCL calls for one-rank PREMUL_SUM, want 0", n)
+	}
+}
