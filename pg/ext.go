@@ -54,6 +54,12 @@ type AllToAller interface {
 // need not be issued in the same order as collectives on other ranks, but
 // each Work must still finish within the group timeout. Receiving from
 // any source is not offered.
+//
+// One exception, as in c10d: NCCL pairs sends and receives by order and
+// has no tags, so pg/nccl ignores tags, and its sends and receives must be
+// issued in the same order on both sides and at the same point relative
+// to collectives (ProcessGroupNCCL behaves the same way). pgtest checks it
+// with Options.OrderedPointToPoint.
 type PointToPoint interface {
 	Send(ctx context.Context, t Tensor, dst, tag int) Work
 	Recv(ctx context.Context, t Tensor, src, tag int) Work
