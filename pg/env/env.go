@@ -15,6 +15,7 @@ import (
 const (
 	SourceTorchrun = "torchrun" // RANK, WORLD_SIZE: torchrun, PyTorchJob
 	SourceMPI      = "mpirun"   // OMPI_COMM_WORLD_*
+	SourceSlurm    = "slurm"    // SLURM_PROCID, SLURM_NTASKS: a task of srun
 	SourceNone     = "none"     // no launcher: a single process
 )
 
@@ -28,7 +29,21 @@ type Config struct {
 	MasterAddr                string
 	MasterPort                int
 	Secret                    []byte // nil for a single-rank job that set none
-	Source                    string // SourceTorchrun, SourceMPI or SourceNone
+	Source                    string // SourceTorchrun, SourceMPI, SourceSlurm or SourceNone
+
+	// GroupRank is the index of this process's node (torchrun's
+	// GROUP_RANK, Slurm's SLURM_NODEID); 0 when the launcher sets none.
+	GroupRank int
+
+	// torchrun's elastic agent (zero values when not under torchrun).
+	//
+	// UseAgentStore is TORCHELASTIC_USE_AGENT_STORE=True: the agent
+	// already serves a c10d TCPStore at MasterAddr:MasterPort, so no rank
+	// may host a store there (IsStoreHost is false on every rank).
+	UseAgentStore bool
+	RunID         string // TORCHELASTIC_RUN_ID: the rendezvous run id
+	RestartCount  int    // TORCHELASTIC_RESTART_COUNT: restarts so far, 0 on the first attempt
+	MaxRestarts   int    // TORCHELASTIC_MAX_RESTARTS: torchrun's --max-restarts
 }
 
 // StoreAddr is the address every rank dials for the rendezvous store.
@@ -49,8 +64,9 @@ func (c Config) StoreListenAddr() string {
 }
 
 // IsStoreHost reports whether this process hosts the store: rank 0, as
-// c10d's is_master.
-func (c Config) IsStoreHost() bool { return c.Rank == 0 }
+// c10d's is_master, unless torchrun's agent serves the store
+// (UseAgentStore).
+func (c Config) IsStoreHost() bool { return c.Rank == 0 && !c.UseAgentStore }
 
 // String describes c without the secret.
 func (c Config) String() string {

@@ -48,6 +48,16 @@ func TestFromLookup(t *testing.T) {
 			storeAddr: "127.0.0.1:41000", listenAddr: "127.0.0.1:41000",
 		},
 		{
+			name: "torchrun's agent store",
+			vars: map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "0", "WORLD_SIZE": "2",
+				"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "ROLE_RANK": "0", "GODDP_SECRET": hexSecret,
+				"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "2",
+				"TORCHELASTIC_MAX_RESTARTS": "3"},
+			want: Config{Rank: 0, WorldSize: 2, LocalRank: 0, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 29500,
+				Secret: decodedSecret, Source: SourceTorchrun, UseAgentStore: true, RunID: "none", RestartCount: 2, MaxRestarts: 3},
+			storeAddr: "127.0.0.1:29500", listenAddr: "127.0.0.1:29500",
+		},
+		{
 			name: "PyTorchJob without torchrun",
 			vars: map[string]string{"MASTER_ADDR": "train-master-0", "MASTER_PORT": "23456", "RANK": "0", "WORLD_SIZE": "8",
 				"GODDP_SECRET": "a raw pass phrase, not hex"},
@@ -107,7 +117,7 @@ func TestFromLookup(t *testing.T) {
 			if a := got.StoreListenAddr(); a != tt.listenAddr {
 				t.Errorf("StoreListenAddr = %q, want %q", a, tt.listenAddr)
 			}
-			if got.IsStoreHost() != (tt.want.Rank == 0) {
+			if got.IsStoreHost() != (tt.want.Rank == 0 && !tt.want.UseAgentStore) {
 				t.Errorf("IsStoreHost = %v for rank %d", got.IsStoreHost(), got.Rank)
 			}
 		})

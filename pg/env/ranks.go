@@ -70,7 +70,11 @@ func (r reader) ranks() (Config, error) {
 		return Config{}, invalid("RANK=%d and WORLD_SIZE=%d disagree with OMPI_COMM_WORLD_RANK=%d and OMPI_COMM_WORLD_SIZE=%d",
 			rank, size, mRank, mSize)
 	case torch:
-		return r.local(Config{Source: SourceTorchrun, Rank: rank, WorldSize: size}, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+		c := Config{Source: SourceTorchrun, Rank: rank, WorldSize: size}
+		if err := r.elastic(&c); err != nil {
+			return Config{}, err
+		}
+		return r.local(c, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 	case mpi:
 		return r.local(Config{Source: SourceMPI, Rank: mRank, WorldSize: mSize}, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 	}

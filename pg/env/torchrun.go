@@ -1,0 +1,54 @@
+package env
+
+import "strconv"
+
+// torchrun's agent variables, set on every worker it starts.
+var torchrunAgentVars = []string{
+	"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+	"TORCHELASTIC_MAX_RESTARTS", "GROUP_RANK",
+}
+
+// underAgent reports whether torchrun's elastic agent started this
+// process: it sets TORCHELASTIC_RUN_ID and GROUP_RANK, which no
+// hand-written environment needs.
+func (r reader) underAgent() bool {
+	for _, name := range torchrunAgentVars {
+		if _, set := r.str(name); set {
+			return true
+		}
+	}
+	return false
+}
+
+// elastic reads torchrun's agent variables into c.
+func (r reader) elastic(c *Config) error {
+	if v, set := r.str("TORCHELASTIC_USE_AGENT_STORE"); set {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return invalid("TORCHELASTIC_USE_AGENT_STORE=%q is not a boolean (torchrun sets True or False)", v)
+		}
+		c.UseAgentStore = b
+	}
+	c.RunID, _ = r.str("TORCHELASTIC_RUN_ID")
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{
+		{"TORCHELASTIC_RESTART_COUNT", &c.RestartCount},
+		{"TORCHELASTIC_MAX_RESTARTS", &c.MaxRestarts},
+		{"GROUP_RANK", &c.GroupRank},
+	} {
+		n, set, err := r.int(f.name)
+		if err != nil {
+			return err
+		}
+		if set && n < 0 {
+			return invalid("%s=%d must not be negative", f.name, n)
+		}
+		*f.dst = n
+	}
+	if c.MaxRestarts > 0 && c.RestartCount > c.MaxRestarts {
+		return invalid("TORCHELASTIC_RESTART_COUNT=%d exceeds TORCHELASTIC_MAX_RESTARTS=%d", c.RestartCount, c.MaxRestarts)
+	}
+	return nil
+}
