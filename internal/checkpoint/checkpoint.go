@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,11 +14,18 @@ import (
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/internal/npy"
 	"github.com/goddp/ddp/internal/optim"
+	"go.uber.org/zap"
 )
 
 // ErrBadCheckpoint is wrapped by errors about a checkpoint directory that
 // is missing, damaged or not a checkpoint.
 var ErrBadCheckpoint = errors.New("checkpoint: bad checkpoint")
+
+// ErrDamaged is wrapped, with ErrBadCheckpoint, by errors about a
+// checkpoint file whose contents are not what the manifest recorded: a
+// checksum or size that does not match, or a manifest whose own checksum
+// does not. The error names the file.
+var ErrDamaged = errors.New("damaged")
 
 // ErrIncompatible is wrapped by Restore's errors about a checkpoint of
 // another model, dtype or optimizer than the run's.
@@ -48,9 +56,11 @@ func writeNPY(path string, shape []int, data []float64) error {
 // atomicdir.Write). If Save fails, or the process dies during it, dir
 // still holds the previous checkpoint, whole.
 //
-// Layout: manifest.json (step, dtype, names, shapes, files), then
-// params/<name>.npy, optimizer/<k>.npy and extra/<k>.npy, all float64
-// (which holds float32 values exactly).
+// Layout: manifest.json (step, dtype, names, shapes, each file's size and
+// CRC-32C, and its own checksum on its last line; see Note [checksums]),
+// then params/<name>.npy, optimizer/<k>.npy and extra/<k>.npy, all float64
+// (which holds float32 values exactly). Save keeps one checkpoint; see
+// SaveWith for several.
 func Save(dir string, c *Checkpoint) error { return save(dir, c, writeNPY) }
 
 func save(dir string, c *Checkpoint, write writeFunc) error {
@@ -64,10 +74,17 @@ func save(dir string, c *Checkpoint, write writeFunc) error {
 				return err
 			}
 		}
-		for _, f := range m.files(c) {
-			if err := write(filepath.Join(tmp, f.path), f.shape, f.data); err != nil {
+		entries := m.entries()
+		for i, f := range m.files(c) {
+			path := filepath.Join(tmp, f.path)
+			if err := write(path, f.shape, f.data); err != nil {
 				return fmt.Errorf("writing %s: %w", f.path, err)
 			}
+			sum, size, err := sumFile(path)
+			if err != nil {
+				return fmt.Errorf("reading back %s: %w", f.path, err)
+			}
+			entries[i].CRC32C, entries[i].Size = sum, size
 		}
 		return m.write(filepath.Join(tmp, manifestName))
 	})
@@ -77,9 +94,19 @@ func save(dir string, c *Checkpoint, write writeFunc) error {
 	return nil
 }
 
-// Load reads the checkpoint Save wrote to dir, checking that every file
-// the manifest names exists with the shape it gives.
+// Load reads the checkpoint Save (or SaveWith) wrote to dir, checking the
+// manifest's own checksum and that every file the manifest names exists
+// with the size, checksum and shape it gives: an error names the first
+// file that differs, and wraps ErrBadCheckpoint (and ErrDamaged when the
+// contents differ). It does not fall back to an older checkpoint; LoadWith
+// does, with Options.Keep > 1.
 func Load(dir string) (*Checkpoint, error) {
+	c, _, err := LoadWith(dir, Options{})
+	return c, err
+}
+
+// loadOne reads the checkpoint in dir itself (not a rotated layout).
+func loadOne(dir string, o Options) (*Checkpoint, error) {
 	m, err := readManifest(filepath.Join(dir, manifestName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s has no %s; is it a checkpoint directory? (%v)", ErrBadCheckpoint, dir, manifestName, err)
@@ -90,8 +117,13 @@ func Load(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Step: m.Step, Dtype: m.Dtype, Meta: m.Meta,
 		Params: map[string][]float64{}, Shapes: map[string][]int{}, Extra: map[string][]float64{}}
 	c.Optimizer = optim.State{Name: m.Optimizer.Name, Step: m.Optimizer.Step, Buffers: map[string][]float64{}}
+	if m.Format == legacyFormat {
+		o.logger().Warn("this checkpoint was written before checkpoints had checksums: its files cannot be verified; "+
+			"resuming from it as it is (the next checkpoint written will have them)",
+			zap.String("checkpoint", dir), zap.String("format", m.Format))
+	}
 	read := func(e entry) ([]float64, error) {
-		data, err := readNPY(filepath.Join(dir, e.File), e.Shape)
+		data, err := readNPY(filepath.Join(dir, e.File), e)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 		}
@@ -113,14 +145,27 @@ func Load(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
-// readNPY reads a float64 array that must have the given shape.
-func readNPY(path string, shape []int) ([]float64, error) {
-	a, err := npy.ReadFile(path)
+// readNPY reads a float64 array that must have e's size, checksum (where
+// e records them) and shape.
+func readNPY(path string, e entry) ([]float64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Equal(a.Shape, shape) {
-		return nil, fmt.Errorf("%s: shape %v, but the manifest says %v", path, a.Shape, shape)
+	if e.CRC32C != "" {
+		if int64(len(b)) != e.Size {
+			return nil, fmt.Errorf("%w: %s is %d bytes, but the manifest says %d", ErrDamaged, path, len(b), e.Size)
+		}
+		if got := sumBytes(b); got != e.CRC32C {
+			return nil, fmt.Errorf("%w: %s has checksum %s, but the manifest says %s", ErrDamaged, path, got, e.CRC32C)
+		}
+	}
+	a, err := npy.Read(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if !slices.Equal(a.Shape, e.Shape) {
+		return nil, fmt.Errorf("%s: shape %v, but the manifest says %v", path, a.Shape, e.Shape)
 	}
 	return a.Float64s()
 }

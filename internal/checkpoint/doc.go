@@ -13,10 +13,30 @@
 //
 // # Layout
 //
-//	dir/manifest.json          format, step, dtype, names, shapes, files, meta
+//	dir/manifest.json          format, step, dtype, names, shapes, files, each file's size
+//	                           and CRC-32C, meta; its own CRC-32C on its last line
 //	dir/params/<name>.npy      one per parameter, with its shape if known (float64)
 //	dir/optimizer/<k>.npy      one per optimizer buffer, a vector (float64)
 //	dir/extra/<k>.npy          one per Extra entry, a vector (float64)
+//
+// SaveWith and LoadWith with Options.Keep K > 1 keep the last K
+// checkpoints instead, each in the layout above:
+//
+//	dir/step-000000100/        the checkpoint of step 100 (nine digits)
+//	dir/step-000000200/
+//	dir/latest                 "step-000000200 crc32c:XXXXXXXX": the newest, replaced atomically
+//
+// # Checksums
+//
+// Load verifies the manifest's own checksum and every file's size and
+// CRC-32C before it parses anything, and refuses a damaged checkpoint
+// with an error that names the file and wraps ErrBadCheckpoint and
+// ErrDamaged. LoadWith with Keep > 1 then falls back to the newest intact
+// checkpoint, logging a warning for each damaged one it passes; with Keep
+// 1 a damaged checkpoint is an error. CRC-32C and not SHA-256: see Note
+// [checksums] in checksum.go. A checkpoint of format 1, written before
+// checksums, loads with a warning that its files cannot be verified (so a
+// run can resume across an upgrade); the next checkpoint has them.
 //
 // Everything is stored as float64, which holds float32 values exactly, so
 // a float32 run resumes bit for bit too. When the checkpoint records the

@@ -7,12 +7,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 )
 
+var crcRE = regexp.MustCompile(`^crc32c:[0-9a-f]{8}$`)
+
 const (
 	manifestName = "manifest.json"
-	formatName   = "goddp-checkpoint/1"
+	formatName   = "goddp-checkpoint/2" // with checksums; see Note [checksums]
+	legacyFormat = "goddp-checkpoint/1" // without; Load accepts it with a warning
 	paramsDir    = "params"
 	optimDir     = "optimizer"
 	extraDir     = "extra"
@@ -29,6 +33,9 @@ type manifest struct {
 	Optimizer optimEntry        `json:"optimizer"`
 	Extra     []entry           `json:"extra"`
 	Meta      map[string]string `json:"meta"`
+	// Checksum is only ever decoded from a damaged manifest: a whole one
+	// has it removed by unsealManifest before decoding.
+	Checksum string `json:"checksum,omitempty"`
 }
 
 type optimEntry struct {
@@ -38,11 +45,14 @@ type optimEntry struct {
 }
 
 // entry is one array: its name or key, its file relative to the
-// checkpoint directory, and its shape.
+// checkpoint directory, its shape, and the file's size and checksum
+// (format 2 on).
 type entry struct {
-	Name  string `json:"name"`
-	File  string `json:"file"`
-	Shape []int  `json:"shape"`
+	Name   string `json:"name"`
+	File   string `json:"file"`
+	Shape  []int  `json:"shape"`
+	Size   int64  `json:"size,omitempty"`
+	CRC32C string `json:"crc32c,omitempty"`
 }
 
 // file is one array to write.
@@ -98,12 +108,27 @@ func (m *manifest) files(c *Checkpoint) []file {
 	return out
 }
 
+// entries are pointers to every entry of m, in file order.
+func (m *manifest) entries() []*entry {
+	var out []*entry
+	for _, group := range [][]entry{m.Params, m.Optimizer.Buffers, m.Extra} {
+		for i := range group {
+			out = append(out, &group[i])
+		}
+	}
+	return out
+}
+
+// write writes m, sealed with its own checksum.
 func (m *manifest) write(path string) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	if b, err = sealManifest(append(b, '\n')); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // readManifest reads and checks a manifest: its format, its dtype, and
@@ -122,6 +147,10 @@ func readManifest(path string) (*manifest, error) {
 	if len(b) > maxManifest {
 		return nil, fmt.Errorf("%s is over %d bytes; it is not a manifest Save wrote", path, maxManifest)
 	}
+	b, sealed, err := unsealManifest(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var m manifest
@@ -131,6 +160,9 @@ func readManifest(path string) (*manifest, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("%s: data after the manifest", path)
 	}
+	if m.Format == formatName && !sealed || m.Checksum != "" {
+		return nil, fmt.Errorf("%s: %w: its checksum line is missing or damaged", path, ErrDamaged)
+	}
 	if err := m.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -139,8 +171,8 @@ func readManifest(path string) (*manifest, error) {
 
 func (m *manifest) check() error {
 	switch {
-	case m.Format != formatName:
-		return fmt.Errorf("format %q; this program reads %q", m.Format, formatName)
+	case m.Format != formatName && m.Format != legacyFormat:
+		return fmt.Errorf("format %q; this program reads %q and %q", m.Format, formatName, legacyFormat)
 	case m.Step < 0 || m.Optimizer.Step < 0:
 		return fmt.Errorf("negative step")
 	case m.Dtype != "" && m.Dtype != "float32" && m.Dtype != "float64":
@@ -165,6 +197,9 @@ func (m *manifest) check() error {
 			files[e.File] = true
 			if _, ok := numel(e.Shape); !ok {
 				return fmt.Errorf("%s %q: bad shape %v", group.what, e.Name, e.Shape)
+			}
+			if m.Format == formatName && (e.Size <= 0 || !crcRE.MatchString(e.CRC32C)) {
+				return fmt.Errorf("%s %q: no valid size and checksum (size %d, crc32c %q)", group.what, e.Name, e.Size, e.CRC32C)
 			}
 		}
 	}

@@ -1,0 +1,240 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// Options are SaveWith's and LoadWith's settings. The zero value is Save's
+// and Load's behaviour.
+type Options struct {
+	// Keep is how many checkpoints to keep. 0 or 1: one, and dir is that
+	// checkpoint (the layout Save has always written). More: dir holds
+	// the newest Keep checkpoints as dir/step-NNNNNNNNN/, with dir/latest
+	// naming the newest, and LoadWith falls back to the newest intact one
+	// when a newer one is damaged.
+	Keep int
+	// Logger gets LoadWith's warnings: a fallback past a damaged
+	// checkpoint, a checkpoint too old to have checksums. nil: none.
+	Logger *zap.Logger
+}
+
+func (o Options) logger() *zap.Logger {
+	if o.Logger == nil {
+		return zap.NewNop()
+	}
+	return o.Logger
+}
+
+const (
+	latestName = "latest" // dir/latest: "step-NNNNNNNNN crc32c:XXXXXXXX\n"
+	stepPrefix = "step-"
+)
+
+// stepDirName is the rotated layout's directory for a checkpoint of step.
+func stepDirName(step int) string { return fmt.Sprintf("%s%09d", stepPrefix, step) }
+
+// parseStepDir is the step of a rotated checkpoint's directory name.
+func parseStepDir(name string) (int, bool) {
+	digits, ok := strings.CutPrefix(name, stepPrefix)
+	if !ok || len(digits) < 9 || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil
+}
+
+// SaveWith saves c to dir keeping o.Keep checkpoints. With Keep <= 1 it
+// is Save. With more, it writes dir/step-NNNNNNNNN/ (c.Step, nine digits)
+// atomically as Save writes a checkpoint, then points dir/latest at it
+// (written to a temporary file, synced, renamed), then removes every
+// other checkpoint but the Keep-1 newest older than c.Step (a newer one
+// is from a run that c's run abandoned, when it fell back past it). A
+// checkpoint Save wrote to dir itself (with Keep 1) is removed after the
+// first rotated one is in place.
+func SaveWith(dir string, c *Checkpoint, o Options) error {
+	if o.Keep <= 1 {
+		return Save(dir, c)
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	name := stepDirName(c.Step)
+	if err := Save(filepath.Join(dir, name), c); err != nil {
+		return err
+	}
+	if err := writeLatest(dir, name); err != nil {
+		return fmt.Errorf("checkpoint: saving to %s: %w", dir, err)
+	}
+	return prune(dir, c.Step, o.Keep)
+}
+
+// writeLatest points dir/latest at name, atomically.
+func writeLatest(dir, name string) error {
+	line := name + " " + sumBytes([]byte(name)) + "\n"
+	f, err := os.CreateTemp(dir, "."+latestName+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // fails harmlessly after the rename
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), filepath.Join(dir, latestName)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// readLatest is the checkpoint directory name dir/latest points at. An
+// error wraps fs.ErrNotExist when there is no dir/latest, ErrDamaged
+// when its contents are not a line writeLatest wrote.
+func readLatest(dir string) (string, error) {
+	path := filepath.Join(dir, latestName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	line, whole := strings.CutSuffix(string(b), "\n")
+	name, sum, ok := strings.Cut(line, " ")
+	if _, isStep := parseStepDir(name); !whole || !ok || !isStep || sum != sumBytes([]byte(name)) || len(b) > 64 {
+		return "", fmt.Errorf("%w: %s does not hold a checkpoint name and its checksum (%q)", ErrDamaged, path, b)
+	}
+	return name, nil
+}
+
+// stepDirs lists dir's rotated checkpoints, newest first.
+func stepDirs(dir string) ([]int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var steps []int
+	for _, e := range entries {
+		if s, ok := parseStepDir(e.Name()); ok && e.IsDir() {
+			steps = append(steps, s)
+		}
+	}
+	slices.Sort(steps)
+	slices.Reverse(steps)
+	return steps, nil
+}
+
+// prune keeps the checkpoint of step and the keep-1 newest older ones,
+// removes the rest and the files of a checkpoint Save wrote to dir itself.
+func prune(dir string, step, keep int) error {
+	steps, err := stepDirs(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	kept := 0
+	var errs []error
+	for _, s := range steps {
+		if s <= step && kept < keep {
+			kept++
+			continue
+		}
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, stepDirName(s))))
+	}
+	// A single-layout checkpoint in dir: its manifest first, so that a
+	// crash part way leaves no manifest naming missing files.
+	if _, err := os.Stat(filepath.Join(dir, manifestName)); err == nil {
+		errs = append(errs, os.Remove(filepath.Join(dir, manifestName)))
+		for _, sub := range []string{paramsDir, optimDir, extraDir} {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, sub)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("checkpoint: removing old checkpoints in %s: %w", dir, err)
+	}
+	return nil
+}
+
+// LoadWith reads the checkpoint in dir, as Load does, in either layout
+// (see Options.Keep), and returns the directory it read it from: dir
+// itself, or dir/step-NNNNNNNNN.
+//
+// In the rotated layout it reads the checkpoint dir/latest names. If that
+// checkpoint is damaged or missing, or dir/latest is, then with o.Keep > 1
+// it logs a warning naming what is wrong and tries the next older
+// checkpoint, down to the oldest; with o.Keep <= 1 it returns the error.
+// When none is intact, the error is the newest one's.
+func LoadWith(dir string, o Options) (*Checkpoint, string, error) {
+	steps, err := stepDirs(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, "", fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+	}
+	_, latestErr := os.Stat(filepath.Join(dir, latestName))
+	if len(steps) == 0 && errors.Is(latestErr, fs.ErrNotExist) {
+		c, err := loadOne(dir, o)
+		return c, dir, err
+	}
+	// The rotated layout: the candidates, newest first.
+	var candidates []string
+	var first error // the newest's error
+	name, err := readLatest(dir)
+	if err == nil {
+		at, _ := parseStepDir(name)
+		candidates = append(candidates, name)
+		for _, s := range steps {
+			if s < at {
+				candidates = append(candidates, stepDirName(s))
+			}
+		}
+	} else {
+		first = fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+		if o.Keep <= 1 {
+			return nil, "", first
+		}
+		for _, s := range steps {
+			candidates = append(candidates, stepDirName(s))
+		}
+		if len(candidates) > 0 {
+			o.logger().Warn("checkpoint: no valid pointer to the newest checkpoint; trying the newest intact one",
+				zap.String("checkpoint", dir), zap.Error(err), zap.String("trying", candidates[0]))
+		}
+	}
+	for i, name := range candidates {
+		path := filepath.Join(dir, name)
+		c, err := loadOne(path, o)
+		if err == nil {
+			return c, path, nil
+		}
+		if first == nil {
+			first = err
+		}
+		if o.Keep <= 1 {
+			return nil, "", err
+		}
+		if i+1 < len(candidates) {
+			o.logger().Warn("checkpoint: this checkpoint is damaged; falling back to the next older one",
+				zap.String("damaged", path), zap.Error(err), zap.String("trying", filepath.Join(dir, candidates[i+1])))
+		}
+	}
+	return nil, "", fmt.Errorf("%w (and no older checkpoint in %s is intact)", first, dir)
+}
