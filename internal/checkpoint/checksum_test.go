@@ -52,9 +52,9 @@ func damage(t *testing.T, path string, edit func([]byte) []byte) (restore func()
 
 // edits are the kinds of damage each file gets, one at a time.
 var edits = map[string]func(b []byte) []byte{
-	"first bit":       func(b []byte) []byte { b[0] ^= 1; return b },
-	"middle bit":      func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b },
-	"last byte":       func(b []byte) []byte { b[len(b)-1] ^= 0xff; return b },
+	"first bit":  func(b []byte) []byte { b[0] ^= 1; return b },
+	"middle bit": func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b },
+	"last byte":  func(b []byte) []byte { b[len(b)-1] ^= 0xff; return b },
 	"4 bytes overwritten mid-file": func(b []byte) []byte {
 		copy(b[len(b)/2:], []byte{0xde, 0xad, 0xbe, 0xef})
 		return b
