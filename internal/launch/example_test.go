@@ -28,3 +28,22 @@ func ExampleRun() {
 	// rank 0 of 2
 	// error: <nil>
 }
+
+// A job whose rank 1 fails in the first attempt, restarted once: every
+// worker starts again, with a fresh rendezvous.
+func ExampleRunElastic() {
+	err := launch.RunElastic(context.Background(), launch.Elastic{MaxRestarts: 2}, func(attempt int) (launch.Spec, error) {
+		env, err := launch.StandaloneEnv(2)
+		return launch.Spec{
+			N:      2,
+			Path:   "/bin/sh",
+			Args:   []string{"-c", `if [ "$ATTEMPT" = 0 ]; then [ "$RANK" = 1 ] && exit 3; exec sleep 10; fi; echo "attempt $ATTEMPT: rank $RANK of $WORLD_SIZE"`},
+			Env:    append(env, fmt.Sprintf("ATTEMPT=%d", attempt)),
+			Stdout: os.Stdout,
+		}, err
+	})
+	fmt.Println("error:", err)
+	// Output:
+	// attempt 1: rank 0 of 2
+	// error: <nil>
+}

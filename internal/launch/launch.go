@@ -29,15 +29,17 @@ type Spec struct {
 	// prefixed with its rank. nil discards (the tail is still kept for
 	// errors).
 	Stderr io.Writer
-	// Grace is how long a stopped worker gets between SIGTERM and SIGKILL.
+	// Grace is how long a stopped worker gets between SIGTERM (or the
+	// signal Run forwards) and SIGKILL.
 	Grace time.Duration
 }
 
 // WorkerError reports the first worker that failed.
 type WorkerError struct {
-	Rank int
-	Err  error
-	Tail string // the last lines the worker wrote to stderr
+	Rank    int
+	Err     error
+	Tail    string // the last lines the worker wrote to stderr
+	Attempt int    // RunElastic's attempt it failed in: 0 for the first, k after k restarts
 }
 
 func (e *WorkerError) Error() string {
@@ -92,8 +94,14 @@ func StandaloneEnv(n int) ([]string, error) {
 }
 
 // Run starts spec.N workers and waits for all of them. When ctx ends or a
-// worker fails, the remaining workers are terminated, and the error names
-// the first failed rank.
+// worker fails, the remaining workers are terminated (SIGTERM, then
+// SIGKILL after spec.Grace), and the error names the first failed rank.
+// When ctx was cancelled with an *Interrupted cause, its signal is
+// forwarded to the workers instead of SIGTERM, and the error wraps it.
+//
+// Each worker runs in its own process group, as torchrun's do, so that a
+// Ctrl-C in the terminal reaches the launcher only, which forwards it
+// once: a worker never gets the same interrupt twice.
 func Run(ctx context.Context, spec Spec) error {
 	if spec.Path == "" {
 		return ErrNoWorkers
@@ -112,7 +120,7 @@ func Run(ctx context.Context, spec Spec) error {
 		w, err := start(spec, r)
 		if err != nil {
 			for _, s := range workers[:r] {
-				s.stop(spec.Grace)
+				s.stop(syscall.SIGTERM, spec.Grace)
 			}
 			return &WorkerError{Rank: r, Err: err}
 		}
@@ -133,8 +141,13 @@ func Run(ctx context.Context, spec Spec) error {
 		select {
 		case res = <-results:
 		case <-ctx.Done():
+			sig := syscall.SIGTERM
+			var in *Interrupted
+			if errors.As(context.Cause(ctx), &in) {
+				sig = in.Signal
+			}
 			for _, w := range workers {
-				w.stop(spec.Grace)
+				w.stop(sig, spec.Grace)
 			}
 			res = <-results
 			if first == nil {
@@ -145,7 +158,7 @@ func Run(ctx context.Context, spec Spec) error {
 		if res.err != nil && first == nil {
 			first = &WorkerError{Rank: res.rank, Err: res.err, Tail: workers[res.rank].tail.String()}
 			for _, w := range workers {
-				w.stop(spec.Grace)
+				w.stop(syscall.SIGTERM, spec.Grace)
 			}
 		}
 	}
@@ -165,7 +178,7 @@ func start(spec Spec, rank int) (*worker, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = append(append([]string(nil), spec.Env...),
 		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if rank == 0 && spec.Stdout != nil {
 		cmd.Stdout = spec.Stdout
 	}
@@ -181,14 +194,15 @@ func start(spec Spec, rank int) (*worker, error) {
 	return &worker{cmd: cmd, tail: tail}, nil
 }
 
-// stop sends SIGTERM, then SIGKILL after grace if the worker is still up.
-func (w *worker) stop(grace time.Duration) {
+// stop sends sig (once: a worker may take a second signal as "stop now"),
+// then SIGKILL after grace if the worker is still up.
+func (w *worker) stop(sig syscall.Signal, grace time.Duration) {
 	w.once.Do(func() {
 		p := w.cmd.Process
 		if p == nil {
 			return
 		}
-		_ = p.Signal(syscall.SIGTERM) // an error only means it already exited
+		_ = p.Signal(sig) // an error only means it already exited
 		time.AfterFunc(grace, func() { _ = p.Kill() })
 	})
 }

@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		}
 		time.Sleep(time.Minute) // the launcher must stop us
 		os.Exit(0)
+	default:
+		if elasticWorker(os.Getenv(workerEnv)) {
+			return
+		}
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -1,0 +1,175 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Interrupted is the cause to cancel Run's ctx with when the launcher got
+// a signal: Run forwards Signal to every worker, instead of SIGTERM, and
+// its error wraps the cause.
+type Interrupted struct{ Signal syscall.Signal }
+
+func (e *Interrupted) Error() string { return "interrupted by " + SignalName(e.Signal) }
+
+// ExitCode is the shell's convention for a process ended by Signal:
+// 128+Signal (130 for SIGINT, 143 for SIGTERM).
+func (e *Interrupted) ExitCode() int { return 128 + int(e.Signal) }
+
+// SignalName is "SIGTERM", "SIGINT" or "signal N".
+func SignalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	}
+	return "signal " + strconv.Itoa(int(s))
+}
+
+// StoppedBySignal reports whether err is, or wraps, a worker's exit with
+// status 128+SIGINT or 128+SIGTERM: the convention for a worker that
+// caught the signal and stopped on purpose (a preemption, not a crash).
+func StoppedBySignal(err error) (syscall.Signal, bool) {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return 0, false
+	}
+	switch sig := syscall.Signal(exit.ExitCode() - 128); sig {
+	case syscall.SIGINT, syscall.SIGTERM:
+		return sig, true
+	}
+	return 0, false
+}
+
+// Elastic is the restart policy of RunElastic, torchrun's --max_restarts.
+type Elastic struct {
+	// MaxRestarts is how many times the whole job may be restarted after
+	// a worker fails; 0 never restarts.
+	MaxRestarts int
+	// Backoff is the wait before the first restart, doubled before each
+	// next one up to MaxBackoff (default 30s). 0 restarts at once.
+	Backoff, MaxBackoff time.Duration
+	// Grace is each attempt's Spec.Grace when that is 0.
+	Grace time.Duration
+	// Retry, if set, decides whether a failure may be restarted at all
+	// (e.g. not a worker that exited on bad input). nil: every failure.
+	Retry func(*WorkerError) bool
+	// Logger logs each restart; nil logs nothing.
+	Logger *zap.Logger
+}
+
+// backoff is the wait before restart k (1 for the first).
+func (e Elastic) backoff(k int) time.Duration {
+	limit := e.MaxBackoff
+	if limit <= 0 {
+		limit = 30 * time.Second
+	}
+	d := e.Backoff
+	for i := 1; i < k && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// RunElastic runs a job, and when a worker fails, runs it again from the
+// start, up to e.MaxRestarts times: newSpec(attempt) builds each
+// attempt's Spec (attempt 0 is the first; each attempt should have a
+// fresh rendezvous: a new port, a new secret). As torchrun does, every
+// worker is stopped and every worker restarted; resuming from a
+// checkpoint is the workers' business (TORCHELASTIC_RESTART_COUNT tells
+// them, see SelfElastic).
+//
+// It does not restart when ctx ends (the launcher was interrupted), when
+// a worker exited with 128+SIGINT or 128+SIGTERM (it was preempted and
+// stopped on purpose, see StoppedBySignal), or when e.Retry refuses. Its
+// error is the last attempt's *WorkerError, with Attempt set.
+func RunElastic(ctx context.Context, e Elastic, newSpec func(attempt int) (Spec, error)) error {
+	log := e.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	for attempt := 0; ; attempt++ {
+		spec, err := newSpec(attempt)
+		if err != nil {
+			return err
+		}
+		if spec.Grace == 0 {
+			spec.Grace = e.Grace
+		}
+		err = Run(ctx, spec)
+		var we *WorkerError
+		if !errors.As(err, &we) {
+			return err
+		}
+		we.Attempt = attempt
+		if _, stopped := StoppedBySignal(we.Err); stopped || ctx.Err() != nil ||
+			attempt >= e.MaxRestarts || (e.Retry != nil && !e.Retry(we)) {
+			return err
+		}
+		wait := e.backoff(attempt + 1)
+		log.Warn("worker failed; restarting every worker",
+			zap.Int("restart", attempt+1), zap.Int("max_restarts", e.MaxRestarts),
+			zap.Int("failed_rank", we.Rank), zap.String("error", we.Err.Error()),
+			zap.String("last_line", lastLine(we.Tail)), zap.Duration("backoff", wait))
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return &WorkerError{Rank: we.Rank, Err: context.Cause(ctx), Attempt: attempt}
+		}
+	}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	for len(s) > 0 {
+		i := len(s) - 1
+		for i >= 0 && s[i] != '\n' {
+			i--
+		}
+		if line := s[i+1:]; line != "" {
+			return line
+		}
+		s = s[:max(i, 0)]
+	}
+	return ""
+}
+
+// SelfElastic is Self with restarts: each attempt gets a fresh
+// rendezvous (StandaloneEnv: a new port and a new secret), and its
+// workers the variables torchrun sets for them: TORCHELASTIC_RESTART_COUNT
+// (the attempt: 0, then 1, 2, ...), TORCHELASTIC_MAX_RESTARTS and
+// TORCHELASTIC_RUN_ID (one per SelfElastic call).
+func SelfElastic(ctx context.Context, n int, args []string, marker string, stdout, stderr io.Writer, e Elastic) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	runID, err := NewSecret()
+	if err != nil {
+		return err
+	}
+	runID = runID[:16]
+	base := os.Environ()
+	return RunElastic(ctx, e, func(attempt int) (Spec, error) {
+		jobEnv, err := StandaloneEnv(n)
+		if err != nil {
+			return Spec{}, err
+		}
+		env := append(append(append([]string(nil), base...), jobEnv...), marker,
+			"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(attempt),
+			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
+			"TORCHELASTIC_RUN_ID="+runID)
+		return Spec{N: n, Path: self, Args: args, Env: env, Stdout: stdout, Stderr: stderr}, nil
+	})
+}
