@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/internal/checkpoint"
+	"go.uber.org/zap"
 )
 
 // saveCheckpoint writes the model, the optimizer state and the step
@@ -22,8 +23,25 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	ck := checkpoint.Capture(step, s.params, s.opt)
 	ck.Extra = hookState
 	ck.Meta = map[string]string{"comm_hook": hookLabel(t.c)}
-	if err := checkpoint.Save(t.c.checkpointDir, ck); err != nil {
+	if err := checkpoint.SaveWith(t.c.checkpointDir, ck, t.checkpointOptions()); err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}
 	return nil
+}
+
+// checkpointOptions are --checkpoint-keep's, with the rank's logger for
+// the warnings of a fallback past a damaged checkpoint.
+func (t *trainer) checkpointOptions() checkpoint.Options {
+	return checkpoint.Options{Keep: t.c.checkpointKeep, Logger: t.log}
+}
+
+// loadCheckpoint reads --checkpoint for --resume: the newest intact
+// checkpoint (see checkpoint.LoadWith), every file verified.
+func (t *trainer) loadCheckpoint() (*checkpoint.Checkpoint, error) {
+	ck, from, err := checkpoint.LoadWith(t.c.checkpointDir, t.checkpointOptions())
+	if err != nil {
+		return nil, err
+	}
+	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.String("checkpoint", from), zap.Int("step", ck.Step))
+	return ck, nil
 }

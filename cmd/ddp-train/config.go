@@ -51,6 +51,7 @@ type config struct {
 	initDir, saveDir string
 	checkpointDir    string
 	checkpointEvery  int
+	checkpointKeep   int // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
 	resume           bool
 
 	logFormat   string
@@ -105,7 +106,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0; one .npy per parameter)")
 	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint)")
-	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint")
+	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints, as DIR/step-NNNNNNNNN/ with DIR/latest naming the newest; --resume falls back past a damaged one to the newest intact one, with a warning (1: DIR is the one checkpoint, and a damaged one is an error)")
+	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a damaged checkpoint exits 2 naming the file)")
 	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
 	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal")
 	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
@@ -166,6 +168,10 @@ func (c config) validate() error {
 		return usagef("--data and --labels go together")
 	case c.checkpointEvery < 0 || (c.checkpointEvery > 0 && c.checkpointDir == ""):
 		return usagef("--checkpoint-every needs --checkpoint DIR")
+	case c.checkpointKeep < 1:
+		return usagef("--checkpoint-keep %d: want at least 1", c.checkpointKeep)
+	case c.checkpointKeep > 1 && c.checkpointDir == "":
+		return usagef("--checkpoint-keep needs --checkpoint DIR")
 	case c.resume && c.checkpointDir == "":
 		return usagef("--resume needs --checkpoint DIR")
 	case c.bucketCapMB <= 0 || c.firstBucketMB <= 0:

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/checkpoint"
 	"github.com/goddp/ddp/internal/dataset"
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/internal/optim"
@@ -130,7 +129,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	if t.c.resume {
 		// Every rank loads the same checkpoint, so the values set after
 		// Wrap's broadcast are the same everywhere.
-		ck, err := checkpoint.Load(t.c.checkpointDir)
+		ck, err := t.loadCheckpoint() // ckpt.go
 		if err == nil {
 			err = ck.Restore(p, s.opt)
 		}

@@ -154,10 +154,10 @@ func readNPY(path string, e entry) ([]float64, error) {
 	}
 	if e.CRC32C != "" {
 		if int64(len(b)) != e.Size {
-			return nil, fmt.Errorf("%w: %s is %d bytes, but the manifest says %d", ErrDamaged, path, len(b), e.Size)
+			return nil, fmt.Errorf("%s: %w: it is %d bytes, but the manifest recorded %d", path, ErrDamaged, len(b), e.Size)
 		}
 		if got := sumBytes(b); got != e.CRC32C {
-			return nil, fmt.Errorf("%w: %s has checksum %s, but the manifest says %s", ErrDamaged, path, got, e.CRC32C)
+			return nil, fmt.Errorf("%s: %w: its checksum is %s, but the manifest recorded %s", path, ErrDamaged, got, e.CRC32C)
 		}
 	}
 	a, err := npy.Read(bytes.NewReader(b))

@@ -73,7 +73,7 @@ func unsealManifest(b []byte) (body []byte, sealed bool, err error) {
 	body = append(append([]byte(nil), b[:m[0]]...), "\n}\n"...)
 	want := string(b[m[2]:m[3]])
 	if got := sumBytes(body); got != want {
-		return nil, true, fmt.Errorf("%w: the manifest's checksum is %s, but its contents sum to %s", ErrDamaged, want, got)
+		return nil, true, fmt.Errorf("%w: its recorded checksum is %s, but its contents sum to %s", ErrDamaged, want, got)
 	}
 	return body, true, nil
 }

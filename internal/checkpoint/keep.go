@@ -123,7 +123,7 @@ func readLatest(dir string) (string, error) {
 	line, whole := strings.CutSuffix(string(b), "\n")
 	name, sum, ok := strings.Cut(line, " ")
 	if _, isStep := parseStepDir(name); !whole || !ok || !isStep || sum != sumBytes([]byte(name)) || len(b) > 64 {
-		return "", fmt.Errorf("%w: %s does not hold a checkpoint name and its checksum (%q)", ErrDamaged, path, b)
+		return "", fmt.Errorf("%s: %w: it does not hold a checkpoint name and its checksum (%q)", path, ErrDamaged, b)
 	}
 	return name, nil
 }
