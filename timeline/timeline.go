@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Lanes of a rank's trace.
@@ -51,8 +52,8 @@ type Writer struct {
 func New(w io.Writer, rank int) *Writer {
 	t := &Writer{w: bufio.NewWriterSize(w, 64<<10), pid: rank, lanes: map[int]bool{}, first: true}
 	t.w.WriteString("[\n")
-	t.meta("process_name", -1, fmt.Sprintf("rank %d", rank))
-	t.meta("process_sort_index", -1, strconv.Itoa(rank))
+	t.metaName("process_name", -1, fmt.Sprintf("rank %d", rank))
+	t.metaSortIndex("process_sort_index", -1, rank)
 	return t
 }
 
@@ -80,8 +81,8 @@ func (t *Writer) nameLane(lane int, name string) {
 		return
 	}
 	t.lanes[lane] = true
-	t.meta("thread_name", lane, name)
-	t.meta("thread_sort_index", lane, strconv.Itoa(lane))
+	t.metaName("thread_name", lane, name)
+	t.metaSortIndex("thread_sort_index", lane, lane)
 }
 
 func laneName(lane int) string {
@@ -98,25 +99,35 @@ func laneName(lane int) string {
 	return fmt.Sprintf("lane %d", lane)
 }
 
-// meta writes a metadata event; value is a name or a sort index.
-func (t *Writer) meta(name string, lane int, value string) {
+// metaName writes a metadata event that names the process or a lane.
+func (t *Writer) metaName(event string, lane int, name string) {
+	b := t.metaHead(event, lane)
+	b = append(b, `,"args":{"name":`...)
+	b = appendJSONString(b, name)
+	t.close(append(b, "}}"...))
+}
+
+// metaSortIndex writes a metadata event that orders the process or a lane.
+func (t *Writer) metaSortIndex(event string, lane, index int) {
+	b := t.metaHead(event, lane)
+	b = append(b, `,"args":{"sort_index":`...)
+	b = strconv.AppendInt(b, int64(index), 10)
+	t.close(append(b, "}}"...))
+}
+
+// metaHead opens a metadata event of the process (lane < 0) or a lane;
+// event is one of the constant names above.
+func (t *Writer) metaHead(event string, lane int) []byte {
 	b := t.open()
 	b = append(b, `"ph":"M","name":"`...)
-	b = append(b, name...)
+	b = append(b, event...)
 	b = append(b, `","pid":`...)
 	b = strconv.AppendInt(b, int64(t.pid), 10)
 	if lane >= 0 {
 		b = append(b, `,"tid":`...)
 		b = strconv.AppendInt(b, int64(lane), 10)
 	}
-	if _, err := strconv.Atoi(value); err == nil {
-		b = append(b, `,"args":{"sort_index":`...)
-		b = append(b, value...)
-	} else {
-		b = append(b, `,"args":{"name":`...)
-		b = strconv.AppendQuote(b, value)
-	}
-	t.close(append(b, "}}"...))
+	return b
 }
 
 // Write writes one complete event.
@@ -131,7 +142,7 @@ func (t *Writer) Write(e *Event) {
 	}
 	b := t.open()
 	b = append(b, `"ph":"X","name":`...)
-	b = strconv.AppendQuote(b, e.Name)
+	b = appendJSONString(b, e.Name)
 	b = append(b, `,"pid":`...)
 	b = strconv.AppendInt(b, int64(t.pid), 10)
 	b = append(b, `,"tid":`...)
@@ -146,7 +157,7 @@ func (t *Writer) Write(e *Event) {
 			continue
 		}
 		b = append(b, sep...)
-		b = strconv.AppendQuote(b, a.Key)
+		b = appendJSONString(b, a.Key)
 		b = append(b, ':')
 		b = strconv.AppendInt(b, a.Value, 10)
 		sep = ","
@@ -155,6 +166,51 @@ func (t *Writer) Write(e *Event) {
 		b = append(b, '}')
 	}
 	t.close(append(b, '}'))
+}
+
+// appendJSONString appends s as a JSON string, as encoding/json writes
+// it (without HTML escaping): '"' and '\\' escaped, control characters as
+// \u00XX, each byte of invalid UTF-8 as U+FFFD, and U+2028 and U+2029
+// escaped for JavaScript. It allocates nothing once b has room.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0 // s[start:i] is still to copy as it is
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // appendMicros writes ns as microseconds with three decimals, exactly.

@@ -98,3 +98,87 @@ func TestCreate(t *testing.T) {
 		t.Error("Create in a missing directory succeeded")
 	}
 }
+
+// jsonText is s as encoding/json decodes the JSON string encoding/json
+// writes for it: each byte of invalid UTF-8 becomes U+FFFD.
+func jsonText(s string) string {
+	var b strings.Builder
+	for _, r := range s { // an invalid byte ranges as U+FFFD, width 1
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// trace writes one event named name on a lane named lane, with one
+// argument keyed key, and decodes the trace.
+func trace(t *testing.T, name, lane, key string) []event {
+	t.Helper()
+	var buf bytes.Buffer
+	w := timeline.New(&buf, 3)
+	w.NameLane(7, lane)
+	e := timeline.Event{Name: name, Lane: 7, Start: time.Unix(1, 0), End: time.Unix(2, 0)}
+	e.Args[0] = timeline.Arg{Key: key, Value: -5}
+	w.Write(&e)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var events []event
+	if err := json.Unmarshal(buf.Bytes(), &events); err != nil {
+		t.Fatalf("the trace is not JSON: %v\n%q", err, buf.Bytes())
+	}
+	return events
+}
+
+// checkTrace checks that the names decode as they were written.
+func checkTrace(t *testing.T, events []event, name, lane, key string) {
+	t.Helper()
+	var laneName, sliceName any
+	var arg any
+	for _, e := range events {
+		switch {
+		case e.Ph == "M" && e.Name == "thread_name" && e.Tid == 7:
+			laneName = e.Args["name"]
+		case e.Ph == "M" && e.Name == "thread_sort_index" && e.Tid == 7:
+			if e.Args["sort_index"] != 7.0 || len(e.Args) != 1 {
+				t.Errorf("lane 7's sort index: %v", e.Args)
+			}
+		case e.Ph == "X":
+			sliceName, arg = e.Name, e.Args[jsonText(key)]
+		}
+	}
+	if laneName != jsonText(lane) {
+		t.Errorf("lane name %q decodes as %q", lane, laneName)
+	}
+	if sliceName != jsonText(name) {
+		t.Errorf("event name %q decodes as %q", name, sliceName)
+	}
+	if key != "" && arg != -5.0 {
+		t.Errorf("argument %q decodes as %v", key, arg)
+	}
+}
+
+// Names with quotes, backslashes, control characters, invalid UTF-8,
+// U+2028 and digits only are JSON strings that decode to what was
+// written (invalid bytes as U+FFFD). A lane named "7" is named "7", not
+// given a sort index.
+func TestNamesAreJSONStrings(t *testing.T) {
+	for _, s := range []string{"lane\x01\xff", `a "quoted" \ name`, "7", "", "tab\tnl\nnul\x00del\x7f", "\u2028\u2029", "é 日本 \U0001F600", "\xc3", "\xed\xa0\x80"} {
+		checkTrace(t, trace(t, s, s, "k"+s), s, s, "k"+s)
+	}
+	var buf bytes.Buffer
+	w := timeline.New(&buf, 0)
+	w.NameLane(5, "lane\x01\xff")
+	w.Close()
+	if want := `"args":{"name":"lane\u0001\ufffd"}`; !strings.Contains(buf.String(), want) {
+		t.Errorf("the lane's name is not written as %s:\n%s", want, buf.String())
+	}
+}
+
+func FuzzTraceRoundTrip(f *testing.F) {
+	f.Add("launch", "reducer", "bucket")
+	f.Add("lane\x01\xff", "7", "\"")
+	f.Add("\\u0000", "\u2028", "\xff\xfe")
+	f.Fuzz(func(t *testing.T, name, lane, key string) {
+		checkTrace(t, trace(t, name, lane, key), name, lane, key)
+	})
+}
