@@ -111,22 +111,41 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: env: %s", pg.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
-// master reads MASTER_ADDR and MASTER_PORT into c.
+// master reads MASTER_ADDR and MASTER_PORT into c. Under Slurm, unset
+// ones are derived: the first host of the step's node list, and
+// SlurmMasterPort of the job id.
 func (r reader) master(c *Config) error {
-	c.MasterPort = DefaultMasterPort
-	if p, set, err := r.int("MASTER_PORT"); err != nil {
+	p, portSet, err := r.int("MASTER_PORT")
+	switch {
+	case err != nil:
 		return err
-	} else if set {
-		if p < 1 || p > 65535 {
-			return invalid("MASTER_PORT=%d is not a TCP port (1 to 65535)", p)
-		}
+	case portSet && (p < 1 || p > 65535):
+		return invalid("MASTER_PORT=%d is not a TCP port (1 to 65535)", p)
+	case portSet:
 		c.MasterPort = p
+	case c.UseAgentStore:
+		return invalid("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_PORT is not; torchrun sets both, to where its agent serves the store")
+	case c.Source == SourceSlurm:
+		if c.MasterPort, err = r.slurmPort(); err != nil {
+			return err
+		}
+	default:
+		c.MasterPort = DefaultMasterPort
 	}
 	addr, set := r.str("MASTER_ADDR")
-	if !set {
-		if c.WorldSize > 1 {
-			return invalid("MASTER_ADDR is not set; every rank of a %d-rank job needs the address of rank 0's store", c.WorldSize)
+	switch {
+	case set:
+	case c.UseAgentStore:
+		return invalid("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_ADDR is not; torchrun sets both, to where its agent serves the store")
+	case c.Source == SourceSlurm:
+		if addr, err = r.slurmMaster(); err != nil {
+			return err
 		}
+	case c.WorldSize > 1 && portSet:
+		return invalid("MASTER_PORT is set but MASTER_ADDR is not; every rank of a %d-rank job needs the address of rank 0's store: set MASTER_ADDR to rank 0's host", c.WorldSize)
+	case c.WorldSize > 1:
+		return invalid("MASTER_ADDR is not set; every rank of a %d-rank job needs the address of rank 0's store: set MASTER_ADDR to rank 0's host", c.WorldSize)
+	default:
 		addr = "127.0.0.1"
 	}
 	addr = strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]")

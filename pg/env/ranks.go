@@ -40,9 +40,9 @@ func (r reader) pair(index, count string) (i, n int, set bool, err error) {
 	}
 	switch {
 	case iSet && !nSet:
-		return 0, 0, false, invalid("%s is set but %s is not; launchers set both", index, count)
+		return 0, 0, false, invalid("%s is set but %s is not; launchers set both: set %s too, or unset %s", index, count, count, index)
 	case nSet && !iSet:
-		return 0, 0, false, invalid("%s is set but %s is not; launchers set both", count, index)
+		return 0, 0, false, invalid("%s is set but %s is not; launchers set both: set %s too, or unset %s", count, index, index, count)
 	case !iSet:
 		return 0, 0, false, nil
 	}
@@ -55,7 +55,13 @@ func (r reader) pair(index, count string) (i, n int, set bool, err error) {
 	return i, n, true, nil
 }
 
-// ranks reads the rank variables of whichever convention is present.
+// ranks reads the rank variables of whichever launcher started this
+// process. Launchers nest (srun starts torchrun, which starts the
+// workers; mpirun runs inside a Slurm allocation), so the innermost one
+// wins: torchrun's and hand-set RANK and WORLD_SIZE, then Open MPI's,
+// then Slurm's. Where two of them are peers rather than nested, they must
+// agree: RANK and WORLD_SIZE set by hand (no torchrun agent) must match
+// Open MPI's and Slurm's.
 func (r reader) ranks() (Config, error) {
 	rank, size, torch, err := r.pair("RANK", "WORLD_SIZE")
 	if err != nil {
@@ -65,10 +71,29 @@ func (r reader) ranks() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	agent := r.underAgent()
+	if agent && !torch {
+		return Config{}, invalid("%s is set, as torchrun sets it on its workers, but RANK and WORLD_SIZE are not; torchrun sets all of them: start the program with torchrun, or unset %s",
+			r.firstSet(torchrunAgentVars), r.firstSet(torchrunAgentVars))
+	}
 	switch {
-	case torch && mpi && (rank != mRank || size != mSize):
-		return Config{}, invalid("RANK=%d and WORLD_SIZE=%d disagree with OMPI_COMM_WORLD_RANK=%d and OMPI_COMM_WORLD_SIZE=%d",
-			rank, size, mRank, mSize)
+	case torch && !agent:
+		if mpi && (rank != mRank || size != mSize) {
+			return Config{}, invalid("RANK=%d and WORLD_SIZE=%d disagree with OMPI_COMM_WORLD_RANK=%d and OMPI_COMM_WORLD_SIZE=%d; set them to Open MPI's values or unset RANK and WORLD_SIZE",
+				rank, size, mRank, mSize)
+		}
+		if !mpi {
+			// Compare with Slurm only where its own variables form a
+			// job: a broken Slurm environment under explicit RANK and
+			// WORLD_SIZE is not this job's concern.
+			sRank, sSize, slurm, err := r.slurmRanks()
+			if err == nil && slurm && (rank != sRank || size != sSize) {
+				return Config{}, invalid("RANK=%d and WORLD_SIZE=%d disagree with Slurm's SLURM_PROCID=%d and SLURM_NTASKS=%d "+
+					"(a RANK exported once in the batch script is the same in every task); unset RANK and WORLD_SIZE, which are read from Slurm, or set them in each task",
+					rank, size, sRank, sSize)
+			}
+		}
+		fallthrough
 	case torch:
 		c := Config{Source: SourceTorchrun, Rank: rank, WorldSize: size}
 		if err := r.elastic(&c); err != nil {
@@ -78,12 +103,39 @@ func (r reader) ranks() (Config, error) {
 	case mpi:
 		return r.local(Config{Source: SourceMPI, Rank: mRank, WorldSize: mSize}, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 	}
-	for _, name := range []string{"LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"} {
-		if _, set := r.str(name); set {
-			return Config{}, invalid("%s is set but neither RANK and WORLD_SIZE nor OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE are", name)
+	sRank, sSize, slurm, err := r.slurmRanks()
+	if err != nil {
+		return Config{}, err
+	}
+	if slurm {
+		if name := r.firstSet([]string{"LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}); name != "" {
+			return Config{}, invalid("%s is set but RANK and WORLD_SIZE are not; under Slurm unset %s (SLURM_LOCALID is read), or set RANK and WORLD_SIZE too", name, name)
 		}
+		return r.slurm(sRank, sSize)
+	}
+	if name := r.firstSet(partialVars); name != "" {
+		return Config{}, invalid("%s is set but no launcher variables say this process's rank: set RANK and WORLD_SIZE (torchrun, PyTorchJob), "+
+			"or start it with torchrun, srun or mpirun; to run a job of one process, unset %s", name, name)
 	}
 	return Config{Source: SourceNone, WorldSize: 1, LocalWorldSize: 1}, nil
+}
+
+// partialVars are variables that belong to a job of several ranks; alone,
+// without a rank and a world size, they are a launcher's environment cut
+// short, never a job of one process.
+var partialVars = []string{
+	"MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+	"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+}
+
+// firstSet returns the first of names that is set, or "".
+func (r reader) firstSet(names []string) string {
+	for _, name := range names {
+		if _, set := r.str(name); set {
+			return name
+		}
+	}
+	return ""
 }
 
 // local reads the machine-local pair into c; unset means one process on

@@ -9,16 +9,9 @@ var torchrunAgentVars = []string{
 }
 
 // underAgent reports whether torchrun's elastic agent started this
-// process: it sets TORCHELASTIC_RUN_ID and GROUP_RANK, which no
-// hand-written environment needs.
-func (r reader) underAgent() bool {
-	for _, name := range torchrunAgentVars {
-		if _, set := r.str(name); set {
-			return true
-		}
-	}
-	return false
-}
+// process: it sets TORCHELASTIC_RUN_ID, GROUP_RANK and the others, which
+// no hand-written environment needs.
+func (r reader) underAgent() bool { return r.firstSet(torchrunAgentVars) != "" }
 
 // elastic reads torchrun's agent variables into c.
 func (r reader) elastic(c *Config) error {
