@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
+	"golang.org/x/term"
 )
 
 // progress reports training on rank 0: a bar on a terminal, otherwise a
@@ -20,6 +20,7 @@ type progress struct {
 	t        *trainer
 	total    int
 	tty      bool
+	width    func() int // the terminal's columns, asked at every redraw (it may be resized)
 	win      stats // since the last figures
 	winStart time.Time
 	began    time.Time
@@ -32,14 +33,31 @@ type figures struct {
 }
 
 func newProgress(t *trainer, total int) *progress {
-	tty := false
-	if f, ok := t.stderr.(*os.File); ok && t.out != io.Discard {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			tty = t.c.logFormat == "console"
-		}
+	tty, width := false, func() int { return defaultColumns }
+	if t.out != io.Discard && t.c.logFormat == "console" {
+		tty, width = terminal(t.stderr)
 	}
 	now := time.Now()
-	return &progress{t: t, total: total, tty: tty, winStart: now, began: now}
+	return &progress{t: t, total: total, tty: tty, width: width, winStart: now, began: now}
+}
+
+// defaultColumns is the width assumed when the terminal does not say.
+const defaultColumns = 80
+
+// terminal reports whether w is a terminal (a character device such as
+// /dev/null is not), and a function that returns its width in columns.
+func terminal(w io.Writer) (bool, func() int) {
+	f, ok := w.(interface{ Fd() uintptr })
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false, func() int { return defaultColumns }
+	}
+	fd := int(f.Fd())
+	return true, func() int {
+		if cols, _, err := term.GetSize(fd); err == nil && cols > 0 {
+			return cols
+		}
+		return defaultColumns
+	}
 }
 
 func (p *progress) add(ctx context.Context, step int, st stats) error {
@@ -93,13 +111,27 @@ func (p *progress) reduce(ctx context.Context) (figures, error) {
 }
 
 func (p *progress) bar(step int, r figures) {
-	const width = 30
-	done := width * step / max(p.total, 1)
-	fmt.Fprintf(p.t.stderr, "\r[%s%s] %d/%d loss %.4f acc %.1f%% %.0f samples/s comm %.0f%% ",
-		strings.Repeat("=", done), strings.Repeat(" ", width-done), step, p.total, r.Loss, 100*r.Accuracy, r.SamplesPerSec, 100*r.CommFraction)
+	fmt.Fprint(p.t.stderr, "\r"+barLine(step, p.total, r, p.width()))
 	if step == p.total {
 		fmt.Fprintln(p.t.stderr)
 	}
+}
+
+// barLine is the progress line for a terminal cols wide: a bar that takes
+// what the figures leave, up to 50 columns and at least 10, and the
+// figures; on a terminal too narrow for both, the line is cut, as a line
+// that wrapped would scroll at every redraw. It is never wider than
+// cols-1, so the cursor stays on the line.
+func barLine(step, total int, r figures, cols int) string {
+	text := fmt.Sprintf(" %d/%d loss %.4f acc %.1f%% %.0f samples/s comm %.0f%% ",
+		step, total, r.Loss, 100*r.Accuracy, r.SamplesPerSec, 100*r.CommFraction)
+	width := min(max(cols-1-len(text)-2, 10), 50)
+	done := width * min(step, total) / max(total, 1)
+	line := "[" + strings.Repeat("=", done) + strings.Repeat(" ", width-done) + "]" + text
+	if len(line) > cols-1 {
+		line = line[:max(cols-1, 0)]
+	}
+	return line
 }
 
 // finish returns the last figures, taking one if no step ran.
