@@ -9,7 +9,8 @@ import (
 // wrapper (ddp_collective_*) register their own on the same registry;
 // see docs/observability.md.
 type trainingMetrics struct {
-	step, loss, accuracy, samples, comm prometheus.Gauge
+	step, loss, accuracy, comm prometheus.Gauge
+	samples                    prometheus.Counter // this rank's; sum(rate(...)) over ranks is the job's samples/s
 }
 
 func newTrainingMetrics() trainingMetrics {
@@ -20,8 +21,9 @@ func newTrainingMetrics() trainingMetrics {
 		step:     g("step", "Optimizer steps completed."),
 		loss:     g("loss", "Mean training loss over ranks since the previous figures."),
 		accuracy: g("accuracy_ratio", "Training accuracy over ranks since the previous figures."),
-		samples:  g("samples_per_second", "Samples per second over all ranks since the previous figures."),
-		comm:     g("comm_fraction_ratio", "Fraction of step time spent waiting for communication after backward."),
+		samples: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train", Name: "samples_total",
+			Help: "Training samples this rank has processed (forward and backward) in this process."}),
+		comm: g("comm_fraction_ratio", "Fraction of step time spent waiting for communication after backward."),
 	}
 }
 
@@ -36,6 +38,13 @@ func (m *trainingMetrics) observe(step int, r figures) {
 	m.step.Set(float64(step))
 	m.loss.Set(r.Loss)
 	m.accuracy.Set(r.Accuracy)
-	m.samples.Set(r.SamplesPerSec)
 	m.comm.Set(r.CommFraction)
+}
+
+// addSamples counts one step's samples of this rank.
+func (m *trainingMetrics) addSamples(n int) {
+	if m == nil {
+		return
+	}
+	m.samples.Add(float64(n))
 }

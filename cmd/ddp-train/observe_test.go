@@ -28,7 +28,7 @@ var servedMetrics = []string{
 	"ddp_bucket_allreduce_seconds", "ddp_forward_seconds", "ddp_backward_compute_seconds", "ddp_backward_comm_seconds",
 	"ddp_comm_exposed_seconds", "ddp_collective_seconds", "ddp_bucket_bytes", "ddp_buckets", "ddp_compression_ratio",
 	"ddp_iterations_total", "ddp_comm_bytes_total", "ddp_bucket_rebuilds_total", "ddp_last_bucket_wait_seconds",
-	"ddp_collective_bytes_total", "ddp_train_step", "go_goroutines", "process_cpu_seconds_total",
+	"ddp_collective_bytes_total", "ddp_train_step", "ddp_train_samples_total", "go_goroutines", "process_cpu_seconds_total",
 }
 
 // TestMetricsEndpointOfARunningJob starts a two-worker TCP job with
@@ -228,7 +228,7 @@ func TestDashboardQueriesServedMetrics(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("docs/grafana-dashboard.json: %v", err)
 	}
-	known := append(slices.Clone(servedMetrics), "ddp_errors_total", "ddp_train_loss", "ddp_train_samples_per_second", "process_resident_memory_bytes")
+	known := append(slices.Clone(servedMetrics), "ddp_errors_total", "ddp_train_loss", "process_resident_memory_bytes")
 	name := regexp.MustCompile(`\b(ddp|go|process)_[a-z_]+`)
 	queries := 0
 	for _, p := range dash.Panels {

@@ -67,6 +67,7 @@ func (p *progress) add(ctx context.Context, step int, st stats) error {
 	p.win.compute += st.compute
 	p.win.comm += st.comm
 	p.win.steps++
+	p.t.metrics.addSamples(st.samples)
 	if step%p.t.c.logEvery != 0 && step != p.total {
 		if p.tty {
 			p.bar(step, p.last)
