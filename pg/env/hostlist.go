@@ -122,7 +122,7 @@ func expandHost(hosts []string, expr string) ([]string, error) {
 	for _, r := range strings.Split(group, ",") {
 		lo, hi, width, err := parseRange(r)
 		if err != nil {
-			return nil, fmt.Errorf("%q: %w", expr, err)
+			return nil, err
 		}
 		if hi-lo >= MaxHosts {
 			return nil, fmt.Errorf("range %q: more than %d hosts", r, MaxHosts)

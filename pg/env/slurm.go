@@ -49,13 +49,20 @@ func (r reader) slurmRanks() (rank, size int, set bool, err error) {
 		}
 		return 0, 0, false, nil
 	}
-	rank, size, set, err = r.pair("SLURM_PROCID", "SLURM_NTASKS")
+	_, pSet := r.str("SLURM_PROCID")
+	_, nSet := r.str("SLURM_NTASKS")
 	switch {
-	case err != nil:
-		return 0, 0, false, fmt.Errorf("%w (a task of srun has both)", err)
-	case !set:
-		return 0, 0, false, invalid("SLURM_STEP_ID is set but SLURM_PROCID and SLURM_NTASKS are not; srun sets all three on every task")
-	case size == 1:
+	case !pSet && !nSet:
+		return 0, 0, false, invalid("SLURM_STEP_ID is set but SLURM_PROCID and SLURM_NTASKS are not; srun sets all three on every task (do not unset them)")
+	case !nSet:
+		return 0, 0, false, invalid("SLURM_PROCID is set but SLURM_NTASKS is not, in a task of srun (SLURM_STEP_ID is set), which has both; do not unset it")
+	case !pSet:
+		return 0, 0, false, invalid("SLURM_NTASKS is set but SLURM_PROCID is not, in a task of srun (SLURM_STEP_ID is set), which has both; do not unset it")
+	}
+	if rank, size, _, err = r.pair("SLURM_PROCID", "SLURM_NTASKS"); err != nil {
+		return 0, 0, false, err
+	}
+	if size == 1 {
 		return 0, 0, false, nil
 	}
 	return rank, size, true, nil
