@@ -60,6 +60,8 @@ type config struct {
 	metricsAddr string
 	listenAddr  string
 	timeline    string // --timeline DIR: a Chrome trace per rank
+
+	elastic // --max-restarts, --restart-backoff; signal handling (elastic.go)
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -114,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i)")
 	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
+	c.elastic.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -182,6 +185,9 @@ func (c config) validate() error {
 		return usagef("--log-every %d: want at least 1", c.logEvery)
 	case c.samples < 1:
 		return usagef("--samples %d: want at least 1", c.samples)
+	}
+	if err := c.elastic.validate(c.backend); err != nil {
+		return err
 	}
 	if !slices.Contains(optim.Names(), c.optimizer) {
 		return usagef("--optimizer %q: want one of %s", c.optimizer, strings.Join(optim.Names(), ", "))

@@ -8,13 +8,18 @@
 // With --nproc N (the default mode) it starts N copies of itself as
 // workers, each told its rank, the world size, a loopback rendezvous
 // address and a fresh per-job secret; if one fails, the others are
-// stopped and ddp-train exits non-zero naming the failed rank. Started by
+// stopped and ddp-train exits non-zero naming the failed rank, or, with
+// --max-restarts N, all of them are restarted, from the newest
+// --checkpoint, up to N times. On SIGINT or SIGTERM, the workers finish
+// their step, agree on it, write a checkpoint (with --checkpoint) and
+// exit with 128+signal, as ddp-train does. Started by
 // an external launcher (torchrun or Kubernetes PyTorchJob variables:
 // MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; or mpirun's
 // OMPI_COMM_WORLD_*), it runs as one worker; the job secret comes from
 // GODDP_SECRET.
 //
-// Exit codes: 0 success, 1 a failed run, 2 bad flags or bad input.
+// Exit codes: 0 success, 1 a failed run, 2 bad flags or bad input,
+// 128+signal (130, 143) stopped by SIGINT or SIGTERM.
 package main
 
 import (
@@ -24,10 +29,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/pg/env"
@@ -49,8 +51,9 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	if err != nil {
 		return report(stderr, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, intr := watchSignals(context.Background()) // elastic.go, Note [preemption]
+	defer intr.close()
+	c.intr = intr
 
 	ecfg, err := env.FromLookup(lookup)
 	if err != nil {
@@ -59,13 +62,14 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	_, launched := lookup(workerEnv)
 	switch {
 	case launched || ecfg.Source != env.SourceNone:
+		c.resume = c.resume || resumeAfterRestart(c, restartCount(ecfg, lookup)) // Note [restarts]
 		err = runWorker(ctx, c, ecfg, stdout, stderr)
 	case c.backend == "local":
 		err = runLocal(ctx, c, stdout, stderr)
 	default:
 		err = runLauncher(ctx, c, args, stdout, stderr)
 	}
-	return report(stderr, err)
+	return report(stderr, intr.interrupted(err))
 }
 
 // report prints err as one line and picks the exit code.
@@ -74,7 +78,11 @@ func report(stderr io.Writer, err error) int {
 		return 0
 	}
 	fmt.Fprintln(stderr, "ddp-train:", err)
-	if isUsage(err) {
+	var in *launch.Interrupted
+	switch {
+	case errors.As(err, &in):
+		return in.ExitCode() // 128+signal
+	case isUsage(err):
 		return 2
 	}
 	return 1
@@ -89,22 +97,22 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 	if err := checkInit(c, ds); err != nil {
 		return err
 	}
-	err = launch.Self(ctx, c.nproc, args, workerEnv+"=1", stdout, stderr)
-	var we *launch.WorkerError
-	if errors.As(err, &we) {
-		// The worker already printed its own error line; name the rank,
-		// and repeat the worker's line (with pg/desync's diagnosis, it
-		// names the rank at fault) so that the last line says it all.
-		err = fmt.Errorf("worker rank %d failed: %v", we.Rank, we.Err)
-		if line := lastReport(we.Tail); line != "" {
-			err = fmt.Errorf("worker rank %d failed: %v: %s", we.Rank, we.Err, line)
-		}
-		var exit *exec.ExitError
-		if errors.As(we.Err, &exit) && exit.ExitCode() == 2 {
-			return usageError{err}
-		}
+	logger, err := newLogger(c, stderr)
+	if err != nil {
+		return err
 	}
-	return err
+	defer logger.Sync()
+	if c.maxRestarts > 0 && c.checkpointDir == "" {
+		logger.Warn("--max-restarts without --checkpoint: a restarted job starts again from step 0")
+	}
+	err = launch.SelfElastic(ctx, c.nproc, args, workerEnv+"=1", stdout, stderr, launch.Elastic{
+		MaxRestarts: c.maxRestarts,
+		Backoff:     c.restartBackoff,
+		Grace:       stopGrace,
+		Retry:       func(we *launch.WorkerError) bool { return exitCode(we.Err) != 2 }, // bad input stays bad
+		Logger:      logger,
+	})
+	return launcherError(err, c) // elastic.go
 }
 
 // lastReport returns the last error line a worker printed with report,

@@ -140,6 +140,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 			return nil, fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
 		}
 		s.start = ck.Step
+		t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step), zap.String("checkpoint", t.c.checkpointDir))
 	}
 	s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed)
 	return s, err
@@ -174,6 +175,7 @@ func (t *trainer) run(ctx context.Context) error {
 	prog := newProgress(t, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
 	began := time.Now()
+	t.c.intr.arm() // a signal now stops after the current step (elastic.go)
 	for step := s.start; step < total; step++ {
 		st, err := t.step(ctx, s, feed, step)
 		if err != nil {
@@ -182,10 +184,21 @@ func (t *trainer) run(ctx context.Context) error {
 		if err := prog.add(ctx, step+1, st); err != nil {
 			return err
 		}
-		if t.c.checkpointEvery > 0 && (step+1)%t.c.checkpointEvery == 0 {
+		saved := t.c.checkpointEvery > 0 && (step+1)%t.c.checkpointEvery == 0
+		if saved {
 			if err := t.saveCheckpoint(ctx, s, step+1); err != nil {
 				return err
 			}
+		}
+		sig, err := t.agreeStop(ctx) // every rank the same: Note [preemption]
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step+1, err)
+		}
+		if sig != 0 && step+1 < total {
+			if prog.tty {
+				fmt.Fprintln(t.stderr) // end the progress bar's line
+			}
+			return t.stopAt(ctx, s, step+1, sig, saved)
 		}
 	}
 	final, err := prog.finish(ctx)

@@ -151,7 +151,7 @@ func Run(ctx context.Context, spec Spec) error {
 			}
 			res = <-results
 			if first == nil {
-				first = &WorkerError{Rank: res.rank, Err: context.Cause(ctx)}
+				first = &WorkerError{Rank: res.rank, Err: context.Cause(ctx), Tail: workers[res.rank].tail.String()}
 			}
 			continue
 		}

@@ -1,0 +1,255 @@
+package main
+
+// Elastic restarts and preemption.
+//
+// Note [restarts]: ddp-train's own launcher restarts every worker when
+// one fails, up to --max-restarts times, as torchrun's --max_restarts
+// does (launch.SelfElastic: backoff, a fresh rendezvous per attempt, and
+// TORCHELASTIC_RESTART_COUNT in the workers' environment). Resuming is the
+// workers' business, as under torchrun: a worker whose
+// TORCHELASTIC_RESTART_COUNT is above 0 (from ddp-train or from torchrun)
+// resumes from --checkpoint when one has been written there, and starts
+// again from step 0 otherwise (no --checkpoint, or a failure before the
+// first checkpoint). Resume is exact, so a restarted run ends with the
+// parameters an uninterrupted one would have.
+//
+// Note [preemption]: on SIGINT or SIGTERM a worker finishes the step it
+// is in. After every step the ranks allreduce (MAX) the signal each has
+// received, 0 for none, so every rank sees the same value after the same
+// step, and all stop there together: they write a checkpoint (with
+// --checkpoint) of that step and exit with 128+signal. A signal that
+// comes before the training loop (during the rendezvous, say) cancels the
+// run at once, and so does a second signal. ddp-train's launcher forwards
+// the signal to its workers, waits for them (up to stopGrace), does not
+// restart them, and exits with 128+signal too.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/env"
+	"go.uber.org/zap"
+)
+
+// stopGrace is how long ddp-train's launcher waits for a stopped worker
+// (after forwarding a signal, or after another worker failed) before it
+// kills it: time to finish a step and write a checkpoint. torchrun waits
+// 30 s as well.
+const stopGrace = 30 * time.Second
+
+// elastic holds the flags of restarts, and the run's signal handling.
+type elastic struct {
+	maxRestarts    int           // --max-restarts
+	restartBackoff time.Duration // --restart-backoff: before the first restart, doubling
+	intr           *interrupt    // not a flag: run's signal handling, shared by its ranks; nil in tests that build a config
+}
+
+func (e *elastic) register(fs *flag.FlagSet) {
+	fs.IntVar(&e.maxRestarts, "max-restarts", 0, "restart every worker, from the newest --checkpoint if any, up to N times when one fails (torchrun's --max_restarts)")
+	fs.DurationVar(&e.restartBackoff, "restart-backoff", time.Second, "wait before the first restart, doubled before each next one (at most 30s)")
+}
+
+func (e elastic) validate(backend string) error {
+	switch {
+	case e.maxRestarts < 0:
+		return usagef("--max-restarts %d: want 0 or more", e.maxRestarts)
+	case e.restartBackoff < 0:
+		return usagef("--restart-backoff %v: want 0 or more", e.restartBackoff)
+	case e.maxRestarts > 0 && backend == "local":
+		return usagef("--max-restarts restarts worker processes: use it with --backend tcp")
+	}
+	return nil
+}
+
+// interrupt turns SIGINT and SIGTERM into a graceful stop (Note
+// [preemption]).
+type interrupt struct {
+	sig    atomic.Int32 // the first signal received; 0: none
+	armed  atomic.Bool  // a training loop polls requested; until then a signal cancels the run
+	cancel context.CancelCauseFunc
+	ch     chan os.Signal
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// watchSignals returns a context that a signal cancels, with a
+// *launch.Interrupted cause, unless a training loop has armed the
+// returned interrupt. Call close when done.
+func watchSignals(parent context.Context) (context.Context, *interrupt) {
+	ctx, cancel := context.WithCancelCause(parent)
+	in := &interrupt{cancel: cancel, ch: make(chan os.Signal, 2), done: make(chan struct{})}
+	signal.Notify(in.ch, syscall.SIGINT, syscall.SIGTERM)
+	in.wg.Go(func() {
+		for {
+			select {
+			case s := <-in.ch:
+				sig := s.(syscall.Signal)
+				if in.sig.CompareAndSwap(0, int32(sig)) && in.armed.Load() {
+					continue // stop after the current step
+				}
+				in.cancel(&launch.Interrupted{Signal: sig})
+			case <-in.done:
+				return
+			}
+		}
+	})
+	return ctx, in
+}
+
+// close stops watching and releases the context.
+func (in *interrupt) close() {
+	signal.Stop(in.ch)
+	close(in.done)
+	in.wg.Wait()
+	in.cancel(nil)
+}
+
+// arm makes the first signal a graceful stop; nil-safe.
+func (in *interrupt) arm() {
+	if in != nil {
+		in.armed.Store(true)
+	}
+}
+
+// requested is the first signal received, or 0; nil-safe.
+func (in *interrupt) requested() syscall.Signal {
+	if in == nil {
+		return 0
+	}
+	return syscall.Signal(in.sig.Load())
+}
+
+// interrupted makes err, the error of a run that got a signal, say so, so
+// that ddp-train exits with 128+signal.
+func (in *interrupt) interrupted(err error) error {
+	var li *launch.Interrupted
+	if sig := in.requested(); err != nil && sig != 0 && !errors.As(err, &li) {
+		return fmt.Errorf("%w (%w)", err, &launch.Interrupted{Signal: sig})
+	}
+	return err
+}
+
+// stoppedError is a worker's graceful stop on a signal.
+type stoppedError struct {
+	sig        syscall.Signal
+	step       int
+	checkpoint string // "" without --checkpoint
+}
+
+func (e *stoppedError) Error() string {
+	msg := fmt.Sprintf("stopped by %s after step %d", launch.SignalName(e.sig), e.step)
+	if e.checkpoint != "" {
+		msg += fmt.Sprintf("; checkpoint written to %s (continue with --resume)", e.checkpoint)
+	}
+	return msg
+}
+
+func (e *stoppedError) Unwrap() error { return &launch.Interrupted{Signal: e.sig} }
+
+// agreeStop is the step's stop check (Note [preemption]): the largest
+// signal number any rank has received, the same on every rank; 0 to go on.
+// Collective.
+func (t *trainer) agreeStop(ctx context.Context) (syscall.Signal, error) {
+	v := []int64{int64(t.c.intr.requested())}
+	if err := t.g.AllReduce(ctx, pg.Int64s(v), pg.Op(pg.Max)).Wait(ctx); err != nil {
+		return 0, fmt.Errorf("checking for a stop signal: %w", err)
+	}
+	return syscall.Signal(v[0]), nil
+}
+
+// stopAt ends a run that every rank agreed to stop after step: it writes
+// a checkpoint of step with --checkpoint, unless saved already did.
+func (t *trainer) stopAt(ctx context.Context, s *session, step int, sig syscall.Signal, saved bool) error {
+	if t.c.checkpointDir != "" && !saved {
+		if err := t.saveCheckpoint(ctx, s, step); err != nil {
+			return err
+		}
+	}
+	t.log.Warn("stopping", zap.Int("rank", t.g.Rank()), zap.String("signal", launch.SignalName(sig)), zap.Int("step", step))
+	e := &stoppedError{sig: sig, step: step}
+	if t.c.checkpointDir != "" {
+		e.checkpoint = t.c.checkpointDir
+	}
+	return e
+}
+
+// restartCount is the worker's TORCHELASTIC_RESTART_COUNT: the restarts
+// of its job so far (0 on the first attempt).
+func restartCount(e env.Config, lookup func(string) (string, bool)) int {
+	if e.RestartCount > 0 {
+		return e.RestartCount
+	}
+	if v, ok := lookup("TORCHELASTIC_RESTART_COUNT"); ok { // before pg/env reads it
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+// resumeAfterRestart reports whether a restarted worker resumes: it does
+// from --checkpoint when a checkpoint has been written there (Note
+// [restarts]).
+func resumeAfterRestart(c config, restarts int) bool {
+	if restarts == 0 || c.checkpointDir == "" {
+		return false
+	}
+	entries, err := os.ReadDir(c.checkpointDir)
+	return err == nil && len(entries) > 0
+}
+
+// launcherError turns the launcher's error into ddp-train's: a failed
+// worker named, with its last line; a stop on a signal as 128+signal.
+func launcherError(err error, c config) error {
+	var we *launch.WorkerError
+	if !errors.As(err, &we) {
+		return err
+	}
+	line := lastReport(we.Tail)
+	var in *launch.Interrupted
+	if errors.As(we.Err, &in) { // the launcher's own signal, forwarded
+		if line == "" {
+			return fmt.Errorf("%w; stopped the workers", in)
+		}
+		return fmt.Errorf("%w; stopped the workers: %s", in, line)
+	}
+	if sig, ok := launch.StoppedBySignal(we.Err); ok {
+		return fmt.Errorf("worker rank %d: %s (%w)", we.Rank, line, &launch.Interrupted{Signal: sig})
+	}
+	// The worker already printed its own error line; name the rank, and
+	// repeat the worker's line (with pg/desync's diagnosis, it names the
+	// rank at fault) so that the last line says it all.
+	what := fmt.Sprintf("worker rank %d failed", we.Rank)
+	if c.maxRestarts > 0 {
+		what += fmt.Sprintf(" (after %d restarts; --max-restarts %d)", we.Attempt, c.maxRestarts)
+	}
+	err = fmt.Errorf("%s: %v", what, we.Err)
+	if line != "" {
+		err = fmt.Errorf("%s: %v: %s", what, we.Err, line)
+	}
+	if exitCode(we.Err) == 2 {
+		return usageError{err}
+	}
+	return err
+}
+
+// exitCode is a worker's exit status, or -1.
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	return -1
+}
