@@ -171,3 +171,18 @@ func slurmJobWithFreePort(t *testing.T) (uint64, int) {
 	t.Fatal("no free port in the Slurm range")
 	return 0, 0
 }
+
+// A one-task srun step (`srun --ntasks=1 ddp-train --nproc 2`) is a
+// single-machine job that ddp-train launches itself; its workers inherit
+// the step's Slurm variables and still follow the ranks it gives them.
+func TestSlurmOneTaskStepLaunches(t *testing.T) {
+	e := cleanEnv("SLURM_JOB_ID=78", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1", "SLURM_LOCALID=0",
+		"SLURM_NODEID=0", "SLURM_STEP_NODELIST=localhost", "SLURM_STEP_TASKS_PER_NODE=1", "SLURM_JOB_NODELIST=localhost")
+	r := runWithEnv(t, e, args("--steps", "5", "--nproc", "2")...)
+	if r.code != 0 {
+		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
+	}
+	if d := digests(r.stderr); len(d) != 2 || d["0"] != d["1"] {
+		t.Fatalf("digests %v: want two workers, equal\n%s", d, r.stderr)
+	}
+}
