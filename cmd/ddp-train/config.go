@@ -76,6 +76,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("ddp-train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var info infoFlags // --help's synopsis, --version (usage.go)
+	info.register(fs)
 	var hidden string
 	fs.IntVar(&c.nproc, "nproc", 2, "number of worker processes (or goroutine ranks with --backend local)")
 	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback) or local (goroutines in one process)")
@@ -122,6 +124,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return c, err
 		}
 		return c, usageError{err}
+	}
+	if err := info.done(); err != nil {
+		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, usagef("unexpected arguments %q", fs.Args())
