@@ -42,6 +42,6 @@ func (t *trainer) loadCheckpoint() (*checkpoint.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.String("checkpoint", from), zap.Int("step", ck.Step))
+	t.log.Info("checkpoint loaded", zap.Int("rank", t.g.Rank()), zap.String("checkpoint", from), zap.Int("step", ck.Step))
 	return ck, nil
 }

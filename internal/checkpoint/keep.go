@@ -175,6 +175,20 @@ func prune(dir string, step, keep int) error {
 	return nil
 }
 
+// Exists reports whether dir holds a checkpoint to resume from, in
+// either layout: a manifest, a pointer to the newest, or a rotated
+// checkpoint's directory. It does not check the checkpoint; LoadWith
+// does. A directory with only a killed save's leftovers holds none.
+func Exists(dir string) bool {
+	for _, name := range []string{manifestName, latestName} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	steps, _ := stepDirs(dir)
+	return len(steps) > 0
+}
+
 // LoadWith reads the checkpoint in dir, as Load does, in either layout
 // (see Options.Keep), and returns the directory it read it from: dir
 // itself, or dir/step-NNNNNNNNN.

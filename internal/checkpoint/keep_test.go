@@ -176,3 +176,22 @@ func TestSaveWithPrunesAndMigrates(t *testing.T) {
 		t.Errorf("the rotated layout survived a Keep 1 save: %v", entryNames(t, dir))
 	}
 }
+
+func TestExists(t *testing.T) {
+	root := t.TempDir()
+	single, rotated, leftovers := filepath.Join(root, "single"), filepath.Join(root, "rotated"), filepath.Join(root, "leftovers")
+	if err := Save(single, sample(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveWith(rotated, sample(1), Options{Keep: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(leftovers, ".step-000000001.tmp-123", paramsDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]bool{single: true, rotated: true, leftovers: false, filepath.Join(root, "none"): false} {
+		if got := Exists(dir); got != want {
+			t.Errorf("Exists(%s) = %v, want %v", filepath.Base(dir), got, want)
+		}
+	}
+}
