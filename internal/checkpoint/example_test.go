@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/goddp/ddp/internal/checkpoint"
 	"github.com/goddp/ddp/internal/model"
@@ -48,4 +49,45 @@ func Example() {
 	// step 100 float32 4 parameters
 	// fc1.weight restored: true
 	// checkpoint: checkpoint does not match this run: it was written by a run with the sgd optimizer and this run uses momentum
+}
+
+// Keeping the last two checkpoints: when the newest is damaged, LoadWith
+// falls back to the one before, with a warning.
+func ExampleLoadWith() {
+	root, err := os.MkdirTemp("", "checkpoint-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(root)
+	dir := filepath.Join(root, "ckpt")
+	o := checkpoint.Options{Keep: 2}
+	for step := 100; step <= 300; step += 100 {
+		c := &checkpoint.Checkpoint{Step: step, Params: map[string][]float64{"w": {float64(step)}}}
+		if err := checkpoint.SaveWith(dir, c, o); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fmt.Println(e.Name())
+	}
+
+	// Damage the newest checkpoint's parameter file.
+	f, _ := os.OpenFile(filepath.Join(dir, "step-000000300", "params", "w.npy"), os.O_WRONLY, 0)
+	f.WriteAt([]byte{0xff}, 130)
+	f.Close()
+
+	if _, _, err := checkpoint.LoadWith(dir, checkpoint.Options{Keep: 1}); err != nil {
+		fmt.Println("keep 1:", strings.ReplaceAll(err.Error(), root, "..."))
+	}
+	c, from, err := checkpoint.LoadWith(dir, o) // o.Logger gets the warning
+	fmt.Println("keep 2: step", c.Step, "from", filepath.Base(from), err)
+	// Output:
+	// latest
+	// step-000000200
+	// step-000000300
+	// keep 1: checkpoint: bad checkpoint: .../ckpt/step-000000300/params/w.npy: damaged: its checksum is crc32c:26aaded3, but the manifest recorded crc32c:9711f0ef
+	// keep 2: step 200 from step-000000200 <nil>
 }
