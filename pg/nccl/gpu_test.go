@@ -62,14 +62,14 @@ func gpuWorld(t testing.TB, n int, timeout time.Duration) []*Group {
 
 func TestGPUConformance(t *testing.T) {
 	libs(t)
-	pgtest.Run(t, func(t testing.TB, n int, timeout time.Duration) []pg.ProcessGroup {
+	pgtest.RunWith(t, func(t testing.TB, n int, timeout time.Duration) []pg.ProcessGroup {
 		gs := gpuWorld(t, n, timeout)
 		out := make([]pg.ProcessGroup, n)
 		for i, g := range gs {
 			out[i] = g
 		}
 		return out
-	})
+	}, pgtest.Options{OrderedPointToPoint: true})
 }
 
 // TestGPUWatchdogTimeout injects a timeout on a real communicator: a
