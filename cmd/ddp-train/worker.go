@@ -29,7 +29,8 @@ func isUsage(err error) bool {
 }
 
 // runWorker is one rank of a multi-process job: rendezvous through the
-// TCP store (hosted by rank 0), join the TCP process group, train.
+// TCP store (hosted by rank 0), or through torchrun's agent store when
+// TORCHELASTIC_USE_AGENT_STORE=True, join the TCP process group, train.
 func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Writer) error {
 	logger, err := newLogger(c, stderr)
 	if err != nil {
@@ -50,7 +51,7 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	defer m.Close()
 	// Named failures: a stalled or dead rank is named by every rank
 	// (pg/desync), with --debug-collectives the fingerprint check.
-	dg, err := desync.Wrap(m.Group, m.Store(), desyncOptions(c, 0, logger))
+	dg, err := desync.Wrap(m.Group, m.Store(), desyncOptions(c, m.StoreHost(), logger))
 	if err != nil {
 		return err
 	}
