@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/internal/checkpoint"
+	"github.com/goddp/ddp/internal/launch"
 )
 
 // Elastic restarts and preemption (elastic.go), with real processes and
@@ -320,5 +323,43 @@ func TestPreemption(t *testing.T) {
 			}
 			sameParams(t, filepath.Join(dir, "whole"), filepath.Join(dir, "resumed"))
 		})
+	}
+}
+
+// Before a training loop arms it, a signal cancels the run at once;
+// armed, the first signal only asks for a stop, and a second cancels.
+func TestInterruptArming(t *testing.T) {
+	wait := func(ctx interface{ Done() <-chan struct{} }) bool {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(2 * time.Second):
+			return false
+		}
+	}
+	ctx, in := watchSignals(context.Background())
+	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	var li *launch.Interrupted
+	if !wait(ctx) || !errors.As(context.Cause(ctx), &li) || li.Signal != syscall.SIGINT {
+		t.Fatalf("unarmed: ctx %v, cause %v", ctx.Err(), context.Cause(ctx))
+	}
+	in.close()
+
+	ctx, in = watchSignals(context.Background())
+	defer in.close()
+	in.arm()
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	for in.requested() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if in.requested() != syscall.SIGTERM || ctx.Err() != nil {
+		t.Fatalf("armed: requested %v, ctx %v", in.requested(), ctx.Err())
+	}
+	if err := in.interrupted(errors.New("boom")); !errors.As(err, &li) || li.ExitCode() != 143 {
+		t.Fatalf("interrupted(boom) = %v", err)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	if !wait(ctx) {
+		t.Fatal("a second signal did not cancel the run")
 	}
 }
