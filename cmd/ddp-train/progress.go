@@ -21,7 +21,7 @@ type progress struct {
 	total    int
 	tty      bool
 	width    func() int // the terminal's columns, asked at every redraw (it may be resized)
-	win      stats // since the last figures
+	win      stats      // since the last figures
 	winStart time.Time
 	began    time.Time
 	last     figures
