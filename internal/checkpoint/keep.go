@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,10 @@ const (
 	latestName = "latest" // dir/latest: "step-NNNNNNNNN crc32c:XXXXXXXX\n"
 	stepPrefix = "step-"
 )
+
+// killedSave matches what follows ".step-" in the name of a temporary
+// directory atomicdir.Write left when its process was killed.
+var killedSave = regexp.MustCompile(`^[0-9]{9,}\.tmp-[0-9]+$`)
 
 // stepDirName is the rotated layout's directory for a checkpoint of step.
 func stepDirName(step int) string { return fmt.Sprintf("%s%09d", stepPrefix, step) }
@@ -160,6 +165,15 @@ func prune(dir string, step, keep int) error {
 			continue
 		}
 		errs = append(errs, os.RemoveAll(filepath.Join(dir, stepDirName(s))))
+	}
+	// Killed saves' temporary directories (atomicdir removes only those of
+	// the step it writes).
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if rest, ok := strings.CutPrefix(e.Name(), "."+stepPrefix); ok && e.IsDir() && killedSave.MatchString(rest) {
+				errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+			}
+		}
 	}
 	// A single-layout checkpoint in dir: its manifest first, so that a
 	// crash part way leaves no manifest naming missing files.

@@ -34,6 +34,11 @@ func TestSaveWithKeepsTheLastK(t *testing.T) {
 		if err := SaveWith(dir, sample(step*100), o); err != nil {
 			t.Fatal(err)
 		}
+		if step == 2 { // a save of step 250 killed before its swap
+			if err := os.MkdirAll(filepath.Join(dir, ".step-000000250.tmp-4242", paramsDir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	want := []string{"latest", "step-000000300", "step-000000400", "step-000000500"}
 	if got := entryNames(t, dir); !slices.Equal(got, want) {
