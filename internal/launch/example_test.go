@@ -37,7 +37,7 @@ func ExampleRunElastic() {
 		return launch.Spec{
 			N:      2,
 			Path:   "/bin/sh",
-			Args:   []string{"-c", `if [ "$ATTEMPT" = 0 ]; then [ "$RANK" = 1 ] && exit 3; exec sleep 10; fi; echo "attempt $ATTEMPT: rank $RANK of $WORLD_SIZE"`},
+			Args:   []string{"-c", `if [ "$ATTEMPT" = 0 ]; then [ "$RANK" = 1 ] && exit 3; sleep 10; fi; echo "attempt $ATTEMPT: rank $RANK of $WORLD_SIZE"`},
 			Env:    append(env, fmt.Sprintf("ATTEMPT=%d", attempt)),
 			Stdout: os.Stdout,
 		}, err

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -99,9 +100,11 @@ func StandaloneEnv(n int) ([]string, error) {
 // When ctx was cancelled with an *Interrupted cause, its signal is
 // forwarded to the workers instead of SIGTERM, and the error wraps it.
 //
-// Each worker runs in its own process group, as torchrun's do, so that a
-// Ctrl-C in the terminal reaches the launcher only, which forwards it
-// once: a worker never gets the same interrupt twice.
+// Each worker runs in a session (and process group) of its own, as
+// torchrun's do, so that a Ctrl-C in the terminal reaches the launcher
+// only, which forwards it once: a worker never gets the same interrupt
+// twice. Signals go to the worker's whole process group, so processes it
+// started stop with it.
 func Run(ctx context.Context, spec Spec) error {
 	if spec.Path == "" {
 		return ErrNoWorkers
@@ -133,7 +136,11 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	results := make(chan result, spec.N)
 	for r, w := range workers {
-		go func() { results <- result{r, w.cmd.Wait()} }()
+		go func() {
+			err := w.cmd.Wait()
+			w.exited.Store(true)
+			results <- result{r, err}
+		}()
 	}
 	var first *WorkerError
 	for range spec.N {
@@ -169,16 +176,17 @@ func Run(ctx context.Context, spec Spec) error {
 }
 
 type worker struct {
-	cmd  *exec.Cmd
-	tail *tailBuffer
-	once sync.Once
+	cmd    *exec.Cmd
+	tail   *tailBuffer
+	once   sync.Once
+	exited atomic.Bool // reaped: its pid, and so its process group id, may be reused
 }
 
 func start(spec Spec, rank int) (*worker, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = append(append([]string(nil), spec.Env...),
 		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
 	if rank == 0 && spec.Stdout != nil {
 		cmd.Stdout = spec.Stdout
 	}
@@ -202,9 +210,17 @@ func (w *worker) stop(sig syscall.Signal, grace time.Duration) {
 		if p == nil {
 			return
 		}
-		_ = p.Signal(sig) // an error only means it already exited
-		time.AfterFunc(grace, func() { _ = p.Kill() })
+		w.signalGroup(sig)
+		time.AfterFunc(grace, func() { w.signalGroup(syscall.SIGKILL) })
 	})
+}
+
+// signalGroup sends sig to the worker's process group (its pid: Setsid
+// made it the leader) until it has been reaped.
+func (w *worker) signalGroup(sig syscall.Signal) {
+	if !w.exited.Load() {
+		_ = syscall.Kill(-w.cmd.Process.Pid, sig) // an error only means they all exited
+	}
 }
 
 // tailBuffer keeps the last max bytes written to it.
