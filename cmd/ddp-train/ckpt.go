@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/internal/checkpoint"
+	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )
 
@@ -36,12 +37,23 @@ func (t *trainer) checkpointOptions() checkpoint.Options {
 }
 
 // loadCheckpoint reads --checkpoint for --resume: the newest intact
-// checkpoint (see checkpoint.LoadWith), every file verified.
-func (t *trainer) loadCheckpoint() (*checkpoint.Checkpoint, error) {
+// checkpoint (see checkpoint.LoadWith), every file verified. Every rank
+// reads it, and then they check that they read the same step: with
+// --checkpoint-keep, a rank that saw damage the others did not (another
+// node's copy of the directory, say) would fall back alone.
+func (t *trainer) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	ck, from, err := checkpoint.LoadWith(t.c.checkpointDir, t.checkpointOptions())
 	if err != nil {
 		return nil, err
 	}
 	t.log.Info("checkpoint loaded", zap.Int("rank", t.g.Rank()), zap.String("checkpoint", from), zap.Int("step", ck.Step))
+	v := []float64{float64(ck.Step), -float64(ck.Step)}
+	if err := t.g.AllReduce(ctx, pg.Float64s(v), pg.Op(pg.Max)).Wait(ctx); err != nil {
+		return nil, fmt.Errorf("checking that every rank loaded the same checkpoint: %w", err)
+	}
+	if hi, lo := int(v[0]), int(-v[1]); hi != lo {
+		return nil, usagef("the ranks loaded checkpoints of different steps, %d to %d (this rank: step %d from %s); "+
+			"every rank must see the same --checkpoint directory", lo, hi, ck.Step, from)
+	}
 	return ck, nil
 }

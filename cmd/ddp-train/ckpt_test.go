@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/goddp/ddp/internal/launch"
 )
 
 // flipMiddle overwrites four bytes in the middle of the file at path, as
@@ -113,6 +118,52 @@ func TestResumeFallsBackToTheNewestIntactCheckpoint(t *testing.T) {
 		y, _ := os.ReadFile(filepath.Join(resumed, name))
 		if len(x) == 0 || !bytes.Equal(x, y) {
 			t.Errorf("%s: the run resumed from step 4 differs from the uninterrupted one", name)
+		}
+	}
+}
+
+// Ranks that fall back to different checkpoints (here each is shown its
+// own copy of the directory, and rank 1's newest is damaged) refuse to
+// train on, instead of running different steps.
+func TestRanksMustLoadTheSameCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	ck0, ck1 := filepath.Join(dir, "ck0"), filepath.Join(dir, "ck1")
+	common := args("--checkpoint-keep", "2")
+	if r := ddpTrain(t, slices.Concat(common, []string{"--checkpoint", ck0, "--steps", "4", "--checkpoint-every", "2"})...); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if err := os.CopyFS(ck1, os.DirFS(ck0)); err != nil {
+		t.Fatal(err)
+	}
+	flipMiddle(t, filepath.Join(ck1, "step-000000004", "params", "fc2.bias.npy"))
+
+	port, err := launch.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, _ := launch.NewSecret()
+	self, _ := os.Executable()
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	for r, ck := range []string{ck0, ck1} {
+		cmd := exec.Command(self, slices.Concat(common, []string{"--checkpoint", ck, "--resume", "--steps", "6"})...)
+		cmd.Env = append(os.Environ(), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GODDP_SECRET="+secret,
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE=2")
+		var errOut bytes.Buffer
+		cmd.Stderr = &errOut
+		wg.Go(func() {
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			results[r] = result{code: code, stderr: errOut.String()}
+		})
+	}
+	wg.Wait()
+	for r, res := range results {
+		if res.code != 2 || !strings.Contains(res.stderr, "checkpoints of different steps, 2 to 4") {
+			t.Errorf("rank %d: exit %d; want 2 and the disagreement named\n%s", r, res.code, res.stderr)
 		}
 	}
 }

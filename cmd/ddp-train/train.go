@@ -129,7 +129,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	if t.c.resume {
 		// Every rank loads the same checkpoint, so the values set after
 		// Wrap's broadcast are the same everywhere.
-		ck, err := t.loadCheckpoint() // ckpt.go
+		ck, err := t.loadCheckpoint(ctx) // ckpt.go
 		if err == nil {
 			err = ck.Restore(p, s.opt)
 		}
