@@ -64,9 +64,14 @@ func parseStepDir(name string) (int, bool) {
 // other checkpoint but the Keep-1 newest older than c.Step (a newer one
 // is from a run that c's run abandoned, when it fell back past it). A
 // checkpoint Save wrote to dir itself (with Keep 1) is removed after the
-// first rotated one is in place.
+// first rotated one is in place; with Keep <= 1, rotated checkpoints in
+// dir are replaced by the one, with a warning.
 func SaveWith(dir string, c *Checkpoint, o Options) error {
 	if o.Keep <= 1 {
+		if steps, _ := stepDirs(dir); len(steps) > 0 {
+			o.logger().Warn("checkpoint: keeping one checkpoint: replacing the rotated checkpoints in this directory by the new one",
+				zap.String("checkpoint", dir), zap.Int("replaced", len(steps)), zap.Int("step", c.Step))
+		}
 		return Save(dir, c)
 	}
 	if err := c.validate(); err != nil {
