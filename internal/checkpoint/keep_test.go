@@ -171,8 +171,12 @@ func TestSaveWithPrunesAndMigrates(t *testing.T) {
 		t.Errorf("Load: %v, %v", c, err)
 	}
 	// Back to Keep 1: the single layout again, whole.
-	if err := SaveWith(dir, sample(26), Options{}); err != nil {
+	core, logs := observer.New(zap.WarnLevel)
+	if err := SaveWith(dir, sample(26), Options{Keep: 1, Logger: zap.New(core)}); err != nil {
 		t.Fatal(err)
+	}
+	if logs.FilterMessageSnippet("replacing the rotated checkpoints").Len() != 1 {
+		t.Errorf("going back to Keep 1 replaced the rotated checkpoints without a warning: %v", logs.All())
 	}
 	if c, err := Load(dir); err != nil || c.Step != 26 {
 		t.Errorf("Load after going back to Keep 1: %v, %v", c, err)
