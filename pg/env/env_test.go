@@ -50,7 +50,9 @@ func TestFromLookup(t *testing.T) {
 		{
 			name: "torchrun's agent store",
 			vars: map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "0", "WORLD_SIZE": "2",
-				"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "ROLE_RANK": "0", "GODDP_SECRET": hexSecret,
+				"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0",
+				"ROLE_NAME": "default", "ROLE_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "GODDP_SECRET": hexSecret,
+				"TORCHELASTIC_ERROR_FILE":      "/tmp/tr/none_3oq28v46/attempt_0/0/error.json",
 				"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "2",
 				"TORCHELASTIC_MAX_RESTARTS": "3"},
 			want: Config{Rank: 0, WorldSize: 2, LocalRank: 0, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 29500,

@@ -3,9 +3,10 @@ package env
 import "strconv"
 
 // torchrun's agent variables, set on every worker it starts.
+// torchrun 1.13 sets all of them; GROUP_RANK is the node's index.
 var torchrunAgentVars = []string{
 	"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-	"TORCHELASTIC_MAX_RESTARTS", "GROUP_RANK",
+	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE", "GROUP_RANK", "GROUP_WORLD_SIZE",
 }
 
 // underAgent reports whether torchrun's elastic agent started this
