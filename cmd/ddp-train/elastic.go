@@ -233,7 +233,11 @@ func launcherError(err error, c config) error {
 	// rank at fault) so that the last line says it all.
 	what := fmt.Sprintf("worker rank %d failed", we.Rank)
 	if c.maxRestarts > 0 {
-		what += fmt.Sprintf(" (after %d restarts; --max-restarts %d)", we.Attempt, c.maxRestarts)
+		plural := "s"
+		if we.Attempt == 1 {
+			plural = ""
+		}
+		what += fmt.Sprintf(" (after %d restart%s; --max-restarts %d)", we.Attempt, plural, c.maxRestarts)
 	}
 	err = fmt.Errorf("%s: %v", what, we.Err)
 	if line != "" {
