@@ -115,3 +115,69 @@ func TestSbatchWithoutSrunExits2(t *testing.T) {
 		t.Fatalf("job output:\n%s", b)
 	}
 }
+
+// Launchers nest: torchrun started by srun (one agent per task, two
+// workers each), and mpirun in a batch script. The innermost launcher's
+// variables win over the Slurm variables the workers inherit, without a
+// conflict, and the job is one job of every worker.
+func TestNestedUnderSlurm(t *testing.T) {
+	slurmOrSkip(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	train := strings.Join(args("--steps", "5"), " ")
+	t.Run("srun torchrun", func(t *testing.T) {
+		if exec.Command("/usr/bin/python3", "-c", "import torch.distributed.run").Run() != nil {
+			t.Skip("no torchrun: apt-get install python3-torch")
+		}
+		port, err := launch.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// Debian's torchrun 1.13 needs explicit --redirects/--tee (README).
+		script := fmt.Sprintf(`exec /usr/bin/python3 -m torch.distributed.run --nnodes 2 --node_rank $SLURM_PROCID --master_addr 127.0.0.1 --master_port %d `+
+			`--nproc_per_node 2 --log_dir %s/$SLURM_PROCID --redirects 0:1,1:1 --tee 0:1,1:1 --no_python %q %s`, port, logs, self, train)
+		cmd := exec.CommandContext(ctx, "srun", "--ntasks", "2", "--kill-on-bad-exit=1", "bash", "-c", script)
+		cmd.Env = cleanEnv("GODDP_SECRET=" + secret)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("srun torchrun: %v\n%s", err, out)
+		}
+		if d := digests(string(out)); len(d) != 4 || d["0"] != d["1"] || d["0"] != d["2"] || d["0"] != d["3"] {
+			t.Fatalf("digests %v: want 4, equal\n%s", d, out)
+		}
+	})
+	t.Run("mpirun in sbatch", func(t *testing.T) {
+		if _, err := exec.LookPath("mpirun"); err != nil {
+			t.Skip("no mpirun: apt-get install openmpi-bin")
+		}
+		dir := t.TempDir()
+		script, log := filepath.Join(dir, "job.sh"), filepath.Join(dir, "job.out")
+		body := fmt.Sprintf("#!/bin/bash\n#SBATCH --ntasks=3\n#SBATCH --output=%s\n"+
+			"mpirun --allow-run-as-root --oversubscribe -np 3 -x GODDP_SECRET -x %s -x MASTER_ADDR=127.0.0.1 %q %s\n",
+			log, asMain, self, train)
+		if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "sbatch", "--wait", script)
+		cmd.Env = cleanEnv("GODDP_SECRET=" + secret)
+		out, err := cmd.CombinedOutput()
+		b, _ := os.ReadFile(log)
+		if err != nil {
+			t.Fatalf("sbatch --wait: %v\n%s\n%s", err, out, b)
+		}
+		if d := digests(string(b)); len(d) != 3 || d["0"] != d["1"] || d["0"] != d["2"] {
+			t.Fatalf("digests %v: want 3, equal\n%s", d, b)
+		}
+	})
+}
