@@ -14,9 +14,11 @@
 // their step, agree on it, write a checkpoint (with --checkpoint) and
 // exit with 128+signal, as ddp-train does. Started by
 // an external launcher (torchrun or Kubernetes PyTorchJob variables:
-// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; or mpirun's
-// OMPI_COMM_WORLD_*), it runs as one worker; the job secret comes from
-// GODDP_SECRET.
+// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; mpirun's
+// OMPI_COMM_WORLD_*; or Slurm's srun: SLURM_PROCID, SLURM_NTASKS, ...),
+// it runs as one worker; the job secret comes from GODDP_SECRET. A
+// launcher's environment cut short or contradicting another (pg/env) is
+// exit 2 naming the variable, never a job of its own.
 //
 // Exit codes: 0 success, 1 a failed run, 2 bad flags or bad input,
 // 128+signal (130, 143) stopped by SIGINT or SIGTERM.
