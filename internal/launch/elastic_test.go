@@ -27,7 +27,9 @@ func elasticWorker(mode string) bool {
 	case strings.HasPrefix(mode, "fail-attempts-below-"):
 		// Rank 1 fails in every attempt below N; then all succeed.
 		n, _ := strconv.Atoi(strings.TrimPrefix(mode, "fail-attempts-below-"))
-		fmt.Printf("attempt %d run %s port %s\n", attempt, os.Getenv("TORCHELASTIC_RUN_ID"), os.Getenv("MASTER_PORT"))
+		// Every rank says so on stderr: rank 0 may be stopped before it
+		// could, rank 1 always does.
+		fmt.Fprintf(os.Stderr, "attempt %d run %s port %s\n", attempt, os.Getenv("TORCHELASTIC_RUN_ID"), os.Getenv("MASTER_PORT"))
 		if rank == "1" && attempt < n {
 			fmt.Fprintf(os.Stderr, "rank 1: failing in attempt %d\n", attempt)
 			os.Exit(3)
@@ -35,8 +37,8 @@ func elasticWorker(mode string) bool {
 		os.Exit(0)
 	case mode == "sigterm-exit":
 		// Rank 1 stops as a preempted worker does.
-		fmt.Printf("attempt %d\n", attempt)
 		if rank == "1" {
+			fmt.Fprintf(os.Stderr, "attempt %d\n", attempt)
 			os.Exit(128 + int(syscall.SIGTERM))
 		}
 		time.Sleep(time.Minute)
@@ -58,13 +60,24 @@ func elasticWorker(mode string) bool {
 }
 
 // elasticSpec is a newSpec for RunElastic: a fresh rendezvous per attempt.
-func elasticSpec(t *testing.T, mode string, n int, stdout *bytes.Buffer) func(int) (Spec, error) {
+func elasticSpec(t *testing.T, mode string, n int, stderr *bytes.Buffer) func(int) (Spec, error) {
 	return func(attempt int) (Spec, error) {
 		s := spec(t, mode, n)
 		s.Env = append(s.Env, "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(attempt), "TORCHELASTIC_RUN_ID=r1")
-		s.Stdout = stdout
+		s.Stderr = stderr
 		return s, nil
 	}
+}
+
+// rank1Attempts are the lines rank 1 wrote about its attempts.
+func rank1Attempts(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if a, ok := strings.CutPrefix(l, "[rank 1] attempt "); ok {
+			out = append(out, "attempt "+a)
+		}
+	}
+	return out
 }
 
 func TestRunElasticRestartsEveryWorker(t *testing.T) {
@@ -76,10 +89,10 @@ func TestRunElasticRestartsEveryWorker(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the third attempt should succeed: %v", err)
 	}
-	// Rank 0 ran in attempts 0, 1 and 2, each with its own port.
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	// Rank 1 ran in attempts 0, 1 and 2, each with its own port.
+	lines := rank1Attempts(out.String())
 	if len(lines) != 3 {
-		t.Fatalf("rank 0 ran %d times:\n%s", len(lines), out.String())
+		t.Fatalf("rank 1 ran %d times:\n%s", len(lines), out.String())
 	}
 	ports := map[string]bool{}
 	for i, l := range lines {
@@ -115,7 +128,7 @@ func TestRunElasticGivesUpAfterMaxRestarts(t *testing.T) {
 	if !errors.As(err, &we) || we.Rank != 1 || we.Attempt != 1 || !strings.Contains(we.Tail, "failing in attempt 1") {
 		t.Fatalf("got %#v", err)
 	}
-	if n := strings.Count(out.String(), "attempt"); n != 2 {
+	if n := len(rank1Attempts(out.String())); n != 2 {
 		t.Fatalf("%d attempts, want 2:\n%s", n, out.String())
 	}
 }
@@ -125,16 +138,15 @@ func TestRunElasticRetryRefuses(t *testing.T) {
 	err := RunElastic(context.Background(), Elastic{MaxRestarts: 5, Retry: func(*WorkerError) bool { return false }},
 		elasticSpec(t, "fail-attempts-below-9", 2, &out))
 	var we *WorkerError
-	if !errors.As(err, &we) || we.Attempt != 0 || strings.Count(out.String(), "attempt") != 1 {
+	if !errors.As(err, &we) || we.Attempt != 0 || len(rank1Attempts(out.String())) != 1 {
 		t.Fatalf("got %v after\n%s", err, out.String())
 	}
 }
 
 // A worker that stopped on SIGTERM (exit 143) was preempted: no restart.
 func TestRunElasticDoesNotRestartAfterASignal(t *testing.T) {
-	var out bytes.Buffer
-	err := RunElastic(context.Background(), Elastic{MaxRestarts: 5},
-		elasticSpec(t, "sigterm-exit", 2, &out))
+	var stderr bytes.Buffer
+	err := RunElastic(context.Background(), Elastic{MaxRestarts: 5}, elasticSpec(t, "sigterm-exit", 2, &stderr))
 	var we *WorkerError
 	if !errors.As(err, &we) || we.Rank != 1 {
 		t.Fatalf("got %v", err)
@@ -142,8 +154,8 @@ func TestRunElasticDoesNotRestartAfterASignal(t *testing.T) {
 	if sig, ok := StoppedBySignal(err); !ok || sig != syscall.SIGTERM {
 		t.Fatalf("StoppedBySignal(%v) = %v, %v", err, sig, ok)
 	}
-	if n := strings.Count(out.String(), "attempt"); n != 1 {
-		t.Fatalf("restarted after a SIGTERM exit:\n%s", out.String())
+	if n := strings.Count(stderr.String(), "attempt"); n != 1 {
+		t.Fatalf("want one attempt, not restarted after a SIGTERM exit:\n%s", stderr.String())
 	}
 }
 

@@ -118,9 +118,10 @@ func Run(ctx context.Context, spec Spec) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	var stderrMu sync.Mutex // the workers share spec.Stderr
 	workers := make([]*worker, spec.N)
 	for r := range workers {
-		w, err := start(spec, r)
+		w, err := start(spec, r, &stderrMu)
 		if err != nil {
 			for _, s := range workers[:r] {
 				s.stop(syscall.SIGTERM, spec.Grace)
@@ -182,7 +183,7 @@ type worker struct {
 	exited atomic.Bool // reaped: its pid, and so its process group id, may be reused
 }
 
-func start(spec Spec, rank int) (*worker, error) {
+func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = append(append([]string(nil), spec.Env...),
 		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank))
@@ -193,7 +194,7 @@ func start(spec Spec, rank int) (*worker, error) {
 	tail := &tailBuffer{max: 4096}
 	var errOut io.Writer = tail
 	if spec.Stderr != nil {
-		errOut = io.MultiWriter(tail, &prefixWriter{w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank)})
+		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank)})
 	}
 	cmd.Stderr = errOut
 	if err := cmd.Start(); err != nil {
@@ -246,9 +247,11 @@ func (t *tailBuffer) String() string {
 	return string(bytes.TrimSpace(t.buf))
 }
 
-// prefixWriter prefixes each line with a rank tag.
+// prefixWriter prefixes each line with a rank tag. The workers of a job
+// share mu, and each line goes out in one Write (prefix included), so
+// lines of different ranks never interleave.
 type prefixWriter struct {
-	mu     sync.Mutex
+	mu     *sync.Mutex
 	w      io.Writer
 	prefix string
 	midLn  bool
@@ -258,22 +261,22 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(b)
+	var out []byte
 	for len(b) > 0 {
 		if !p.midLn {
-			if _, err := io.WriteString(p.w, p.prefix); err != nil {
-				return 0, err
-			}
+			out = append(out, p.prefix...)
 		}
 		i := bytes.IndexByte(b, '\n')
 		line := b
 		if i >= 0 {
 			line = b[:i+1]
 		}
-		if _, err := p.w.Write(line); err != nil {
-			return 0, err
-		}
+		out = append(out, line...)
 		p.midLn = i < 0
 		b = b[len(line):]
+	}
+	if _, err := p.w.Write(out); err != nil {
+		return 0, err
 	}
 	return n, nil
 }
