@@ -13,6 +13,21 @@
 //     flock(2), in c10d's record format.
 //   - HashStore: in memory, for ranks that share a process.
 //   - PrefixStore: a namespace ("prefix/key") over another store.
+//   - C10dClient (DialC10d): a client of PyTorch's own c10d TCPStore
+//     server, such as the one torchrun's agent serves at
+//     MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True). It
+//     speaks c10d's wire protocol in both generations: 1.x (PyTorch 1.13)
+//     and 2.x, which opens every connection with a VALIDATE query and a
+//     magic number and numbers its queries one higher. DialC10d detects
+//     which: it opens with 2.x's VALIDATE and two GETNUMKEYS and a CHECK;
+//     a 2.x server answers, a 1.x server reads the bytes as a SET whose
+//     key length has its top bit set and drops the connection without
+//     storing anything (C10dOptions.Protocol skips the detection). Keys
+//     go on the wire with a leading "/", as torch's client sends them, so
+//     both see the same keys. Answers are decoded field by field with a
+//     cap on value sizes; a connection that fails or whose ctx ends is
+//     closed, which also withdraws a parked wait. The c10d protocol has no
+//     authentication: it carries addresses, never the job's secret.
 //
 // Semantics follow c10d: Add keeps decimal text, so Get on a counter
 // returns e.g. "3"; CompareSet sets only if the current value equals

@@ -85,3 +85,34 @@ func ExampleNewPrefixStore() {
 	fmt.Println(string(v))
 	// Output: ready
 }
+
+// Under torchrun, the agent already serves a c10d TCPStore at
+// MASTER_ADDR:MASTER_PORT. Every rank dials it with DialC10d, which
+// detects whether it speaks PyTorch 1.x's protocol or 2.x's, and keeps
+// goddp's keys under their own prefix. The store is unauthenticated:
+// publish addresses in it, never secrets.
+func ExampleDialC10d() {
+	agent, _ := startFakeC10d(store.C10dV2) // stands in for torchrun's agent
+	defer agent.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c, err := store.DialC10d(ctx, agent.Addr(), store.C10dOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	fmt.Println("protocol", c.Protocol())
+
+	st := store.NewPrefixStore("goddp/my-run/0", c) // TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT
+	st.Set(ctx, "addr/0", []byte("10.0.0.1:40000"))
+	v, _ := c.Get(ctx, "goddp/my-run/0/addr/0")
+	fmt.Println(string(v))
+	n, _ := st.Add(ctx, "arrived", 1)
+	fmt.Println(n)
+	// Output:
+	// protocol 2.x
+	// 10.0.0.1:40000
+	// 1
+}
