@@ -28,10 +28,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -185,29 +185,22 @@ func (t *trainer) stopAt(ctx context.Context, s *session, step int, sig syscall.
 	return e
 }
 
-// restartCount is the worker's TORCHELASTIC_RESTART_COUNT: the restarts
-// of its job so far (0 on the first attempt).
-func restartCount(e env.Config, lookup func(string) (string, bool)) int {
-	if e.RestartCount > 0 {
-		return e.RestartCount
-	}
-	if v, ok := lookup("TORCHELASTIC_RESTART_COUNT"); ok { // before pg/env reads it
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			return n
+// elasticWorker prepares a worker's config for restarts (Note
+// [restarts]): a restarted worker (TORCHELASTIC_RESTART_COUNT above 0)
+// resumes from --checkpoint when a checkpoint has been written there.
+// launched says whether ddp-train's own launcher started it; under
+// another launcher, --max-restarts does nothing, and a warning says so.
+func elasticWorker(c config, e env.Config, launched bool, stderr io.Writer) config {
+	if !launched && c.maxRestarts > 0 {
+		if log, err := newLogger(c, stderr); err == nil {
+			log.Warn("--max-restarts restarts the workers of ddp-train's own launcher and does nothing here; under torchrun use its --max-restarts", zap.Int("rank", e.Rank))
 		}
 	}
-	return 0
-}
-
-// resumeAfterRestart reports whether a restarted worker resumes: it does
-// from --checkpoint when a checkpoint has been written there (Note
-// [restarts]).
-func resumeAfterRestart(c config, restarts int) bool {
-	if restarts == 0 || c.checkpointDir == "" {
-		return false
+	if e.RestartCount > 0 && c.checkpointDir != "" {
+		entries, err := os.ReadDir(c.checkpointDir)
+		c.resume = c.resume || (err == nil && len(entries) > 0)
 	}
-	entries, err := os.ReadDir(c.checkpointDir)
-	return err == nil && len(entries) > 0
+	return c
 }
 
 // launcherError turns the launcher's error into ddp-train's: a failed

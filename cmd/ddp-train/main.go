@@ -64,7 +64,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	_, launched := lookup(workerEnv)
 	switch {
 	case launched || ecfg.Source != env.SourceNone:
-		c.resume = c.resume || resumeAfterRestart(c, restartCount(ecfg, lookup)) // Note [restarts]
+		c = elasticWorker(c, ecfg, launched, stderr) // Note [restarts]
 		err = runWorker(ctx, c, ecfg, stdout, stderr)
 	case c.backend == "local":
 		err = runLocal(ctx, c, stdout, stderr)
