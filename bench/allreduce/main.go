@@ -93,7 +93,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&ops, "op", "allreduce", "collective to time: all, or a comma-separated list of "+opNames())
 	fs.StringVar(&format, "format", "csv", "output: csv, or table (nccl-tests' columns)")
 	fs.IntVar(&o.cfg.root, "root", 0, "root rank of broadcast, reduce, gather and scatter")
-	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local or tcp")
+	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local, tcp or nccl (one GPU per worker: GPU LOCAL_RANK, host tensors staged)")
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
 	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864", "comma-separated sizes in bytes, as nccl-tests' -b/-e (see above for each op's buffers)")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
@@ -105,8 +105,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{err}
 	}
 	var err error
-	if o.backend != "local" && o.backend != "tcp" {
-		return o, usageError{fmt.Errorf("--backend %q: want local or tcp", o.backend)}
+	if o.backend != "local" && o.backend != "tcp" && o.backend != "nccl" {
+		return o, usageError{fmt.Errorf("--backend %q: want local, tcp or nccl", o.backend)}
 	}
 	if o.nproc < 1 {
 		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
@@ -199,6 +199,9 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	if o.backend == "nccl" {
+		return runNCCLWorker(ctx, o, cfg)
+	}
 	m, err := launch.JoinTCP(ctx, cfg, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps}, nil)
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 
 	"github.com/goddp/ddp/internal/checkpoint"
 	"github.com/goddp/ddp/internal/dataset"
-	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/desync"
@@ -18,7 +17,6 @@ import (
 	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/pg/store"
-	"github.com/goddp/ddp/pg/tcp"
 	"go.uber.org/zap"
 )
 
@@ -43,15 +41,14 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	}
 	setup, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	listen, advertise := peerAddrs(c, e)
-	m, err := launch.JoinTCP(setup, e, tcp.Options{ListenAddr: listen, AdvertiseAddr: advertise, Timeout: c.timeout}, logger)
+	m, err := joinGroup(setup, c, e, logger) // tcp, or nccl (nccl.go)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	// Named failures: a stalled or dead rank is named by every rank
 	// (pg/desync), with --debug-collectives the fingerprint check.
-	dg, err := desync.Wrap(m.Group, m.Store(), desyncOptions(c, m.StoreHost(), logger))
+	dg, err := desync.Wrap(m.group(), m.Store(), desyncOptions(c, m.StoreHost(), logger))
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,11 @@ type backend interface {
 	lastError() string
 	abort() error
 	split(ctx context.Context, color, key int) (backend, error)
+	// uniqueID makes an NCCL unique id (ncclGetUniqueId).
+	uniqueID() (nccl.UniqueID, error)
+	// pair makes a two-rank communicator on this backend's device, with
+	// a stream of its own, in which this rank is rank (0 or 1).
+	pair(ctx context.Context, id nccl.UniqueID, rank int) (backend, error)
 	// rankSize is the communicator's rank and size.
 	rankSize() (rank, size int, err error)
 	// close destroys the communicator (or, after abort, only the
@@ -150,6 +155,21 @@ func (b *cudaBackend) abort() error                     { return b.comm.Abort() 
 func (b *cudaBackend) split(ctx context.Context, color, key int) (backend, error) {
 	c, err := b.comm.Split(ctx, color, key)
 	if err != nil || c == nil {
+		return nil, err
+	}
+	nb, err := newCUDABackend(c)
+	if err != nil {
+		_ = c.Abort()
+		return nil, err
+	}
+	return nb, nil
+}
+
+func (b *cudaBackend) uniqueID() (nccl.UniqueID, error) { return b.comm.Library().UniqueID() }
+
+func (b *cudaBackend) pair(ctx context.Context, id nccl.UniqueID, rank int) (backend, error) {
+	c, err := b.comm.Library().CommInitRank(ctx, b.dev, 2, id, rank)
+	if err != nil {
 		return nil, err
 	}
 	nb, err := newCUDABackend(c)

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -43,6 +44,51 @@ type fakeBackend struct {
 	ops     map[nccl.RedOp]float64               // PreMulSum factors
 	nextOp  nccl.RedOp
 	self    *selfQueue
+	pairs   *fakePairs // shared by the world: the two-rank communicators
+}
+
+// fakePairs makes the two-rank "communicators" of point-to-point lanes:
+// the first of the two ranks to present a unique id makes a pg/local
+// world of two, the second takes its other rank.
+type fakePairs struct {
+	mu      sync.Mutex
+	next    uint64
+	worlds  map[nccl.UniqueID][]pg.Extended
+	timeout time.Duration
+	made    atomic.Int64 // pair communicators made, counting each rank
+}
+
+func (b *fakeBackend) uniqueID() (nccl.UniqueID, error) {
+	var id nccl.UniqueID
+	b.pairs.mu.Lock()
+	b.pairs.next++
+	binary.LittleEndian.PutUint64(id[:], b.pairs.next)
+	b.pairs.mu.Unlock()
+	return id, nil
+}
+
+func (b *fakeBackend) pair(ctx context.Context, id nccl.UniqueID, rank int) (backend, error) {
+	if b.aborted.Load() {
+		return nil, &nccl.Error{Func: "fake", Code: nccl.InvalidUsage, Desc: "communicator aborted"}
+	}
+	p := b.pairs
+	p.mu.Lock()
+	w := p.worlds[id]
+	if w == nil {
+		lgs, err := local.New(2, local.Options{Timeout: p.timeout})
+		if err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
+		w = []pg.Extended{lgs[0], lgs[1]}
+		p.worlds[id] = w
+	}
+	p.mu.Unlock()
+	p.made.Add(1)
+	nb := newFakeBackend(w[rank])
+	nb.mem = b.mem // the same device: the parent's staging buffers
+	nb.pairs = p
+	return nb, nil
 }
 
 func newFakeBackend(lg pg.Extended) *fakeBackend {
@@ -406,7 +452,9 @@ func (b *fakeBackend) split(ctx context.Context, color, key int) (backend, error
 	if err != nil || sub == nil {
 		return nil, err
 	}
-	return newFakeBackend(sub.(pg.Extended)), nil
+	nb := newFakeBackend(sub.(pg.Extended))
+	nb.pairs = b.pairs
+	return nb, nil
 }
 
 func (b *fakeBackend) rankSize() (int, int, error) { return b.lg.Rank(), b.lg.Size(), nil }
@@ -435,8 +483,10 @@ func fakeWorld(t testing.TB, n int, timeout time.Duration) ([]*Group, []*fakeBac
 	}
 	st := store.NewHashStore(store.HashStoreOptions{})
 	gs, bs := make([]*Group, n), make([]*fakeBackend, n)
+	pairs := &fakePairs{worlds: map[nccl.UniqueID][]pg.Extended{}, timeout: timeout + time.Minute}
 	for r := range lgs {
 		bs[r] = newFakeBackend(lgs[r])
+		bs[r].pairs = pairs
 		opts, err := Options{Rank: r, Size: n, Timeout: timeout, PollInterval: 100 * time.Microsecond,
 			AsyncErrorInterval: 5 * time.Millisecond}.withDefaults()
 		if err != nil {
@@ -444,6 +494,15 @@ func fakeWorld(t testing.TB, n int, timeout time.Duration) ([]*Group, []*fakeBac
 		}
 		gs[r] = newGroup(bs[r], opts, st)
 	}
+	t.Cleanup(func() { // the halves of pairs whose other rank never came
+		pairs.mu.Lock()
+		defer pairs.mu.Unlock()
+		for _, w := range pairs.worlds {
+			for _, g := range w {
+				_ = g.Close()
+			}
+		}
+	})
 	return gs, bs
 }
 

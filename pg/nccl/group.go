@@ -28,7 +28,8 @@ type Group struct {
 	mu       sync.Mutex // the issue lock: NCCL calls on one communicator are serialised
 	seq      uint64     // the last collective's sequence number
 	p2pSeq   map[p2pKey]uint64
-	pending  []*work // issued, in stream order
+	lanes    map[laneKey]*lane // point-to-point, made on first use
+	pending  []*work           // issued, in stream order
 	pool     pool
 	failure  error // set once; later calls fail with it
 	closed   bool
@@ -38,6 +39,7 @@ type Group struct {
 	hooks  pg.Completions
 
 	kick      chan struct{} // the watchdog has new Works (capacity 1)
+	dead      chan struct{} // closed when the group fails or closes
 	stop      chan struct{} // closed by Close
 	exited    chan struct{} // closed when the watchdog returns
 	closeOnce sync.Once
@@ -125,6 +127,8 @@ func newGroup(be backend, opts Options, st store.Store) *Group {
 		opts: opts, rank: opts.Rank, size: opts.Size, be: be, st: st, storeKey: opts.StoreKey,
 		log:    opts.Logger.With(zap.Int("rank", opts.Rank), zap.String("backend", "nccl")),
 		p2pSeq: map[p2pKey]uint64{},
+		lanes:  map[laneKey]*lane{},
+		dead:   make(chan struct{}),
 		flight: newFlightRecorder(opts.FlightRecorderSize),
 		kick:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
@@ -172,10 +176,26 @@ func (g *Group) Close() error {
 		close(g.stop)
 		<-g.exited
 		g.mu.Lock()
-		defer g.mu.Unlock()
+		lanes := make([]*lane, 0, len(g.lanes))
+		for _, l := range g.lanes {
+			lanes = append(lanes, l)
+		}
+		g.mu.Unlock()
 		closeCtx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel2()
-		g.closeErr = g.be.close(closeCtx)
+		for _, l := range lanes {
+			<-l.done
+			if l.be != nil {
+				if err := l.be.close(closeCtx); err != nil && g.closeErr == nil {
+					g.closeErr = fmt.Errorf("closing the point-to-point communicator with rank %d: %w", l.key.peer, err)
+				}
+			}
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err := g.be.close(closeCtx); err != nil {
+			g.closeErr = err
+		}
 		if g.closeErr == nil {
 			g.pool.release()
 		} else {
@@ -199,11 +219,34 @@ func (g *Group) fail(kind, cause error, culprit *work) {
 	g.failure = &pg.CollectiveError{Op: "group", Rank: g.rank, Peer: pg.NoPeer, Kind: kind, Err: cause}
 	pending := g.pending
 	g.pending = nil
+	close(g.dead)
+	var laneBackends []backend
+	for _, l := range g.lanes {
+		for _, op := range l.ops {
+			pending = append(pending, op.w)
+		}
+		l.ops = nil
+		if l.be != nil {
+			laneBackends = append(laneBackends, l.be)
+		}
+	}
 	g.mu.Unlock()
 	if kind != pg.ErrClosed || len(pending) > 0 {
 		if err := g.be.abort(); err != nil {
 			g.log.Warn("nccl: ncclCommAbort failed", zap.Error(err))
 		}
+		for _, be := range laneBackends {
+			if err := be.abort(); err != nil {
+				g.log.Warn("nccl: ncclCommAbort of a point-to-point communicator failed", zap.Error(err))
+			}
+		}
+	}
+	if g.st != nil { // a receiver waiting for this rank's first send gives up at once
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := g.st.Set(ctx, goneKey(g.storeKey, g.rank), []byte(kindName(kind))); err != nil {
+			g.log.Debug("nccl: could not publish this rank's departure", zap.Error(err))
+		}
+		cancel()
 	}
 	if kind != pg.ErrClosed {
 		g.log.Warn("nccl process group failed", zap.Error(g.failure), zap.Int("pending", len(pending)))
@@ -222,6 +265,19 @@ func (g *Group) fail(kind, cause error, culprit *work) {
 		// The stream may still touch this Work's staging buffers: they are
 		// not reused (w.finish left them out of the pool).
 	}
+}
+
+// kindName names a failure kind for the departure key.
+func kindName(kind error) string {
+	switch kind {
+	case pg.ErrClosed:
+		return "closed"
+	case pg.ErrAborted:
+		return "aborted"
+	case pg.ErrTimeout:
+		return "timed out"
+	}
+	return "failed: " + kind.Error()
 }
 
 // failed returns the error new calls fail with, or nil.

@@ -2,31 +2,66 @@ package nccl
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
 
+	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
 )
 
-// Send sends t to dst (ncclSend, 2.7). NCCL matches sends and receives by
-// order between two ranks and has no tags: tag is checked and recorded,
-// not matched, as in ProcessGroupNCCL. The receiver must post a Recv of
-// the same size, and a pair's point-to-point calls share the group's
-// stream with its collectives, so they must be issued in a consistent
-// order with them on both ranks.
+// Point-to-point calls do not use the group's communicator. As c10d's
+// ProcessGroupNCCL makes a communicator per peer pair for unbatched
+// send/recv, each direction between this rank and a peer gets a lane: a
+// two-rank communicator made lazily through the store (the sender
+// publishes a unique id under "<StoreKey>/p2p/<src>-<dst>"), its own
+// stream, and a goroutine that carries out the lane's calls in order. So
+// a send never holds up the group's collectives or the other direction,
+// and sends and receives need not be issued at the same point relative to
+// collectives; between two ranks they still match in order, whatever the
+// tag (pg.PointToPoint's documented exception).
+//
+// Each call first exchanges the two sides' byte counts (8 bytes each way,
+// on the lane) and the host compares them: a Send and Recv of different
+// sizes fail with pg.ErrInvalidArgument on both sides and leave the lane
+// usable, where NCCL alone would hang or corrupt. The price is a host
+// round trip per call.
+
+// laneKey names a lane: this rank sends to peer, or receives from it.
+type laneKey struct {
+	send bool
+	peer int
+}
+
+// lane is one direction of point-to-point traffic with one peer.
+type lane struct {
+	g   *Group
+	key laneKey
+	// Guarded by g.mu: be is nil until the communicator is made; ops are
+	// the issued calls not yet finished, the first being carried out.
+	be   backend
+	ops  []*p2pOp
+	kick chan struct{}
+	done chan struct{} // closed when run returns
+}
+
+// p2pOp is one Send or Recv on a lane.
+type p2pOp struct {
+	w *work
+	t pg.Tensor
+}
+
+// Send sends t to dst (ncclSend, 2.7, on this pair's own communicator).
+// NCCL has no tags: tag is checked and recorded, not matched, as in
+// ProcessGroupNCCL; the sends to a peer match its receives from this rank
+// in the order issued. The receiver must post a Recv of the same size;
+// otherwise both fail with pg.ErrInvalidArgument.
 func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 	if err := pg.CheckPeer("send", t, dst, tag, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpSend, dst, err)
 	}
-	n := len(t.Data)
-	return g.issue(ctx, desc{op: pg.OpSend, peer: dst, dtype: t.Dtype, inBytes: int64(n)}, func(s *stager) ([]part, error) {
-		b, err := s.buffer(n)
-		if err != nil {
-			return nil, err
-		}
-		return []part{{
-			upload: func() error { return s.upload(b, 0, t.Data) },
-			comm:   func() error { return g.be.send(b.dev, n, dataType(pg.Uint8), dst) },
-		}}, nil
-	})
+	return g.issueP2P(ctx, laneKey{send: true, peer: dst}, t)
 }
 
 // Recv receives t from src (ncclRecv, 2.7); see Send.
@@ -34,15 +69,321 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 	if err := pg.CheckPeer("recv", t, src, tag, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpRecv, src, err)
 	}
-	n := len(t.Data)
-	return g.issue(ctx, desc{op: pg.OpRecv, peer: src, dtype: t.Dtype, outBytes: int64(n)}, func(s *stager) ([]part, error) {
-		b, err := s.buffer(n)
+	return g.issueP2P(ctx, laneKey{send: false, peer: src}, t)
+}
+
+// issueP2P numbers the call and queues it on its lane.
+func (g *Group) issueP2P(ctx context.Context, k laneKey, t pg.Tensor) pg.Work {
+	op := pg.OpRecv
+	d := desc{op: op, peer: k.peer, dtype: t.Dtype, outBytes: int64(len(t.Data))}
+	if k.send {
+		op = pg.OpSend
+		d = desc{op: op, peer: k.peer, dtype: t.Dtype, inBytes: int64(len(t.Data))}
+	}
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.failedLocked(); err != nil {
+		return pg.Completed(&pg.CollectiveError{Op: op.String(), Rank: g.rank, Peer: k.peer, Kind: kindOfFailure(err), Err: err})
+	}
+	pk := p2pKey{op, k.peer}
+	g.p2pSeq[pk]++
+	seq := g.p2pSeq[pk]
+	w := &work{fut: pg.NewSeqFuture(seq), op: op, seq: seq, peer: k.peer, dtype: t.Dtype, inBytes: d.inBytes,
+		outBytes: d.outBytes, issued: now, deadline: now.Add(g.opts.Timeout), ctx: ctx}
+	g.flight.add(FlightEntry{Seq: seq, Op: op, Peer: k.peer, Dtype: t.Dtype, InBytes: d.inBytes, OutBytes: d.outBytes,
+		State: stateScheduled, Issued: now})
+	l := g.lanes[k]
+	if l == nil {
+		l = &lane{g: g, key: k, kick: make(chan struct{}, 1), done: make(chan struct{})}
+		g.lanes[k] = l
+		go l.run()
+	}
+	l.ops = append(l.ops, &p2pOp{w: w, t: t})
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return w.fut
+}
+
+// run carries out the lane's calls in order until the group fails or
+// closes.
+func (l *lane) run() {
+	defer close(l.done)
+	for {
+		l.g.mu.Lock()
+		var op *p2pOp
+		if len(l.ops) > 0 {
+			op = l.ops[0]
+		}
+		l.g.mu.Unlock()
+		if op == nil {
+			select {
+			case <-l.kick:
+				continue
+			case <-l.g.dead:
+				return
+			}
+		}
+		l.carry(op)
+	}
+}
+
+// carry carries out one call; on return op is finished (here or by
+// Group.fail).
+func (l *lane) carry(op *p2pOp) {
+	g, w := l.g, op.w
+	ctx, cancel := l.opContext(w)
+	defer cancel()
+	g.mu.Lock()
+	be := l.be
+	g.mu.Unlock()
+	if be == nil {
+		var err error
+		if be, err = l.connect(ctx, w); err != nil {
+			l.fail(w, err)
+			return
+		}
+	}
+	n := len(op.t.Data)
+	hdr, err := g.pool.get(16)
+	if err != nil {
+		l.fail(w, err)
+		return
+	}
+	w.bufs = append(w.bufs, hdr)
+	var b *buf
+	if n > 0 {
+		if b, err = g.pool.get(n); err != nil {
+			l.fail(w, err)
+			return
+		}
+		w.bufs = append(w.bufs, b)
+	}
+	// 1. The byte counts, both ways (and the payload's upload).
+	binary.LittleEndian.PutUint64(hdr.host[:8], uint64(n))
+	pairPeer := 1
+	if !l.key.send {
+		pairPeer = 0
+	}
+	err = be.h2d(hdr.dev, hdr.host[:8])
+	if err == nil && l.key.send && n > 0 {
+		copy(b.host[:n], op.t.Data)
+		err = be.h2d(b.dev, b.host[:n])
+	}
+	if err == nil {
+		err = be.group(func() error {
+			if err := be.send(hdr.dev, 8, nccl.Uint8, pairPeer); err != nil {
+				return err
+			}
+			return be.recv(hdr.dev+8, 8, nccl.Uint8, pairPeer)
+		})
+	}
+	if err == nil {
+		err = be.d2h(hdr.host[8:16], hdr.dev+8)
+	}
+	if err == nil {
+		err = l.await(ctx, be, w)
+	}
+	if err != nil {
+		l.fail(w, err)
+		return
+	}
+	if theirs := binary.LittleEndian.Uint64(hdr.host[8:16]); theirs != uint64(n) {
+		sends, recvs := uint64(n), theirs
+		sender, receiver := g.rank, l.key.peer
+		if !l.key.send {
+			sends, recvs, sender, receiver = theirs, uint64(n), l.key.peer, g.rank
+		}
+		g.pool.put(w.bufs...) // the lane's stream is idle: the buffers may be reused
+		w.bufs = nil
+		l.finish(w, &pg.CollectiveError{Op: w.op.String(), Rank: g.rank, Peer: l.key.peer, Kind: pg.ErrInvalidArgument,
+			Err: fmt.Errorf("seq %d: rank %d sends %d bytes and rank %d receives %d: a Recv must be the size of its Send",
+				w.seq, sender, sends, receiver, recvs)})
+		return
+	}
+	if n == 0 {
+		l.finish(w, nil)
+		return
+	}
+	// 2. The payload.
+	if l.key.send {
+		err = be.send(b.dev, n, nccl.Uint8, pairPeer)
+	} else {
+		err = be.recv(b.dev, n, nccl.Uint8, pairPeer)
+		if err == nil {
+			err = be.d2h(b.host[:n], b.dev)
+			w.copies = append(w.copies, copyBack{dst: op.t.Data, src: b.host[:n]})
+		}
+	}
+	if err == nil {
+		err = l.await(ctx, be, w)
+	}
+	if err != nil {
+		l.fail(w, err)
+		return
+	}
+	l.finish(w, nil)
+}
+
+// opContext ends at w's deadline, when w's ctx ends, or when the group
+// fails.
+func (l *lane) opContext(w *work) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(context.Background(), w.deadline)
+	stop1 := context.AfterFunc(w.ctx, cancel)
+	go func() {
+		select {
+		case <-l.g.dead:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { stop1(); cancel() }
+}
+
+// connect makes the lane's two-rank communicator: the sender publishes a
+// unique id, the receiver waits for it or for the sender's departure.
+func (l *lane) connect(ctx context.Context, w *work) (backend, error) {
+	g := l.g
+	if g.st == nil {
+		return nil, &pg.CollectiveError{Op: w.op.String(), Rank: g.rank, Peer: l.key.peer, Kind: pg.ErrInvalidArgument,
+			Err: errors.New("this group has no store to make a point-to-point communicator with")}
+	}
+	src, dst, rank := g.rank, l.key.peer, 0
+	if !l.key.send {
+		src, dst, rank = l.key.peer, g.rank, 1
+	}
+	key := fmt.Sprintf("%s/p2p/%d-%d", g.storeKey, src, dst)
+	var id nccl.UniqueID
+	if l.key.send {
+		var err error
+		if id, err = g.be.uniqueID(); err != nil {
+			return nil, err
+		}
+		if err := g.st.Set(ctx, key, id[:]); err != nil {
+			return nil, fmt.Errorf("publishing the unique id of the point-to-point communicator to rank %d: %w", dst, err)
+		}
+	} else {
+		b, err := g.getUnlessGone(ctx, key, src)
 		if err != nil {
 			return nil, err
 		}
-		return []part{{
-			comm:     func() error { return g.be.recv(b.dev, n, dataType(pg.Uint8), src) },
-			download: func() error { _, err := s.download(b, 0, n, t.Data); return err },
-		}}, nil
-	})
+		if len(b) != len(id) {
+			return nil, fmt.Errorf("store key %q holds %d bytes, want an NCCL unique id of %d", key, len(b), len(id))
+		}
+		copy(id[:], b)
+	}
+	be, err := g.be.pair(ctx, id, rank)
+	if err != nil {
+		return nil, fmt.Errorf("making the point-to-point communicator with rank %d: %w", l.key.peer, err)
+	}
+	g.mu.Lock()
+	if g.failure != nil {
+		g.mu.Unlock()
+		_ = be.abort()
+		_ = be.close(context.Background())
+		return nil, g.failure
+	}
+	l.be = be
+	g.mu.Unlock()
+	return be, nil
+}
+
+// goneKey is where rank publishes that its group failed or closed.
+func goneKey(storeKey string, rank int) string { return fmt.Sprintf("%s/p2p/gone/%d", storeKey, rank) }
+
+// getUnlessGone waits for key, or fails when peer publishes its departure.
+func (g *Group) getUnlessGone(ctx context.Context, key string, peer int) ([]byte, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type res struct {
+		b    []byte
+		err  error
+		gone bool
+	}
+	ch := make(chan res, 2)
+	go func() { b, err := g.st.Get(ctx, key); ch <- res{b: b, err: err} }()
+	go func() { b, err := g.st.Get(ctx, goneKey(g.storeKey, peer)); ch <- res{b: b, err: err, gone: true} }()
+	for range 2 {
+		r := <-ch
+		switch {
+		case r.err == nil && !r.gone:
+			return r.b, nil
+		case r.err == nil:
+			return nil, &pg.CollectiveError{Op: "recv", Rank: g.rank, Peer: peer, Kind: pg.ErrRemote,
+				Err: fmt.Errorf("rank %d left the group (%s) before sending", peer, r.b)}
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("waiting for rank %d's point-to-point communicator: %w", peer, context.Cause(ctx))
+		}
+	}
+	return nil, fmt.Errorf("waiting for rank %d's point-to-point communicator: the store failed", peer)
+}
+
+// await records an event on be's stream and waits for it, polling be for
+// asynchronous errors; it fails when ctx ends.
+func (l *lane) await(ctx context.Context, be backend, w *work) error {
+	ev, err := be.record()
+	if err != nil {
+		return err
+	}
+	defer ev.destroy()
+	opts := l.g.opts
+	tick := time.NewTicker(opts.PollInterval)
+	defer tick.Stop()
+	lastAsync := time.Now()
+	for {
+		err := ev.query()
+		if !errors.Is(err, nccl.ErrNotReady) {
+			return err
+		}
+		if time.Since(lastAsync) >= opts.AsyncErrorInterval {
+			lastAsync = time.Now()
+			if r, err := be.asyncError(); err != nil || (r != nccl.Success && r != nccl.InProgress) {
+				if err == nil {
+					err = fmt.Errorf("ncclCommGetAsyncError: %w", r)
+					if d := be.lastError(); d != "" {
+						err = fmt.Errorf("ncclCommGetAsyncError: %w: %s", r, d)
+					}
+				}
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-tick.C:
+		}
+	}
+}
+
+// fail fails the group for w's sake (a lane's failure leaves its stream
+// and communicator in an unknown state), naming w's peer.
+func (l *lane) fail(w *work, err error) {
+	g := l.g
+	var ce *pg.CollectiveError
+	switch {
+	case errors.As(err, &ce):
+		g.fail(ce.Kind, err, w)
+	case time.Now().After(w.deadline):
+		g.fail(pg.ErrTimeout, fmt.Errorf("%v seq %d with rank %d did not finish within the group timeout %v: %w",
+			w.op, w.seq, l.key.peer, g.opts.Timeout, err), w)
+	case w.ctx.Err() != nil:
+		g.fail(pg.ErrTimeout, fmt.Errorf("%v seq %d: its context ended: %w", w.op, w.seq, context.Cause(w.ctx)), w)
+	default:
+		g.fail(kindOf(err), err, w)
+	}
+}
+
+// finish completes w unless Group.fail has already.
+func (l *lane) finish(w *work, err error) {
+	g := l.g
+	g.mu.Lock()
+	if len(l.ops) == 0 || l.ops[0].w != w {
+		g.mu.Unlock()
+		return
+	}
+	l.ops = l.ops[1:]
+	g.mu.Unlock()
+	w.finish(g, err, time.Now(), time.Time{})
 }
