@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,6 +115,75 @@ func TestTorchrun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTorchrunRestart: under torchrun --max_restarts 1, a worker SIGKILLed
+// at a random step makes the agent restart every worker with
+// TORCHELASTIC_RESTART_COUNT=1. They meet afresh under
+// goddp/RUN_ID/1 on the agent's store, resume from the newest checkpoint,
+// and end with the parameters of an uninterrupted run, bitwise.
+func TestTorchrunRestart(t *testing.T) {
+	py := torchrunPython(t)
+	dir := t.TempDir()
+	const steps = 1500
+	flags := func(name string) []string {
+		return args("--optimizer", "adam", "--lr", "0.01", "--steps", strconv.Itoa(steps), "--log-every", "10",
+			"--save", filepath.Join(dir, name), "--checkpoint", filepath.Join(dir, name+"-ck"), "--checkpoint-every", "50")
+	}
+	if r := ddpTrain(t, append([]string{"--nproc", "2"}, flags("whole")...)...); r.code != 0 {
+		t.Fatalf("uninterrupted run: exit %d\n%s", r.code, r.stderr)
+	}
+	secret, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := launch.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	cmdArgs := append([]string{"-m", "torch.distributed.run", "--log_dir", t.TempDir(),
+		"--redirects", "0:1,1:1", "--tee", "0:1,1:1", "--nnodes", "1", "--nproc_per_node", "2",
+		"--master_addr", "127.0.0.1", "--master_port", strconv.Itoa(port),
+		"--max_restarts", "1", "--monitor_interval", "0.2", "--no_python", self}, flags("killed")...)
+	run := &liveRun{cmd: exec.Command(py, cmdArgs...), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	run.cmd.Env = append(os.Environ(), "GODDP_SECRET="+secret, "GORACE=atexit_sleep_ms=0")
+	run.cmd.Stdout, run.cmd.Stderr = run.stderr, run.stderr
+	if err := run.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { run.err = run.cmd.Wait(); close(run.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-run.done:
+		default:
+			run.cmd.Process.Signal(syscall.SIGTERM) // the agent stops its workers
+			select {
+			case <-run.done:
+			case <-time.After(20 * time.Second):
+				run.cmd.Process.Kill()
+				<-run.done
+			}
+		}
+	})
+	at := 100 + rand.IntN(steps/2)
+	t.Logf("killing rank 1 at about step %d", at)
+	run.waitStep(t, at)
+	if err := syscall.Kill(workerPID(t, run.cmd.Process.Pid, "RANK=1", "TORCHELASTIC_RESTART_COUNT=0"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := run.wait(t); code != 0 {
+		t.Fatalf("torchrun exited %d after a restart:\n%s", code, run.stderr.String())
+	}
+	log := run.stderr.String()
+	if n := strings.Count(log, `"prefix":"goddp/none/1/"`); n != 2 {
+		t.Fatalf("%d ranks met under goddp/none/1/ after the restart, want 2:\n%s", n, log)
+	}
+	resumed := regexp.MustCompile(`"msg":"resuming","rank":\d,"step":(\d+)`).FindAllStringSubmatch(log, -1)
+	if len(resumed) != 2 || resumed[0][1] != resumed[1][1] {
+		t.Fatalf("want both ranks to resume from the same step, got %v:\n%s", resumed, log)
+	}
+	sameParams(t, filepath.Join(dir, "whole"), filepath.Join(dir, "killed"))
 }
 
 // TestTorchrunWithoutSecret: under torchrun's agent store with no
