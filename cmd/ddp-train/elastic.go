@@ -141,6 +141,15 @@ func (in *interrupt) interrupted(err error) error {
 	return err
 }
 
+// signalled is an error that says msg and makes ddp-train exit 128+signal.
+type signalled struct {
+	msg string
+	in  *launch.Interrupted
+}
+
+func (e *signalled) Error() string { return e.msg }
+func (e *signalled) Unwrap() error { return e.in }
+
 // stoppedError is a worker's graceful stop on a signal.
 type stoppedError struct {
 	sig        syscall.Signal
@@ -218,8 +227,12 @@ func launcherError(err error, c config) error {
 		}
 		return fmt.Errorf("%w; stopped the workers: %s", in, line)
 	}
-	if sig, ok := launch.StoppedBySignal(we.Err); ok {
-		return fmt.Errorf("worker rank %d: %s (%w)", we.Rank, line, &launch.Interrupted{Signal: sig})
+	if sig, ok := launch.StoppedBySignal(we.Err); ok { // a worker got the signal, and stopped every rank
+		msg := line // "rank R: stopped by SIG after step N; ..."
+		if msg == "" {
+			msg = fmt.Sprintf("worker rank %d stopped by %s", we.Rank, launch.SignalName(sig))
+		}
+		return &signalled{msg: msg, in: &launch.Interrupted{Signal: sig}}
 	}
 	// The worker already printed its own error line; name the rank, and
 	// repeat the worker's line (with pg/desync's diagnosis, it names the
