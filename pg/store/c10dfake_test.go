@@ -178,17 +178,22 @@ func (s *fakeC10d) serve(conn net.Conn) {
 			if !ok1 || !ok2 {
 				return
 			}
-			s.mu.Lock()
-			cur, err := strconv.ParseInt(string(s.kv[string(k)]), 10, 64)
-			if _, present := s.kv[string(k)]; !present {
-				cur, err = 0, nil
+			s.mu.Lock() // read, add and write atomically, as the server's one thread does
+			cur, present := s.kv[string(k)]
+			n, err := int64(0), error(nil)
+			if present {
+				n, err = strconv.ParseInt(string(cur), 10, 64)
+			}
+			if err == nil {
+				n += int64(d)
+				s.kv[string(k)] = []byte(strconv.FormatInt(n, 10))
+				close(s.changed)
+				s.changed = make(chan struct{})
 			}
 			s.mu.Unlock()
 			if err != nil {
 				return // std::stoll throws: the connection is dropped
 			}
-			n := cur + int64(d)
-			s.write(string(k), []byte(strconv.FormatInt(n, 10)))
 			if !sendInt(n) {
 				return
 			}
