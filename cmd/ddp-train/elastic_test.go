@@ -57,6 +57,7 @@ func startTrain(t *testing.T, args ...string) *liveRun {
 	r := &liveRun{cmd: exec.Command(self, args...), stderr: &lockedBuffer{}, done: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	r.cmd.Stderr = r.stderr
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a process group, as a shell's job
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -261,11 +262,12 @@ func TestPreemption(t *testing.T) {
 	cases := []struct {
 		name   string
 		sig    syscall.Signal
-		target string // "launcher" or a worker's rank
+		target string // "launcher", "group" (its process group, as Ctrl-C in a terminal) or a worker's rank
 		extra  []string
 	}{
 		{"SIGTERM to the launcher", syscall.SIGTERM, "launcher", nil},
 		{"SIGINT to the launcher", syscall.SIGINT, "launcher", nil},
+		{"SIGINT to the launcher's process group", syscall.SIGINT, "group", nil},
 		{"SIGTERM to rank 1", syscall.SIGTERM, "1", nil},
 		{"SIGTERM to --backend local", syscall.SIGTERM, "launcher", []string{"--backend", "local"}},
 	}
@@ -281,7 +283,11 @@ func TestPreemption(t *testing.T) {
 			run := startTrain(t, flags...)
 			run.waitStep(t, 30+rand.IntN(50))
 			pid := run.cmd.Process.Pid
-			if c.target != "launcher" {
+			switch c.target {
+			case "launcher":
+			case "group": // the workers are not in it: they get the signal once, from the launcher
+				pid = -pid
+			default:
 				pid = workerPID(t, pid, "RANK="+c.target)
 			}
 			if err := syscall.Kill(pid, c.sig); err != nil {
