@@ -219,8 +219,8 @@ const probeKeys = 0x80
 // connection stays usable. A 1.x server reads query type 0 as SET and
 // bytes 1 to 8 as the key's length, 0x80...; allocating that throws, and
 // the server closes the connection having stored nothing.
-func (c *C10dClient) probe(ctx context.Context) (conn net.Conn, v2 bool, err error) {
-	conn, err = new(net.Dialer).DialContext(ctx, "tcp", c.addr)
+func (c *C10dClient) probe(ctx context.Context) (net.Conn, bool, error) {
+	conn, err := new(net.Dialer).DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return nil, false, err
 	}
