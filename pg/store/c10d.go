@@ -47,7 +47,9 @@ func (p C10dProtocol) String() string {
 // C10dOptions configure DialC10d.
 type C10dOptions struct {
 	// Protocol is the server's protocol generation; C10dAuto (the zero
-	// value) detects it.
+	// value) detects it. A wrong choice is not detected: the server drops
+	// the connection or ignores the queries, so calls fail, at worst when
+	// their timeout ends.
 	Protocol C10dProtocol
 	// Timeout bounds every call whose ctx has no deadline, and DialC10d's
 	// wait for the server; zero means DefaultTimeout.
