@@ -262,6 +262,15 @@ func TestC10dTorchInterop(t *testing.T) {
 			if n, err := c.NumKeys(ctx); err != nil || n != 3 {
 				t.Fatalf("NumKeys = %d, %v; want 3", n, err)
 			}
+			// The protocol named instead of detected.
+			named, err := store.DialC10d(ctx, addr, store.C10dOptions{Protocol: ts.wantProtocol()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer named.Close()
+			if v, err := named.Get(ctx, "goddp/run/0/addr/1"); err != nil || string(v) != "10.0.0.2:41000" {
+				t.Fatalf("with Protocol %v: Get = %q, %v", ts.wantProtocol(), v, err)
+			}
 		})
 	}
 }
