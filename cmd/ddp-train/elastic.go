@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goddp/ddp/internal/checkpoint"
 	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
@@ -206,8 +207,9 @@ func elasticWorker(c config, e env.Config, launched bool, stderr io.Writer) conf
 		}
 	}
 	if e.RestartCount > 0 && c.checkpointDir != "" {
-		entries, err := os.ReadDir(c.checkpointDir)
-		c.resume = c.resume || (err == nil && len(entries) > 0)
+		// Exists, not "the directory is non-empty": a save killed before
+		// the first checkpoint leaves only a temporary folder behind.
+		c.resume = c.resume || checkpoint.Exists(c.checkpointDir)
 	}
 	return c
 }
