@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing python3-torch for the torchrun and TCPStore tests" >&2
-		apt-get install -y python3-torch >/dev/null || {
-			apt-get update >/dev/null && apt-get install -y python3-torch >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch >/dev/null || {
+			apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch >/dev/null
 		} || echo "test.sh: could not install python3-torch; the torchrun and TCPStore tests will skip" >&2
 	else
 		echo "test.sh: /usr/bin/python3 has no torch and this is not a root shell with apt-get; the torchrun and TCPStore tests will skip (install python3-torch to run them)" >&2
