@@ -4,10 +4,15 @@ import "fmt"
 
 // The Check functions validate a collective's arguments. Backends call
 // them before doing any work, so every backend rejects the same inputs
-// with the same errors.
+// with the same errors. They refuse device tensors with ErrDeviceTensor
+// unless given AcceptDevice, and with it refuse a call mixing host and
+// device tensors.
 
 // CheckAllReduce validates AllReduce's arguments.
-func CheckAllReduce(t Tensor, op ReduceOp) error {
+func CheckAllReduce(t Tensor, op ReduceOp, opts ...CheckOption) error {
+	if err := checkPlace("allreduce", opts, t); err != nil {
+		return err
+	}
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -15,7 +20,10 @@ func CheckAllReduce(t Tensor, op ReduceOp) error {
 }
 
 // CheckBroadcast validates Broadcast's arguments for a group of size ranks.
-func CheckBroadcast(t Tensor, root, size int) error {
+func CheckBroadcast(t Tensor, root, size int, opts ...CheckOption) error {
+	if err := checkPlace("broadcast", opts, t); err != nil {
+		return err
+	}
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -26,7 +34,10 @@ func CheckBroadcast(t Tensor, root, size int) error {
 }
 
 // CheckAllGather validates AllGather's arguments.
-func CheckAllGather(out, in Tensor, size int) error {
+func CheckAllGather(out, in Tensor, size int, opts ...CheckOption) error {
+	if err := checkPlace("allgather", opts, out, in); err != nil {
+		return err
+	}
 	if err := in.Validate(); err != nil {
 		return err
 	}
@@ -43,7 +54,10 @@ func CheckAllGather(out, in Tensor, size int) error {
 }
 
 // CheckReduceScatter validates ReduceScatter's arguments.
-func CheckReduceScatter(out, in Tensor, op ReduceOp, size int) error {
+func CheckReduceScatter(out, in Tensor, op ReduceOp, size int, opts ...CheckOption) error {
+	if err := checkPlace("reducescatter", opts, out, in); err != nil {
+		return err
+	}
 	if err := in.Validate(); err != nil {
 		return err
 	}

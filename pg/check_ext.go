@@ -23,7 +23,10 @@ func checkSameDtype(what string, out, in Tensor) error {
 }
 
 // CheckReduce validates Reduce's arguments.
-func CheckReduce(t Tensor, root int, op ReduceOp, size int) error {
+func CheckReduce(t Tensor, root int, op ReduceOp, size int, opts ...CheckOption) error {
+	if err := checkPlace("reduce", opts, t); err != nil {
+		return err
+	}
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -34,12 +37,18 @@ func CheckReduce(t Tensor, root int, op ReduceOp, size int) error {
 }
 
 // CheckGather validates Gather's arguments on rank rank.
-func CheckGather(out, in Tensor, root, rank, size int) error {
+func CheckGather(out, in Tensor, root, rank, size int, opts ...CheckOption) error {
 	if err := checkRoot("gather", root, size); err != nil {
 		return err
 	}
 	if rank != root {
+		if err := checkPlace("gather", opts, in); err != nil {
+			return err
+		}
 		return in.Validate()
+	}
+	if err := checkPlace("gather", opts, out, in); err != nil {
+		return err
 	}
 	if err := checkSameDtype("gather", out, in); err != nil {
 		return err
@@ -51,12 +60,18 @@ func CheckGather(out, in Tensor, root, rank, size int) error {
 }
 
 // CheckScatter validates Scatter's arguments on rank rank.
-func CheckScatter(out, in Tensor, root, rank, size int) error {
+func CheckScatter(out, in Tensor, root, rank, size int, opts ...CheckOption) error {
 	if err := checkRoot("scatter", root, size); err != nil {
 		return err
 	}
 	if rank != root {
+		if err := checkPlace("scatter", opts, out); err != nil {
+			return err
+		}
 		return out.Validate()
+	}
+	if err := checkPlace("scatter", opts, out, in); err != nil {
+		return err
 	}
 	if err := checkSameDtype("scatter", out, in); err != nil {
 		return err
@@ -69,7 +84,10 @@ func CheckScatter(out, in Tensor, root, rank, size int) error {
 
 // CheckAllToAll validates AllToAll's arguments and returns the splits to
 // use: the given ones, or equal chunks when both are nil.
-func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int) (outS, inS []int, err error) {
+func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int, opts ...CheckOption) (outS, inS []int, err error) {
+	if err := checkPlace("alltoall", opts, out, in); err != nil {
+		return nil, nil, err
+	}
 	if err := checkSameDtype("alltoall", out, in); err != nil {
 		return nil, nil, err
 	}
@@ -109,7 +127,10 @@ func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int) (outS, i
 }
 
 // CheckPeer validates a Send or Recv peer and tag on rank rank.
-func CheckPeer(what string, t Tensor, peer, tag, rank, size int) error {
+func CheckPeer(what string, t Tensor, peer, tag, rank, size int, opts ...CheckOption) error {
+	if err := checkPlace(what, opts, t); err != nil {
+		return err
+	}
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -127,9 +148,12 @@ func CheckPeer(what string, t Tensor, peer, tag, rank, size int) error {
 
 // CheckCoalesced validates the tensor lists of a coalesced collective:
 // outs may be nil (AllReduceCoalesced); otherwise it pairs with ins.
-func CheckCoalesced(what string, outs, ins []Tensor) error {
+func CheckCoalesced(what string, outs, ins []Tensor, opts ...CheckOption) error {
 	if outs != nil && len(outs) != len(ins) {
 		return fmt.Errorf("%w: %s has %d outputs for %d inputs", ErrInvalidArgument, what, len(outs), len(ins))
+	}
+	if err := checkPlace(what, opts, append(append([]Tensor(nil), outs...), ins...)...); err != nil {
+		return err
 	}
 	for i, t := range ins {
 		if err := t.Validate(); err != nil {

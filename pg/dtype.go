@@ -78,36 +78,58 @@ func ParseDtype(s string) (Dtype, error) {
 	return 0, fmt.Errorf("pg: unknown dtype %q (want one of float32, float64, float16, bfloat16, int32, int64, uint8)", s)
 }
 
-// Tensor is a flat buffer of elements of one Dtype. Data is the raw
-// little-endian memory; the typed constructors (Float32s and friends) share
-// memory with the slice they are given, so a collective writes its result
-// straight into the caller's slice.
+// Tensor is a flat buffer of elements of one Dtype, in host memory or in
+// device memory.
+//
+// A host tensor has Data, the raw little-endian memory, and a nil Device;
+// the typed constructors (Float32s and friends) share memory with the slice
+// they are given, so a collective writes its result straight into the
+// caller's slice.
+//
+// A device tensor (DeviceTensor) has a Device and nil Data. Only backends
+// that run on device memory accept it (pg/nccl); host-only backends refuse
+// it with ErrDeviceTensor. View returns nil for it.
 type Tensor struct {
-	Dtype Dtype
-	Data  []byte
+	Dtype  Dtype
+	Data   []byte
+	Device *DeviceMemory // nil: host memory
 }
 
 // Len is the number of elements.
 func (t Tensor) Len() int {
 	if s := t.Dtype.Size(); s > 0 {
-		return len(t.Data) / s
+		return t.Bytes() / s
 	}
 	return 0
 }
 
-// Slice returns elements [i, j) as a Tensor sharing memory with t.
+// Slice returns elements [i, j) as a Tensor sharing memory with t. Like
+// slicing, it panics when [i, j) is out of range.
 func (t Tensor) Slice(i, j int) Tensor {
 	s := t.Dtype.Size()
+	if m := t.Device; m != nil {
+		if i < 0 || j < i || j*s > m.Bytes {
+			panic(fmt.Sprintf("pg: device tensor slice [%d:%d] out of range of %d elements", i, j, t.Len()))
+		}
+		return Tensor{Dtype: t.Dtype, Device: &DeviceMemory{Ordinal: m.Ordinal, Ptr: m.Ptr + uintptr(i*s), Bytes: (j - i) * s}}
+	}
 	return Tensor{Dtype: t.Dtype, Data: t.Data[i*s : j*s : j*s]}
 }
 
-// Validate checks that t has a known dtype and a whole number of elements.
+// Validate checks that t has a known dtype and a whole number of elements,
+// and, for a device tensor, a plausible ordinal and pointer and no host
+// bytes.
 func (t Tensor) Validate() error {
 	if !t.Dtype.Valid() {
 		return fmt.Errorf("%w: unknown dtype %v", ErrInvalidArgument, t.Dtype)
 	}
-	if len(t.Data)%t.Dtype.Size() != 0 {
-		return fmt.Errorf("%w: %d bytes is not a whole number of %v elements", ErrInvalidArgument, len(t.Data), t.Dtype)
+	if t.Device != nil {
+		if err := t.validateDevice(); err != nil {
+			return err
+		}
+	}
+	if n := t.Bytes(); n%t.Dtype.Size() != 0 {
+		return fmt.Errorf("%w: %d bytes is not a whole number of %v elements", ErrInvalidArgument, n, t.Dtype)
 	}
 	return nil
 }
@@ -121,32 +143,32 @@ func bytesOf[T any](s []T) []byte {
 }
 
 // Float32s views s as a Float32 tensor. The tensor shares s's memory.
-func Float32s(s []float32) Tensor { return Tensor{Float32, bytesOf(s)} }
+func Float32s(s []float32) Tensor { return Tensor{Dtype: Float32, Data: bytesOf(s)} }
 
 // Float64s views s as a Float64 tensor.
-func Float64s(s []float64) Tensor { return Tensor{Float64, bytesOf(s)} }
+func Float64s(s []float64) Tensor { return Tensor{Dtype: Float64, Data: bytesOf(s)} }
 
 // Float16s views s, holding IEEE 754 half-precision bit patterns, as a Float16 tensor.
-func Float16s(s []uint16) Tensor { return Tensor{Float16, bytesOf(s)} }
+func Float16s(s []uint16) Tensor { return Tensor{Dtype: Float16, Data: bytesOf(s)} }
 
 // BFloat16s views s, holding bfloat16 bit patterns, as a BFloat16 tensor.
-func BFloat16s(s []uint16) Tensor { return Tensor{BFloat16, bytesOf(s)} }
+func BFloat16s(s []uint16) Tensor { return Tensor{Dtype: BFloat16, Data: bytesOf(s)} }
 
 // Int32s views s as an Int32 tensor.
-func Int32s(s []int32) Tensor { return Tensor{Int32, bytesOf(s)} }
+func Int32s(s []int32) Tensor { return Tensor{Dtype: Int32, Data: bytesOf(s)} }
 
 // Int64s views s as an Int64 tensor.
-func Int64s(s []int64) Tensor { return Tensor{Int64, bytesOf(s)} }
+func Int64s(s []int64) Tensor { return Tensor{Dtype: Int64, Data: bytesOf(s)} }
 
 // Uint8s views s as a Uint8 tensor.
-func Uint8s(s []uint8) Tensor { return Tensor{Uint8, s} }
+func Uint8s(s []uint8) Tensor { return Tensor{Dtype: Uint8, Data: s} }
 
 // NewTensor allocates a zeroed tensor of n elements. Its memory is 8-byte
 // aligned, so any typed view of it is safe.
 func NewTensor(d Dtype, n int) Tensor {
 	words := make([]uint64, (n*d.Size()+7)/8)
 	b := bytesOf(words)
-	return Tensor{d, b[: n*d.Size() : n*d.Size()]}
+	return Tensor{Dtype: d, Data: b[: n*d.Size() : n*d.Size()]}
 }
 
 // View reinterprets t's memory as a slice of T. The caller must pick a T

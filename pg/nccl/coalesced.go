@@ -13,15 +13,18 @@ import (
 
 // AllReduceCoalesced reduces every tensor of ts in place.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckCoalesced("allreduce_coalesced", nil, ts); err != nil {
+	if err := pg.CheckCoalesced("allreduce_coalesced", nil, ts, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, err)
 	}
 	var n int64
 	for i, t := range ts {
-		if err := pg.CheckAllReduce(t, op); err != nil {
+		if err := pg.CheckAllReduce(t, op, pg.AcceptDevice); err != nil {
 			return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
 		}
-		n += int64(len(t.Data))
+		if err := g.deviceAllReduce("allreduce_coalesced", op, t); err != nil {
+			return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
+		}
+		n += int64(t.Bytes())
 	}
 	return g.issue(ctx, desc{op: pg.OpAllReduceCoalesced, peer: pg.NoPeer, dtype: firstDtype(ts), inBytes: n, outBytes: n},
 		func(s *stager) ([]part, error) {
@@ -31,15 +34,18 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	if err := pg.CheckCoalesced("allgather_coalesced", outs, ins); err != nil {
+	if err := pg.CheckCoalesced("allgather_coalesced", outs, ins, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, err)
 	}
 	var in, out int64
 	for i := range ins {
-		if err := pg.CheckAllGather(outs[i], ins[i], g.size); err != nil {
+		if err := pg.CheckAllGather(outs[i], ins[i], g.size, pg.AcceptDevice); err != nil {
 			return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
 		}
-		in, out = in+int64(len(ins[i].Data)), out+int64(len(outs[i].Data))
+		if _, err := g.onDevice("allgather_coalesced", outs[i], ins[i]); err != nil {
+			return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
+		}
+		in, out = in+int64(ins[i].Bytes()), out+int64(outs[i].Bytes())
 	}
 	return g.issue(ctx, desc{op: pg.OpAllGatherCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
 		func(s *stager) ([]part, error) {
@@ -49,15 +55,18 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every i.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckCoalesced("reducescatter_coalesced", outs, ins); err != nil {
+	if err := pg.CheckCoalesced("reducescatter_coalesced", outs, ins, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, err)
 	}
 	var in, out int64
 	for i := range ins {
-		if err := pg.CheckReduceScatter(outs[i], ins[i], op, g.size); err != nil {
+		if err := pg.CheckReduceScatter(outs[i], ins[i], op, g.size, pg.AcceptDevice); err != nil {
 			return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
 		}
-		in, out = in+int64(len(ins[i].Data)), out+int64(len(outs[i].Data))
+		if err := g.deviceAllReduce("reducescatter_coalesced", op, outs[i], ins[i]); err != nil {
+			return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
+		}
+		in, out = in+int64(ins[i].Bytes()), out+int64(outs[i].Bytes())
 	}
 	return g.issue(ctx, desc{op: pg.OpReduceScatterCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
 		func(s *stager) ([]part, error) {

@@ -10,10 +10,13 @@ import (
 // AllReduce reduces t across ranks in place (ncclAllReduce; BAND, BOR and
 // BXOR as an ncclAllGather reduced on the host).
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduce(t, op); err != nil {
+	if err := pg.CheckAllReduce(t, op, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllReduce, pg.NoPeer, err)
 	}
-	n := int64(len(t.Data))
+	if err := g.deviceAllReduce("allreduce", op, t); err != nil {
+		return g.invalid(pg.OpAllReduce, pg.NoPeer, err)
+	}
+	n := int64(t.Bytes())
 	return g.issue(ctx, desc{op: pg.OpAllReduce, peer: pg.NoPeer, dtype: t.Dtype, inBytes: n, outBytes: n},
 		func(s *stager) ([]part, error) {
 			p, err := s.allReduce(t, op)
@@ -22,6 +25,13 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 }
 
 func (s *stager) allReduce(t pg.Tensor, op pg.ReduceOp) (part, error) {
+	if t.IsDevice() {
+		r, err := s.redOp(op, t.Dtype)
+		if err != nil {
+			return part{}, err
+		}
+		return part{comm: func() error { return s.g.be.allReduce(dptr(t, 0), dptr(t, 0), t.Len(), dataType(t.Dtype), r) }}, nil
+	}
 	if bitwise(op) {
 		return s.bitwiseReduce(t, t.Data, op, true)
 	}
@@ -78,10 +88,13 @@ func (s *stager) bitwiseReduce(in pg.Tensor, out []byte, op pg.ReduceOp, write b
 
 // Broadcast copies root's t to every rank (ncclBroadcast, in place).
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
+	if err := pg.CheckBroadcast(t, root, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpBroadcast, pg.NoPeer, err)
 	}
-	n := int64(len(t.Data))
+	if _, err := g.onDevice("broadcast", t); err != nil {
+		return g.invalid(pg.OpBroadcast, pg.NoPeer, err)
+	}
+	n := int64(t.Bytes())
 	return g.issue(ctx, desc{op: pg.OpBroadcast, peer: pg.NoPeer, dtype: t.Dtype, inBytes: n, outBytes: n},
 		func(s *stager) ([]part, error) {
 			p, err := s.broadcast(t, root)
@@ -90,6 +103,9 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 }
 
 func (s *stager) broadcast(t pg.Tensor, root int) (part, error) {
+	if t.IsDevice() {
+		return part{comm: func() error { return s.g.be.broadcast(dptr(t, 0), dptr(t, 0), t.Len(), dataType(t.Dtype), root) }}, nil
+	}
 	b, err := s.buffer(len(t.Data))
 	if err != nil {
 		return part{}, err
@@ -115,10 +131,13 @@ func (s *stager) broadcast(t pg.Tensor, root int) (part, error) {
 // AllGather gathers every rank's in into out (ncclAllGather, in place in
 // the staging buffer).
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	if err := pg.CheckAllGather(out, in, g.size); err != nil {
+	if err := pg.CheckAllGather(out, in, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllGather, pg.NoPeer, err)
 	}
-	return g.issue(ctx, desc{op: pg.OpAllGather, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(len(in.Data)), outBytes: int64(len(out.Data))},
+	if _, err := g.onDevice("allgather", out, in); err != nil {
+		return g.invalid(pg.OpAllGather, pg.NoPeer, err)
+	}
+	return g.issue(ctx, desc{op: pg.OpAllGather, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
 		func(s *stager) ([]part, error) {
 			p, err := s.allGather(out, in)
 			return []part{p}, err
@@ -126,6 +145,9 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 }
 
 func (s *stager) allGather(out, in pg.Tensor) (part, error) {
+	if in.IsDevice() {
+		return part{comm: func() error { return s.g.be.allGather(dptr(in, 0), dptr(out, 0), in.Len(), dataType(in.Dtype)) }}, nil
+	}
 	n := len(in.Data)
 	b, err := s.buffer(len(out.Data))
 	if err != nil {
@@ -144,10 +166,13 @@ func (s *stager) allGather(out, in pg.Tensor) (part, error) {
 // ReduceScatter reduces in across ranks and writes chunk Rank() to out
 // (ncclReduceScatter; bitwise ops through an allgather).
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
+	if err := pg.CheckReduceScatter(out, in, op, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpReduceScatter, pg.NoPeer, err)
 	}
-	return g.issue(ctx, desc{op: pg.OpReduceScatter, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(len(in.Data)), outBytes: int64(len(out.Data))},
+	if err := g.deviceAllReduce("reducescatter", op, out, in); err != nil {
+		return g.invalid(pg.OpReduceScatter, pg.NoPeer, err)
+	}
+	return g.issue(ctx, desc{op: pg.OpReduceScatter, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
 		func(s *stager) ([]part, error) {
 			p, err := s.reduceScatter(out, in, op)
 			return []part{p}, err
@@ -155,6 +180,28 @@ func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.Redu
 }
 
 func (s *stager) reduceScatter(out, in pg.Tensor, op pg.ReduceOp) (part, error) {
+	if in.IsDevice() {
+		r, err := s.redOp(op, in.Dtype)
+		if err != nil {
+			return part{}, err
+		}
+		if s.g.size == 1 {
+			// Copy, then reduce in place: NCCL's one-rank out-of-place
+			// AVG leaves some odd counts' last element unscaled.
+			return part{
+				upload: func() error {
+					if out.Bytes() == 0 {
+						return nil
+					}
+					return s.g.be.d2d(dptr(out, 0), dptr(in, 0), out.Bytes())
+				},
+				comm: func() error { return s.g.be.allReduce(dptr(out, 0), dptr(out, 0), out.Len(), dataType(in.Dtype), r) },
+			}, nil
+		}
+		return part{comm: func() error {
+			return s.g.be.reduceScatter(dptr(in, 0), dptr(out, 0), out.Len(), dataType(in.Dtype), r)
+		}}, nil
+	}
 	m := len(out.Data)
 	if s.oneRankPremul(op) {
 		return s.scaleOnHost(out, in, op.Factor), nil

@@ -61,6 +61,9 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 	if err := pg.CheckPeer("send", t, dst, tag, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpSend, dst, err)
 	}
+	if t.IsDevice() {
+		return g.invalid(pg.OpSend, dst, fmt.Errorf("%w: send of a device tensor: the point-to-point lanes stage through the host only (docs/nccl.md); copy to host", pg.ErrInvalidArgument))
+	}
 	return g.issueP2P(ctx, laneKey{send: true, peer: dst}, t)
 }
 
@@ -68,6 +71,9 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 	if err := pg.CheckPeer("recv", t, src, tag, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpRecv, src, err)
+	}
+	if t.IsDevice() {
+		return g.invalid(pg.OpRecv, src, fmt.Errorf("%w: recv of a device tensor: the point-to-point lanes stage through the host only (docs/nccl.md); copy to host", pg.ErrInvalidArgument))
 	}
 	return g.issueP2P(ctx, laneKey{send: false, peer: src}, t)
 }

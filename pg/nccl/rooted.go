@@ -10,12 +10,22 @@ import (
 // Reduce reduces t into root's t (ncclReduce; bitwise ops through an
 // allgather reduced on root).
 func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduce(t, root, op, g.size); err != nil {
+	if err := pg.CheckReduce(t, root, op, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpReduce, pg.NoPeer, err)
 	}
-	n := len(t.Data)
+	if err := g.deviceAllReduce("reduce", op, t); err != nil {
+		return g.invalid(pg.OpReduce, pg.NoPeer, err)
+	}
+	n := t.Bytes()
 	return g.issue(ctx, desc{op: pg.OpReduce, peer: pg.NoPeer, dtype: t.Dtype, inBytes: int64(n), outBytes: int64(n)},
 		func(s *stager) ([]part, error) {
+			if t.IsDevice() {
+				r, err := s.redOp(op, t.Dtype)
+				if err != nil {
+					return nil, err
+				}
+				return []part{{comm: func() error { return g.be.reduce(dptr(t, 0), dptr(t, 0), t.Len(), dataType(t.Dtype), r, root) }}}, nil
+			}
 			if bitwise(op) {
 				p, err := s.bitwiseReduce(t, t.Data, op, g.rank == root)
 				return []part{p}, err
@@ -48,17 +58,41 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 // Gather collects every rank's in into root's out, with grouped
 // ncclSend/ncclRecv (2.7), as ProcessGroupNCCL does.
 func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckGather(out, in, root, g.rank, g.size); err != nil {
+	if err := pg.CheckGather(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpGather, pg.NoPeer, err)
 	}
-	n := len(in.Data)
+	ts := []pg.Tensor{in}
+	if g.rank == root {
+		ts = append(ts, out)
+	}
+	if _, err := g.onDevice("gather", ts...); err != nil {
+		return g.invalid(pg.OpGather, pg.NoPeer, err)
+	}
+	n := in.Bytes()
 	outBytes := int64(0)
 	if g.rank == root {
-		outBytes = int64(len(out.Data))
+		outBytes = int64(out.Bytes())
 	}
 	return g.issue(ctx, desc{op: pg.OpGather, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(n), outBytes: outBytes},
 		func(s *stager) ([]part, error) {
 			dt, count := dataType(in.Dtype), in.Len()
+			if in.IsDevice() {
+				if g.rank != root {
+					return []part{{comm: func() error { return g.be.send(dptr(in, 0), count, dt, root) }}}, nil
+				}
+				parts := []part{{upload: func() error {
+					if n == 0 {
+						return nil
+					}
+					return g.be.d2d(dptr(out, root*count), dptr(in, 0), n)
+				}}}
+				for r := 0; r < g.size; r++ {
+					if r != root {
+						parts = append(parts, part{comm: func() error { return g.be.recv(dptr(out, r*count), count, dt, r) }})
+					}
+				}
+				return parts, nil
+			}
 			if g.rank != root {
 				b, err := s.buffer(n)
 				if err != nil {
@@ -89,17 +123,41 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 // Scatter sends chunk i of root's in to rank i's out, with grouped
 // ncclSend/ncclRecv.
 func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckScatter(out, in, root, g.rank, g.size); err != nil {
+	if err := pg.CheckScatter(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpScatter, pg.NoPeer, err)
 	}
-	m := len(out.Data)
+	ts := []pg.Tensor{out}
+	if g.rank == root {
+		ts = append(ts, in)
+	}
+	if _, err := g.onDevice("scatter", ts...); err != nil {
+		return g.invalid(pg.OpScatter, pg.NoPeer, err)
+	}
+	m := out.Bytes()
 	inBytes := int64(0)
 	if g.rank == root {
-		inBytes = int64(len(in.Data))
+		inBytes = int64(in.Bytes())
 	}
 	return g.issue(ctx, desc{op: pg.OpScatter, peer: pg.NoPeer, dtype: out.Dtype, inBytes: inBytes, outBytes: int64(m)},
 		func(s *stager) ([]part, error) {
 			dt, count := dataType(out.Dtype), out.Len()
+			if out.IsDevice() {
+				if g.rank != root {
+					return []part{{comm: func() error { return g.be.recv(dptr(out, 0), count, dt, root) }}}, nil
+				}
+				parts := []part{{upload: func() error {
+					if m == 0 {
+						return nil
+					}
+					return g.be.d2d(dptr(out, 0), dptr(in, root*count), m)
+				}}}
+				for r := 0; r < g.size; r++ {
+					if r != root {
+						parts = append(parts, part{comm: func() error { return g.be.send(dptr(in, r*count), count, dt, r) }})
+					}
+				}
+				return parts, nil
+			}
 			if g.rank != root {
 				b, err := s.buffer(m)
 				if err != nil {
@@ -130,13 +188,35 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 // AllToAll exchanges chunks with every rank through grouped
 // ncclSend/ncclRecv, as ProcessGroupNCCL's alltoall_base.
 func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
-	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size)
+	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size, pg.AcceptDevice)
 	if err != nil {
 		return g.invalid(pg.OpAllToAll, pg.NoPeer, err)
 	}
-	return g.issue(ctx, desc{op: pg.OpAllToAll, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(len(in.Data)), outBytes: int64(len(out.Data))},
+	if _, err := g.onDevice("alltoall", out, in); err != nil {
+		return g.invalid(pg.OpAllToAll, pg.NoPeer, err)
+	}
+	return g.issue(ctx, desc{op: pg.OpAllToAll, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
 		func(s *stager) ([]part, error) {
 			es, dt := in.Dtype.Size(), dataType(in.Dtype)
+			if in.IsDevice() {
+				parts := []part{{}}
+				inOff, outOff := 0, 0
+				for r := 0; r < g.size; r++ {
+					io, oo, ic, oc := inOff, outOff, inS[r], outS[r]
+					if ic > 0 {
+						parts = append(parts, part{comm: func() error { return g.be.send(dptr(in, io), ic, dt, r) }})
+					}
+					if oc > 0 {
+						parts = append(parts, part{comm: func() error { return g.be.recv(dptr(out, oo), oc, dt, r) }})
+					}
+					inOff += ic
+					outOff += oc
+				}
+				if len(parts) == 2 {
+					parts = append(parts, part{})
+				}
+				return parts, nil
+			}
 			bi, err := s.buffer(len(in.Data))
 			if err != nil {
 				return nil, err

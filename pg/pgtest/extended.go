@@ -39,7 +39,7 @@ func runExtended(t *testing.T, newWorld World, g grid) {
 			})
 		}
 	})
-	t.Run("Faults", func(t *testing.T) { runExtendedFaults(t, newWorld) })
+	t.Run("Faults", func(t *testing.T) { runExtendedFaults(t, newWorld, g) })
 }
 
 // extendedCollectives runs the checks of one world. Point-to-point comes
