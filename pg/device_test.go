@@ -73,9 +73,14 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 		{"gather", func(o ...pg.CheckOption) error { return pg.CheckGather(dev8, dev, 0, 0, 2, o...) }},
 		{"gather non-root", func(o ...pg.CheckOption) error { return pg.CheckGather(pg.Tensor{}, dev, 0, 1, 2, o...) }},
 		{"scatter", func(o ...pg.CheckOption) error { return pg.CheckScatter(dev, dev8, 0, 0, 2, o...) }},
-		{"alltoall", func(o ...pg.CheckOption) error { _, _, err := pg.CheckAllToAll(dev, dev, nil, nil, 2, o...); return err }},
+		{"alltoall", func(o ...pg.CheckOption) error {
+			_, _, err := pg.CheckAllToAll(dev, dev, nil, nil, 2, o...)
+			return err
+		}},
 		{"send", func(o ...pg.CheckOption) error { return pg.CheckPeer("send", dev, 1, 0, 0, 2, o...) }},
-		{"coalesced", func(o ...pg.CheckOption) error { return pg.CheckCoalesced("allreduce_coalesced", nil, []pg.Tensor{dev, dev8}, o...) }},
+		{"coalesced", func(o ...pg.CheckOption) error {
+			return pg.CheckCoalesced("allreduce_coalesced", nil, []pg.Tensor{dev, dev8}, o...)
+		}},
 	}
 	for _, c := range checks {
 		err := c.f()
@@ -89,7 +94,10 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 	for _, c := range []check{
 		{"allgather", func(o ...pg.CheckOption) error { return pg.CheckAllGather(host, dev, 2, o...) }},
 		{"reducescatter", func(o ...pg.CheckOption) error { return pg.CheckReduceScatter(dev, host, sum, 2, o...) }},
-		{"alltoall", func(o ...pg.CheckOption) error { _, _, err := pg.CheckAllToAll(host, dev, []int{1, 3}, nil, 2, o...); return err }},
+		{"alltoall", func(o ...pg.CheckOption) error {
+			_, _, err := pg.CheckAllToAll(host, dev, []int{1, 3}, nil, 2, o...)
+			return err
+		}},
 		{"coalesced", func(o ...pg.CheckOption) error {
 			return pg.CheckCoalesced("allgather_coalesced", []pg.Tensor{host}, []pg.Tensor{dev}, o...)
 		}},

@@ -13,7 +13,8 @@ import (
 // TestRefusesDeviceTensors: a host-only backend refuses device tensors at
 // once with pg.ErrDeviceTensor, on one rank, without its peers.
 func TestRefusesDeviceTensors(t *testing.T) {
-	gs := start(t, 2, 10*time.Second); g := gs[0]
+	gs := start(t, 2, 10*time.Second)
+	g := gs[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	d := pg.DeviceTensor(pg.Float32, 0, 0x1000, 16)
