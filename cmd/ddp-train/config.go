@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	info.register(fs)
 	var hidden string
 	fs.IntVar(&c.nproc, "nproc", 2, "number of worker processes (or goroutine ranks with --backend local)")
-	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback), local (goroutines in one process) or nccl (worker processes, one GPU each: GPU LOCAL_RANK; GODDP_NCCL_LIBRARY names libnccl.so.2)")
+	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback), local (goroutines in one process), nccl (worker processes, one GPU each: GPU LOCAL_RANK; GODDP_NCCL_LIBRARY names libnccl.so.2) or mpi (under mpirun -np N; needs a binary built with -tags mpi)")
 	fs.StringVar(&c.model, "model", "mlp", "model: mlp or cnn")
 	fs.StringVar(&hidden, "hidden", "128,128", "mlp hidden layer sizes, comma-separated")
 	fs.StringVar(&c.activation, "activation", "relu", "activation: relu or tanh")
@@ -156,8 +156,8 @@ func parseInts(s string) ([]int, error) {
 
 func (c config) validate() error {
 	switch {
-	case c.backend != "tcp" && c.backend != "local" && c.backend != "nccl":
-		return usagef("--backend %q: want tcp, local or nccl", c.backend)
+	case c.backend != "tcp" && c.backend != "local" && c.backend != "nccl" && c.backend != "mpi":
+		return usagef("--backend %q: want tcp, local, nccl or mpi", c.backend)
 	case c.nproc < 1:
 		return usagef("--nproc %d: want at least 1", c.nproc)
 	case c.batchSize < 1:

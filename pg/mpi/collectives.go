@@ -310,8 +310,15 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 			var req C.MPI_Request
 			return o.post(C.goddp_ialltoallv(src.p, sc.p, sd.p, dst.p, rc.p, rd.p, C.int(moveDtype(in.Dtype)), g.comm, &req), req)
 		},
-		finish:  func(o *mpiWork) error { copy(out.Data, dst.bytes()); return nil },
-		release: func() { src.free(); dst.free(); sc.free(); sd.free(); rc.free(); rd.free() },
+		finish: func(o *mpiWork) error { copy(out.Data, dst.bytes()); return nil },
+		release: func() {
+			src.free()
+			dst.free()
+			sc.free()
+			sd.free()
+			rc.free()
+			rd.free()
+		},
 	}
 	return g.submit(ctx, o, in.Dtype, len(in.Data), len(out.Data), nil)
 }

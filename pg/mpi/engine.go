@@ -53,20 +53,20 @@ type mpiWork struct {
 	ctx      context.Context
 	deadline time.Time
 
-	start   func(o *mpiWork) error       // engine thread: posts the requests
-	reqs    []C.MPI_Request         // in flight
-	counts  []int                   // bytes received, per request
-	finish  func(o *mpiWork) error       // engine thread, after success: copies out
-	release func()                  // frees the C memory; called once the requests are over
-	done    bool                    // the Future is completed (the requests may still run)
+	start   func(o *mpiWork) error // engine thread: posts the requests
+	reqs    []C.MPI_Request        // in flight
+	counts  []int                  // bytes received, per request
+	finish  func(o *mpiWork) error // engine thread, after success: copies out
+	release func()                 // frees the C memory; called once the requests are over
+	done    bool                   // the Future is completed (the requests may still run)
 
 	// monitored marks a MonitoredBarrier step: at its deadline the
 	// requests still open are cancelled and miss(peers) is its error,
 	// instead of the job being aborted.
-	monitored bool
-	peers     []int // the peer of each request
+	monitored  bool
+	peers      []int // the peer of each request
 	deadlineAt time.Time
-	miss      func(missing []int) error
+	miss       func(missing []int) error
 }
 
 func startEngine(log *zap.Logger, grace time.Duration) (*engine, int, int, error) {
