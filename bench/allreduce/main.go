@@ -4,6 +4,7 @@
 //	go run ./bench/allreduce --backend tcp --nproc 2 --sizes 4096,1048576,67108864 --dtype float32
 //	go run ./bench/allreduce --backend tcp --nproc 2 --op alltoall --sizes 1048576
 //	go run ./bench/allreduce --backend local --nproc 4 --op all --format table
+//	go build -tags mpi -o allreduce ./bench/allreduce && mpirun -np 2 ./allreduce --backend mpi
 //
 // --op is allreduce, allgather, reducescatter, alltoall, broadcast,
 // reduce, gather, scatter or sendrecv, a comma-separated list of them, or
@@ -93,7 +94,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&ops, "op", "allreduce", "collective to time: all, or a comma-separated list of "+opNames())
 	fs.StringVar(&format, "format", "csv", "output: csv, or table (nccl-tests' columns)")
 	fs.IntVar(&o.cfg.root, "root", 0, "root rank of broadcast, reduce, gather and scatter")
-	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local, tcp or nccl (one GPU per worker: GPU LOCAL_RANK, host tensors staged)")
+	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local, tcp, nccl (one GPU per worker: GPU LOCAL_RANK, host tensors staged) or mpi (under mpirun -np N, built with -tags mpi; also measures tcp in the same job and prints the ratio)")
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
 	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864", "comma-separated sizes in bytes, as nccl-tests' -b/-e (see above for each op's buffers)")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
@@ -105,8 +106,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{err}
 	}
 	var err error
-	if o.backend != "local" && o.backend != "tcp" && o.backend != "nccl" {
-		return o, usageError{fmt.Errorf("--backend %q: want local, tcp or nccl", o.backend)}
+	if o.backend != "local" && o.backend != "tcp" && o.backend != "nccl" && o.backend != "mpi" {
+		return o, usageError{fmt.Errorf("--backend %q: want local, tcp, nccl or mpi", o.backend)}
 	}
 	if o.nproc < 1 {
 		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
@@ -150,6 +151,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case o.backend == "local":
 		return runLocal(ctx, o, stdout, stderr)
+	case o.backend == "mpi": // mpi.go: MPI knows the ranks
+		return runMPI(ctx, o, stdout)
 	case os.Getenv(workerEnv) == "1":
 		return runWorker(ctx, o, stdout)
 	default:

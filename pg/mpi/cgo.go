@@ -7,6 +7,7 @@ package mpi
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 
 // The Go side names dtypes and ops with small integers; these map them.
 // 1 float32, 2 float64, 3 int32, 4 int64, 5 uint8, 6 uint16 (the bit
@@ -144,6 +145,7 @@ int goddp_rank(MPI_Comm c) { int r = -1; MPI_Comm_rank(c, &r); return r; }
 int goddp_size(MPI_Comm c) { int s = -1; MPI_Comm_size(c, &s); return s; }
 int goddp_finalize(void) { return MPI_Finalize(); }
 int goddp_abort(MPI_Comm c, int code) { return MPI_Abort(c, code); }
+void goddp_yield(void) { sched_yield(); }
 int goddp_thread_funneled(void) { return MPI_THREAD_FUNNELED; }
 void goddp_version(char *buf, int n) {
 	int len = 0;
@@ -184,8 +186,9 @@ func libraryVersion() string {
 // cbuf is a buffer in C memory, which MPI may keep using after the cgo
 // call that started a non-blocking operation returns.
 type cbuf struct {
-	p unsafe.Pointer
-	n int
+	p      unsafe.Pointer
+	n      int
+	pinned bool // Go memory pinned by the Work (see pin); not freed here
 }
 
 // newCbuf allocates n bytes of C memory (at least one byte, so that MPI
@@ -205,7 +208,7 @@ func newCbuf(n int) cbuf {
 func (b cbuf) bytes() []byte { return unsafe.Slice((*byte)(b.p), b.n) }
 
 func (b *cbuf) free() {
-	if b.p != nil {
+	if b.p != nil && !b.pinned {
 		C.free(b.p)
 		b.p = nil
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/goddp/ddp/pg"
 )
@@ -45,12 +46,19 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 func (g *Group) allReduce(ctx context.Context, kind pg.OpType, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
 	bufs := make([]cbuf, len(ts))
 	bytes := 0
-	for i, t := range ts {
+	pinner := new(runtime.Pinner)
+	for _, t := range ts {
 		if err := checkCount(t.Len()); err != nil {
 			return pg.Completed(err)
 		}
-		bufs[i] = reduceIn(t, op, g.size)
 		bytes += len(t.Data)
+	}
+	for i, t := range ts {
+		if direct(t, op, g.size) {
+			bufs[i] = pin(pinner, t) // reduced in place, no copies
+		} else {
+			bufs[i] = reduceIn(t, op, g.size)
+		}
 	}
 	o := &mpiWork{kind: kind,
 		start: func(o *mpiWork) error {
@@ -65,11 +73,15 @@ func (g *Group) allReduce(ctx context.Context, kind pg.OpType, ts []pg.Tensor, o
 		},
 		finish: func(o *mpiWork) error {
 			for i, t := range ts {
-				reduceOut(t, bufs[i], 0, op, g.size)
+				if bufs[i].pinned {
+					divideInPlace(t, op, g.size)
+				} else {
+					reduceOut(t, bufs[i], 0, op, g.size)
+				}
 			}
 			return nil
 		},
-		release: func() { freeAll(bufs) },
+		release: func() { freeAll(bufs); pinner.Unpin() },
 	}
 	return g.submit(ctx, o, dtypeOf(ts), bytes, bytes, nil)
 }
@@ -96,14 +108,19 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 	if err := checkCount(t.Len()); err != nil {
 		return pg.Completed(err)
 	}
-	b := moveIn(t)
+	pinner := new(runtime.Pinner)
+	var b cbuf
+	if len(t.Data) > 0 {
+		b = pin(pinner, t) // in place, no copies
+	} else {
+		b = moveIn(t)
+	}
 	o := &mpiWork{kind: pg.OpBroadcast,
 		start: func(o *mpiWork) error {
 			var req C.MPI_Request
 			return o.post(C.goddp_ibcast(b.p, C.int(t.Len()), C.int(moveDtype(t.Dtype)), C.int(root), g.comm, &req), req)
 		},
-		finish:  func(o *mpiWork) error { copy(t.Data, b.bytes()); return nil },
-		release: b.free,
+		release: func() { b.free(); pinner.Unpin() },
 	}
 	return g.submit(ctx, o, t.Dtype, len(t.Data), len(t.Data), nil)
 }
@@ -124,8 +141,14 @@ func (g *Group) allGather(ctx context.Context, kind pg.OpType, outs, ins []pg.Te
 		if err := checkCount(outs[i].Len()); err != nil {
 			return pg.Completed(err)
 		}
-		src[i] = moveIn(ins[i])
-		dst[i] = newCbuf(len(outs[i].Data))
+	}
+	pinner := new(runtime.Pinner)
+	for i := range ins {
+		if len(ins[i].Data) > 0 && !overlaps(ins[i].Data, outs[i].Data) {
+			src[i], dst[i] = pin(pinner, ins[i]), pin(pinner, outs[i]) // no copies
+		} else {
+			src[i], dst[i] = moveIn(ins[i]), newCbuf(len(outs[i].Data))
+		}
 		inB += len(ins[i].Data)
 		outB += len(outs[i].Data)
 	}
@@ -141,11 +164,13 @@ func (g *Group) allGather(ctx context.Context, kind pg.OpType, outs, ins []pg.Te
 		},
 		finish: func(o *mpiWork) error {
 			for i := range outs {
-				copy(outs[i].Data, dst[i].bytes())
+				if !dst[i].pinned {
+					copy(outs[i].Data, dst[i].bytes())
+				}
 			}
 			return nil
 		},
-		release: func() { freeAll(src); freeAll(dst) },
+		release: func() { freeAll(src); freeAll(dst); pinner.Unpin() },
 	}
 	return g.submit(ctx, o, dtypeOf(ins), inB, outB, nil)
 }

@@ -37,9 +37,10 @@ type engine struct {
 	exited   chan struct{}
 
 	// owned by the engine goroutine
-	pending []*mpiWork
-	abortAt time.Time
-	abortOn C.MPI_Comm
+	pending      []*mpiWork
+	lastProgress time.Time // when a request last finished or a Work was issued
+	abortAt      time.Time
+	abortOn      C.MPI_Comm
 }
 
 // mpiWork is one Work in flight: its MPI requests and what to do when they end.
@@ -199,22 +200,30 @@ func (e *engine) loop() {
 		}
 		if progressed {
 			idle = 0
+			e.lastProgress = time.Now()
 			continue
 		}
 		if len(e.pending) == 0 && e.abortAt.IsZero() {
 			<-e.kick
+			e.lastProgress = time.Now()
 			continue
 		}
+		// MPI moves data only inside MPI calls (Open MPI's non-blocking
+		// collectives advance a round per MPI_Test), so the requests are
+		// polled without pause while they are young: Gosched, then
+		// sched_yield so that other ranks sharing the core run. Requests
+		// idle for more than 50ms (a peer that has not arrived) are polled
+		// every 200µs, not to burn a core for a late rank.
 		idle++
-		if idle < 64 {
+		switch {
+		case idle < 64:
 			runtime.Gosched()
 			continue
+		case time.Since(e.lastProgress) < 50*time.Millisecond:
+			C.goddp_yield()
+			continue
 		}
-		d := time.Duration(idle-63) * 2 * time.Microsecond
-		if d > 200*time.Microsecond {
-			d = 200 * time.Microsecond
-		}
-		timer.Reset(d)
+		timer.Reset(200 * time.Microsecond)
 		select {
 		case <-e.kick:
 			if !timer.Stop() {

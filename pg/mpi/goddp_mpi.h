@@ -31,4 +31,5 @@ int goddp_finalize(void);
 int goddp_abort(MPI_Comm c, int code);
 int goddp_thread_funneled(void);
 void goddp_version(char *buf, int n);
+void goddp_yield(void);
 #endif

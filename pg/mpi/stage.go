@@ -3,6 +3,7 @@
 package mpi
 
 import (
+	"runtime"
 	"unsafe"
 
 	"github.com/goddp/ddp/pg"
@@ -153,6 +154,25 @@ func reduceOut(t pg.Tensor, b cbuf, first int, op pg.ReduceOp, size int) {
 	}
 	es := t.Dtype.Size()
 	copy(t.Data, b.bytes()[first*es:(first+n)*es])
+	divideInPlace(t, op, size)
+}
+
+// direct reports whether t can be handed to MPI as it is: no widening and
+// no scaling on the way in (integer AVG divides in place afterwards).
+func direct(t pg.Tensor, op pg.ReduceOp, size int) bool {
+	return len(t.Data) > 0 && !isHalf(t.Dtype) && scale(op, t.Dtype, size) == 0
+}
+
+// pin pins t's backing array with p (runtime.Pinner), so that MPI may
+// keep its address after the cgo call returns, and returns it as a cbuf
+// whose free is a no-op: the Work unpins p when its requests are over.
+func pin(p *runtime.Pinner, t pg.Tensor) cbuf {
+	p.Pin(&t.Data[0])
+	return cbuf{p: unsafe.Pointer(&t.Data[0]), n: len(t.Data), pinned: true}
+}
+
+// divideInPlace finishes integer AVG on a tensor MPI summed in place.
+func divideInPlace(t pg.Tensor, op pg.ReduceOp, size int) {
 	if op.Kind != pg.Avg || t.Dtype.IsFloat() {
 		return
 	}
@@ -172,4 +192,14 @@ func reduceOut(t pg.Tensor, b cbuf, first int, op pg.ReduceOp, size int) {
 			t.Data[i] = v / uint8(size)
 		}
 	}
+}
+
+// overlaps reports whether a and b share memory (MPI forbids aliased
+// send and receive buffers).
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }

@@ -1,0 +1,14 @@
+//go:build !mpi
+
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// runMPI refuses: this binary was built without MPI.
+func runMPI(context.Context, options, io.Writer) error {
+	return usageError{errors.New("--backend mpi: built without MPI; rebuild with `go build -tags mpi ./bench/allreduce` and start it with mpirun -np N")}
+}
