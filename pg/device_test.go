@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -113,4 +114,19 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 	if err := pg.CheckAllReduce(host, sum); err != nil {
 		t.Errorf("host tensor: %v", err)
 	}
+}
+
+// A device tensor describes GPU memory the caller owns; host-only checks
+// refuse it, and pg/nccl's accept it.
+func ExampleDeviceTensor() {
+	t := pg.DeviceTensor(pg.Float32, 0, 0x7f0000000000, 4096)
+	s := t.Slice(256, 512)
+	fmt.Println(t.IsDevice(), t.Len(), s.Len(), s.Device.Ptr-t.Device.Ptr)
+	err := pg.CheckAllReduce(t, pg.Op(pg.Sum))
+	fmt.Println(errors.Is(err, pg.ErrDeviceTensor), errors.Is(err, pg.ErrInvalidArgument))
+	fmt.Println(pg.CheckAllReduce(t, pg.Op(pg.Sum), pg.AcceptDevice))
+	// Output:
+	// true 1024 256 1024
+	// true true
+	// <nil>
 }
