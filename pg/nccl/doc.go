@@ -15,11 +15,18 @@
 // 2.14+), so that a rendezvous that never completes is aborted when ctx
 // or the group timeout ends.
 //
-// Tensors: pg.Tensor holds host bytes, so every collective stages them:
-// caller's slice -> pinned host buffer -> device buffer -> NCCL -> device ->
-// pinned -> caller's slice. Buffers come from a per-group pool of
-// power-of-two size classes and are reused. The device never touches Go
-// memory, and a failed collective leaves the caller's tensor untouched.
+// Host tensors are staged: caller's slice -> pinned host buffer -> device
+// buffer -> NCCL -> device -> pinned -> caller's slice. Buffers come from a
+// per-group pool of power-of-two size classes and are reused. The device
+// never touches Go memory, and a failed collective leaves the caller's
+// tensor untouched.
+//
+// Device tensors (pg.DeviceTensor, on the group's GPU) go to NCCL as they
+// are, with no staging. The group's stream does not wait on the caller's:
+// the data must be complete on the device when the call is made, and the
+// results are there when the Work is done. A call mixing host and device
+// tensors is refused; so are, on device tensors, BAND/BOR/BXOR, PREMUL_SUM
+// on a world of one, and Send/Recv (docs/nccl.md).
 //
 // Streams and completion: each group has one CUDA stream. A collective is
 // enqueued under the group's issue lock (NCCL needs calls on a
@@ -50,7 +57,6 @@
 // Gloo). Send and Recv are ncclSend/ncclRecv: NCCL matches them by order
 // and has no tags, so, as in ProcessGroupNCCL, tags are not matched.
 //
-// Not yet: device tensors (a Device/Ptr description beside Data; see
-// docs/nccl.md) and a separate communicator per peer pair for
-// point-to-point calls.
+// Send and Recv run on a two-rank communicator per direction between two
+// ranks (docs/nccl.md).
 package nccl
