@@ -148,6 +148,34 @@ func TestDeviceTensorsOverFake(t *testing.T) {
 			t.Fatalf("rank %d: device tensors made %d staging buffers, want none", r, got-before[r])
 		}
 	}
+	// Send/Recv: device to device (0 -> 1) and device to host (1 -> 2),
+	// 100 float32s: a device payload needs no staging buffer, only the
+	// lane's 16-byte size header (pool class 256 < 400 bytes).
+	seq100 := func(base float32) []float32 { return seqFloats(100, base) }
+	dst := fakeDev(bes[1], make([]float32, 100))
+	hostBuf := make([]float32, 100)
+	ws := []pg.Work{
+		gs[0].Send(ctx, fakeDev(bes[0], seq100(1)), 1, 0),
+		gs[1].Recv(ctx, dst, 0, 0),
+		gs[1].Send(ctx, fakeDev(bes[1], seq100(2)), 2, 0),
+		gs[2].Recv(ctx, pg.Float32s(hostBuf), 1, 0),
+	}
+	for i, w := range ws {
+		if err := waitErr(t, w, 10*time.Second); err != nil {
+			t.Fatalf("send/recv %d: %v", i, err)
+		}
+	}
+	want("recv on device", 1, fakeHost(bes[1], dst), seq100(1))
+	want("recv on host", 2, hostBuf, seq100(2))
+	for r, g := range gs[:2] {
+		g.pool.mu.Lock()
+		for _, b := range g.pool.all {
+			if b.size >= 400 {
+				t.Errorf("rank %d: a device send/recv made a %d-byte staging buffer", r, b.size)
+			}
+		}
+		g.pool.mu.Unlock()
+	}
 }
 
 func TestDeviceTensorRefusals(t *testing.T) {

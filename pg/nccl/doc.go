@@ -25,8 +25,8 @@
 // are, with no staging. The group's stream does not wait on the caller's:
 // the data must be complete on the device when the call is made, and the
 // results are there when the Work is done. A call mixing host and device
-// tensors is refused; so are, on device tensors, BAND/BOR/BXOR, PREMUL_SUM
-// on a world of one, and Send/Recv (docs/nccl.md).
+// tensors is refused; so are, on device tensors, BAND/BOR/BXOR and
+// PREMUL_SUM on a world of one (docs/nccl.md).
 //
 // Streams and completion: each group has one CUDA stream. A collective is
 // enqueued under the group's issue lock (NCCL needs calls on a

@@ -58,22 +58,22 @@ type p2pOp struct {
 // in the order issued. The receiver must post a Recv of the same size;
 // otherwise both fail with pg.ErrInvalidArgument.
 func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
-	if err := pg.CheckPeer("send", t, dst, tag, g.rank, g.size); err != nil {
+	if err := pg.CheckPeer("send", t, dst, tag, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpSend, dst, err)
 	}
-	if t.IsDevice() {
-		return g.invalid(pg.OpSend, dst, fmt.Errorf("%w: send of a device tensor: the point-to-point lanes stage through the host only (docs/nccl.md); copy to host", pg.ErrInvalidArgument))
+	if _, err := g.onDevice("send", t); err != nil {
+		return g.invalid(pg.OpSend, dst, err)
 	}
 	return g.issueP2P(ctx, laneKey{send: true, peer: dst}, t)
 }
 
 // Recv receives t from src (ncclRecv, 2.7); see Send.
 func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
-	if err := pg.CheckPeer("recv", t, src, tag, g.rank, g.size); err != nil {
+	if err := pg.CheckPeer("recv", t, src, tag, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpRecv, src, err)
 	}
-	if t.IsDevice() {
-		return g.invalid(pg.OpRecv, src, fmt.Errorf("%w: recv of a device tensor: the point-to-point lanes stage through the host only (docs/nccl.md); copy to host", pg.ErrInvalidArgument))
+	if _, err := g.onDevice("recv", t); err != nil {
+		return g.invalid(pg.OpRecv, src, err)
 	}
 	return g.issueP2P(ctx, laneKey{send: false, peer: src}, t)
 }
@@ -81,10 +81,10 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 // issueP2P numbers the call and queues it on its lane.
 func (g *Group) issueP2P(ctx context.Context, k laneKey, t pg.Tensor) pg.Work {
 	op := pg.OpRecv
-	d := desc{op: op, peer: k.peer, dtype: t.Dtype, outBytes: int64(len(t.Data))}
+	d := desc{op: op, peer: k.peer, dtype: t.Dtype, outBytes: int64(t.Bytes())}
 	if k.send {
 		op = pg.OpSend
-		d = desc{op: op, peer: k.peer, dtype: t.Dtype, inBytes: int64(len(t.Data))}
+		d = desc{op: op, peer: k.peer, dtype: t.Dtype, inBytes: int64(t.Bytes())}
 	}
 	now := time.Now()
 	g.mu.Lock()
@@ -152,7 +152,7 @@ func (l *lane) carry(op *p2pOp) {
 			return
 		}
 	}
-	n := len(op.t.Data)
+	n, dev := op.t.Bytes(), op.t.IsDevice()
 	hdr, err := g.pool.get(16)
 	if err != nil {
 		l.fail(w, err)
@@ -160,7 +160,7 @@ func (l *lane) carry(op *p2pOp) {
 	}
 	w.bufs = append(w.bufs, hdr)
 	var b *buf
-	if n > 0 {
+	if n > 0 && !dev { // a device tensor is sent and received in place
 		if b, err = g.pool.get(n); err != nil {
 			l.fail(w, err)
 			return
@@ -174,7 +174,7 @@ func (l *lane) carry(op *p2pOp) {
 		pairPeer = 0
 	}
 	err = be.h2d(hdr.dev, hdr.host[:8])
-	if err == nil && l.key.send && n > 0 {
+	if err == nil && l.key.send && n > 0 && !dev {
 		copy(b.host[:n], op.t.Data)
 		err = be.h2d(b.dev, b.host[:n])
 	}
@@ -214,9 +214,14 @@ func (l *lane) carry(op *p2pOp) {
 		return
 	}
 	// 2. The payload.
-	if l.key.send {
+	switch {
+	case dev && l.key.send:
+		err = be.send(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
+	case dev:
+		err = be.recv(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
+	case l.key.send:
 		err = be.send(b.dev, n, nccl.Uint8, pairPeer)
-	} else {
+	default:
 		err = be.recv(b.dev, n, nccl.Uint8, pairPeer)
 		if err == nil {
 			err = be.d2h(b.host[:n], b.dev)
