@@ -200,7 +200,7 @@ func (g *Group) closedErr(op pg.OpType) error {
 
 // AllReduce implements pg.ProcessGroup.
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduce(t, op); err != nil {
+	if err := pg.CheckAllReduce(t, op, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
@@ -210,7 +210,7 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 
 // Broadcast implements pg.ProcessGroup.
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
+	if err := pg.CheckBroadcast(t, root, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpBroadcast, t, root), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
@@ -220,7 +220,7 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 
 // AllGather implements pg.ProcessGroup.
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	if err := pg.CheckAllGather(out, in, g.size); err != nil {
+	if err := pg.CheckAllGather(out, in, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpAllGather, in, noRoot), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
@@ -230,7 +230,7 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 
 // ReduceScatter implements pg.ProcessGroup.
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
+	if err := pg.CheckReduceScatter(out, in, op, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
@@ -251,7 +251,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 	if !ok {
 		return g.unsupported(pg.OpReduce)
 	}
-	if err := pg.CheckReduce(t, root, op, g.size); err != nil {
+	if err := pg.CheckReduce(t, root, op, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, withOp(fpOf(pg.OpReduce, t, root), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
@@ -265,7 +265,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 	if !ok {
 		return g.unsupported(pg.OpGather)
 	}
-	if err := pg.CheckGather(out, in, root, g.rank, g.size); err != nil {
+	if err := pg.CheckGather(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpGather, in, root), rootSized(in.Dtype, in, out, g.rank == root, true), func(ctx context.Context) pg.Work {
@@ -279,7 +279,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 	if !ok {
 		return g.unsupported(pg.OpScatter)
 	}
-	if err := pg.CheckScatter(out, in, root, g.rank, g.size); err != nil {
+	if err := pg.CheckScatter(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpScatter, out, root), rootSized(out.Dtype, in, out, g.rank == root, false), func(ctx context.Context) pg.Work {
@@ -293,7 +293,7 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	if !ok {
 		return g.unsupported(pg.OpAllToAll)
 	}
-	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size)
+	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size, pg.AcceptDevice)
 	if err != nil {
 		return pg.Completed(err)
 	}
@@ -341,7 +341,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 	if !ok {
 		return g.unsupported(pg.OpAllGatherCoalesced)
 	}
-	if err := checkCoalesced("allgather_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckAllGather(out, in, g.size) }); err != nil {
+	if err := checkCoalesced("allgather_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckAllGather(out, in, g.size, pg.AcceptDevice) }); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
@@ -355,7 +355,7 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 	if !ok {
 		return g.unsupported(pg.OpReduceScatterCoalesced)
 	}
-	if err := checkCoalesced("reducescatter_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckReduceScatter(out, in, op, g.size) }); err != nil {
+	if err := checkCoalesced("reducescatter_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckReduceScatter(out, in, op, g.size, pg.AcceptDevice) }); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
@@ -370,7 +370,7 @@ type sizes struct {
 }
 
 func sized(d pg.Dtype, in, out pg.Tensor) sizes {
-	return sizes{d, int64(len(in.Data)), int64(len(out.Data))}
+	return sizes{d, int64(in.Bytes()), int64(out.Bytes())}
 }
 
 // rootSized counts only the buffers a rooted collective uses: Gather's
@@ -393,11 +393,11 @@ func coalescedSize(outs, ins []pg.Tensor) sizes {
 		if i == 0 {
 			s.dtype = t.Dtype
 		}
-		s.in += int64(len(t.Data))
+		s.in += int64(t.Bytes())
 		if outs != nil {
-			s.out += int64(len(outs[i].Data))
+			s.out += int64(outs[i].Bytes())
 		} else {
-			s.out += int64(len(t.Data))
+			s.out += int64(t.Bytes())
 		}
 	}
 	return s
@@ -406,7 +406,7 @@ func coalescedSize(outs, ins []pg.Tensor) sizes {
 // checkCoalesced validates a coalesced collective's lists, then each
 // pair (out is the zero Tensor without outputs) with each.
 func checkCoalesced(what string, outs, ins []pg.Tensor, each func(out, in pg.Tensor) error) error {
-	if err := pg.CheckCoalesced(what, outs, ins); err != nil {
+	if err := pg.CheckCoalesced(what, outs, ins, pg.AcceptDevice); err != nil {
 		return err
 	}
 	for i, in := range ins {

@@ -230,22 +230,22 @@ func (g *group) Backend() string { return pg.BackendName(g.ProcessGroup) }
 
 func (g *group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
 	start := time.Now()
-	return g.track(OpAllReduce, start, len(t.Data), g.ProcessGroup.AllReduce(ctx, t, op))
+	return g.track(OpAllReduce, start, t.Bytes(), g.ProcessGroup.AllReduce(ctx, t, op))
 }
 
 func (g *group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 	start := time.Now()
-	return g.track(OpBroadcast, start, len(t.Data), g.ProcessGroup.Broadcast(ctx, t, root))
+	return g.track(OpBroadcast, start, t.Bytes(), g.ProcessGroup.Broadcast(ctx, t, root))
 }
 
 func (g *group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 	start := time.Now()
-	return g.track(OpAllGather, start, len(in.Data), g.ProcessGroup.AllGather(ctx, out, in))
+	return g.track(OpAllGather, start, in.Bytes(), g.ProcessGroup.AllGather(ctx, out, in))
 }
 
 func (g *group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
 	start := time.Now()
-	return g.track(OpReduceScatter, start, len(in.Data), g.ProcessGroup.ReduceScatter(ctx, out, in, op))
+	return g.track(OpReduceScatter, start, in.Bytes(), g.ProcessGroup.ReduceScatter(ctx, out, in, op))
 }
 
 func (g *group) Barrier(ctx context.Context) pg.Work {
