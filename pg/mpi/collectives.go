@@ -60,7 +60,7 @@ func (g *Group) allReduce(ctx context.Context, kind pg.OpType, ts []pg.Tensor, o
 			bufs[i] = reduceIn(t, op, g.size)
 		}
 	}
-	o := &mpiWork{kind: kind,
+	o := &mpiWork{kind: kind, pinner: pinner,
 		start: func(o *mpiWork) error {
 			for i, t := range ts {
 				var req C.MPI_Request
@@ -115,7 +115,7 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 	} else {
 		b = moveIn(t)
 	}
-	o := &mpiWork{kind: pg.OpBroadcast,
+	o := &mpiWork{kind: pg.OpBroadcast, pinner: pinner,
 		start: func(o *mpiWork) error {
 			var req C.MPI_Request
 			return o.post(C.goddp_ibcast(b.p, C.int(t.Len()), C.int(moveDtype(t.Dtype)), C.int(root), g.comm, &req), req)
@@ -152,7 +152,7 @@ func (g *Group) allGather(ctx context.Context, kind pg.OpType, outs, ins []pg.Te
 		inB += len(ins[i].Data)
 		outB += len(outs[i].Data)
 	}
-	o := &mpiWork{kind: kind,
+	o := &mpiWork{kind: kind, pinner: pinner,
 		start: func(o *mpiWork) error {
 			for i, in := range ins {
 				var req C.MPI_Request

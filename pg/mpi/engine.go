@@ -59,6 +59,7 @@ type mpiWork struct {
 	counts  []int                  // bytes received, per request
 	finish  func(o *mpiWork) error // engine thread, after success: copies out
 	release func()                 // frees the C memory; called once the requests are over
+	pinner  *runtime.Pinner        // the tensors MPI uses in place, if any
 	done    bool                   // the Future is completed (the requests may still run)
 
 	// monitored marks a MonitoredBarrier step: at its deadline the
@@ -245,6 +246,14 @@ func (e *engine) finalize() {
 		}
 	}
 	if live > 0 || dead != nil {
+		// No MPI call follows, so nothing touches the abandoned buffers:
+		// unpin the Go memory (a Pinner collected while pinning is a
+		// fatal error) and leave the C memory to the process's exit.
+		for _, o := range e.pending {
+			if o.pinner != nil {
+				o.pinner.Unpin()
+			}
+		}
 		e.log.Warn("not calling MPI_Finalize: requests abandoned by an aborted or timed-out group are still in flight; mpirun will end the job when this process exits", zap.Int("inflight", live))
 		return
 	}
@@ -255,11 +264,18 @@ func (e *engine) finalize() {
 
 // issue starts o on the engine thread.
 func (e *engine) issue(o *mpiWork) {
-	if err := o.g.failure(); err != nil {
-		o.g.complete(o, err)
+	e.mu.Lock()
+	dead := e.dead
+	e.mu.Unlock()
+	if dead != nil { // MPI_Abort is on its way: post nothing more
+		o.g.complete(o, dead)
 		o.runRelease()
 		return
 	}
+	// A Work of an aborted or closed group was failed by stop already; it
+	// is still posted, so that MPI's matching stays in step with the
+	// ranks that issue their half, and its request runs to completion in
+	// the background.
 	o.info.Started = time.Now()
 	o.deadline = o.info.Started.Add(o.g.opts.Timeout)
 	if !o.deadlineAt.IsZero() {

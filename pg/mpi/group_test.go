@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -470,4 +471,47 @@ func TestMonitoredBarrier(t *testing.T) {
 		t.Fatalf("rank 0: %v, want ranks [1] missing", err)
 	}
 	wait(t, g.Barrier(context.Background()))
+}
+
+// TestAbortFailsWorkAtOnce: rank 0 aborts a subgroup with an allreduce in
+// flight that rank 1 has not joined; the Work fails with pg.ErrAborted at
+// once and later calls are refused. Rank 1 then issues its half, so that
+// the abandoned MPI request completes and the job can finalise.
+func TestAbortFailsWorkAtOnce(t *testing.T) {
+	g := tw.g
+	if g.Size() < 2 {
+		t.Skip("needs two ranks")
+	}
+	ctx := context.Background()
+	sub, err := g.Split(ctx, 0, g.Rank())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	x := pg.Float32s([]float32{1, 2, 3})
+	switch g.Rank() {
+	case 0:
+		w := sub.AllReduce(ctx, x, pg.Op(pg.Sum))
+		sub.Abort(errors.New("test abort"))
+		select {
+		case <-w.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the aborted Work did not finish")
+		}
+		if !errors.Is(w.Err(), pg.ErrAborted) || !strings.Contains(w.Err().Error(), "test abort") {
+			t.Fatalf("aborted work: %v", w.Err())
+		}
+		if err := sub.Barrier(ctx).Wait(ctx); !errors.Is(err, pg.ErrAborted) {
+			t.Fatalf("barrier after abort: %v", err)
+		}
+		wait(t, g.Barrier(ctx)) // the parent goes on
+	case 1:
+		wait(t, g.Barrier(ctx))
+		wait(t, sub.AllReduce(ctx, x, pg.Op(pg.Sum)))
+	default:
+		wait(t, g.Barrier(ctx))
+		wait(t, sub.AllReduce(ctx, x, pg.Op(pg.Sum)))
+	}
+	// Rank 0's abandoned request completes now; drain the parent.
+	wait(t, g.Barrier(ctx))
 }
