@@ -20,11 +20,14 @@
 // # Buffers
 //
 // MPI keeps using the buffers of a non-blocking call after the cgo call
-// returns, which cgo's pointer rules forbid for Go memory. Every Work
-// therefore stages its tensors in C memory (C.malloc): the input is
-// copied in when the call is made and the result copied out when MPI_Test
-// reports the request done, on the MPI goroutine. The cost is one copy in
-// and one copy out (see bench/allreduce).
+// returns, which cgo's pointer rules allow only for pinned Go memory.
+// AllReduce and AllReduceCoalesced on tensors that need no conversion (not
+// float16/bfloat16, no AVG or PREMUL_SUM scaling of floats), Broadcast and
+// AllGather (unless in and out overlap) pin the tensors' backing arrays
+// with runtime.Pinner for the Work's life and hand them to MPI as they
+// are: no copies. Every other Work stages its tensors in C memory
+// (C.malloc): the input is copied in when the call is made and the result
+// copied out when MPI_Test reports the request done, on the MPI goroutine.
 //
 // # Mapping
 //
@@ -66,7 +69,10 @@
 // agent instead.
 //
 // Abort and Close fail this rank's Works at once (pg.ErrAborted,
-// pg.ErrClosed) but leave their MPI requests to finish in the background;
+// pg.ErrClosed) but leave their MPI requests to finish in the background
+// (Works still queued are posted all the same, so that MPI's matching
+// stays in step with the ranks that issue their half); later calls are
+// refused;
 // the other ranks' matching collectives then run into their own timeout,
 // which aborts the job. A process that exits with requests still open
 // does not call MPI_Finalize, and mpirun ends the job. Close of the last
