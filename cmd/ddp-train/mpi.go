@@ -15,7 +15,6 @@ import (
 	"github.com/goddp/ddp/pg/mpi"
 )
 
-
 // runMPI is one rank of a job started by mpirun (or srun --mpi=pmix):
 // MPI knows the ranks, so there is no MASTER_ADDR, no store and no
 // launcher. The pg/desync wrapper needs a store and is left out: a stalled
