@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -86,10 +85,7 @@ type C10dClient struct {
 	prefix   string // "/" as torch's client, or "" with RawKeys
 	log      *zap.Logger
 
-	mu     sync.Mutex
-	idle   []net.Conn
-	busy   map[net.Conn]struct{}
-	closed bool
+	pool connPool
 }
 
 var _ Store = (*C10dClient)(nil)
@@ -114,7 +110,6 @@ func DialC10d(ctx context.Context, addr string, opts C10dOptions) (*C10dClient, 
 		maxValue: defaultC10dMaxVal,
 		prefix:   "/",
 		log:      orNop(opts.Logger),
-		busy:     make(map[net.Conn]struct{}),
 	}
 	if opts.MaxValue > 0 {
 		c.maxValue = uint64(opts.MaxValue)
@@ -128,7 +123,7 @@ func DialC10d(ctx context.Context, addr string, opts C10dOptions) (*C10dClient, 
 	if err != nil {
 		return nil, err
 	}
-	c.idle = append(c.idle, conn)
+	c.pool = newConnPool(conn, c.dialOnce)
 	c.log.Debug("store: connected to a c10d TCPStore", zap.String("addr", addr), zap.Stringer("protocol", c.proto))
 	return c, nil
 }
@@ -143,16 +138,7 @@ func (c *C10dClient) Protocol() C10dProtocol { return c.proto }
 // Close closes every connection; calls in flight fail with ErrClosed. The
 // server and its keys stay. Close is idempotent.
 func (c *C10dClient) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	for _, conn := range c.idle {
-		conn.Close()
-	}
-	c.idle = nil
-	for conn := range c.busy {
-		conn.Close()
-	}
+	c.pool.close()
 	return nil
 }
 
@@ -302,54 +288,6 @@ func (c *C10dClient) dialOnce(ctx context.Context) (net.Conn, error) {
 	return conn, nil
 }
 
-// take borrows an idle connection or opens a new one.
-func (c *C10dClient) take(ctx context.Context) (net.Conn, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if n := len(c.idle); n > 0 {
-		conn := c.idle[n-1]
-		c.idle = c.idle[:n-1]
-		c.busy[conn] = struct{}{}
-		c.mu.Unlock()
-		return conn, nil
-	}
-	c.mu.Unlock()
-	conn, err := c.dialOnce(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		conn.Close()
-		return nil, ErrClosed
-	}
-	c.busy[conn] = struct{}{}
-	return conn, nil
-}
-
-// give returns a borrowed connection: to the pool if it is healthy and
-// there is room, closed otherwise.
-func (c *C10dClient) give(conn net.Conn, healthy bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.busy, conn)
-	if healthy && !c.closed && len(c.idle) < maxIdle {
-		c.idle = append(c.idle, conn)
-		return
-	}
-	conn.Close()
-}
-
-func (c *C10dClient) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
 // do sends the requests on conn one after the other, each after the
 // previous answer, and returns the last answer. The connection's deadline
 // is ctx's; ending ctx interrupts the exchange.
@@ -384,12 +322,12 @@ func (c *C10dClient) call(ctx context.Context, name string, keys []string, reqs 
 	ctx, cancel := bound(ctx, c.timeout)
 	defer cancel()
 	start := time.Now()
-	conn, err := c.take(ctx)
+	conn, err := c.pool.take(ctx)
 	if err != nil {
 		return c10dAnswer{}, c.callErr(ctx, name, keys, start, err)
 	}
 	a, err := c.do(ctx, conn, reqs...)
-	c.give(conn, err == nil)
+	c.pool.give(conn, err == nil)
 	if err != nil {
 		return c10dAnswer{}, c.callErr(ctx, name, keys, start, err)
 	}
@@ -400,7 +338,7 @@ func (c *C10dClient) call(ctx context.Context, name string, keys []string, reqs 
 // timeout of a get or wait names its keys), or the connection broke.
 func (c *C10dClient) callErr(ctx context.Context, name string, keys []string, start time.Time, err error) error {
 	switch {
-	case c.isClosed():
+	case c.pool.isClosed():
 		return ErrClosed
 	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("store: c10d %s %q: %w", name, keys, context.Cause(ctx))
@@ -453,7 +391,7 @@ func (c *C10dClient) Get(ctx context.Context, key string) ([]byte, error) {
 // the key to tell that apart from a broken connection.
 func (c *C10dClient) Add(ctx context.Context, key string, delta int64) (int64, error) {
 	a, err := c.call(ctx, "add", []string{key}, c10dRequest{op: c10dAdd, keys: c.wire(key), delta: delta})
-	if err != nil && errors.Is(err, pg.ErrComm) && ctx.Err() == nil && !c.isClosed() {
+	if err != nil && errors.Is(err, pg.ErrComm) && ctx.Err() == nil && !c.pool.isClosed() {
 		if v, gerr := c.peek(ctx, key); gerr == nil && v != nil {
 			if _, perr := strconv.ParseInt(string(v), 10, 64); perr != nil {
 				return 0, fmt.Errorf("%w: store: c10d add to key %q: value %q is not a decimal integer (the server dropped the connection)", pg.ErrInvalidArgument, key, truncate(v))
@@ -486,7 +424,7 @@ func (c *C10dClient) CompareSet(ctx context.Context, key string, expected, desir
 // Wait implements Store.
 func (c *C10dClient) Wait(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
-		if c.isClosed() {
+		if c.pool.isClosed() {
 			return ErrClosed
 		}
 		return nil
@@ -498,7 +436,7 @@ func (c *C10dClient) Wait(ctx context.Context, keys ...string) error {
 // Check reports whether every key exists, without waiting (c10d's check).
 func (c *C10dClient) Check(ctx context.Context, keys ...string) (bool, error) {
 	if len(keys) == 0 {
-		if c.isClosed() {
+		if c.pool.isClosed() {
 			return false, ErrClosed
 		}
 		return true, nil

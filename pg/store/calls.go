@@ -82,14 +82,14 @@ func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, error) {
 	if len(payload) > int(c.maxFrame) {
 		return nil, fmt.Errorf("%w: store: %v request of %d bytes exceeds the frame cap of %d", pg.ErrInvalidArgument, req.op, len(payload), c.maxFrame)
 	}
-	conn, err := c.take(ctx)
+	conn, err := c.pool.take(ctx)
 	if err != nil {
 		return nil, c.callErr(ctx, req, start, err)
 	}
 	conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(longAgo) })
 	status, body, err := c.exchange(conn, req.op, payload)
-	c.give(conn, stop() && err == nil && status != statusBadRequest)
+	c.pool.give(conn, stop() && err == nil && status != statusBadRequest)
 	if err != nil {
 		return nil, c.callErr(ctx, req, start, err)
 	}
@@ -137,7 +137,7 @@ func (c *Client) result(req request, status uint8, body []byte, start time.Time)
 // (a timeout names the keys of a get or wait), or the connection broke.
 func (c *Client) callErr(ctx context.Context, req request, start time.Time, err error) error {
 	switch {
-	case c.isClosed():
+	case c.pool.isClosed():
 		return ErrClosed
 	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("store: %v %q: %w", req.op, req.keys, context.Cause(ctx))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,10 +43,7 @@ type Client struct {
 	maxFrame uint32
 	seq      atomic.Uint64
 
-	mu     sync.Mutex
-	idle   []net.Conn
-	busy   map[net.Conn]struct{}
-	closed bool
+	pool connPool
 }
 
 var _ Store = (*Client)(nil)
@@ -65,7 +61,6 @@ func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error)
 		timeout:  orDefault(opts.Timeout),
 		log:      orNop(opts.Logger),
 		maxFrame: opts.MaxFrame,
-		busy:     make(map[net.Conn]struct{}),
 	}
 	if c.maxFrame == 0 {
 		c.maxFrame = DefaultMaxFrame
@@ -76,7 +71,7 @@ func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error)
 	if err != nil {
 		return nil, err
 	}
-	c.idle = append(c.idle, conn)
+	c.pool = newConnPool(conn, c.dialOnce)
 	return c, nil
 }
 
@@ -86,16 +81,7 @@ func (c *Client) Addr() string { return c.addr }
 // Close closes every connection; calls in flight fail with ErrClosed. It
 // does not stop the server. Close is idempotent.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	for _, conn := range c.idle {
-		conn.Close()
-	}
-	c.idle = nil
-	for conn := range c.busy {
-		conn.Close()
-	}
+	c.pool.close()
 	return nil
 }
 
@@ -154,52 +140,4 @@ func (c *Client) dialOnce(ctx context.Context) (net.Conn, error) {
 	}
 	conn.SetDeadline(time.Time{})
 	return conn, nil
-}
-
-// take borrows an idle connection or opens a new one.
-func (c *Client) take(ctx context.Context) (net.Conn, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if n := len(c.idle); n > 0 {
-		conn := c.idle[n-1]
-		c.idle = c.idle[:n-1]
-		c.busy[conn] = struct{}{}
-		c.mu.Unlock()
-		return conn, nil
-	}
-	c.mu.Unlock()
-	conn, err := c.dialOnce(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		conn.Close()
-		return nil, ErrClosed
-	}
-	c.busy[conn] = struct{}{}
-	return conn, nil
-}
-
-// give returns a borrowed connection: to the pool if it is healthy and
-// there is room, closed otherwise.
-func (c *Client) give(conn net.Conn, healthy bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.busy, conn)
-	if healthy && !c.closed && len(c.idle) < maxIdle {
-		c.idle = append(c.idle, conn)
-		return
-	}
-	conn.Close()
-}
-
-func (c *Client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
 }
