@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/pg/env"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/store"
@@ -18,20 +16,9 @@ import (
 // Host tensors are staged through pinned memory (pg/nccl), so the figures
 // include the host-device copies a CPU-side model pays.
 func runNCCLWorker(ctx context.Context, o options, cfg env.Config) error {
-	var prefixes []string
-	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
-		if p := os.Getenv(v); p != "" {
-			prefixes = append(prefixes, p)
-		}
-	}
-	prefixes = append(prefixes, "/opt/torch/.venv", "/usr/local", "/usr")
-	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: prefixes})
+	lib, cu, err := launch.LoadNCCL(os.Getenv)
 	if err != nil {
-		return usageError{fmt.Errorf("--backend nccl: %s", oneLine(err))}
-	}
-	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
-	if err != nil {
-		return usageError{fmt.Errorf("--backend nccl: %s", oneLine(err))}
+		return usageError{err}
 	}
 	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: cfg.StoreAddr(), ListenAddr: cfg.StoreListenAddr(),
 		IsServer: cfg.IsStoreHost(), Secret: cfg.Secret, Timeout: o.timeout})
@@ -47,13 +34,4 @@ func runNCCLWorker(ctx context.Context, o options, cfg env.Config) error {
 	defer g.Close()
 	_, err = measure(ctx, g, o.cfg, os.Stdout)
 	return err
-}
-
-// oneLine flattens a loader's error into one line.
-func oneLine(err error) string {
-	var le *nccl.LoadError
-	if errors.As(err, &le) {
-		return fmt.Sprintf("cannot load %s (tried %s). %s", le.Lib, strings.Join(le.Tried, "; "), le.Hint)
-	}
-	return strings.Join(strings.Fields(err.Error()), " ")
 }

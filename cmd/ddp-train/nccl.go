@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -59,38 +58,15 @@ func (m *ncclMember) Store() store.Store     { return m.store }
 func (m *ncclMember) StoreHost() int         { return m.storeHost }
 func (m *ncclMember) Close() error           { return errors.Join(m.g.Close(), m.closer.Close()) }
 
-// loadNCCL loads NCCL and the CUDA driver: GODDP_NCCL_LIBRARY if set,
-// else the system's search path, else the copy inside an installed
-// PyTorch (VIRTUAL_ENV, CONDA_PREFIX, /opt/torch/.venv, /usr/local, /usr).
-// A failure is a usage error of one line (exit 2): this machine cannot
-// run --backend nccl as it is set up.
+// loadNCCL loads NCCL and the CUDA driver (launch.LoadNCCL). A failure
+// is a usage error of one line (exit 2): this machine cannot run
+// --backend nccl as it is set up.
 func loadNCCL() (*nccl.Library, *nccl.CUDA, error) {
-	var prefixes []string
-	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
-		if p := os.Getenv(v); p != "" {
-			prefixes = append(prefixes, p)
-		}
-	}
-	prefixes = append(prefixes, "/opt/torch/.venv", "/usr/local", "/usr")
-	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: prefixes})
+	lib, cu, err := launch.LoadNCCL(os.Getenv)
 	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("--backend nccl: %s", oneLine(err))}
-	}
-	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
-	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("--backend nccl: NCCL %v loaded from %s, but %s", lib.Version(), lib.Path(), oneLine(err))}
+		return nil, nil, usageError{err}
 	}
 	return lib, cu, nil
-}
-
-// oneLine flattens a loader's error (a list of the places tried) into
-// one line.
-func oneLine(err error) string {
-	var le *nccl.LoadError
-	if errors.As(err, &le) {
-		return fmt.Sprintf("cannot load %s (tried %s). %s", le.Lib, strings.Join(le.Tried, "; "), le.Hint)
-	}
-	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 // joinNCCL meets the other ranks through the job's store, as the tcp
