@@ -185,3 +185,57 @@ func CheckNewGroup(ranks []int, rank, size int) (int, error) {
 	}
 	return me, nil
 }
+
+// CheckAllReduceCoalesced validates AllReduceCoalesced's arguments: the
+// list, then every tensor as CheckAllReduce does.
+func CheckAllReduceCoalesced(ts []Tensor, op ReduceOp, opts ...CheckOption) error {
+	const what = "allreduce_coalesced"
+	if err := CheckCoalesced(what, nil, ts, opts...); err != nil {
+		return err
+	}
+	return eachPair(what, nil, ts, func(_, t Tensor) error { return CheckAllReduce(t, op, opts...) })
+}
+
+// CheckAllGatherCoalesced validates AllGatherCoalesced's arguments: the
+// lists, then every pair as CheckAllGather does.
+func CheckAllGatherCoalesced(outs, ins []Tensor, size int, opts ...CheckOption) error {
+	const what = "allgather_coalesced"
+	if err := checkPairedLists(what, outs, ins, opts); err != nil {
+		return err
+	}
+	return eachPair(what, outs, ins, func(out, in Tensor) error { return CheckAllGather(out, in, size, opts...) })
+}
+
+// CheckReduceScatterCoalesced validates ReduceScatterCoalesced's
+// arguments: the lists, then every pair as CheckReduceScatter does.
+func CheckReduceScatterCoalesced(outs, ins []Tensor, op ReduceOp, size int, opts ...CheckOption) error {
+	const what = "reducescatter_coalesced"
+	if err := checkPairedLists(what, outs, ins, opts); err != nil {
+		return err
+	}
+	return eachPair(what, outs, ins, func(out, in Tensor) error { return CheckReduceScatter(out, in, op, size, opts...) })
+}
+
+// checkPairedLists is CheckCoalesced for collectives that need an output
+// per input.
+func checkPairedLists(what string, outs, ins []Tensor, opts []CheckOption) error {
+	if outs == nil && len(ins) > 0 {
+		return fmt.Errorf("%w: %s has no outputs for %d inputs", ErrInvalidArgument, what, len(ins))
+	}
+	return CheckCoalesced(what, outs, ins, opts...)
+}
+
+// eachPair runs check on every (out, in) pair; out is the zero Tensor
+// when outs is nil.
+func eachPair(what string, outs, ins []Tensor, check func(out, in Tensor) error) error {
+	for i, in := range ins {
+		var out Tensor
+		if outs != nil {
+			out = outs[i]
+		}
+		if err := check(out, in); err != nil {
+			return fmt.Errorf("%s tensor %d: %w", what, i, err)
+		}
+	}
+	return nil
+}

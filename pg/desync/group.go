@@ -327,7 +327,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 	if !ok {
 		return g.unsupported(pg.OpAllReduceCoalesced)
 	}
-	if err := checkCoalesced("allreduce_coalesced", nil, ts, func(_, in pg.Tensor) error { return op.Check(in.Dtype) }); err != nil {
+	if err := pg.CheckAllReduceCoalesced(ts, op, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), coalescedSize(nil, ts), func(ctx context.Context) pg.Work {
@@ -341,7 +341,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 	if !ok {
 		return g.unsupported(pg.OpAllGatherCoalesced)
 	}
-	if err := checkCoalesced("allgather_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckAllGather(out, in, g.size, pg.AcceptDevice) }); err != nil {
+	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
@@ -355,7 +355,7 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 	if !ok {
 		return g.unsupported(pg.OpReduceScatterCoalesced)
 	}
-	if err := checkCoalesced("reducescatter_coalesced", outs, ins, func(out, in pg.Tensor) error { return pg.CheckReduceScatter(out, in, op, g.size, pg.AcceptDevice) }); err != nil {
+	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
@@ -401,24 +401,6 @@ func coalescedSize(outs, ins []pg.Tensor) sizes {
 		}
 	}
 	return s
-}
-
-// checkCoalesced validates a coalesced collective's lists, then each
-// pair (out is the zero Tensor without outputs) with each.
-func checkCoalesced(what string, outs, ins []pg.Tensor, each func(out, in pg.Tensor) error) error {
-	if err := pg.CheckCoalesced(what, outs, ins, pg.AcceptDevice); err != nil {
-		return err
-	}
-	for i, in := range ins {
-		var out pg.Tensor
-		if outs != nil {
-			out = outs[i]
-		}
-		if err := each(out, in); err != nil {
-			return fmt.Errorf("%s tensor %d: %w", what, i, err)
-		}
-	}
-	return nil
 }
 
 // MonitoredBarrier implements pg.MonitoredBarrierer: after the

@@ -16,13 +16,7 @@ import (
 
 // AllReduceCoalesced reduces every tensor of ts in place with op.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	err := pg.CheckCoalesced(opAllReduceCoalesced.String(), nil, ts)
-	for i := 0; err == nil && i < len(ts); i++ {
-		if e := pg.CheckAllReduce(ts[i], op); e != nil {
-			err = fmt.Errorf("tensor %d: %w", i, e)
-		}
-	}
-	if err != nil {
+	if err := pg.CheckAllReduceCoalesced(ts, op); err != nil {
 		return g.invalid(opAllReduceCoalesced, err)
 	}
 	d := desc{kind: opAllReduceCoalesced, len: len(ts), op: op.Kind}
@@ -32,16 +26,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i, as one
 // collective.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	err := pg.CheckCoalesced(opAllGatherCoalesced.String(), outs, ins)
-	if err == nil && outs == nil && len(ins) > 0 {
-		err = fmt.Errorf("%w: %v has no outputs for %d inputs", pg.ErrInvalidArgument, opAllGatherCoalesced, len(ins))
-	}
-	for i := 0; err == nil && i < len(ins); i++ {
-		if e := pg.CheckAllGather(outs[i], ins[i], g.Size()); e != nil {
-			err = fmt.Errorf("tensor %d: %w", i, e)
-		}
-	}
-	if err != nil {
+	if err := pg.CheckAllGatherCoalesced(outs, ins, g.Size()); err != nil {
 		return g.invalid(opAllGatherCoalesced, err)
 	}
 	d := desc{kind: opAllGatherCoalesced, len: len(ins)}
@@ -51,16 +36,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every
 // i, as one collective. The inputs are left unchanged.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	err := pg.CheckCoalesced(opReduceScatterCoalesced.String(), outs, ins)
-	if err == nil && outs == nil && len(ins) > 0 {
-		err = fmt.Errorf("%w: %v has no outputs for %d inputs", pg.ErrInvalidArgument, opReduceScatterCoalesced, len(ins))
-	}
-	for i := 0; err == nil && i < len(ins); i++ {
-		if e := pg.CheckReduceScatter(outs[i], ins[i], op, g.Size()); e != nil {
-			err = fmt.Errorf("tensor %d: %w", i, e)
-		}
-	}
-	if err != nil {
+	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.Size()); err != nil {
 		return g.invalid(opReduceScatterCoalesced, err)
 	}
 	d := desc{kind: opReduceScatterCoalesced, len: len(ins), op: op.Kind}

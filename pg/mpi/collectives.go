@@ -351,39 +351,24 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 // AllReduceCoalesced reduces every tensor of ts as one Work: one
 // MPI_Iallreduce per tensor, all in flight at once.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckCoalesced("allreduce_coalesced", nil, ts); err != nil {
+	if err := pg.CheckAllReduceCoalesced(ts, op); err != nil {
 		return pg.Completed(err)
-	}
-	for i, t := range ts {
-		if err := pg.CheckAllReduce(t, op); err != nil {
-			return pg.Completed(fmt.Errorf("allreduce_coalesced tensor %d: %w", i, err))
-		}
 	}
 	return g.allReduce(ctx, pg.OpAllReduceCoalesced, ts, op)
 }
 
 // AllGatherCoalesced is AllGather for every pair, as one Work.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	if err := pg.CheckCoalesced("allgather_coalesced", outs, ins); err != nil {
+	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size); err != nil {
 		return pg.Completed(err)
-	}
-	for i := range ins {
-		if err := pg.CheckAllGather(outs[i], ins[i], g.size); err != nil {
-			return pg.Completed(fmt.Errorf("allgather_coalesced tensor %d: %w", i, err))
-		}
 	}
 	return g.allGather(ctx, pg.OpAllGatherCoalesced, outs, ins)
 }
 
 // ReduceScatterCoalesced is ReduceScatter for every pair, as one Work.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckCoalesced("reduce_scatter_coalesced", outs, ins); err != nil {
+	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size); err != nil {
 		return pg.Completed(err)
-	}
-	for i := range ins {
-		if err := pg.CheckReduceScatter(outs[i], ins[i], op, g.size); err != nil {
-			return pg.Completed(fmt.Errorf("reduce_scatter_coalesced tensor %d: %w", i, err))
-		}
 	}
 	return g.reduceScatter(ctx, pg.OpReduceScatterCoalesced, outs, ins, op)
 }

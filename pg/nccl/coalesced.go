@@ -13,14 +13,11 @@ import (
 
 // AllReduceCoalesced reduces every tensor of ts in place.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckCoalesced("allreduce_coalesced", nil, ts, pg.AcceptDevice); err != nil {
+	if err := pg.CheckAllReduceCoalesced(ts, op, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, err)
 	}
 	var n int64
 	for i, t := range ts {
-		if err := pg.CheckAllReduce(t, op, pg.AcceptDevice); err != nil {
-			return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
-		}
 		if err := g.deviceAllReduce("allreduce_coalesced", op, t); err != nil {
 			return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
 		}
@@ -34,14 +31,11 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	if err := pg.CheckCoalesced("allgather_coalesced", outs, ins, pg.AcceptDevice); err != nil {
+	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, err)
 	}
 	var in, out int64
 	for i := range ins {
-		if err := pg.CheckAllGather(outs[i], ins[i], g.size, pg.AcceptDevice); err != nil {
-			return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
-		}
 		if _, err := g.onDevice("allgather_coalesced", outs[i], ins[i]); err != nil {
 			return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
 		}
@@ -55,14 +49,11 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every i.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckCoalesced("reducescatter_coalesced", outs, ins, pg.AcceptDevice); err != nil {
+	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size, pg.AcceptDevice); err != nil {
 		return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, err)
 	}
 	var in, out int64
 	for i := range ins {
-		if err := pg.CheckReduceScatter(outs[i], ins[i], op, g.size, pg.AcceptDevice); err != nil {
-			return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
-		}
 		if err := g.deviceAllReduce("reducescatter_coalesced", op, outs[i], ins[i]); err != nil {
 			return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, fmt.Errorf("tensor %d: %w", i, err))
 		}

@@ -61,14 +61,7 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 // collective: the tensors of each dtype are packed into one buffer and
 // reduced by AllReduce's algorithm.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	const name = "allreduce_coalesced"
-	err := pg.CheckCoalesced(name, nil, ts)
-	for i := 0; err == nil && i < len(ts); i++ {
-		if err = pg.CheckAllReduce(ts[i], op); err != nil {
-			err = fmt.Errorf("%s tensor %d: %w", name, i, err)
-		}
-	}
-	if err != nil {
+	if err := pg.CheckAllReduceCoalesced(ts, op); err != nil {
 		return g.invalid(pg.OpAllReduceCoalesced, err)
 	}
 	ts = append([]pg.Tensor(nil), ts...)
@@ -78,9 +71,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i, as one
 // collective.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	const name = "allgather_coalesced"
-	err := checkPairs(name, outs, ins, func(out, in pg.Tensor) error { return pg.CheckAllGather(out, in, g.size) })
-	if err != nil {
+	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size); err != nil {
 		return g.invalid(pg.OpAllGatherCoalesced, err)
 	}
 	outs, ins = append([]pg.Tensor(nil), outs...), append([]pg.Tensor(nil), ins...)
@@ -90,28 +81,11 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every
 // i, as one collective.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	const name = "reducescatter_coalesced"
-	err := checkPairs(name, outs, ins, func(out, in pg.Tensor) error { return pg.CheckReduceScatter(out, in, op, g.size) })
-	if err != nil {
+	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size); err != nil {
 		return g.invalid(pg.OpReduceScatterCoalesced, err)
 	}
 	outs, ins = append([]pg.Tensor(nil), outs...), append([]pg.Tensor(nil), ins...)
 	return g.submit(ctx, pg.OpReduceScatterCoalesced, sumMeta(outs, ins), func(r *run) error { return g.reduceScatterCoalesced(r, outs, ins, op) })
-}
-
-func checkPairs(name string, outs, ins []pg.Tensor, check func(out, in pg.Tensor) error) error {
-	if outs == nil && ins != nil {
-		outs = []pg.Tensor{}
-	}
-	if err := pg.CheckCoalesced(name, outs, ins); err != nil {
-		return err
-	}
-	for i := range ins {
-		if err := check(outs[i], ins[i]); err != nil {
-			return fmt.Errorf("%s tensors %d: %w", name, i, err)
-		}
-	}
-	return nil
 }
 
 // sumMeta is the meta of a coalesced collective: the first input's dtype
