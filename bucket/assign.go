@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"slices"
 
-	"gorgonia.org/tensor"
+	"github.com/goddp/ddp/pg"
 )
 
 // Param describes one parameter for bucket planning.
 type Param struct {
-	Numel        int          // number of elements
-	Dtype        tensor.Dtype // element type; buckets never mix dtypes
-	Device       int          // device index; buckets never mix devices
-	ExpectSparse bool         // gets a bucket of its own, with limit 0
+	Numel        int      // number of elements
+	Dtype        pg.Dtype // element type; buckets never mix dtypes
+	Device       int      // device index; buckets never mix devices
+	ExpectSparse bool     // gets a bucket of its own, with limit 0
 }
 
 // ErrNoParams is returned when there is nothing to assign.
@@ -21,7 +21,7 @@ var ErrNoParams = errors.New("bucket: no parameters to assign (a model needs at 
 
 // groupKey is what a bucket must share: dtype and device.
 type groupKey struct {
-	dtype  tensor.Dtype
+	dtype  pg.Dtype
 	device int
 }
 
@@ -73,7 +73,7 @@ func AssignBySize(params []Param, sizeLimits []int, order []int) (buckets [][]in
 			keys = append(keys, key)
 		}
 		g.indices = append(g.indices, idx)
-		g.bytes += p.Numel * int(p.Dtype.Size())
+		g.bytes += p.Numel * p.Dtype.Size()
 		g.limit = sizeLimits[g.cursor]
 		if g.bytes >= g.limit {
 			out = append(out, planned{g.indices, g.limit})
@@ -121,8 +121,8 @@ func validate(params []Param, sizeLimits []int, order []int) error {
 		if p.Numel < 0 {
 			return fmt.Errorf("bucket: parameter %d has negative size %d", i, p.Numel)
 		}
-		if p.Dtype.Type == nil {
-			return fmt.Errorf("bucket: parameter %d has no dtype", i)
+		if !p.Dtype.Valid() {
+			return fmt.Errorf("bucket: parameter %d has no valid dtype (%v)", i, p.Dtype)
 		}
 	}
 	return nil

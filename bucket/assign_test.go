@@ -6,10 +6,10 @@ import (
 	"reflect"
 	"testing"
 
-	"gorgonia.org/tensor"
+	"github.com/goddp/ddp/pg"
 )
 
-func dense(dt tensor.Dtype, numels ...int) []Param {
+func dense(dt pg.Dtype, numels ...int) []Param {
 	ps := make([]Param, len(numels))
 	for i, n := range numels {
 		ps[i] = Param{Numel: n, Dtype: dt}
@@ -22,7 +22,7 @@ func dense(dt tensor.Dtype, numels ...int) []Param {
 func alternate(count, n32, n64 int) []Param {
 	var ps []Param
 	for range count {
-		ps = append(ps, Param{Numel: n32, Dtype: tensor.Float32}, Param{Numel: n64, Dtype: tensor.Float64})
+		ps = append(ps, Param{Numel: n32, Dtype: pg.Float32}, Param{Numel: n64, Dtype: pg.Float64})
 	}
 	return ps
 }
@@ -36,11 +36,11 @@ func TestAssignBySizeTorchCases(t *testing.T) {
 		wantBuckets [][]int
 		wantLimits  []int
 	}{
-		{"single_limit_single_dtype", dense(tensor.Float32, 100, 200, 100, 50), []int{400},
+		{"single_limit_single_dtype", dense(pg.Float32, 100, 200, 100, 50), []int{400},
 			[][]int{{0}, {1}, {2}, {3}}, []int{400, 400, 400, 400}},
 		{"single_limit_multi_dtype", alternate(3, 50, 25), []int{400},
 			[][]int{{0, 2}, {1, 3}, {4}, {5}}, []int{400, 400, 400, 400}},
-		{"multi_limit_single_dtype", dense(tensor.Float32, 10, 10, 10, 10), []int{40, 80},
+		{"multi_limit_single_dtype", dense(pg.Float32, 10, 10, 10, 10), []int{40, 80},
 			[][]int{{0}, {1, 2}, {3}}, []int{40, 80, 80}},
 		{"multi_limit_multi_dtype", alternate(3, 50, 25), []int{200, 400},
 			[][]int{{0}, {1}, {2, 4}, {3, 5}}, []int{200, 200, 400, 400}},
@@ -59,7 +59,7 @@ func TestAssignBySizeTorchCases(t *testing.T) {
 }
 
 func TestAssignBySizeSparseAlone(t *testing.T) {
-	ps := dense(tensor.Float32, 10, 10, 10)
+	ps := dense(pg.Float32, 10, 10, 10)
 	ps[1].ExpectSparse = true
 	got, lims, err := AssignBySize(ps, []int{1 << 20}, nil)
 	if err != nil {
@@ -72,7 +72,7 @@ func TestAssignBySizeSparseAlone(t *testing.T) {
 }
 
 func TestAssignBySizeDevicesNeverMix(t *testing.T) {
-	ps := dense(tensor.Float32, 10, 10, 10, 10)
+	ps := dense(pg.Float32, 10, 10, 10, 10)
 	ps[1].Device, ps[3].Device = 1, 1
 	got, _, err := AssignBySize(ps, []int{1 << 20}, nil)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestAssignBySizeWithOrder(t *testing.T) {
 	order := []int{3, 1, 0, 2} // gradient-ready order
 	ps := make([]Param, len(order))
 	for i, idx := range order {
-		ps[i] = Param{Numel: numel[idx], Dtype: tensor.Float32}
+		ps[i] = Param{Numel: numel[idx], Dtype: pg.Float32}
 	}
 	got, lims, err := AssignBySize(ps, []int{100, 200}, order)
 	if err != nil {
@@ -103,7 +103,7 @@ func TestAssignBySizeWithOrder(t *testing.T) {
 }
 
 func TestAssignBySizeErrors(t *testing.T) {
-	ps := dense(tensor.Float32, 1, 2)
+	ps := dense(pg.Float32, 1, 2)
 	for name, call := range map[string]func() error{
 		"no params":       func() error { _, _, err := AssignBySize(nil, []int{1}, nil); return err },
 		"no limits":       func() error { _, _, err := AssignBySize(ps, nil, nil); return err },
@@ -111,7 +111,7 @@ func TestAssignBySizeErrors(t *testing.T) {
 		"repeated index":  func() error { _, _, err := AssignBySize(ps, []int{1}, []int{1, 1}); return err },
 		"index too large": func() error { _, _, err := AssignBySize(ps, []int{1}, []int{0, 2}); return err },
 		"negative numel": func() error {
-			_, _, err := AssignBySize([]Param{{Numel: -1, Dtype: tensor.Float32}}, []int{1}, nil)
+			_, _, err := AssignBySize([]Param{{Numel: -1, Dtype: pg.Float32}}, []int{1}, nil)
 			return err
 		},
 	} {
@@ -126,7 +126,7 @@ func TestAssignBySizeErrors(t *testing.T) {
 // from the number of buckets it has closed.
 func reference(ps []Param, limits []int) [][]int {
 	type key struct {
-		dt  tensor.Dtype
+		dt  pg.Dtype
 		dev int
 	}
 	var out [][]int
@@ -167,7 +167,7 @@ func reference(ps []Param, limits []int) [][]int {
 
 func TestAssignBySizeMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	dts := []tensor.Dtype{tensor.Float32, tensor.Float64}
+	dts := []pg.Dtype{pg.Float32, pg.Float64}
 	for trial := range 500 {
 		n := 1 + rng.IntN(30)
 		ps := make([]Param, n)
@@ -192,7 +192,7 @@ func ExampleAssignBySize() {
 	var params []Param
 	var order []int
 	for i := len(numel) - 1; i >= 0; i-- {
-		params = append(params, Param{Numel: numel[i], Dtype: tensor.Float32})
+		params = append(params, Param{Numel: numel[i], Dtype: pg.Float32})
 		order = append(order, i)
 	}
 	buckets, limits, err := AssignBySize(params, []int{1 << 20, 25 << 20}, order)

@@ -1,10 +1,7 @@
 package bucket
 
 import (
-	"fmt"
-
 	"github.com/goddp/ddp/pg"
-	"gorgonia.org/tensor"
 )
 
 // Bucket is one unit of gradient communication: a flat, contiguous buffer
@@ -40,20 +37,3 @@ func (b *Bucket) View(j int) pg.Tensor {
 
 // Bytes is the size of the buffer in bytes.
 func (b *Bucket) Bytes() int { return len(b.Buffer.Data) }
-
-// DtypeOf maps a Gorgonia dtype to the process-group dtype that carries it.
-func DtypeOf(dt tensor.Dtype) (pg.Dtype, error) {
-	switch dt {
-	case tensor.Float32:
-		return pg.Float32, nil
-	case tensor.Float64:
-		return pg.Float64, nil
-	case tensor.Int32:
-		return pg.Int32, nil
-	case tensor.Int64:
-		return pg.Int64, nil
-	case tensor.Uint8:
-		return pg.Uint8, nil
-	}
-	return 0, fmt.Errorf("bucket: dtype %v cannot be communicated; use float32 or float64 parameters", dt)
-}

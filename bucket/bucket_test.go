@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/pg"
-	"gorgonia.org/tensor"
 )
 
 func TestBucketLayout(t *testing.T) {
@@ -23,14 +22,5 @@ func TestBucketLayout(t *testing.T) {
 	}
 	if b.Bytes() != 20 {
 		t.Fatalf("Bytes = %d, want 20", b.Bytes())
-	}
-}
-
-func TestDtypeOf(t *testing.T) {
-	if d, err := DtypeOf(tensor.Float64); err != nil || d != pg.Float64 {
-		t.Fatalf("DtypeOf(Float64) = %v, %v", d, err)
-	}
-	if _, err := DtypeOf(tensor.Complex128); err == nil {
-		t.Fatal("complex128 accepted")
 	}
 }

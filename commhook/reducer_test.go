@@ -10,14 +10,13 @@ import (
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
-	"gorgonia.org/tensor"
 )
 
 // reducerParams are an MLP's parameters as the reducer sees them.
 var reducerParams = []reducer.Param{
-	{Name: "fc1.weight", Shape: []int{40, 64}, Dtype: tensor.Float32}, {Name: "fc1.bias", Shape: []int{64}, Dtype: tensor.Float32},
-	{Name: "fc2.weight", Shape: []int{64, 32}, Dtype: tensor.Float32}, {Name: "fc2.bias", Shape: []int{32}, Dtype: tensor.Float32},
-	{Name: "fc3.weight", Shape: []int{32, 10}, Dtype: tensor.Float32}, {Name: "fc3.bias", Shape: []int{10}, Dtype: tensor.Float32},
+	{Name: "fc1.weight", Shape: []int{40, 64}, Dtype: pg.Float32}, {Name: "fc1.bias", Shape: []int{64}, Dtype: pg.Float32},
+	{Name: "fc2.weight", Shape: []int{64, 32}, Dtype: pg.Float32}, {Name: "fc2.bias", Shape: []int{32}, Dtype: pg.Float32},
+	{Name: "fc3.weight", Shape: []int{32, 10}, Dtype: pg.Float32}, {Name: "fc3.bias", Shape: []int{10}, Dtype: pg.Float32},
 }
 
 // trainThroughReducer runs iters iterations of random gradients through

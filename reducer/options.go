@@ -4,10 +4,10 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"gorgonia.org/tensor"
 )
 
 // The defaults of c10d's reducer (reducer.hpp).
@@ -21,9 +21,9 @@ const (
 
 // Param describes one model parameter.
 type Param struct {
-	Name  string       // e.g. "fc1.weight"; used in every error about it
-	Shape []int        // its shape; the gradient has the same
-	Dtype tensor.Dtype // float32 or float64
+	Name  string   // e.g. "fc1.weight"; used in every error about it
+	Shape []int    // its shape; the gradient has the same
+	Dtype pg.Dtype // pg.Float32 or pg.Float64
 }
 
 // Numel is the number of elements.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/goddp/ddp/bucket"
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
@@ -115,11 +114,10 @@ func (r *Reducer) describe() error {
 	r.dtypes = make([]pg.Dtype, len(r.params))
 	r.numel = make([]int, len(r.params))
 	for i, p := range r.params {
-		d, err := bucket.DtypeOf(p.Dtype)
-		if err != nil || !d.IsFloat() {
+		if p.Dtype != pg.Float32 && p.Dtype != pg.Float64 {
 			return fmt.Errorf("reducer: parameter %d (%s) has dtype %v; DDP reduces float32 or float64 parameters", i, p.Name, p.Dtype)
 		}
-		r.dtypes[i], r.numel[i] = d, p.Numel()
+		r.dtypes[i], r.numel[i] = p.Dtype, p.Numel()
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/goddp/ddp/pg"
-	"gorgonia.org/tensor"
 )
 
 // maxDims is the most dimensions a parameter may have: the size of a
@@ -66,14 +65,7 @@ func verifyModel(ctx context.Context, g pg.ProcessGroup, params []Param) error {
 }
 
 func describeParam(d []int64, p Param) {
-	switch p.Dtype {
-	case tensor.Float32:
-		d[0] = 1
-	case tensor.Float64:
-		d[0] = 2
-	default:
-		d[0] = 3
-	}
+	d[0] = int64(p.Dtype)
 	d[1] = int64(len(p.Shape))
 	for j, s := range p.Shape {
 		d[2+j] = int64(s)
@@ -81,11 +73,7 @@ func describeParam(d []int64, p Param) {
 }
 
 func formatDesc(d []int64) string {
-	dt := map[int64]string{1: "float32", 2: "float64"}[d[0]]
-	if dt == "" {
-		dt = "another dtype"
-	}
-	return fmt.Sprintf("%s %v", dt, d[2:2+d[1]])
+	return fmt.Sprintf("%v %v", pg.Dtype(d[0]), d[2:2+d[1]])
 }
 
 func equal(a, b []int64) bool {

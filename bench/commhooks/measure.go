@@ -12,7 +12,6 @@ import (
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/reducer"
-	"gorgonia.org/tensor"
 )
 
 // startIter is when the PowerSGD hooks start compressing; warmup steps
@@ -65,8 +64,8 @@ func params(sizes []int) []reducer.Param {
 	var ps []reducer.Param
 	for l := 1; l < len(sizes); l++ {
 		ps = append(ps,
-			reducer.Param{Name: fmt.Sprintf("fc%d.weight", l), Shape: []int{sizes[l-1], sizes[l]}, Dtype: tensor.Float32},
-			reducer.Param{Name: fmt.Sprintf("fc%d.bias", l), Shape: []int{1, sizes[l]}, Dtype: tensor.Float32})
+			reducer.Param{Name: fmt.Sprintf("fc%d.weight", l), Shape: []int{sizes[l-1], sizes[l]}, Dtype: pg.Float32},
+			reducer.Param{Name: fmt.Sprintf("fc%d.bias", l), Shape: []int{1, sizes[l]}, Dtype: pg.Float32})
 	}
 	return ps
 }

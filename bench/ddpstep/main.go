@@ -7,7 +7,7 @@
 //	go run ./bench/ddpstep --nproc 4 --steps 100 --format csv
 //
 // Every rank builds two copies of the model from the same values: a plain
-// one and a DDP replica (reducer.Wrap, default buckets: 25 MiB cap, 1 MiB
+// one and a DDP replica (ddp.Wrap, default buckets: 25 MiB cap, 1 MiB
 // first bucket). It runs them alternately, one plain step then one DDP
 // step, warmup+steps times, so drift in the machine's speed moves both.
 // Rank 0 prints the bucket plan after the rebuild and its figures.

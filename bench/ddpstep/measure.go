@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	ddp "github.com/goddp/ddp"
+
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 )
@@ -65,7 +67,7 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 	defer plain.close()
 	replica := newModel(c.sizes, c.rows, 1)
 	defer replica.close()
-	d, err := reducer.Wrap(ctx, g, replica.params, reducer.Options{
+	d, err := ddp.Wrap(ctx, g, replica.params, reducer.Options{
 		Hook: timer, BucketCapBytes: c.bucketCapBytes, FirstBucketBytes: c.firstBucketBytes,
 	})
 	if err != nil {

@@ -2,12 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/goddp/ddp/autogradhooks"
 	"math"
 	"math/rand/v2"
 	"sync"
 
-	"github.com/goddp/ddp/reducer"
+	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/autogradhooks"
+
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -25,7 +26,7 @@ type model struct {
 	x, y   *G.Node
 	params G.Nodes // fc1.weight, fc1.bias, fc2.weight, ...
 	vm     G.VM
-	ddp    *reducer.DDP // nil for the plain model
+	ddp    *ddp.DDP // nil for the plain model
 	solver G.Solver
 	// backward is called by the tape when backward starts.
 	backward func()
@@ -63,7 +64,7 @@ func newModel(sizes []int, rows int, seed uint64) *model {
 // where its layer uses it, so its hook fires as soon as its gradient
 // exists. The loss passes through a mark whose gradient calls m.backward:
 // the first node backward runs.
-func (m *model) build(d *reducer.DDP) error {
+func (m *model) build(d *ddp.DDP) error {
 	graphMu.Lock()
 	defer graphMu.Unlock()
 	m.ddp = d

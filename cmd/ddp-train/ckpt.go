@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/goddp/ddp/internal/checkpoint"
+	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )

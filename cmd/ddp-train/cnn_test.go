@@ -10,7 +10,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/npy"
 )
 
 // writeIDX writes an MNIST-style IDX file of unsigned bytes: magic

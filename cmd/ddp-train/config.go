@@ -6,7 +6,7 @@ import (
 
 	"flag"
 	"fmt"
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/optim"
 	"io"
 	"strconv"
 	"strings"

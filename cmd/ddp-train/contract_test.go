@@ -7,7 +7,7 @@ package main
 // PyTorch cannot be installed where these tests run, so the PyTorch side
 // is torchRef below: an independent float64 model of exactly what this
 // script computes, written with explicit loops and sharing no code with
-// goddp except internal/npy for reading and writing files:
+// goddp except package npy for reading and writing files:
 //
 //	model = nn.Sequential(nn.Linear(D, H1), nn.ReLU(), nn.Linear(H1, H2), nn.ReLU(), nn.Linear(H2, C)).double()
 //	# load fcK.weight.npy ([in,out]) transposed into model[2K-2].weight ([out,in]), fcK.bias.npy as is
@@ -38,7 +38,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/npy"
 )
 
 // torchLinear is one nn.Linear: weight [out, in] row-major, bias [out].

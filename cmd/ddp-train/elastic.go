@@ -37,7 +37,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goddp/ddp/internal/checkpoint"
+	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/checkpoint"
+	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/internal/launch"
 )
 

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"github.com/goddp/ddp/internal/dataset"
-	"github.com/goddp/ddp/internal/sampler"
+	"github.com/goddp/ddp/dataset"
+	"github.com/goddp/ddp/sampler"
 )
 
 // feeder turns a micro-batch number into that micro-batch's data,

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/checkpoint"
 	"github.com/goddp/ddp/pg"
 )
 

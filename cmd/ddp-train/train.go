@@ -9,13 +9,15 @@ import (
 	"sync"
 	"time"
 
+	ddp "github.com/goddp/ddp"
+
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/dataset"
+	"github.com/goddp/ddp/dataset"
 	"github.com/goddp/ddp/internal/model"
-	"github.com/goddp/ddp/internal/optim"
-	"github.com/goddp/ddp/internal/sampler"
+	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
+	"github.com/goddp/ddp/sampler"
 	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -62,7 +64,7 @@ func checkInit(c config, ds *dataset.Dataset) error {
 type session struct {
 	spec   model.Spec
 	params *model.Params
-	ddp    *reducer.DDP
+	ddp    *ddp.DDP
 	net    *model.Net
 	vm     gorgonia.VM
 	used   gorgonia.Nodes
@@ -93,7 +95,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		return nil, usageError{err}
 	}
 	s.hook = hook
-	s.ddp, err = reducer.Wrap(ctx, t.g, p.Nodes, reducer.Options{
+	s.ddp, err = ddp.Wrap(ctx, t.g, p.Nodes, reducer.Options{
 		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
 		FindUnusedParameters: t.c.findUnused,
@@ -292,7 +294,7 @@ func (v *timedVM) RunAll() error {
 func digest(p *model.Params) string {
 	h := sha256.New()
 	for _, n := range p.Nodes {
-		if t, err := reducer.TensorOf(n.Value()); err == nil {
+		if t, err := ddp.TensorOf(n.Value()); err == nil {
 			h.Write(t.Data)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"net"
 	"sync"
 
-	"github.com/goddp/ddp/internal/checkpoint"
-	"github.com/goddp/ddp/internal/dataset"
+	"github.com/goddp/ddp/checkpoint"
+	"github.com/goddp/ddp/dataset"
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/desync"

@@ -3,7 +3,7 @@ package model
 import (
 	"testing"
 
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/optim"
 	"gorgonia.org/tensor"
 )
 

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/optim"
+	ddp "github.com/goddp/ddp"
+
+	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/reducer"
@@ -20,7 +22,7 @@ import (
 type replica struct {
 	p   *Params
 	net *Net
-	ddp *reducer.DDP
+	ddp *ddp.DDP
 	vm  gorgonia.VM
 }
 
@@ -34,7 +36,7 @@ func newReplica(ctx context.Context, mu *sync.Mutex, g pg.ProcessGroup, spec Spe
 	if err != nil {
 		return nil, err
 	}
-	d, err := reducer.Wrap(ctx, g, p.Nodes, reducer.Options{BucketCapBytes: 4 << 10, FirstBucketBytes: 1 << 10})
+	d, err := ddp.Wrap(ctx, g, p.Nodes, reducer.Options{BucketCapBytes: 4 << 10, FirstBucketBytes: 1 << 10})
 	if err != nil {
 		return nil, err
 	}

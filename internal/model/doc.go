@@ -6,7 +6,7 @@
 // # Two phases
 //
 // DDP's gradient hooks must be created where each parameter is used, layer
-// by layer (see autogradhooks, Note [creation order]), and reducer.Wrap
+// by layer (see autogradhooks, Note [creation order]), and ddp.Wrap
 // needs the parameters before the forward graph exists. So a model is
 // built in two steps: NewParams makes the graph and the parameters, and
 // Forward adds the forward graph and the loss, asking for each parameter
@@ -14,7 +14,7 @@
 //
 //	p, err := model.NewParams(spec, seed) // same seed on every rank
 //	err = p.LoadNPY(dir)                  // optional: --init
-//	d, err := reducer.Wrap(ctx, group, p.Nodes, opts)
+//	d, err := ddp.Wrap(ctx, group, p.Nodes, opts)
 //	net, err := p.Forward(spec, d.Node)   // or nil for plain training
 //	_, err = d.Grad(net.Loss)             // or gorgonia.Grad(net.Loss, p.Nodes...)
 //	vm := gorgonia.NewTapeMachine(p.Graph)
@@ -76,7 +76,7 @@
 // DDP.Grad and NewTapeMachine after them, must not run at the same time as
 // any other graph construction in the process: with the local backend's
 // replicas as goroutines, hold one mutex around them (not around
-// reducer.Wrap, which is collective). Running several machines at once,
+// ddp.Wrap, which is collective). Running several machines at once,
 // each on its own graph, is safe. A Params and its Net belong to one
 // goroutine.
 package model

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/internal/model"
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/optim"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )

@@ -27,7 +27,7 @@ type Net struct {
 
 // Forward builds the forward graph and the loss on p's graph. It calls
 // use(i) each time the graph uses parameter i, layer by layer: pass a
-// reducer.DDP's Node method, so that each gradient hook sits where its
+// ddp.DDP's Node method, so that each gradient hook sits where its
 // layer is, or nil for the raw parameters (plain training). spec must be
 // p's spec, except that Batch may differ. Forward builds one graph per
 // Params; it is not safe to run concurrently with any other Gorgonia graph

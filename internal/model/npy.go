@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/goddp/ddp/internal/checkpoint/atomicdir"
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/checkpoint/atomicdir"
+	"github.com/goddp/ddp/npy"
 	"gorgonia.org/tensor"
 )
 
@@ -41,7 +41,7 @@ func (p *Params) SaveNPY(dir string) error {
 // parameter, so on error the model is as it was. Errors name the file
 // and wrap ErrBadInit. Files for no parameter are ignored.
 //
-// Load before reducer.Wrap, or on every rank: Wrap broadcasts rank 0's
+// Load before ddp.Wrap, or on every rank: Wrap broadcasts rank 0's
 // values.
 func (p *Params) LoadNPY(dir string) error {
 	values := make([][]float64, len(p.Nodes))

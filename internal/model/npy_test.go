@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/npy"
 	"gorgonia.org/tensor"
 )
 

@@ -136,3 +136,9 @@ func cloneSpec(s Spec) Spec {
 	s.Hidden = append([]int(nil), s.Hidden...)
 	return s
 }
+
+// Name returns parameter i's name.
+func (p *Params) Name(i int) string { return p.Names[i] }
+
+// Dtype names the model's dtype, "float32" or "float64".
+func (p *Params) Dtype() string { return p.spec.Dtype.String() }

@@ -7,15 +7,16 @@ import (
 	"strconv"
 	"strings"
 
+	ddp "github.com/goddp/ddp"
+
 	"github.com/goddp/ddp/pg"
-	"github.com/goddp/ddp/reducer"
 	"gorgonia.org/gorgonia"
 )
 
 // Optimizer updates parameters in place from their gradients.
 //
 // Step takes the parameters' and gradients' memory as float32 or float64
-// tensors (views, as reducer.TensorOf gives, or NodeTensors), the same
+// tensors (views, as ddp.TensorOf gives, or NodeTensors), the same
 // list in the same order on every call, params[i] and grads[i] of one
 // dtype and length. It reads the gradients and never writes them. An
 // Optimizer is not safe for concurrent use.
@@ -47,19 +48,19 @@ func Names() []string { return []string{"sgd", "momentum", "adam"} }
 // NodeTensors views each node's value and gradient as tensors for Step,
 // without copying: Step writes the values in place. Call it after each
 // RunAll (the machine allocates new gradients on every run after Reset)
-// and before Reset. With DDP, after reducer.DDP.RunAll the gradients hold
+// and before Reset. With DDP, after ddp.DDP.RunAll the gradients hold
 // the average over ranks.
 func NodeTensors(nodes gorgonia.Nodes) (params, grads []pg.Tensor, err error) {
 	params, grads = make([]pg.Tensor, len(nodes)), make([]pg.Tensor, len(nodes))
 	for i, n := range nodes {
-		if params[i], err = reducer.TensorOf(n.Value()); err != nil {
+		if params[i], err = ddp.TensorOf(n.Value()); err != nil {
 			return nil, nil, fmt.Errorf("optim: parameter %d (%s): %w", i, n.Name(), err)
 		}
 		g, err := n.Grad()
 		if err != nil || g == nil {
 			return nil, nil, fmt.Errorf("optim: parameter %d (%s) has no gradient; run the graph (RunAll) before stepping, on a graph whose loss uses every parameter", i, n.Name())
 		}
-		if grads[i], err = reducer.TensorOf(g); err != nil {
+		if grads[i], err = ddp.TensorOf(g); err != nil {
 			return nil, nil, fmt.Errorf("optim: gradient of parameter %d (%s): %w", i, n.Name(), err)
 		}
 	}

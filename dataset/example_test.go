@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/goddp/ddp/internal/dataset"
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/dataset"
+	"github.com/goddp/ddp/npy"
 )
 
 func Example() {

@@ -10,10 +10,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/goddp/ddp/internal/checkpoint/atomicdir"
-	"github.com/goddp/ddp/internal/model"
-	"github.com/goddp/ddp/internal/npy"
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/checkpoint/atomicdir"
+	"github.com/goddp/ddp/npy"
+	"github.com/goddp/ddp/optim"
 	"go.uber.org/zap"
 )
 
@@ -174,11 +173,11 @@ func readNPY(path string, e entry) ([]float64, error) {
 // of p's values, with their shapes and dtype, and of opt's state. Take it
 // between steps (after the optimizer's Step), on one rank: every rank
 // holds the same values and state.
-func Capture(step int, p *model.Params, opt optim.Optimizer) *Checkpoint {
+func Capture(step int, p Model, opt optim.Optimizer) *Checkpoint {
 	c := &Checkpoint{Step: step, Params: map[string][]float64{}, Shapes: map[string][]int{},
-		Dtype: p.Spec().Dtype.String(), Optimizer: opt.State()}
-	for i, name := range p.Names {
-		c.Params[name], c.Shapes[name] = p.Value(i), p.Shape(i)
+		Dtype: p.Dtype(), Optimizer: opt.State()}
+	for i := range p.Len() {
+		c.Params[p.Name(i)], c.Shapes[p.Name(i)] = p.Value(i), p.Shape(i)
 	}
 	return c
 }
@@ -187,20 +186,21 @@ func Capture(step int, p *model.Params, opt optim.Optimizer) *Checkpoint {
 // checking that c is a checkpoint of the same model (the same parameter
 // names, sizes, and shapes and dtype where c records them) and optimizer;
 // on error it changes neither, and the error wraps ErrIncompatible.
-// Restore on every rank before reducer.Wrap (or on rank 0, as Wrap
+// Restore on every rank before ddp.Wrap (or on rank 0, as Wrap
 // broadcasts rank 0's values, but the optimizer on every rank). The run
 // then continues with step c.Step+1.
-func (c *Checkpoint) Restore(p *model.Params, opt optim.Optimizer) error {
+func (c *Checkpoint) Restore(p Model, opt optim.Optimizer) error {
 	incompatible := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrIncompatible, fmt.Sprintf(format, args...))
 	}
-	if want := p.Spec().Dtype.String(); c.Dtype != "" && c.Dtype != want {
+	if want := p.Dtype(); c.Dtype != "" && want != "" && c.Dtype != want {
 		return incompatible("it holds a %s model and this run's is %s; resume with --dtype %s", c.Dtype, want, c.Dtype)
 	}
 	if len(c.Params) != p.Len() {
-		return incompatible("it holds %d parameters and this run's model has %d (%v); resume with the same model flags", len(c.Params), p.Len(), p.Names)
+		return incompatible("it holds %d parameters and this run's model has %d (%v); resume with the same model flags", len(c.Params), p.Len(), names(p))
 	}
-	for i, name := range p.Names {
+	for i := range p.Len() {
+		name := p.Name(i)
 		v, ok := c.Params[name]
 		shape, recorded := c.Shapes[name]
 		n, _ := numel(p.Shape(i))
@@ -219,8 +219,8 @@ func (c *Checkpoint) Restore(p *model.Params, opt optim.Optimizer) error {
 	if err := opt.Load(c.Optimizer); err != nil {
 		return fmt.Errorf("%w: %w", ErrIncompatible, err)
 	}
-	for i, name := range p.Names {
-		if err := p.SetValue(i, c.Params[name]); err != nil {
+	for i := range p.Len() {
+		if err := p.SetValue(i, c.Params[p.Name(i)]); err != nil {
 			return fmt.Errorf("%w: %w", ErrIncompatible, err) // unreachable: sizes were checked
 		}
 	}
@@ -283,4 +283,12 @@ func numel(shape []int) (int, bool) {
 		n *= d
 	}
 	return n, true
+}
+
+func names(p Model) []string {
+	out := make([]string, p.Len())
+	for i := range out {
+		out[i] = p.Name(i)
+	}
+	return out
 }

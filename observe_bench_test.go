@@ -1,4 +1,4 @@
-package reducer
+package ddp
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/goddp/ddp/reducer"
 
 	"github.com/goddp/ddp/pg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +69,7 @@ func benchObservedReducer(b *testing.B) {
 	observed := benchReducer(b, params, observedOptions(), grads)
 	m.vm.Reset()
 	ctx := context.Background()
-	timed := func(r *Reducer) time.Duration {
+	timed := func(r *reducer.Reducer) time.Duration {
 		t0 := time.Now()
 		if err := iterate(ctx, r, grads); err != nil {
 			b.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/npy"
 )
 
 // put writes a file into dir and returns its path.

@@ -3,7 +3,7 @@ package optim_test
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"math"
 
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/npy"
 )
 
 // Load reads features from dataPath and labels from labelsPath, telling

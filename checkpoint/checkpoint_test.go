@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/optim"
 	"go.uber.org/goleak"
 )
 

@@ -1,4 +1,4 @@
-package reducer
+package ddp
 
 import (
 	"context"

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/goddp/ddp/internal/checkpoint"
-	"github.com/goddp/ddp/internal/model"
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/checkpoint"
+	"github.com/goddp/ddp/optim"
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
@@ -21,8 +21,14 @@ func Example() {
 	defer os.RemoveAll(root)
 	dir := filepath.Join(root, "ckpt")
 
-	spec := model.Spec{Kind: "mlp", InputShape: []int{4}, Hidden: []int{3}, Activation: "relu", Classes: 2, Dtype: tensor.Float32, Batch: 8}
-	p, _ := model.NewParams(spec, 1)
+	// Any Gorgonia model: its parameter nodes, each with a value and a name.
+	model := func(fill float32) checkpoint.Nodes {
+		g := G.NewGraph()
+		w := G.NewMatrix(g, tensor.Float32, G.WithShape(4, 3), G.WithName("fc1.weight"), G.WithInit(G.ValuesOf(fill)))
+		b := G.NewVector(g, tensor.Float32, G.WithShape(3), G.WithName("fc1.bias"), G.WithInit(G.Zeroes()))
+		return checkpoint.Nodes{w, b}
+	}
+	p := model(0.5)
 	opt, _ := optim.New("sgd", 0.1, p.Len())
 	if err := checkpoint.Save(dir, checkpoint.Capture(100, p, opt)); err != nil {
 		fmt.Println(err)
@@ -34,20 +40,20 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fresh, _ := model.NewParams(spec, 2)
+	fresh := model(0)
 	freshOpt, _ := optim.New("sgd", 0.1, fresh.Len())
 	if err := c.Restore(fresh, freshOpt); err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println("step", c.Step, c.Dtype, len(c.Params), "parameters")
-	fmt.Println("fc1.weight restored:", fmt.Sprint(fresh.Value(0)) == fmt.Sprint(p.Value(0)))
+	fmt.Println("fc1.weight restored:", fresh.Value(0)[0], fmt.Sprint(fresh.Value(0)) == fmt.Sprint(p.Value(0)))
 
 	momentum, _ := optim.New("momentum", 0.1, fresh.Len())
 	fmt.Println(c.Restore(fresh, momentum))
 	// Output:
-	// step 100 float32 4 parameters
-	// fc1.weight restored: true
+	// step 100 float32 2 parameters
+	// fc1.weight restored: 0.5 true
 	// checkpoint: checkpoint does not match this run: it was written by a run with the sgd optimizer and this run uses momentum
 }
 

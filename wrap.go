@@ -1,12 +1,14 @@
-package reducer
+package ddp
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/goddp/ddp/autogradhooks"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/reducer"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -14,7 +16,7 @@ import (
 // DDP wraps a Gorgonia model for data-parallel training: the Reducer plus
 // the gradient hooks that feed it from inside TapeMachine.RunAll.
 //
-//	d, err := reducer.Wrap(ctx, group, params, reducer.Options{})
+//	d, err := ddp.Wrap(ctx, group, params, ddp.Options{})
 //	// build the forward graph with d.Node(i) wherever params[i] is used
 //	grads, err := d.Grad(cost)
 //	vm := gorgonia.NewTapeMachine(g)           // no BindDualValues
@@ -25,7 +27,7 @@ import (
 //		vm.Reset()
 //	}
 type DDP struct {
-	r      *Reducer
+	r      *reducer.Reducer
 	params gorgonia.Nodes
 	hooks  *autogradhooks.Set
 	unused []int
@@ -38,23 +40,27 @@ type DDP struct {
 // the clock, so replicas start different), and prepares the gradient
 // hooks. Every parameter must have a value. It is collective.
 func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Options) (*DDP, error) {
-	descs := make([]Param, len(params))
+	descs := make([]reducer.Param, len(params))
 	values := make([]pg.Tensor, len(params))
 	for i, p := range params {
 		if p == nil || p.Value() == nil {
-			return nil, fmt.Errorf("reducer: parameter %d has no value; models with uninitialised parameters can't be wrapped: give every parameter a value (gorgonia.WithInit or WithValue) first", i)
+			return nil, fmt.Errorf("ddp: parameter %d has no value; models with uninitialised parameters can't be wrapped: give every parameter a value (gorgonia.WithInit or WithValue) first", i)
 		}
-		descs[i] = Param{Name: p.Name(), Shape: p.Shape().Clone(), Dtype: p.Dtype()}
+		dt, err := DtypeOf(p.Dtype())
+		if err != nil {
+			return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, p.Name(), err)
+		}
+		descs[i] = reducer.Param{Name: p.Name(), Shape: p.Shape().Clone(), Dtype: dt}
 		if descs[i].Name == "" {
 			descs[i].Name = fmt.Sprintf("param%d", i)
 		}
 		v, err := TensorOf(p.Value())
 		if err != nil {
-			return nil, fmt.Errorf("reducer: parameter %d (%s): %w", i, descs[i].Name, err)
+			return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, descs[i].Name, err)
 		}
 		values[i] = v
 	}
-	r, err := New(ctx, g, descs, opts)
+	r, err := reducer.New(ctx, g, descs, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +76,7 @@ func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Op
 }
 
 // Reducer returns the reducer, for hooks, inspection and metrics.
-func (d *DDP) Reducer() *Reducer { return d.r }
+func (d *DDP) Reducer() *reducer.Reducer { return d.r }
 
 // Node returns parameter i wrapped with its gradient hook. Call it where
 // the forward graph uses the parameter, layer by layer: the hook fires in
@@ -82,9 +88,9 @@ func (d *DDP) Node(i int) *gorgonia.Node { return d.hooks.Node(i) }
 // each parameter (nil for parameters the loss does not reach). Unused
 // parameters need FindUnusedParameters (or StaticGraph).
 func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
-	if d.r.obs.on { // observe.go: mark where backward starts
+	if d.r.Observing() { // mark where backward starts, for the timings
 		var err error
-		if cost, err = autogradhooks.MarkBackward(cost, d.r.obs.backwardStarted); err != nil {
+		if cost, err = autogradhooks.MarkBackward(cost, d.r.MarkBackwardStart); err != nil {
 			return nil, err
 		}
 	}
@@ -92,8 +98,8 @@ func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(unused) > 0 && !d.r.opts.FindUnusedParameters && !d.r.opts.StaticGraph {
-		return nil, fmt.Errorf("reducer: parameters %s are not used in producing the loss; set Options.FindUnusedParameters (ddp-train --find-unused-parameters), or make every parameter take part in the loss", d.r.names(unused))
+	if o := d.r.Options(); len(unused) > 0 && !o.FindUnusedParameters && !o.StaticGraph {
+		return nil, fmt.Errorf("ddp: parameters %s are not used in producing the loss; set Options.FindUnusedParameters (ddp-train --find-unused-parameters), or make every parameter take part in the loss", d.names(unused))
 	}
 	d.unused, d.graded = unused, true
 	d.used = d.used[:0]
@@ -122,17 +128,26 @@ func (d *DDP) RunAllNoSync(ctx context.Context, vm gorgonia.VM) error { return d
 
 func (d *DDP) run(ctx context.Context, vm gorgonia.VM, sync bool) error {
 	if !d.graded {
-		return fmt.Errorf("reducer: call Grad(cost) on the DDP wrapper before running the model")
+		return fmt.Errorf("ddp: call Grad(cost) on the DDP wrapper before running the model")
 	}
-	if err := d.r.Prepare(ctx, Iteration{Sync: sync, Unused: d.unused}); err != nil {
+	if err := d.r.Prepare(ctx, reducer.Iteration{Sync: sync, Unused: d.unused}); err != nil {
 		return err
 	}
 	if err := autogradhooks.RunAll(vm); err != nil {
 		// The reducer is mid-iteration and out of step with its peers.
-		return d.r.failLocked(fmt.Errorf("reducer: backward failed: %w", err))
+		return d.r.Fail(fmt.Errorf("ddp: backward failed: %w", err))
 	}
-	d.r.markBackwardEnd() // observe.go
+	d.r.MarkBackwardEnd()
 	return d.r.Finalize(ctx)
+}
+
+func (d *DDP) names(indices []int) string {
+	params := d.r.Params()
+	parts := make([]string, len(indices))
+	for i, idx := range indices {
+		parts[i] = params[idx].Name
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ValueGrads returns the parameters that have gradients, for a Gorgonia
@@ -143,7 +158,7 @@ func (d *DDP) ValueGrads() []gorgonia.ValueGrad { return gorgonia.NodesToValueGr
 func (d *DDP) onGradient(i int, v gorgonia.Value) error {
 	t, err := TensorOf(v)
 	if err != nil {
-		return fmt.Errorf("%w: parameter %d: %v", ErrBadGradient, i, err)
+		return fmt.Errorf("%w: parameter %d: %v", reducer.ErrBadGradient, i, err)
 	}
 	return d.r.MarkReady(i, t)
 }
@@ -176,4 +191,21 @@ func TensorOf(v gorgonia.Value) (pg.Tensor, error) {
 		return pg.Float64s(unsafe.Slice((*float64)(v), 1)), nil
 	}
 	return pg.Tensor{}, fmt.Errorf("values of type %T can't be reduced; use float32 or float64 tensors", v)
+}
+
+// DtypeOf maps a Gorgonia dtype to the process-group dtype that carries it.
+func DtypeOf(dt tensor.Dtype) (pg.Dtype, error) {
+	switch dt {
+	case tensor.Float32:
+		return pg.Float32, nil
+	case tensor.Float64:
+		return pg.Float64, nil
+	case tensor.Int32:
+		return pg.Int32, nil
+	case tensor.Int64:
+		return pg.Int64, nil
+	case tensor.Uint8:
+		return pg.Uint8, nil
+	}
+	return 0, fmt.Errorf("dtype %v cannot be communicated; use float32 or float64 parameters", dt)
 }

@@ -3,7 +3,7 @@ package sampler_test
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/internal/sampler"
+	"github.com/goddp/ddp/sampler"
 )
 
 // Ten samples over three ranks, as torch's DistributedSampler splits them:

@@ -1,4 +1,4 @@
-package reducer_test
+package ddp_test
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"slices"
 	"sync"
 
+	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
-	"github.com/goddp/ddp/reducer"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -65,7 +65,7 @@ func trainRank(g pg.ProcessGroup, building *sync.Mutex) (res rankResult) {
 	w := G.NewMatrix(graph, tensor.Float64, G.WithShape(3, 1), G.WithName("w"), G.WithInit(G.GlorotU(1)))
 	building.Unlock()
 
-	ddp, err := reducer.Wrap(ctx, g, G.Nodes{w}, reducer.Options{}) // collective: checks and syncs the model
+	ddp, err := ddp.Wrap(ctx, g, G.Nodes{w}, ddp.Options{}) // collective: checks and syncs the model
 	if err != nil {
 		return rankResult{err: err}
 	}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/goddp/ddp/internal/npy"
+	"github.com/goddp/ddp/npy"
 )
 
 // Write an array as numpy.save would, and read it back.

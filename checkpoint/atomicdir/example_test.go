@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/goddp/ddp/internal/checkpoint/atomicdir"
+	"github.com/goddp/ddp/checkpoint/atomicdir"
 )
 
 func Example() {

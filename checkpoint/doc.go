@@ -6,7 +6,7 @@
 //	// rank 0, after the optimizer's Step of training step s (counting from 1):
 //	err := checkpoint.Save(dir, checkpoint.Capture(s, params, opt))
 //
-//	// on resume, every rank, before reducer.Wrap:
+//	// on resume, every rank, before ddp.Wrap:
 //	c, err := checkpoint.Load(dir)
 //	err = c.Restore(params, opt) // errors.Is(err, checkpoint.ErrIncompatible): exit 2
 //	// continue with step c.Step+1; the sampler's position follows from c.Step

@@ -1,4 +1,4 @@
-package reducer
+package ddp
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/goddp/ddp/reducer"
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
@@ -72,12 +74,12 @@ func (h doneHook) Run(context.Context, pg.ProcessGroup, *commhook.GradBucket) pg
 
 // benchParams describes a float32 MLP's parameters: fc1.weight,
 // fc1.bias, fc2.weight, ...
-func benchParams(sizes ...int) []Param {
-	var ps []Param
+func benchParams(sizes ...int) []reducer.Param {
+	var ps []reducer.Param
 	for i := 0; i+1 < len(sizes); i++ {
 		ps = append(ps,
-			Param{Name: fmt.Sprintf("fc%d.weight", i+1), Shape: []int{sizes[i], sizes[i+1]}, Dtype: tensor.Float32},
-			Param{Name: fmt.Sprintf("fc%d.bias", i+1), Shape: []int{1, sizes[i+1]}, Dtype: tensor.Float32})
+			reducer.Param{Name: fmt.Sprintf("fc%d.weight", i+1), Shape: []int{sizes[i], sizes[i+1]}, Dtype: pg.Float32},
+			reducer.Param{Name: fmt.Sprintf("fc%d.bias", i+1), Shape: []int{1, sizes[i+1]}, Dtype: pg.Float32})
 	}
 	return ps
 }
@@ -85,11 +87,11 @@ func benchParams(sizes ...int) []Param {
 // benchReducer builds a 1-rank reducer over params with the finished-Work
 // hook, and runs iterations until its buckets are rebuilt: what is left
 // is the steady state.
-func benchReducer(b *testing.B, params []Param, opts Options, grads []pg.Tensor) *Reducer {
+func benchReducer(b *testing.B, params []reducer.Param, opts Options, grads []pg.Tensor) *reducer.Reducer {
 	b.Helper()
 	ctx := context.Background()
 	opts.Hook = newDoneHook()
-	r, err := New(ctx, world(b, 1)[0], params, opts)
+	r, err := reducer.New(ctx, world(b, 1)[0], params, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,8 +104,8 @@ func benchReducer(b *testing.B, params []Param, opts Options, grads []pg.Tensor)
 }
 
 // iterate is one synchronised iteration, gradients marked last first.
-func iterate(ctx context.Context, r *Reducer, grads []pg.Tensor) error {
-	if err := r.Prepare(ctx, Iteration{Sync: true}); err != nil {
+func iterate(ctx context.Context, r *reducer.Reducer, grads []pg.Tensor) error {
+	if err := r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {
 		return err
 	}
 	for i := len(grads) - 1; i >= 0; i-- {
@@ -115,7 +117,7 @@ func iterate(ctx context.Context, r *Reducer, grads []pg.Tensor) error {
 }
 
 // randomGrads gives each parameter a float32 gradient of its size.
-func randomGrads(params []Param) []pg.Tensor {
+func randomGrads(params []reducer.Param) []pg.Tensor {
 	out := make([]pg.Tensor, len(params))
 	for i, p := range params {
 		out[i] = pg.Float32s(uniform[float32](p.Numel(), 1, uint64(i), 1))
@@ -128,7 +130,7 @@ func BenchmarkMarkReady(b *testing.B) {
 		params := benchParams(benchSizes()...)
 		grads := randomGrads(params)
 		r := benchReducer(b, params, Options{}, grads)
-		b.Logf("buckets after the rebuild: %v (bytes %v)", r.Buckets(), r.layout.bucketBytes())
+		b.Logf("buckets after the rebuild: %v", r.Buckets())
 		ctx := context.Background()
 		b.ReportAllocs()
 		var bytes int64
@@ -146,9 +148,9 @@ func BenchmarkMarkReady(b *testing.B) {
 		// One bucket of many bias-sized parameters: every MarkReady but
 		// the iteration's last leaves the bucket incomplete.
 		const n, numel = 1024, 512
-		params := make([]Param, n)
+		params := make([]reducer.Param, n)
 		for i := range params {
-			params[i] = Param{Name: fmt.Sprintf("p%d", i), Shape: []int{numel}, Dtype: tensor.Float32}
+			params[i] = reducer.Param{Name: fmt.Sprintf("p%d", i), Shape: []int{numel}, Dtype: pg.Float32}
 		}
 		grads := randomGrads(params)
 		r := benchReducer(b, params, Options{BucketCapBytes: 1 << 30, FirstBucketBytes: 1 << 30}, grads)
@@ -165,13 +167,13 @@ func BenchmarkMarkReady(b *testing.B) {
 			if err := r.Finalize(ctx); err != nil {
 				b.Fatal(err)
 			}
-			if err := r.Prepare(ctx, Iteration{Sync: true}); err != nil {
+			if err := r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {
 				b.Fatal(err)
 			}
 			next = n - 1
 			b.StartTimer()
 		}
-		if err := r.Prepare(ctx, Iteration{Sync: true}); err != nil {
+		if err := r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
@@ -199,12 +201,12 @@ func TestMarkReadyAllocatesNothing(t *testing.T) {
 	for i, p := range params {
 		values[i] = tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(uniform[float32](p.Numel(), 1, uint64(i), 1)))
 	}
-	r, err := New(ctx, world(t, 1)[0], params, Options{Hook: newDoneHook(), BucketCapBytes: 256, FirstBucketBytes: 64})
+	r, err := reducer.New(ctx, world(t, 1)[0], params, Options{Hook: newDoneHook(), BucketCapBytes: 256, FirstBucketBytes: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	iteration := func() {
-		if err := r.Prepare(ctx, Iteration{Sync: true}); err != nil {
+		if err := r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {
 			t.Fatal(err)
 		}
 		for i := len(values) - 1; i >= 0; i-- {
@@ -254,7 +256,7 @@ func BenchmarkMarkReadyHook(b *testing.B) {
 		values[i] = tensor.New(tensor.WithShape(p.Shape()...), tensor.WithBacking(uniform[float32](p.Shape().TotalSize(), 1, uint64(i), 1)))
 	}
 	iteration := func() {
-		if err := d.r.Prepare(ctx, Iteration{Sync: true}); err != nil {
+		if err := d.r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {
 			b.Fatal(err)
 		}
 		for i := len(values) - 1; i >= 0; i-- {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/internal/model"
-	"github.com/goddp/ddp/internal/optim"
+	"github.com/goddp/ddp/optim"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
