@@ -65,14 +65,14 @@ func trainRank(g pg.ProcessGroup, building *sync.Mutex) (res rankResult) {
 	w := G.NewMatrix(graph, tensor.Float64, G.WithShape(3, 1), G.WithName("w"), G.WithInit(G.GlorotU(1)))
 	building.Unlock()
 
-	ddp, err := ddp.Wrap(ctx, g, G.Nodes{w}, ddp.Options{}) // collective: checks and syncs the model
+	d, err := ddp.Wrap(ctx, g, G.Nodes{w}, ddp.Options{}) // collective: checks and syncs the model
 	if err != nil {
 		return rankResult{err: err}
 	}
 	building.Lock()
-	loss, err := linearLoss(graph, ddp.Node(0), g.Rank()) // ddp.Node(i) where the model uses parameter i
+	loss, err := linearLoss(graph, d.Node(0), g.Rank()) // d.Node(i) where the model uses parameter i
 	if err == nil {
-		_, err = ddp.Grad(loss)
+		_, err = d.Grad(loss)
 	}
 	building.Unlock()
 	if err != nil {
@@ -83,14 +83,14 @@ func trainRank(g pg.ProcessGroup, building *sync.Mutex) (res rankResult) {
 	defer vm.Close()
 	solver := G.NewVanillaSolver(G.WithLearnRate(0.1))
 	for step := range 20 {
-		if err := ddp.RunAll(ctx, vm); err != nil { // forward, backward, gradients averaged
+		if err := d.RunAll(ctx, vm); err != nil { // forward, backward, gradients averaged
 			return rankResult{err: err}
 		}
 		res.last = loss.Value().Data().(float64)
 		if step == 0 {
 			res.first = res.last
 		}
-		if err := solver.Step(ddp.ValueGrads()); err != nil {
+		if err := solver.Step(d.ValueGrads()); err != nil {
 			return rankResult{err: err}
 		}
 		vm.Reset()
