@@ -40,8 +40,11 @@
 //
 // Everything is stored as float64, which holds float32 values exactly, so
 // a float32 run resumes bit for bit too. When the checkpoint records the
-// shapes (Capture does), dir/params can be given to model.Params.LoadNPY
-// (--init) as it is.
+// shapes (Capture does), dir/params holds ordinary .npy files that numpy
+// (or package npy) reads, and that ddp-train's --init takes as they are.
+//
+// A Model is any model's parameters by index; Nodes adapts a Gorgonia
+// model's parameter nodes.
 //
 // # Atomicity
 //
