@@ -31,13 +31,13 @@ type CUDA struct {
 }
 
 type cuFuncs struct {
-	init, driverGetVersion, getErrorName, getErrorString                      uintptr
-	deviceGetCount, deviceGet, primaryCtxRetain, primaryCtxRelease, ctxSetCur uintptr
-	memAlloc, memFree, memAllocHost, memFreeHost, memsetD8, memsetD8Async     uintptr
-	memcpyHtoD, memcpyDtoH, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync uintptr
-	streamCreate, streamDestroy, streamSynchronize, streamQuery               uintptr
-	eventCreate, eventDestroy, eventRecord, eventQuery, eventSynchronize      uintptr
-	eventElapsedTime, ctxSynchronize                                          uintptr
+	init, driverGetVersion, getErrorName, getErrorString                         uintptr
+	deviceGetCount, deviceGet, primaryCtxRetain, primaryCtxRelease, ctxSetCur    uintptr
+	memAlloc, memFree, memAllocHost, memFreeHost, memsetD8, memsetD8Async        uintptr
+	memcpyHtoD, memcpyDtoH, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync    uintptr
+	streamCreate, streamDestroy, streamSynchronize, streamQuery, streamWaitEvent uintptr
+	eventCreate, eventDestroy, eventRecord, eventQuery, eventSynchronize         uintptr
+	eventElapsedTime, ctxSynchronize                                             uintptr
 }
 
 func (f *cuFuncs) table() map[string]*uintptr {
@@ -52,7 +52,7 @@ func (f *cuFuncs) table() map[string]*uintptr {
 		"cuMemcpyHtoDAsync_v2": &f.memcpyHtoDAsync, "cuMemcpyDtoHAsync_v2": &f.memcpyDtoHAsync,
 		"cuMemcpyDtoDAsync_v2": &f.memcpyDtoDAsync,
 		"cuStreamCreate":       &f.streamCreate, "cuStreamDestroy_v2": &f.streamDestroy,
-		"cuStreamSynchronize": &f.streamSynchronize, "cuStreamQuery": &f.streamQuery,
+		"cuStreamSynchronize": &f.streamSynchronize, "cuStreamQuery": &f.streamQuery, "cuStreamWaitEvent": &f.streamWaitEvent,
 		"cuEventCreate": &f.eventCreate, "cuEventDestroy_v2": &f.eventDestroy, "cuEventRecord": &f.eventRecord,
 		"cuEventQuery": &f.eventQuery, "cuEventSynchronize": &f.eventSynchronize,
 		"cuEventElapsedTime": &f.eventElapsedTime,

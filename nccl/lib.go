@@ -44,6 +44,12 @@ type ncclFuncs struct {
 	groupEnd          uintptr // 2.0
 	redOpCreatePMS    uintptr // 2.11
 	redOpDestroy      uintptr // 2.11
+	memAlloc          uintptr // 2.19
+	memFree           uintptr // 2.19
+	commRegister      uintptr // 2.19
+	commDeregister    uintptr // 2.19
+	winRegister       uintptr // 2.27
+	winDeregister     uintptr // 2.27
 }
 
 func (f *ncclFuncs) table() map[string]*uintptr {
@@ -58,6 +64,9 @@ func (f *ncclFuncs) table() map[string]*uintptr {
 		"ncclBroadcast": &f.broadcast, "ncclAllGather": &f.allGather, "ncclReduceScatter": &f.reduceScatter,
 		"ncclSend": &f.send, "ncclRecv": &f.recv, "ncclGroupStart": &f.groupStart, "ncclGroupEnd": &f.groupEnd,
 		"ncclRedOpCreatePreMulSum": &f.redOpCreatePMS, "ncclRedOpDestroy": &f.redOpDestroy,
+		"ncclMemAlloc": &f.memAlloc, "ncclMemFree": &f.memFree,
+		"ncclCommRegister": &f.commRegister, "ncclCommDeregister": &f.commDeregister,
+		"ncclCommWindowRegister": &f.winRegister, "ncclCommWindowDeregister": &f.winDeregister,
 	}
 }
 
