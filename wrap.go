@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goddp/ddp/autogradhooks"
@@ -33,6 +34,8 @@ type DDP struct {
 	unused []int
 	used   gorgonia.Nodes
 	graded bool
+	views  []*tensor.Dense // GradientAsBucketView: each gradient's bucket view, as a Value
+	placed atomic.Int64    // GradientAsBucketView: bytes copied into bucket views by the hooks
 }
 
 // Wrap checks that every rank holds the same model, copies rank 0's
@@ -68,7 +71,12 @@ func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Op
 		return nil, err
 	}
 	d := &DDP{r: r, params: params}
-	d.hooks, err = autogradhooks.New(params, d.onGradient)
+	if opts.GradientAsBucketView {
+		d.views = make([]*tensor.Dense, len(params))
+		d.hooks, err = autogradhooks.NewPlacing(params, d.placeGradient)
+	} else {
+		d.hooks, err = autogradhooks.New(params, d.onGradient)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ type paramHook struct {
 	set  *Set
 	idx  int
 	name string
-	fn   Func
+	fn   PlaceFunc
 }
 
 func (op *paramHook) Arity() int { return 1 }
@@ -90,7 +90,7 @@ type gradHook struct {
 	set  *Set
 	idx  int
 	name string
-	fn   Func
+	fn   PlaceFunc
 }
 
 func (op *gradHook) Arity() int { return 1 }
@@ -117,8 +117,15 @@ func (op *gradHook) Do(in ...gorgonia.Value) (out gorgonia.Value, err error) {
 			out, err = nil, &HookError{Index: op.idx, Param: op.name, Err: fmt.Errorf("%w: %v", ErrHookPanic, r)}
 		}
 	}()
-	if err := op.fn(op.idx, v); err != nil {
+	placed, err := op.fn(op.idx, v)
+	if err != nil {
 		return nil, &HookError{Index: op.idx, Param: op.name, Err: err}
+	}
+	if placed != nil {
+		if !placed.Shape().Eq(v.Shape()) || placed.Dtype() != v.Dtype() {
+			return nil, &HookError{Index: op.idx, Param: op.name, Err: fmt.Errorf("the placed gradient is %v %v; the gradient is %v %v", placed.Dtype(), placed.Shape(), v.Dtype(), v.Shape())}
+		}
+		return placed, nil
 	}
 	return v, nil
 }

@@ -129,7 +129,7 @@ func TestNewRejectsBadParams(t *testing.T) {
 // TestOpsReturnErrorsNotPanics: Do runs on RunAll's goroutine, where a
 // panic kills the process.
 func TestOpsReturnErrorsNotPanics(t *testing.T) {
-	nop := func(int, G.Value) error { return nil }
+	nop := func(int, G.Value) (G.Value, error) { return nil, nil }
 	for _, op := range []G.Op{&paramHook{fn: nop}, &gradHook{fn: nop}} {
 		if _, err := op.Do(); err == nil {
 			t.Errorf("%v.Do() with no input succeeded", op)

@@ -16,6 +16,15 @@ import (
 // A Func must not block: the rest of the backward pass waits for it.
 type Func func(idx int, grad gorgonia.Value) error
 
+// PlaceFunc is a Func that may also replace the gradient: a non-nil Value
+// it returns becomes the hook node's output, and so params[idx].Grad(),
+// for the rest of the run. It must have grad's dtype and shape. DDP's
+// gradient_as_bucket_view uses it to put each gradient into bucket memory
+// (see ddp.Options.GradientAsBucketView): Gorgonia allocates every op's
+// result afresh each run, so the gradient can only be moved, by one copy,
+// into memory the caller owns.
+type PlaceFunc func(idx int, grad gorgonia.Value) (gorgonia.Value, error)
+
 // Set holds the hook-wrapped versions of a model's parameters.
 //
 // A Set is used while one goroutine builds one graph; it is not safe for
@@ -24,7 +33,7 @@ type Set struct {
 	params  gorgonia.Nodes // the raw parameters, as given to New
 	wrapped gorgonia.Nodes // wrapped[i] = ParamHook(params[i]), nil until first asked for
 	names   []string
-	fn      Func
+	fn      PlaceFunc
 }
 
 // New prepares to wrap each params[i] in an identity Op whose SymDiff emits
@@ -40,6 +49,15 @@ type Set struct {
 func New(params gorgonia.Nodes, fn Func) (*Set, error) {
 	if fn == nil {
 		return nil, errors.New("autogradhooks: New needs a non-nil Func")
+	}
+	return NewPlacing(params, func(i int, g gorgonia.Value) (gorgonia.Value, error) { return nil, fn(i, g) })
+}
+
+// NewPlacing is New with a PlaceFunc: the callback may hand back the Value
+// that stands for the gradient from then on.
+func NewPlacing(params gorgonia.Nodes, fn PlaceFunc) (*Set, error) {
+	if fn == nil {
+		return nil, errors.New("autogradhooks: NewPlacing needs a non-nil PlaceFunc")
 	}
 	if err := checkParams(params); err != nil {
 		return nil, err

@@ -119,7 +119,12 @@ func (r *Reducer) writeBack(globalUsed []int32) {
 		if dst.Data == nil || (globalUsed != nil && globalUsed[i] == 0) {
 			continue
 		}
-		copy(dst.Data, r.layout.view(i).Data)
+		v := r.layout.view(i)
+		if sameMemory(dst, v) {
+			continue // the gradient is its bucket view: Note [gradient as bucket view]
+		}
+		r.copies.Out += int64(len(v.Data))
+		copy(dst.Data, v.Data)
 	}
 }
 

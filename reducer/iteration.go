@@ -139,6 +139,14 @@ func (r *Reducer) checkGrad(i int, grad pg.Tensor) error {
 // accumulation window is open.
 func (r *Reducer) store(i int, grad pg.Tensor) {
 	v := r.layout.view(i)
+	if sameMemory(v, grad) { // Note [gradient as bucket view]
+		r.copies.InPlace += int64(len(v.Data))
+		return
+	}
+	if r.opts.GradientAsBucketView {
+		r.copies.Fallbacks++
+	}
+	r.copies.In += int64(len(v.Data))
 	if !r.accumulate {
 		copy(v.Data, grad.Data)
 		return

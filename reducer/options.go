@@ -48,6 +48,11 @@ type Options struct {
 	// StaticGraph: the set of used parameters never changes. The first
 	// iteration finds it, without overlap; later iterations reuse it.
 	StaticGraph bool
+	// GradientAsBucketView (gradient_as_bucket_view): gradients live in
+	// their buckets. An engine writes each one into GradientBuffer(i) and
+	// passes that to MarkReady, which then copies nothing in, and
+	// Finalize copies nothing back. See Note [gradient as bucket view].
+	GradientAsBucketView bool
 	// Hook communicates each bucket. nil means commhook.Allreduce.
 	Hook commhook.Hook
 	// Logger receives the reducer's logs. nil means none.

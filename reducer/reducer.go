@@ -50,6 +50,8 @@ type Reducer struct {
 	rebuild rebuildState
 	static  staticState
 
+	copies CopyStats // see view.go
+
 	obs observer // metrics, logging data and timeline: see observe.go
 }
 
