@@ -8,6 +8,8 @@ import (
 
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 )
 
 // GradientAsBucketView: N ranks equal one process on the whole batch, as
@@ -186,4 +188,39 @@ func TestReducerBucketViewFallback(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// Note [bucket views in Gorgonia], checked: binding a buffer to a
+// gradient node (UnsafeLet, the only way to give an op node a value) does
+// not make the TapeMachine compute the gradient into it. Every op's result
+// is fresh memory, so a gradient can reach a bucket only by a copy.
+func TestGorgoniaCannotComputeIntoBuffer(t *testing.T) {
+	ctx := testCtx(t)
+	spec := mlpSpec{sizes: mlpSizes(), rows: parityRows}
+	m := newMLP[float64](t, spec, referenceSeed).mustBuild(t)
+	if err := m.feed(makeBatch[float64](spec, parityRows, 7)); err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([][]float64, len(m.grads))
+	for i, gr := range m.grads {
+		bufs[i] = make([]float64, gr.Shape().TotalSize())
+		if err := G.UnsafeLet(gr, tensor.New(tensor.WithShape(gr.Shape().Clone()...), tensor.WithBacking(bufs[i]))); err != nil {
+			t.Fatalf("parameter %d: %v", i, err)
+		}
+	}
+	if err := m.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, gr := range m.grads {
+		g := gr.Value().Data().([]float64)
+		if unsafe.SliceData(g) == unsafe.SliceData(bufs[i]) {
+			t.Errorf("parameter %d (%v): the gradient was computed into the bound buffer; Gorgonia can preallocate it, and the copy in placeGradient may be avoidable", i, gr.Op())
+		}
+		for _, v := range bufs[i] {
+			if v != 0 {
+				t.Errorf("parameter %d: the bound buffer was written", i)
+				break
+			}
+		}
+	}
 }

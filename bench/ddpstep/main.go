@@ -53,6 +53,15 @@
 // --hook noop times DDP without communication: the reducer's own cost in
 // the step.
 //
+// --gradient-as-bucket-view wraps the replica with GradientAsBucketView.
+// --compare-bucket-view times a third model, a replica with bucket views,
+// next to the copying replica in every round (the two take turns going
+// first after the plain step), so one run reports both
+// side by side: each one's step, the median of the view step over the
+// copying step of the same round, and the gradient bytes each copies per
+// step (the reducer's copies into and out of the buckets, and the hooks'
+// one copy of each fresh Gorgonia gradient into its bucket view).
+//
 // Communication intervals include the time a rank waits for a slower
 // peer to reach the same collective.
 package main
@@ -114,6 +123,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.powersgdStartIter, "powersgd-start-iter", 2, "powersgd hooks: plain allreduce before this iteration (at least 2; keep it within --warmup to time compressed steps)")
 	fs.IntVar(&o.cfg.bucketCapBytes, "bucket-cap-bytes", 0, "bucket cap (0: the reducer's default, 25 MiB)")
 	fs.IntVar(&o.cfg.firstBucketBytes, "first-bucket-bytes", 0, "first bucket's cap (0: the reducer's default, 1 MiB)")
+	fs.BoolVar(&o.cfg.bucketView, "gradient-as-bucket-view", false, "the DDP replica uses GradientAsBucketView: gradients live in the buckets")
+	fs.BoolVar(&o.cfg.compareView, "compare-bucket-view", false, "also time a DDP replica with GradientAsBucketView, alternately with the copying one, and report both side by side")
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
 	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
@@ -129,6 +140,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{fmt.Errorf("--batch %d, --steps %d: want at least 1", o.cfg.rows, o.cfg.steps)}
 	case o.cfg.warmup < 2:
 		return o, usageError{fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup)}
+	case o.cfg.bucketView && o.cfg.compareView:
+		return o, usageError{fmt.Errorf("--gradient-as-bucket-view and --compare-bucket-view: choose one (the comparison runs both)")}
 	case o.format != "table" && o.format != "csv":
 		return o, usageError{fmt.Errorf("--format %q: want table or csv", o.format)}
 	}

@@ -104,3 +104,57 @@ func TestMeasure(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareBucketView runs the comparison of copying buckets with bucket
+// views and checks the copy counts: the copying replica copies every
+// gradient in and out; the one with views copies nothing in the reducer,
+// and its hooks place each gradient once.
+func TestCompareBucketView(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	groups, err := local.New(2, local.Options{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	cfg := config{sizes: []int{16, 32, 4}, rows: 4, steps: 3, warmup: 2, hook: "allreduce", bucketCapBytes: 1024, firstBucketBytes: 256, compareView: true}
+	results := make([]rankResult, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() { results[r], errs[r] = measure(ctx, g, cfg) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	grads := float64(4 * (16*32 + 32 + 32*4 + 4)) // float32 gradient bytes per step
+	res := results[0]
+	if c := res.copied; c.reducerIn != grads || c.reducerOut != grads || c.placed != 0 {
+		t.Errorf("copying replica: %+v per step, want %v bytes in and out, none placed", c, grads)
+	}
+	if c := res.viewCopied; c.reducerIn != 0 || c.reducerOut != 0 || c.placed != grads || c.fallbacks != 0 {
+		t.Errorf("replica with bucket views: %+v per step, want no reducer copy and %v bytes placed", c, grads)
+	}
+	for i, s := range res.samples {
+		if s.viewStep <= 0 {
+			t.Errorf("sample %d: no bucket-view step time", i)
+		}
+	}
+	var out bytes.Buffer
+	report(&out, options{backend: "local", nproc: 2, format: "csv", cfg: cfg}, res)
+	for _, key := range []string{"view_step_ratio,", "copy_total_bytes,", "view_reducer_copy_in_bytes,0\n", "view_fallbacks,0\n"} {
+		if !strings.Contains(out.String(), key) {
+			t.Errorf("report lacks %q:\n%s", key, out.String())
+		}
+	}
+	if _, err := parse([]string{"--gradient-as-bucket-view", "--compare-bucket-view"}, &bytes.Buffer{}); err == nil {
+		t.Error("parse accepted both --gradient-as-bucket-view and --compare-bucket-view")
+	}
+}

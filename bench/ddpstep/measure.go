@@ -21,6 +21,9 @@ type config struct {
 	firstBucketBytes int
 
 	powersgdRank, powersgdStartIter int // the powersgd hooks' options
+
+	bucketView  bool // the DDP replica uses GradientAsBucketView
+	compareView bool // also a second replica with GradientAsBucketView, timed alongside
 }
 
 // sample is one timed step of each model. The plain fields time the model
@@ -31,6 +34,7 @@ type sample struct {
 	step, before, fwd, bwd, wait, after   time.Duration
 	comm, hidden                          time.Duration // union of bucket spans; its part inside RunAll
 	buckets                               []bucketSample
+	viewStep                              time.Duration // --compare-bucket-view: the step of the replica with bucket views
 }
 
 // bucketSample is one bucket's communication in one DDP step.
@@ -49,6 +53,27 @@ type bucketInfo struct {
 type rankResult struct {
 	samples []sample
 	plan    []bucketInfo
+	// Gradient bytes copied per timed step: by the reducer (into and out
+	// of the buckets) and by the hooks placing gradients in bucket views.
+	copied, viewCopied copyBytes
+}
+
+// copyBytes is one replica's gradient copies per step.
+type copyBytes struct {
+	reducerIn, reducerOut, placed float64
+	fallbacks                     int64
+}
+
+// copiesOf reads a replica's cumulative copy counters.
+func copiesOf(d *ddp.DDP) copyBytes {
+	st := d.Reducer().CopyStats()
+	return copyBytes{reducerIn: float64(st.In), reducerOut: float64(st.Out), placed: float64(d.PlacedBytes()), fallbacks: st.Fallbacks}
+}
+
+// perStep is (end - start) / steps.
+func perStep(end, start copyBytes, steps int) copyBytes {
+	n := float64(steps)
+	return copyBytes{(end.reducerIn - start.reducerIn) / n, (end.reducerOut - start.reducerOut) / n, (end.placed - start.placed) / n, end.fallbacks - start.fallbacks}
 }
 
 // measure builds a plain model and a DDP replica on g and runs them
@@ -69,9 +94,38 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 	defer replica.close()
 	d, err := ddp.Wrap(ctx, g, replica.params, reducer.Options{
 		Hook: timer, BucketCapBytes: c.bucketCapBytes, FirstBucketBytes: c.firstBucketBytes,
+		GradientAsBucketView: c.bucketView,
 	})
 	if err != nil {
 		return res, err
+	}
+	// --compare-bucket-view: a third model, wrapped with bucket views, run
+	// next to the copying replica on the same data.
+	var view *model
+	var viewTimer *commTimer
+	var vc stepClock
+	if c.compareView {
+		viewInner, err := newHook(c)
+		if err != nil {
+			return res, err
+		}
+		viewTimer = &commTimer{inner: viewInner}
+		view = newModel(c.sizes, c.rows, 1)
+		defer view.close()
+		vd, err := ddp.Wrap(ctx, g, view.params, reducer.Options{
+			Hook: viewTimer, BucketCapBytes: c.bucketCapBytes, FirstBucketBytes: c.firstBucketBytes,
+			GradientAsBucketView: true,
+		})
+		if err != nil {
+			return res, err
+		}
+		view.backward = func() { vc.bwd = vc.now() }
+		if err := view.build(vd); err != nil {
+			return res, err
+		}
+		if err := view.feed(data); err != nil {
+			return res, err
+		}
 	}
 	var pc, dc stepClock
 	plain.backward = func() { pc.bwd = pc.now() }
@@ -89,20 +143,44 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 		return res, err
 	}
 
+	var copied0, viewCopied0 copyBytes
 	for i := range c.warmup + c.steps {
 		if err := plainStep(plain, &pc); err != nil {
 			return res, fmt.Errorf("plain step %d: %w", i, err)
+		}
+		// The two replicas take turns going first, so neither always runs
+		// right after the plain model.
+		viewFirst := view != nil && i%2 == 1
+		if viewFirst {
+			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
+				return res, fmt.Errorf("DDP step %d with bucket views: %w", i, err)
+			}
 		}
 		spans, err := ddpStep(ctx, replica, &dc, timer)
 		if err != nil {
 			return res, fmt.Errorf("DDP step %d: %w", i, err)
 		}
+		if view != nil && !viewFirst {
+			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
+				return res, fmt.Errorf("DDP step %d with bucket views: %w", i, err)
+			}
+		}
 		if i == c.warmup-1 { // the buckets were rebuilt before step 1
 			res.plan = planOf(replica)
+			copied0 = copiesOf(replica.ddp)
+			if view != nil {
+				viewCopied0 = copiesOf(view.ddp)
+			}
 		}
 		if i >= c.warmup {
-			res.samples = append(res.samples, sampleOf(pc, dc, spans))
+			s := sampleOf(pc, dc, spans)
+			s.viewStep = vc.end
+			res.samples = append(res.samples, s)
 		}
+	}
+	res.copied = perStep(copiesOf(replica.ddp), copied0, c.steps)
+	if view != nil {
+		res.viewCopied = perStep(copiesOf(view.ddp), viewCopied0, c.steps)
 	}
 	return res, nil
 }

@@ -45,6 +45,14 @@ func summarize(res rankResult) []row {
 		{"comm_hidden_ms", "  hidden behind backward", med(func(s sample) time.Duration { return s.hidden }), "ms"},
 		{"overlap", "overlap (hidden / communication)", ratio(hidden, comm), "fraction"},
 	}
+	rows = append(rows, copyRows("", "", res.copied)...)
+	if res.viewCopied != (copyBytes{}) || (len(ss) > 0 && ss[0].viewStep > 0) {
+		rows = append(rows,
+			row{"step_ddp_view_ms", "step with DDP, gradient_as_bucket_view", med(func(s sample) time.Duration { return s.viewStep }), "ms"},
+			row{"view_step_ratio", "  bucket-view step / copying DDP step", median(ss, func(s sample) float64 { return s.viewStep.Seconds() / s.step.Seconds() }), "x"},
+			row{"view_step_ratio_no_ddp", "  bucket-view step / step without DDP", median(ss, func(s sample) float64 { return s.viewStep.Seconds() / s.plain.Seconds() }), "x"})
+		rows = append(rows, copyRows("view_", ", bucket views", res.viewCopied)...)
+	}
 	for b := range res.plan {
 		var sum, hid time.Duration
 		for _, s := range ss {
@@ -67,6 +75,17 @@ func summarize(res rankResult) []row {
 			row{fmt.Sprintf("bucket%d_overlap", b), fmt.Sprintf("bucket %d hidden", b), ratio(hid, sum), "fraction"})
 	}
 	return rows
+}
+
+// copyRows are a replica's gradient bytes copied per step.
+func copyRows(key, label string, c copyBytes) []row {
+	return []row{
+		{key + "reducer_copy_in_bytes", "reducer copies into buckets per step" + label, c.reducerIn, "bytes"},
+		{key + "reducer_copy_out_bytes", "reducer copies out of buckets per step" + label, c.reducerOut, "bytes"},
+		{key + "hook_placed_bytes", "hooks place into bucket views per step" + label, c.placed, "bytes"},
+		{key + "copy_total_bytes", "gradient bytes copied per step" + label, c.reducerIn + c.reducerOut + c.placed, "bytes"},
+		{key + "fallbacks", "gradients not in their bucket view" + label, float64(c.fallbacks), "count"},
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -115,7 +134,7 @@ func report(w io.Writer, o options, res rankResult) {
 	if o.format == "csv" {
 		fmt.Fprintln(w, "metric,value")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s,%.4g\n", r.key, r.value)
+			fmt.Fprintf(w, "%s,%.10g\n", r.key, r.value)
 		}
 		return
 	}
@@ -125,6 +144,10 @@ func report(w io.Writer, o options, res rankResult) {
 			fmt.Fprintf(w, "%-42s %8.2f ms\n", r.label, r.value)
 		case "x":
 			fmt.Fprintf(w, "%-42s %8.3f\n", r.label, r.value)
+		case "bytes":
+			fmt.Fprintf(w, "%-42s %8.0f B\n", r.label, r.value)
+		case "count":
+			fmt.Fprintf(w, "%-42s %8.0f\n", r.label, r.value)
 		default:
 			fmt.Fprintf(w, "%-42s %8.1f %%\n", r.label, 100*r.value)
 		}
