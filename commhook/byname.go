@@ -8,7 +8,7 @@ import (
 // Names lists the built-in hooks ByName builds, by the names ddp-train's
 // --comm-hook takes (PyTorch's DDPCommHookType, in Go spelling).
 func Names() []string {
-	return []string{"allreduce", "fp16", "bf16", "powersgd", "batched-powersgd", "noop"}
+	return []string{"allreduce", "fp16", "bf16", "powersgd", "batched-powersgd", "noop", "adasum", "hierarchical"}
 }
 
 // ByName returns a new built-in hook. The PowerSGD variants are built with
@@ -29,6 +29,10 @@ func ByName(name string, o PowerSGDOptions) (Hook, error) {
 		return NewPowerSGD(o)
 	case "batched-powersgd":
 		return NewBatchedPowerSGD(o)
+	case "adasum":
+		return NewAdasum(), nil
+	case "hierarchical": // hosts by os.Hostname; NewHierarchical takes a layout
+		return NewHierarchical(HierarchicalOptions{})
 	}
 	return nil, fmt.Errorf("commhook: no built-in hook %q; want one of %s", name, strings.Join(Names(), ", "))
 }
