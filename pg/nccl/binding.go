@@ -52,6 +52,18 @@ type backend interface {
 	pair(ctx context.Context, id nccl.UniqueID, rank int) (backend, error)
 	// rankSize is the communicator's rank and size.
 	rankSize() (rank, size int, err error)
+	// Device buckets (devbucket.go). regCaps says what the library has.
+	regCaps() regCaps
+	memAlloc(n int) (nccl.DevicePtr, error) // ncclMemAlloc
+	memFree(p nccl.DevicePtr) error
+	register(p nccl.DevicePtr, n int) (uintptr, error) // ncclCommRegister
+	deregister(h uintptr) error
+	windowRegister(p nccl.DevicePtr, n int) (uintptr, error) // collective; NCCL_WIN_COLL_SYMMETRIC
+	windowDeregister(h uintptr) error
+	newCopyStream() (copyStream, error)
+	// waitEvent makes the group's stream wait for e (cuStreamWaitEvent).
+	waitEvent(e event) error
+
 	// close destroys the communicator (or, after abort, only the
 	// stream); ctx bounds the wait for pending work.
 	close(ctx context.Context) error
@@ -202,3 +214,70 @@ func (b *cudaBackend) close(ctx context.Context) error {
 	}
 	return err
 }
+
+func (b *cudaBackend) regCaps() regCaps {
+	l := b.comm.Library()
+	return regCaps{version: l.Version(), memAlloc: l.HasMemAlloc(), register: l.HasRegister(), window: l.HasWindows()}
+}
+func (b *cudaBackend) memAlloc(n int) (nccl.DevicePtr, error) {
+	return b.comm.Library().MemAlloc(b.dev, n)
+}
+func (b *cudaBackend) memFree(p nccl.DevicePtr) error { return b.comm.Library().MemFree(b.dev, p) }
+func (b *cudaBackend) register(p nccl.DevicePtr, n int) (uintptr, error) {
+	r, err := b.comm.Register(p, n)
+	return uintptr(r), err
+}
+func (b *cudaBackend) deregister(h uintptr) error { return b.comm.Deregister(nccl.Registration(h)) }
+func (b *cudaBackend) windowRegister(p nccl.DevicePtr, n int) (uintptr, error) {
+	w, err := b.comm.WindowRegister(p, n, nccl.WinCollSymmetric)
+	return uintptr(w), err
+}
+func (b *cudaBackend) windowDeregister(h uintptr) error {
+	return b.comm.WindowDeregister(nccl.Window(h))
+}
+
+func (b *cudaBackend) waitEvent(e event) error {
+	ce, ok := e.(cudaEvent)
+	if !ok {
+		return fmt.Errorf("nccl: waitEvent on a foreign event %T", e)
+	}
+	return b.stream.WaitEvent(ce.e)
+}
+
+func (b *cudaBackend) newCopyStream() (copyStream, error) {
+	s, err := b.dev.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	return &cudaCopyStream{dev: b.dev, s: s}, nil
+}
+
+// cudaCopyStream is a CUDA stream for device-bucket copies.
+type cudaCopyStream struct {
+	dev *nccl.Device
+	s   *nccl.Stream
+}
+
+func (c *cudaCopyStream) h2d(dst nccl.DevicePtr, src []byte) error { return c.s.CopyHtoD(dst, src) }
+func (c *cudaCopyStream) d2h(dst []byte, src nccl.DevicePtr) error { return c.s.CopyDtoH(dst, src) }
+func (c *cudaCopyStream) d2d(dst, src nccl.DevicePtr, n int) error { return c.s.CopyDtoD(dst, src, n) }
+func (c *cudaCopyStream) record() (event, error) {
+	e, err := c.dev.NewEvent(false)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Record(c.s); err != nil {
+		_ = e.Destroy()
+		return nil, err
+	}
+	return cudaEvent{e}, nil
+}
+func (c *cudaCopyStream) synchronize(ctx context.Context) error {
+	ev, err := c.record()
+	if err != nil {
+		return err
+	}
+	defer ev.destroy()
+	return pollEvent(ctx, ev)
+}
+func (c *cudaCopyStream) destroy() error { return c.s.Destroy() }

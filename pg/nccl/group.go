@@ -35,6 +35,7 @@ type Group struct {
 	closed   bool
 	mbRounds int // MonitoredBarrier calls so far
 
+	dev    devState // device buckets: devbucket.go
 	flight *flightRecorder
 	hooks  pg.Completions
 
@@ -190,6 +191,9 @@ func (g *Group) Close() error {
 					g.closeErr = fmt.Errorf("closing the point-to-point communicator with rank %d: %w", l.key.peer, err)
 				}
 			}
+		}
+		if err := g.releaseDevice(closeCtx); err != nil && g.closeErr == nil {
+			g.closeErr = fmt.Errorf("releasing device buckets: %w", err)
 		}
 		g.mu.Lock()
 		defer g.mu.Unlock()

@@ -126,6 +126,9 @@ func (g *Group) enqueue(s *stager, parts []part) error {
 			f()
 		}
 	}()
+	if err := g.waitSealed(); err != nil { // device buckets: devbucket.go
+		return err
+	}
 	for _, p := range parts {
 		if p.upload != nil {
 			if err := p.upload(); err != nil {

@@ -46,6 +46,11 @@ type Options struct {
 	// events, AsyncErrorInterval how often it asks NCCL for asynchronous
 	// errors. Zero means the defaults.
 	PollInterval, AsyncErrorInterval time.Duration
+	// BucketRegistration is how device buckets (NewDeviceBucket) are
+	// registered with NCCL. Zero (RegisterAuto) picks, from the loaded
+	// library, symmetric windows (2.27+), else ncclCommRegister (2.19+),
+	// else plain buffers.
+	BucketRegistration Registration
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 	"unsafe"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/pg/store"
+	"go.uber.org/zap"
 )
 
 // fakeBackend is the test double of the binding layer, as c10d's
@@ -45,6 +44,8 @@ type fakeBackend struct {
 	nextOp  nccl.RedOp
 	self    *selfQueue
 	pairs   *fakePairs // shared by the world: the two-rank communicators
+
+	dev fakeDevice // device buckets: fake_devbucket.go
 }
 
 // fakePairs makes the two-rank "communicators" of point-to-point lanes:
@@ -95,6 +96,8 @@ func newFakeBackend(lg pg.Extended) *fakeBackend {
 	b := &fakeBackend{lg: lg, mem: &fakeMem{allocs: map[uintptr][]byte{}}, abortCh: make(chan struct{}),
 		ops: map[nccl.RedOp]float64{}, nextOp: 5}
 	b.st = newFakeStream()
+	b.dev.caps = regCaps{version: 22800, memAlloc: true, register: true, window: true}
+	b.dev.regs = map[uintptr]string{}
 	return b
 }
 
@@ -305,6 +308,7 @@ func (b *fakeBackend) execute(stall bool, runs []func(context.Context) pg.Work) 
 func (b *fakeBackend) allReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp) error {
 	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
+		b.dev.trace("allReduce")
 		copy(out.Data, in.Data)
 		return b.lg.AllReduce(ctx, out, o)
 	})
@@ -473,28 +477,61 @@ func (b *fakeBackend) close(ctx context.Context) error {
 	return err
 }
 
-// fakeWorld makes n ranks of Groups over fake backends over one pg/local
-// world, with a shared HashStore for MonitoredBarrier.
-func fakeWorld(t testing.TB, n int, timeout time.Duration) ([]*Group, []*fakeBackend) {
-	t.Helper()
-	lgs, err := local.New(n, local.Options{Timeout: timeout + time.Minute})
+// FakeOptions configure NewFakeWorld.
+type FakeOptions struct {
+	// Timeout is the groups' timeout; zero means one minute.
+	Timeout time.Duration
+	// Version is the NCCL version the fake reports (zero: 2.28.0), and
+	// NoMemAlloc, NoRegister and NoWindows remove the symbols of its
+	// memory and registration APIs, as an older or stripped library
+	// would.
+	Version                           nccl.Version
+	NoMemAlloc, NoRegister, NoWindows bool
+	// BucketRegistration and Logger are passed to the groups' Options.
+	BucketRegistration Registration
+	Logger             *zap.Logger
+}
+
+// NewFakeWorld makes n ranks of NCCL Groups over the binding's test
+// double, as c10d's FakeProcessGroup: "device" memory is host memory
+// behind opaque device pointers, each stream is a goroutine that runs
+// its queue in order, and every NCCL call is carried out by a pg/local
+// group of the same world, so data really moves between ranks. It is
+// for tests of code that drives an NCCL group (the reducer's device
+// buckets) on machines without a GPU. The returned function releases
+// what the world made beyond the groups; Close each group first.
+func NewFakeWorld(n int, opts FakeOptions) ([]*Group, func(), error) {
+	gs, _, cleanup, err := newFakeWorld(n, opts)
+	return gs, cleanup, err
+}
+
+func newFakeWorld(n int, o FakeOptions) ([]*Group, []*fakeBackend, func(), error) {
+	if o.Timeout == 0 {
+		o.Timeout = time.Minute
+	}
+	lgs, err := local.New(n, local.Options{Timeout: o.Timeout + time.Minute})
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, nil, err
 	}
 	st := store.NewHashStore(store.HashStoreOptions{})
 	gs, bs := make([]*Group, n), make([]*fakeBackend, n)
-	pairs := &fakePairs{worlds: map[nccl.UniqueID][]pg.Extended{}, timeout: timeout + time.Minute}
+	pairs := &fakePairs{worlds: map[nccl.UniqueID][]pg.Extended{}, timeout: o.Timeout + time.Minute}
 	for r := range lgs {
 		bs[r] = newFakeBackend(lgs[r])
 		bs[r].pairs = pairs
-		opts, err := Options{Rank: r, Size: n, Timeout: timeout, PollInterval: 100 * time.Microsecond,
-			AsyncErrorInterval: 5 * time.Millisecond}.withDefaults()
+		c := &bs[r].dev.caps
+		if o.Version != 0 {
+			c.version = o.Version
+		}
+		c.memAlloc, c.register, c.window = !o.NoMemAlloc, !o.NoRegister, !o.NoWindows
+		opts, err := Options{Rank: r, Size: n, Timeout: o.Timeout, PollInterval: 100 * time.Microsecond,
+			AsyncErrorInterval: 5 * time.Millisecond, BucketRegistration: o.BucketRegistration, Logger: o.Logger}.withDefaults()
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, nil, err
 		}
 		gs[r] = newGroup(bs[r], opts, st)
 	}
-	t.Cleanup(func() { // the halves of pairs whose other rank never came
+	cleanup := func() { // the halves of pairs whose other rank never came
 		pairs.mu.Lock()
 		defer pairs.mu.Unlock()
 		for _, w := range pairs.worlds {
@@ -502,8 +539,6 @@ func fakeWorld(t testing.TB, n int, timeout time.Duration) ([]*Group, []*fakeBac
 				_ = g.Close()
 			}
 		}
-	})
-	return gs, bs
+	}
+	return gs, bs, cleanup, nil
 }
-
-var _ = fmt.Sprintf
