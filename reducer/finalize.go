@@ -115,6 +115,10 @@ func (r *Reducer) globalUsed(ctx context.Context) ([]int32, error) {
 // writeBack copies each result from its bucket into the gradient it came
 // from. Parameters unused on every rank keep their gradient untouched.
 func (r *Reducer) writeBack(globalUsed []int32) {
+	if r.mixed != nil {
+		r.writeBackMixed(globalUsed) // mixed.go
+		return
+	}
 	for i, dst := range r.dst {
 		if dst.Data == nil || (globalUsed != nil && globalUsed[i] == 0) {
 			continue

@@ -27,7 +27,7 @@ type layout struct {
 func (r *Reducer) assign(order []int, limits []int, ordered bool) ([][]int, []int, error) {
 	ps := make([]bucket.Param, len(order))
 	for i, idx := range order {
-		ps[i] = bucket.Param{Numel: r.numel[idx], Dtype: r.params[idx].Dtype}
+		ps[i] = bucket.Param{Numel: r.numel[idx], Dtype: r.dtypes[idx]}
 	}
 	var idx []int
 	if ordered {

@@ -53,6 +53,11 @@ type Options struct {
 	// passes that to MarkReady, which then copies nothing in, and
 	// Finalize copies nothing back. See Note [gradient as bucket view].
 	GradientAsBucketView bool
+	// MixedPrecision (mixed_precision): gradients come in a lower
+	// precision than the parameters and are reduced in ReduceDtype; see
+	// MixedPrecision. nil means off. It brings its own comm hook, so Hook
+	// must be nil.
+	MixedPrecision *MixedPrecision
 	// Hook communicates each bucket. nil means commhook.Allreduce.
 	Hook commhook.Hook
 	// Logger receives the reducer's logs. nil means none.
@@ -76,6 +81,14 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.MixedPrecision != nil {
+		if err := o.MixedPrecision.check(); err != nil {
+			return o, err
+		}
+		if o.Hook != nil {
+			return o, fmt.Errorf("%w: MixedPrecision communicates through its own hook (torch's _reducer_allreduce_and_upcast_hook); leave Options.Hook nil", ErrHookRegistration)
+		}
 	}
 	return o, nil
 }

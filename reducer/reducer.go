@@ -50,7 +50,8 @@ type Reducer struct {
 	rebuild rebuildState
 	static  staticState
 
-	copies CopyStats // see view.go
+	copies CopyStats   // see view.go
+	mixed  *mixedState // MixedPrecision; nil when off: see mixed.go
 
 	obs observer // metrics, logging data and timeline: see observe.go
 }
@@ -102,6 +103,9 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if r.hook == nil {
 		r.hook = commhook.Allreduce{}
 	}
+	if opts.MixedPrecision != nil {
+		r.setupMixed() // mixed.go
+	}
 	if err := r.observe(); err != nil { // logs "DDP initialized"; see observe.go
 		return nil, fmt.Errorf("reducer: observability: %w", err)
 	}
@@ -120,6 +124,9 @@ func (r *Reducer) describe() error {
 			return fmt.Errorf("reducer: parameter %d (%s) has dtype %v; DDP reduces float32 or float64 parameters", i, p.Name, p.Dtype)
 		}
 		r.dtypes[i], r.numel[i] = p.Dtype, p.Numel()
+		if mp := r.opts.MixedPrecision; mp != nil {
+			r.dtypes[i] = mp.ParamDtype // gradients and buckets: see MixedPrecision
+		}
 	}
 	return nil
 }
@@ -132,7 +139,7 @@ func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 	if h == nil {
 		return fmt.Errorf("%w: the hook is nil", ErrHookRegistration)
 	}
-	if r.opts.Hook != nil || r.started {
+	if r.opts.Hook != nil || r.started || r.mixed != nil {
 		return fmt.Errorf("%w (hook %q is already in use; register it once, after New and before training)", ErrHookRegistration, commhook.Name(r.hook))
 	}
 	r.hook, r.opts.Hook = h, h
@@ -150,9 +157,14 @@ func (r *Reducer) Buckets() [][]int {
 // Gradient returns the reduced gradient of parameter i as it stands in its
 // bucket: after Finalize, the result for i. It is how a caller reads the
 // result for a parameter that got no local gradient (and so had nowhere
-// to write it back). It is valid until the next Prepare.
+// to write it back). It is valid until the next Prepare. With
+// MixedPrecision it is the result cast to the parameter's own dtype, a
+// tensor the reducer keeps for the whole run.
 func (r *Reducer) Gradient(i int) pg.Tensor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.mixed != nil {
+		return r.mixed.master[i]
+	}
 	return r.layout.view(i)
 }
