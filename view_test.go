@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -223,4 +224,18 @@ func TestGorgoniaCannotComputeIntoBuffer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Gorgonia cannot compute float16 gradients, so Wrap refuses
+// MixedPrecision with advice, before any collective.
+func TestWrapRefusesMixedPrecision(t *testing.T) {
+	ctx := testCtx(t)
+	m := newMLP[float32](t, mlpSpec{sizes: mlpSizes(), rows: parityRows}, referenceSeed)
+	noErrors(t, onRanks(world(t, 1), func(_ int, g pg.ProcessGroup) error {
+		_, err := Wrap(ctx, g, m.params, Options{MixedPrecision: &reducer.MixedPrecision{ParamDtype: pg.Float16}})
+		if err == nil || !strings.Contains(err.Error(), "Gorgonia cannot compute") {
+			return fmt.Errorf("Wrap with MixedPrecision: err = %v, want a refusal saying why", err)
+		}
+		return nil
+	}))
 }

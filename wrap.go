@@ -2,6 +2,7 @@ package ddp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -43,6 +44,13 @@ type DDP struct {
 // the clock, so replicas start different), and prepares the gradient
 // hooks. Every parameter must have a value. It is collective.
 func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Options) (*DDP, error) {
+	if opts.MixedPrecision != nil {
+		// Gorgonia v0.9.18 computes in float32 and float64 only: tensor
+		// v0.9.24 has no float16 or bfloat16 dtype, and one registered by
+		// hand fails in every arithmetic and BLAS op. So it cannot produce
+		// the low-precision gradients MixedPrecision reduces.
+		return nil, errors.New("ddp: Options.MixedPrecision needs float16 or bfloat16 gradients, which Gorgonia cannot compute (gorgonia.org/tensor has no such dtype); leave it nil here, or drive reducer.New from an engine that computes in half precision")
+	}
 	descs := make([]reducer.Param, len(params))
 	values := make([]pg.Tensor, len(params))
 	for i, p := range params {
