@@ -44,7 +44,8 @@ import (
 // order across buckets]), so one Adasum serves one reducer; NewAdasum
 // makes one.
 type Adasum struct {
-	seq sequence
+	seq  sequence
+	recv []byte // Horovod's recv_buffer, used by one bucket at a time (in its turn)
 }
 
 // NewAdasum returns an Adasum hook for one reducer.
@@ -80,6 +81,9 @@ func (a *Adasum) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.W
 func checkAdasum(g pg.ProcessGroup, b *GradBucket) error {
 	if n := g.Size(); bits.OnesCount(uint(n)) != 1 {
 		return fmt.Errorf("commhook: Adasum needs a power-of-two number of ranks, as Horovod's does; this group has %d (use %d or %d ranks, or another hook)", n, 1<<(bits.Len(uint(n))-1), 1<<bits.Len(uint(n)))
+	}
+	if b.Buffer.IsDevice() {
+		return fmt.Errorf("commhook: Adasum computes its dot products on the host, and this bucket is in device memory: keep buckets on the host for it")
 	}
 	switch b.Buffer.Dtype {
 	case pg.Float16, pg.Float32, pg.Float64:
@@ -136,16 +140,20 @@ func (a *Adasum) chain(ctx context.Context, g pg.ProcessGroup, b *GradBucket, pr
 	if err := prev.wait(ctx); err != nil {
 		return err
 	}
-	return adasumVHDD(ctx, g, b.Buffer, counts, b.Index*adasumTagsPerBucket)
+	if n := len(b.Buffer.Data); cap(a.recv) < n {
+		a.recv = make([]byte, n)
+	}
+	recv := pg.Tensor{Dtype: b.Buffer.Dtype, Data: a.recv[:len(b.Buffer.Data)]}
+	return adasumVHDD(ctx, g, b.Buffer, recv, counts, b.Index*adasumTagsPerBucket)
 }
 
 // adasumVHDD is Horovod's FusedAllreduce: buf holds this rank's gradient
 // on entry and the Adasum of all ranks' on return. counts are the lengths
-// of buf's tensors, back to back.
-func adasumVHDD(ctx context.Context, g pg.ProcessGroup, buf pg.Tensor, counts []int, tag int) error {
+// of buf's tensors, back to back; recv is scratch of buf's size. The
+// point-to-point tags count up from tag.
+func adasumVHDD(ctx context.Context, g pg.ProcessGroup, buf, recv pg.Tensor, counts []int, tag int) error {
 	p2p := g.(pg.PointToPoint)
 	rank, size := g.Rank(), g.Size()
-	recv := pg.NewTensor(buf.Dtype, buf.Len())
 	lo, mine := 0, buf.Len() // this rank's slice of buf: [lo, lo+mine)
 	var given [][]int        // per level, the part of each tensor handed to the neighbor
 	sendrecv := func(peer int, send, into pg.Tensor) error {

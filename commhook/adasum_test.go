@@ -221,4 +221,8 @@ func TestAdasumRefusesWhatHorovodRefuses(t *testing.T) {
 	if err := commhook.NewAdasum().Run(ctx, gs[0], b).Wait(ctx); err == nil {
 		t.Error("an int32 bucket was accepted")
 	}
+	dev := &commhook.GradBucket{Buffer: pg.DeviceTensor(pg.Float32, 0, 0x1000, 16), IsLast: true}
+	if err := commhook.NewAdasum().Run(ctx, localGroups(t, 2)[0], dev).Wait(ctx); err == nil || !strings.Contains(err.Error(), "device memory") {
+		t.Errorf("a device bucket: %v, want an error saying Adasum computes on the host", err)
+	}
 }
