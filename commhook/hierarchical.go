@@ -37,6 +37,10 @@ type HierarchicalOptions struct {
 // differ from Allreduce's in the last place, since the sum is taken in
 // another order.
 //
+// A failure in any step aborts both subgroups, so that the other ranks'
+// steps fail at once instead of at the group timeout; the hook then fails
+// every later bucket.
+//
 // The subgroups (one per host, one of the leaders) are made with
 // pg.Splitter on the group the hook is first run with, by the first
 // bucket's communication, or up front by Setup. One Hierarchical serves
@@ -228,6 +232,11 @@ func (h *Hierarchical) chain(ctx context.Context, g pg.ProcessGroup, buf pg.Tens
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil { // the ranks are out of step: fail the subgroups' peers now, not at their timeout
+			t.abort(err)
+		}
+	}()
 	if t.local.Size() > 1 {
 		if err := t.local.(pg.Rooted).Reduce(ctx, buf, 0, pg.Op(pg.Sum)).Wait(ctx); err != nil {
 			return fmt.Errorf("commhook: hierarchical: reduce within host %d: %w", t.layout[t.rank], err)
@@ -247,4 +256,12 @@ func (h *Hierarchical) chain(ctx context.Context, g pg.ProcessGroup, buf pg.Tens
 		return fmt.Errorf("commhook: hierarchical: broadcast within host %d: %w", t.layout[t.rank], err)
 	}
 	return nil
+}
+
+// abort aborts the subgroups with cause.
+func (t *hostTopology) abort(cause error) {
+	t.local.Abort(cause)
+	if t.cross != nil {
+		t.cross.Abort(cause)
+	}
 }

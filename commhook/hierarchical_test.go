@@ -1,6 +1,8 @@
 package commhook_test
 
 import (
+	"context"
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -156,5 +158,36 @@ func TestHierarchicalRejectsBadOptionsAndReuse(t *testing.T) {
 	}
 	if err := hs[1].Run(ctx, gs[1], b).Wait(ctx); err == nil {
 		t.Error("ran after Close")
+	}
+}
+
+// A rank that leaves after setup fails the others' steps through the
+// subgroups' aborts, not at the group timeout.
+func TestHierarchicalDeadRankFailsEveryStep(t *testing.T) {
+	gs := tcpGroups(t, 4, 0)
+	ctx := testCtx(t)
+	hs := make([]*commhook.Hierarchical, 4)
+	onRanks(t, gs, func(r int, g pg.ProcessGroup) error {
+		h, err := commhook.NewHierarchical(commhook.HierarchicalOptions{RanksPerHost: 2})
+		hs[r] = h
+		if err != nil {
+			return err
+		}
+		return h.Setup(ctx, g)
+	})
+	hs[3].Close()
+	gs[3].Close()
+	errs := make([]error, 3)
+	onRanks(t, gs[:3], func(r int, g pg.ProcessGroup) error {
+		defer hs[r].Close()
+		bs := newBuckets(pg.Float32, [][]layer{{{8}}, {{4}}})
+		errs[r] = iterate(ctx, hs[r], g, bs)
+		return nil
+	})
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		if err == nil || errors.Is(err, pg.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("rank %d: %v, want a failure from the dead rank 3 before any timeout", r, err)
+		}
 	}
 }
