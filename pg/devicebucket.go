@@ -8,12 +8,13 @@ import "context"
 // DeviceBucket. Host-only backends do not implement it.
 type DeviceBucketAllocator interface {
 	// NewDeviceBucket allocates a bucket of numel elements of d in device
-	// memory and registers it with the backend as the backend's policy
-	// says (pg/nccl: NCCL symmetric windows, else user-buffer
-	// registration, else none). Registration may be collective: every
-	// rank must make the same calls in the same order, as for a
-	// collective.
-	NewDeviceBucket(ctx context.Context, d Dtype, numel int) (DeviceBucket, error)
+	// memory and, with register, registers it with the backend as the
+	// backend's policy says (pg/nccl: NCCL symmetric windows, else
+	// user-buffer registration, else none); without, it is plain device
+	// memory (for buckets that will soon be replaced). Registration may
+	// be collective: every rank must make the same calls in the same
+	// order, as for a collective.
+	NewDeviceBucket(ctx context.Context, d Dtype, numel int, register bool) (DeviceBucket, error)
 }
 
 // DeviceBucket is a flat buffer in device memory with a copy stream of

@@ -47,6 +47,9 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 		return r.fail(err)
 	}
 	r.writeBack(globalUsed)
+	if err := r.deviceWriteBack(ctx, globalUsed); err != nil { // device.go
+		return r.fail(err)
+	}
 	r.accumulate = false
 	r.it.active, r.it.ctx = false, nil
 	r.it.num++

@@ -47,6 +47,9 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 		if err := r.maybeRebuild(ctx); err != nil {
 			return r.fail(err)
 		}
+		if err := r.prepareDevice(ctx); err != nil { // device.go
+			return r.fail(err)
+		}
 	}
 	r.t.reset()
 	clear(r.dst)
@@ -97,6 +100,9 @@ func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	if r.t.isReady(i) {
 		return r.fail(r.markedTwiceError(i))
 	}
+	if err := r.deviceGrad(i, grad); err != nil { // device.go
+		return err
+	}
 	pg.View[int32](r.localUsed)[i] = 1
 	r.dst[i] = grad
 	copyStart := r.obs.copyStart() // observe.go
@@ -111,6 +117,9 @@ func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	}
 	if r.rebuild.recording {
 		r.rebuild.order = append(r.rebuild.order, i)
+	}
+	if err := r.uploadGrad(i, grad); err != nil { // device.go
+		return r.fail(err)
 	}
 	from, to, _ := r.t.markReady(i)
 	r.launch(from, to)
@@ -183,7 +192,7 @@ func (r *Reducer) markUnused() {
 func (r *Reducer) launch(from, to int) {
 	for b := from; b < to; b++ {
 		start := r.obs.launchStart() // observe.go
-		r.layout.works[b] = r.runHook(&r.layout.grads[b])
+		r.layout.works[b] = r.launchBucket(b)
 		r.obs.launched(b, start, r.layout.works[b])
 	}
 }

@@ -53,6 +53,10 @@ type Options struct {
 	// passes that to MarkReady, which then copies nothing in, and
 	// Finalize copies nothing back. See Note [gradient as bucket view].
 	GradientAsBucketView bool
+	// HostBuckets keeps the buckets on the host even when the process
+	// group offers device buckets (pg.DeviceBucketAllocator, an NCCL
+	// group); see Note [device buckets] in device.go.
+	HostBuckets bool
 	// MixedPrecision (mixed_precision): gradients come in a lower
 	// precision than the parameters and are reduced in ReduceDtype; see
 	// MixedPrecision. nil means off. It brings its own comm hook, so Hook

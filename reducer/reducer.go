@@ -53,6 +53,8 @@ type Reducer struct {
 	copies CopyStats   // see view.go
 	mixed  *mixedState // MixedPrecision; nil when off: see mixed.go
 
+	dev deviceState // device buckets: device.go
+
 	obs observer // metrics, logging data and timeline: see observe.go
 }
 
@@ -96,6 +98,7 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 		return nil, err
 	}
 	r.install(plan, limits)
+	r.initDevice() // device.go
 	r.dst = make([]pg.Tensor, len(params))
 	r.localUsed = pg.NewTensor(pg.Int32, len(params))
 	r.static.first = opts.StaticGraph

@@ -104,13 +104,13 @@ type devState struct {
 
 var _ pg.DeviceBucketAllocator = (*Group)(nil)
 
-// NewDeviceBucket allocates and registers a device bucket of numel
-// elements of d (pg.DeviceBucketAllocator). The registration policy is
+// NewDeviceBucket allocates a device bucket of numel elements of d and,
+// with register, registers it (pg.DeviceBucketAllocator). The registration policy is
 // chosen on the first call from the library's version and symbols and
 // logged; a registration that fails falls back to the next (window ->
 // ncclCommRegister -> none), logged. Window registration is collective:
 // every rank must allocate the same buckets in the same order.
-func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int) (pg.DeviceBucket, error) {
+func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, register bool) (pg.DeviceBucket, error) {
 	if numel <= 0 || d.Size() == 0 {
 		return nil, fmt.Errorf("%w: device bucket of %d elements of %v", pg.ErrInvalidArgument, numel, d)
 	}
@@ -139,7 +139,11 @@ func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int) (pg.
 	}
 	n := numel * d.Size()
 	b := &deviceBucket{g: g, dtype: d, numel: numel, bytes: n}
-	if err := b.allocate(s.policy); err != nil {
+	policy := s.policy
+	if !register {
+		policy = RegisterNone
+	}
+	if err := b.allocate(policy); err != nil {
 		return nil, err
 	}
 	pinned, err := g.be.mallocHost(n)

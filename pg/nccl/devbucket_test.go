@@ -124,7 +124,7 @@ func TestDeviceBucketPolicyAndFallbacks(t *testing.T) {
 				}
 				ctx := context.Background()
 				for _, n := range []int{5, 1000} {
-					db, err := g.NewDeviceBucket(ctx, pg.Float32, n)
+					db, err := g.NewDeviceBucket(ctx, pg.Float32, n, true)
 					if err != nil {
 						t.Errorf("rank %d: NewDeviceBucket: %v", r, err)
 						return
@@ -173,7 +173,7 @@ func TestDeviceBucketCollectiveWaitsOnUpload(t *testing.T) {
 	bucketWorld(t, n, FakeOptions{}, func(r int, g *Group, b *fakeBackend) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		db, err := g.NewDeviceBucket(ctx, pg.Float64, 4)
+		db, err := g.NewDeviceBucket(ctx, pg.Float64, 4, true)
 		if err != nil {
 			t.Error(err)
 			return
@@ -239,7 +239,7 @@ func TestDeviceBucketCollectiveWaitsOnUpload(t *testing.T) {
 func TestDeviceBucketDeviceSourceAndErrors(t *testing.T) {
 	bucketWorld(t, 1, FakeOptions{}, func(r int, g *Group, b *fakeBackend) {
 		ctx := context.Background()
-		db, err := g.NewDeviceBucket(ctx, pg.Float32, 3)
+		db, err := g.NewDeviceBucket(ctx, pg.Float32, 3, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +274,7 @@ func TestDeviceBucketDeviceSourceAndErrors(t *testing.T) {
 				t.Errorf("got %v, want an error saying %q", bad.err, bad.want)
 			}
 		}
-		if _, err := g.NewDeviceBucket(ctx, pg.Float32, 0); err == nil {
+		if _, err := g.NewDeviceBucket(ctx, pg.Float32, 0, true); err == nil {
 			t.Error("a bucket of 0 elements was made")
 		}
 		if err := db.Close(); err != nil {

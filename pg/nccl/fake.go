@@ -542,3 +542,14 @@ func newFakeWorld(n int, o FakeOptions) ([]*Group, []*fakeBackend, func(), error
 	}
 	return gs, bs, cleanup, nil
 }
+
+// FakeRegistrations is, for a Group made by NewFakeWorld, how many NCCL
+// registrations and windows it holds now (not yet deregistered), and
+// how many it has made in all; ok is false for any other Group.
+func FakeRegistrations(g *Group) (live, made int, ok bool) {
+	b, ok := g.be.(*fakeBackend)
+	if !ok {
+		return 0, 0, false
+	}
+	return b.dev.live(), int(b.dev.windows.Load() + b.dev.registrations.Load()), true
+}

@@ -1,0 +1,360 @@
+package reducer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/pg"
+	"go.uber.org/zap"
+)
+
+// Note [device buckets]: when the process group can allocate device
+// buckets (pg.DeviceBucketAllocator: an NCCL group) and Options.HostBuckets
+// is off, every bucket gets a twin in device memory, and the collectives
+// run on the twin:
+//
+//   - A host gradient is stored in its host bucket as always (copied, or
+//     added while accumulating), then, as it becomes ready, prepared for
+//     the wire on the host (divided by the world size, cast to fp16/bf16
+//     for the compression hooks) and uploaded asynchronously on the
+//     group's copy stream through pinned memory.
+//   - A device gradient (a pg.DeviceTensor in MarkReady) is copied into
+//     the twin on the device; the hook's division then runs on the host
+//     once per bucket (downloaded, divided, uploaded), since goddp has no
+//     GPU kernels. Accumulation (no_sync) of device gradients is refused.
+//   - When the bucket is complete it is sealed: the allreduce the reducer
+//     issues waits on the device for the copies' event, not on the host.
+//   - When the allreduce is done the bucket comes back to the host once
+//     (cast back for the compression hooks), and Finalize writes results
+//     into host gradients as before, and into device gradients on the
+//     device.
+//
+// Hooks: allreduce and noop run on the device; fp16_compress and
+// bf16_compress (and the compress wrappers around allreduce) compress on
+// the host before the upload, so half the bytes cross PCIe, and reduce in
+// half precision on the device. PowerSGD, which needs matrix products, is
+// refused with an error saying to set HostBuckets. Every other hook
+// (Adasum, hierarchical, mixed precision's, custom hooks) keeps the
+// buckets on the host, logged.
+//
+// The twins of the first plan are plain device memory; at the rebuild
+// after the first iteration they are replaced, once, by buckets registered
+// with NCCL as the group's policy says (symmetric windows on NCCL 2.27+).
+// Close releases them.
+
+// deviceKind is what a hook does on device buckets.
+type deviceKind int
+
+const (
+	deviceSum  deviceKind = iota + 1 // allreduce: divide on the host, SUM on the device
+	deviceNoop                       // noop
+)
+
+// deviceState is the reducer's device buckets.
+type deviceState struct {
+	alloc      pg.DeviceBucketAllocator // nil: host buckets only
+	kind       deviceKind
+	wire       pg.Dtype // the dtype on the device: the bucket's, or fp16/bf16 for compression
+	buckets    []*devBucket
+	registered bool    // the installed twins are registered
+	layout     *layout // the plan the twins were made for
+}
+
+// devBucket is one bucket's device twin.
+type devBucket struct {
+	db       pg.DeviceBucket
+	scratch  pg.Tensor // host, in the wire dtype: a gradient prepared for upload
+	uploaded []bool    // per slot, this iteration
+	onDevice []bool    // per slot: the gradient came from the device (not divided yet)
+}
+
+// deviceHook says how hook runs on device buckets, or why it cannot.
+func deviceHook(h commhook.Hook, d pg.Dtype) (deviceKind, pg.Dtype, error) {
+	switch h.(type) {
+	case commhook.Allreduce, *commhook.Allreduce:
+		return deviceSum, d, nil
+	case commhook.Noop, *commhook.Noop:
+		return deviceNoop, d, nil
+	case *commhook.PowerSGD, *commhook.BatchedPowerSGD:
+		return 0, 0, fmt.Errorf("reducer: comm hook %q needs matrix products on the host and cannot run on device buckets; set Options.HostBuckets to keep the buckets on the host", commhook.Name(h))
+	}
+	switch name := commhook.Name(h); name { // commhook's compression hooks: see compress.go there
+	case "fp16_compress", "fp16_compress_wrapper(allreduce)":
+		return deviceSum, pg.Float16, nil
+	case "bf16_compress", "bf16_compress_wrapper(allreduce)":
+		return deviceSum, pg.BFloat16, nil
+	default:
+		return 0, 0, nil // no device form: the buckets stay on the host
+	}
+}
+
+// initDevice, from New, notes whether the group offers device buckets.
+func (r *Reducer) initDevice() {
+	if a, ok := r.g.(pg.DeviceBucketAllocator); ok && !r.opts.HostBuckets {
+		r.dev.alloc = a
+	}
+}
+
+// prepareDevice, from Prepare of a synchronised iteration after any
+// rebuild, installs the device twins of the current plan: plain ones
+// while a rebuild is still to come, registered ones from then on.
+func (r *Reducer) prepareDevice(ctx context.Context) error {
+	s := &r.dev
+	if s.alloc == nil {
+		return nil
+	}
+	final := r.rebuild.done || !r.opts.rebuilds()
+	if s.layout == r.layout && (s.registered || !final) {
+		return nil
+	}
+	kind, _, err := deviceHook(r.hook, r.dtypes[0])
+	if err != nil {
+		return err
+	}
+	if kind == 0 {
+		r.log.Info("reducer: the comm hook has no device-bucket form; buckets stay on the host",
+			zap.String("hook", commhook.Name(r.hook)))
+		s.alloc = nil
+		return nil
+	}
+	if err := r.closeDevice(); err != nil {
+		return err
+	}
+	var wire pg.Dtype
+	for b, bk := range r.layout.buckets {
+		kind, w, _ := deviceHook(r.hook, bk.Buffer.Dtype)
+		s.kind, wire = kind, w
+		db, err := s.alloc.NewDeviceBucket(ctx, w, bk.Buffer.Len(), final)
+		if err != nil {
+			return fmt.Errorf("reducer: allocating device bucket %d (%d bytes): %w", b, bk.Bytes(), err)
+		}
+		s.buckets = append(s.buckets, &devBucket{db: db, scratch: pg.NewTensor(w, bk.Buffer.Len()),
+			uploaded: make([]bool, len(bk.Params)), onDevice: make([]bool, len(bk.Params))})
+	}
+	s.registered, s.layout = final, r.layout
+	regs := map[string]int{}
+	for _, d := range s.buckets {
+		regs[d.db.Registration()]++
+	}
+	r.log.Info("reducer: buckets in device memory", zap.Int("buckets", len(s.buckets)), zap.Bool("final", final),
+		zap.Stringer("wire_dtype", wire), zap.Any("registration", regs))
+	return nil
+}
+
+// deviceActive reports whether the installed twins serve this iteration.
+func (r *Reducer) deviceActive() bool {
+	return r.dev.alloc != nil && r.dev.layout == r.layout && len(r.dev.buckets) > 0
+}
+
+// launchBucket starts bucket b's communication: on its device twin, or
+// through the comm hook on the host bucket.
+func (r *Reducer) launchBucket(b int) pg.Work {
+	if r.deviceActive() {
+		return r.launchDevice(b)
+	}
+	return r.runHook(&r.layout.grads[b])
+}
+
+// deviceGrad refuses, from MarkReady, the device gradients the reducer
+// cannot take.
+func (r *Reducer) deviceGrad(i int, grad pg.Tensor) error {
+	if !grad.IsDevice() {
+		return nil
+	}
+	switch {
+	case r.dev.alloc == nil:
+		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets (use an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, r.params[i].Name)
+	case !r.it.sync || r.accumulate:
+		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; accumulate on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, r.params[i].Name)
+	case !r.deviceActive():
+		return fmt.Errorf("%w: parameter %d (%s): a device gradient before the device buckets exist (in the first static-graph iteration?)", ErrBadGradient, i, r.params[i].Name)
+	}
+	return nil
+}
+
+// uploadGrad, from MarkReady of a synchronised iteration, sends parameter
+// i's gradient to its device twin: the host bucket's view prepared for the
+// wire, or the device gradient as it is.
+func (r *Reducer) uploadGrad(i int, grad pg.Tensor) error {
+	if !r.deviceActive() {
+		return nil
+	}
+	b, j := r.layout.bucketOf[i], r.layout.slotOf[i]
+	d := r.dev.buckets[b]
+	if grad.IsDevice() && grad.Dtype == d.scratch.Dtype {
+		d.onDevice[j], d.uploaded[j] = true, true
+		return d.db.Upload(r.layout.buckets[b].Offsets[j], grad)
+	}
+	if grad.IsDevice() {
+		return fmt.Errorf("%w: parameter %d (%s): device gradients with the %v compression hook; cast on the device or use the allreduce hook", ErrBadGradient, i, r.params[i].Name, d.scratch.Dtype)
+	}
+	return r.uploadSlot(b, j)
+}
+
+// uploadSlot prepares slot j of bucket b from the host bucket and
+// uploads it.
+func (r *Reducer) uploadSlot(b, j int) error {
+	d, bk := r.dev.buckets[b], r.layout.buckets[b]
+	off := bk.Offsets[j]
+	src, wire := bk.View(j), d.scratch.Slice(off, off+bk.Lengths[j])
+	if err := r.prepareWire(wire, src); err != nil {
+		return err
+	}
+	d.uploaded[j] = true
+	return d.db.Upload(off, wire)
+}
+
+// prepareWire is what the hook does to a gradient before communication:
+// cast to the wire dtype and, for allreduce, divide by the world size, as
+// commhook.Allreduce and the compression hooks do on the host.
+func (r *Reducer) prepareWire(wire, src pg.Tensor) error {
+	if err := pg.Convert(wire, src); err != nil {
+		return err
+	}
+	if r.dev.kind == deviceSum {
+		return commhook.Divide(wire, r.g.Size())
+	}
+	return nil
+}
+
+// launchDevice replaces the hook call for bucket b: the slots no gradient
+// filled are uploaded, the bucket sealed, the allreduce issued on the
+// device twin, and the Work returned completes when the result is back
+// in the host bucket.
+func (r *Reducer) launchDevice(b int) pg.Work {
+	d, bk := r.dev.buckets[b], r.layout.buckets[b]
+	ctx, g := r.it.ctx, r.obs.hookGroup(r.g)
+	fail := func(err error) pg.Work {
+		return pg.Completed(fmt.Errorf("reducer: device bucket %d: %w", b, err))
+	}
+	if err := r.fixDeviceSlots(ctx, b); err != nil {
+		return fail(err)
+	}
+	for j := range d.uploaded {
+		if !d.uploaded[j] {
+			if err := r.uploadSlot(b, j); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	clear(d.uploaded)
+	clear(d.onDevice)
+	if err := d.db.Seal(); err != nil {
+		return fail(err)
+	}
+	var w pg.Work = pg.Completed(nil)
+	if r.dev.kind == deviceSum {
+		w = g.AllReduce(ctx, d.db.Tensor(), pg.Op(pg.Sum))
+	}
+	f := pg.NewFuture()
+	go func() {
+		err := w.Wait(ctx)
+		if err == nil {
+			err = r.downloadBucket(ctx, d, bk.Buffer)
+		}
+		f.Complete(err)
+	}()
+	return f
+}
+
+// fixDeviceSlots applies, for the allreduce hook, the division to the
+// slots that came from device gradients: they go down to the host, are
+// divided there and go up again (goddp runs no kernels of its own).
+func (r *Reducer) fixDeviceSlots(ctx context.Context, b int) error {
+	d, bk := r.dev.buckets[b], r.layout.buckets[b]
+	for j, dev := range d.onDevice {
+		if !dev || r.dev.kind != deviceSum {
+			continue
+		}
+		off := bk.Offsets[j]
+		wire := d.scratch.Slice(off, off+bk.Lengths[j])
+		if err := d.db.Download(ctx, off, wire); err != nil {
+			return err
+		}
+		if err := commhook.Divide(wire, r.g.Size()); err != nil {
+			return err
+		}
+		if err := d.db.Upload(off, wire); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// downloadBucket brings the reduced twin back into the host bucket, once,
+// casting back from the wire dtype.
+func (r *Reducer) downloadBucket(ctx context.Context, d *devBucket, host pg.Tensor) error {
+	if d.scratch.Dtype == host.Dtype {
+		return d.db.Download(ctx, 0, host)
+	}
+	if err := d.db.Download(ctx, 0, d.scratch); err != nil {
+		return err
+	}
+	return pg.Convert(host, d.scratch)
+}
+
+// deviceWriteBack, from Finalize, writes results into the device
+// gradients, on the device (host gradients got theirs from writeBack).
+func (r *Reducer) deviceWriteBack(ctx context.Context, globalUsed []int32) error {
+	for i, dst := range r.dst {
+		if !dst.IsDevice() || (globalUsed != nil && globalUsed[i] == 0) {
+			continue
+		}
+		b, j := r.layout.bucketOf[i], r.layout.slotOf[i]
+		d := r.dev.buckets[b]
+		var err error
+		if d.scratch.Dtype == dst.Dtype {
+			err = d.db.Download(ctx, r.layout.buckets[b].Offsets[j], dst)
+		} else {
+			err = errors.New("a compressed bucket cannot write a device gradient")
+		}
+		if err != nil {
+			return fmt.Errorf("reducer: writing the result of parameter %d (%s) to the device: %w", i, r.params[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// closeDevice releases the device twins.
+func (r *Reducer) closeDevice() error {
+	var errs []error
+	for _, d := range r.dev.buckets {
+		errs = append(errs, d.db.Close())
+	}
+	r.dev.buckets, r.dev.registered, r.dev.layout = nil, false, nil
+	return errors.Join(errs...)
+}
+
+// DeviceBuckets reports, per bucket, how its device twin is registered
+// ("window", "register", "none"), or nil when the buckets are on the host
+// only.
+func (r *Reducer) DeviceBuckets() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.deviceActive() {
+		return nil
+	}
+	out := make([]string, len(r.dev.buckets))
+	for i, d := range r.dev.buckets {
+		out[i] = d.db.Registration()
+	}
+	return out
+}
+
+// Close releases what the reducer holds beyond Go memory: its device
+// buckets and their NCCL registrations. The reducer is unusable after it.
+// It does not close the process group.
+func (r *Reducer) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.closeDevice()
+	if r.broken == nil {
+		r.broken = errors.New("reducer: closed")
+	}
+	if err != nil {
+		return fmt.Errorf("reducer: releasing device buckets: %w", err)
+	}
+	return nil
+}
