@@ -85,4 +85,10 @@
 //     errors.As.
 //   - With gorgonia.CompileFunction, pass the gradient nodes (which are the
 //     hook nodes) as outputs, or the hooks are pruned.
+//   - NewPlacing takes a PlaceFunc instead, which may return a Value of the
+//     gradient's dtype and shape that stands for the gradient from then on
+//     (the hook node's output, so params[i].Grad()). DDP's
+//     GradientAsBucketView copies each gradient into bucket memory this
+//     way: Gorgonia computes every op's result into memory of its own, so
+//     moving it is the most a caller can do.
 package autogradhooks
