@@ -25,6 +25,12 @@
 //		// optimizer step
 //	}
 //
+// With GradientAsBucketView an engine writes each gradient into its
+// bucket (GradientBuffer) and MarkReady and Finalize copy nothing; with
+// MixedPrecision, float16 or bfloat16 gradients of float32 parameters are
+// reduced in a chosen dtype and come back, in the parameters' dtype, from
+// Gradient. docs/reducer.md describes both.
+//
 // Its bookkeeping (which parameter is ready, which bucket launches next)
 // is a plain state machine, tracker, tested by replaying every ready
 // order. For Gorgonia models, Wrap does all of this: it installs the
