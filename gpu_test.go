@@ -1,0 +1,72 @@
+package ddp
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg"
+	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/timeline"
+)
+
+// On a GPU: a world-size-1 DDP run on an NCCL group (device buckets,
+// registered as the loaded NCCL allows) ends with bitwise the parameters
+// of the same run on pg/local. With GODDP_GPU_OUT set, the NCCL run's
+// reducer timeline is written there (timeline-nccl.json). Skipped without
+// a GPU or NCCL (nccl/testdata/gpu/run.sh runs it).
+func TestGPUDDPOnNCCLMatchesLocal(t *testing.T) {
+	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	if n, err := cu.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no GPU: %d devices, %v", n, err)
+	}
+	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	if err != nil {
+		t.Skipf("no NCCL: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	g, err := pgnccl.New(ctx, store.NewHashStore(store.HashStoreOptions{}), pgnccl.Options{Rank: 0, Size: 1, Library: lib, CUDA: cu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	opts := fewBuckets()
+	if dir := os.Getenv("GODDP_GPU_OUT"); dir != "" {
+		w, err := timeline.Create(filepath.Join(dir, "timeline-nccl.json"), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		opts.Timeline = w
+	}
+	spec := mlpSpec{sizes: mlpSizes(), rows: parityRows}
+	data := func(step int) batch[float32] { return makeBatch[float32](spec, parityRows, uint64(100+step)) }
+	train := func(g pg.ProcessGroup, opts Options) *mlp[float32] {
+		m := startReplicas[float32](t, ctx, []pg.ProcessGroup{g}, spec, opts)[0]
+		if err := m.train(ctx, newSolver("adam"), 3*paritySteps, data); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	host := train(groupsOf(t, "local", 1)[0], fewBuckets())
+	dev := train(g, opts)
+	regs := dev.ddp.Reducer().DeviceBuckets()
+	t.Logf("GPU-FACT DDP on NCCL %v: device buckets %v", lib.Version(), regs)
+	if len(regs) == 0 {
+		t.Error("DDP on an NCCL group kept its buckets on the host")
+	}
+	if p, i := firstBitDiff(dev.values(), host.values()); p >= 0 {
+		t.Errorf("parameter %d element %d differs between NCCL (device buckets) and pg/local", p, i)
+	}
+	if err := dev.ddp.Close(); err != nil {
+		t.Error(err)
+	}
+}
