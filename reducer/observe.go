@@ -327,6 +327,7 @@ func (o *observer) finish(r *Reducer, sync bool) {
 	}
 	if o.m != nil {
 		o.observeMetrics(bwdStart, end, sync)
+		o.m.copies(r.copies) // view.go
 	}
 	if sync && o.log.ShouldSample(r.it.num) {
 		o.log.Record(logger.Sample{

@@ -26,6 +26,7 @@ type metrics struct {
 	commBytes       *prometheus.CounterVec // {hook}
 	errors          *prometheus.CounterVec // {type}
 	rebuilds        prometheus.Counter
+	copyBytes       *prometheus.CounterVec // {direction}: in, out, in_place (view.go)
 
 	// Resolved children, so an iteration only calls Observe, Add and Set.
 	perBucket      []prometheus.Observer
@@ -33,6 +34,10 @@ type metrics struct {
 	hookRatio      prometheus.Gauge
 	sent           countingGroup // the group hooks see, counting their bytes
 	sentAtLastStep int64
+	copiedIn       prometheus.Counter
+	copiedOut      prometheus.Counter
+	inPlace        prometheus.Counter
+	copiesSeen     CopyStats // the reducer's counters at the last publish
 }
 
 // secondsBuckets span 10µs to about 5s in factors of 2: a bucket's
@@ -63,18 +68,30 @@ func newMetrics(reg prometheus.Registerer, g pg.ProcessGroup) (*metrics, error) 
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ddp_errors_total", ConstLabels: labels,
 			Help: "Fatal reducer errors, by type."}, []string{"type"}),
 		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "ddp_bucket_rebuilds_total", ConstLabels: labels, Help: "Bucket rebuilds in gradient-ready order."}),
+		copyBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ddp_gradient_copy_bytes_total", ConstLabels: labels,
+			Help: "Gradient bytes the reducer copied into buckets (in), back into gradients (out), or found already in their bucket view (in_place, GradientAsBucketView)."}, []string{"direction"}),
 	}
 	errs := []error{
 		register(reg, &m.bucketSeconds), register(reg, &m.forward), register(reg, &m.backwardCompute),
 		register(reg, &m.backwardComm), register(reg, &m.commExposed), register(reg, &m.lastBucketWait),
 		register(reg, &m.bucketBytes), register(reg, &m.buckets), register(reg, &m.compression),
 		register(reg, &m.iterations), register(reg, &m.commBytes), register(reg, &m.errors), register(reg, &m.rebuilds),
+		register(reg, &m.copyBytes),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	m.sent.ProcessGroup = g
+	m.copiedIn, m.copiedOut, m.inPlace = m.copyBytes.WithLabelValues("in"), m.copyBytes.WithLabelValues("out"), m.copyBytes.WithLabelValues("in_place")
 	return m, nil
+}
+
+// copies publishes the reducer's copy counters since the last call.
+func (m *metrics) copies(now CopyStats) {
+	m.copiedIn.Add(float64(now.In - m.copiesSeen.In))
+	m.copiedOut.Add(float64(now.Out - m.copiesSeen.Out))
+	m.inPlace.Add(float64(now.InPlace - m.copiesSeen.InPlace))
+	m.copiesSeen = now
 }
 
 // register registers *c or, when a collector of the same type and
