@@ -38,4 +38,12 @@
 // goes. On arm64 (AAPCS64) a composite larger than 16 bytes is passed as a
 // pointer to a caller-made copy, so the binding passes a pointer there.
 // Other architectures get an error.
+//
+// # Optional APIs
+//
+// Symbols newer than NCCL 2.0 are optional: a missing one, or a library
+// older than the version that introduced it, makes the method return an
+// error wrapping ErrUnsupported. HasMemAlloc, HasRegister and HasWindows
+// say up front whether ncclMemAlloc (2.19), ncclCommRegister (2.19) and
+// ncclCommWindowRegister with WinCollSymmetric (2.27) can be used.
 package nccl

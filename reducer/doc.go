@@ -42,4 +42,12 @@
 // the wrong dtype or size is refused; ranks with different models fail
 // at construction, naming the rank and parameter. After a fatal error
 // every call returns it.
+//
+// Device buckets: on a group that implements pg.DeviceBucketAllocator (an
+// NCCL group) each bucket has a twin in device memory; gradients are
+// uploaded to it on a copy stream as they become ready, the allreduce
+// runs on it after the copies (on the device), and the result comes back
+// once per bucket. MarkReady also accepts device gradients there.
+// Options.HostBuckets turns this off; Close releases the twins. See Note
+// [device buckets] in device.go and docs/nccl.md.
 package reducer

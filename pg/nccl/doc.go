@@ -59,4 +59,19 @@
 //
 // Send and Recv run on a two-rank communicator per direction between two
 // ranks (docs/nccl.md).
+//
+// Device buckets: Group implements pg.DeviceBucketAllocator. A bucket is
+// device memory registered with NCCL as the registration policy says
+// (chosen at the first bucket from the loaded library and logged:
+// symmetric windows, ncclMemAlloc + ncclCommWindowRegister, on NCCL
+// 2.27+; else ncclCommRegister, 2.19+; else none; a failed registration
+// falls back to the next, logged). Uploads go through pinned staging
+// memory on a copy stream of the group's own; Seal records an event
+// there, and the next collective's stream waits on it (cuStreamWaitEvent)
+// rather than the host. Close releases every registration before the
+// communicator is destroyed.
+//
+// NewFakeWorld makes groups over the binding's test double (device memory
+// is host memory, NCCL calls run on pg/local), for tests of code that
+// drives an NCCL group on machines without a GPU.
 package nccl

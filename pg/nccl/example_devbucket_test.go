@@ -1,0 +1,40 @@
+package nccl_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goddp/ddp/pg"
+	pgnccl "github.com/goddp/ddp/pg/nccl"
+)
+
+// A device bucket on the binding's test double, which reports NCCL 2.28:
+// allocated with ncclMemAlloc, registered as a symmetric window, filled
+// through the copy stream, reduced, and read back once.
+func ExampleGroup_NewDeviceBucket() {
+	gs, cleanup, err := pgnccl.NewFakeWorld(1, pgnccl.FakeOptions{})
+	if err != nil {
+		panic(err)
+	}
+	defer cleanup()
+	g := gs[0]
+	defer g.Close()
+	ctx := context.Background()
+	b, err := g.NewDeviceBucket(ctx, pg.Float32, 4, true)
+	if err != nil {
+		panic(err)
+	}
+	defer b.Close()
+	_ = b.Upload(0, pg.Float32s([]float32{1, 2}))
+	_ = b.Upload(2, pg.Float32s([]float32{3, 4}))
+	_ = b.Seal() // the allreduce below waits for the uploads on the device
+	if err := g.AllReduce(ctx, b.Tensor(), pg.Op(pg.Sum)).Wait(ctx); err != nil {
+		panic(err)
+	}
+	out := make([]float32, 4)
+	if err := b.Download(ctx, 0, pg.Float32s(out)); err != nil {
+		panic(err)
+	}
+	fmt.Println(b.Registration(), out)
+	// Output: window [1 2 3 4]
+}
