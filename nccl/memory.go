@@ -81,10 +81,14 @@ func (c *Comm) Register(p DevicePtr, n int) (Registration, error) {
 	return Registration(*h), err
 }
 
-// Deregister is ncclCommDeregister.
+// Deregister is ncclCommDeregister. After Abort or Destroy it does
+// nothing: freeing the communicator released its registrations.
 func (c *Comm) Deregister(r Registration) error {
 	if !c.lib.HasRegister() {
 		return c.lib.unsupported("ncclCommDeregister", versionMemAlloc)
+	}
+	if c.aborted.Load() {
+		return nil
 	}
 	return c.do("ncclCommDeregister", c.lib.fn.commDeregister, c.h, uintptr(r))
 }
@@ -106,10 +110,16 @@ func (c *Comm) WindowRegister(p DevicePtr, n int, flags int) (Window, error) {
 	return Window(*w), err
 }
 
-// WindowDeregister is ncclCommWindowDeregister.
+// WindowDeregister is ncclCommWindowDeregister. Like WindowRegister it
+// is collective: every rank deregisters its windows in the same order.
+// After Abort or Destroy it does nothing: freeing the communicator
+// released its windows.
 func (c *Comm) WindowDeregister(w Window) error {
 	if !c.lib.HasWindows() {
 		return c.lib.unsupported("ncclCommWindowDeregister", versionWindow)
+	}
+	if c.aborted.Load() {
+		return nil
 	}
 	return c.do("ncclCommWindowDeregister", c.lib.fn.winDeregister, c.h, uintptr(w))
 }

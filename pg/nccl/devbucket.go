@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -98,7 +99,8 @@ type devState struct {
 	policy  Registration // chosen on the first bucket
 	why     string
 	copy    copyStream
-	buckets map[*deviceBucket]struct{}
+	buckets []*deviceBucket // open, in allocation order (window deregistration is collective)
+	chosen  bool
 	sealed  []event // recorded on the copy stream; the next collective waits on them (issue lock)
 }
 
@@ -125,10 +127,10 @@ func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, regi
 	s := &g.dev
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.buckets == nil {
+	if !s.chosen {
 		s.policy, s.why = choosePolicy(g.be.regCaps(), g.opts.BucketRegistration)
 		g.log.Info("nccl: device bucket registration", zap.String("policy", s.policy.String()), zap.String("why", s.why))
-		s.buckets = map[*deviceBucket]struct{}{}
+		s.chosen = true
 	}
 	if s.copy == nil {
 		cs, err := g.be.newCopyStream()
@@ -152,7 +154,7 @@ func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, regi
 		return nil, fmt.Errorf("nccl: pinned staging for a device bucket of %d bytes: %w", n, err)
 	}
 	b.pinned = pinned
-	s.buckets[b] = struct{}{}
+	s.buckets = append(s.buckets, b)
 	return b, nil
 }
 
@@ -307,7 +309,7 @@ func (b *deviceBucket) Close() error {
 	if b.closed {
 		return nil
 	}
-	delete(s.buckets, b)
+	s.buckets = slices.DeleteFunc(s.buckets, func(x *deviceBucket) bool { return x == b })
 	return b.release()
 }
 
@@ -368,7 +370,7 @@ func (g *Group) releaseDevice(ctx context.Context) error {
 	if s.copy != nil {
 		errs = append(errs, s.copy.synchronize(ctx))
 	}
-	for b := range s.buckets {
+	for _, b := range s.buckets {
 		errs = append(errs, b.release())
 	}
 	s.buckets = nil
