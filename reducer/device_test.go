@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
@@ -345,4 +346,75 @@ func TestDeviceBucketRefusals(t *testing.T) {
 	if err := hred.MarkReady(4, db.Tensor()); err == nil || !strings.Contains(err.Error(), "no device buckets") {
 		t.Errorf("device gradient on pg/local: %v", err)
 	}
+}
+
+// Uploads and the allreduce of a complete bucket run while "backward" is
+// still producing the other buckets' gradients: on the NCCL double, after
+// the gradients of the first bucket in launch order are marked, its
+// copies and its allreduce run before any other gradient is marked.
+func TestDeviceUploadsOverlapBackward(t *testing.T) {
+	const n = 2
+	ps := deviceParams(pg.Float32)
+	gs := fakeNCCL(t, n, pgnccl.FakeOptions{})
+	count := func(tr []string, what string) int {
+		c := 0
+		for _, s := range tr {
+			if s == what {
+				c++
+			}
+		}
+		return c
+	}
+	noErrors(t, parallel(n, func(rank int) error {
+		ctx := testCtx(t)
+		red, err := New(ctx, gs[rank], ps, Options{BucketCapBytes: 128, FirstBucketBytes: 64})
+		if err != nil {
+			return err
+		}
+		defer red.Close()
+		grads := make([]pg.Tensor, len(ps))
+		for i, p := range ps {
+			grads[i] = pg.Float32s(uniform[float32](p.Numel(), 5, uint64(i), 1))
+		}
+		for range 2 { // through the rebuild
+			if err := iterate(ctx, red, grads); err != nil {
+				return err
+			}
+		}
+		plan := red.Buckets()
+		if len(plan) < 2 {
+			return fmt.Errorf("plan %v: want several buckets", plan)
+		}
+		if err := red.Prepare(ctx, Iteration{Sync: true}); err != nil {
+			return err
+		}
+		before := pgnccl.FakeTrace(gs[rank])
+		for _, i := range plan[0] {
+			if err := red.MarkReady(i, grads[i]); err != nil {
+				return err
+			}
+		}
+		// "Backward" pauses here; the first bucket's pipeline runs on.
+		for {
+			tr := pgnccl.FakeTrace(gs[rank])
+			if count(tr, "allReduce") > count(before, "allReduce") && count(tr, "d2h") > count(before, "d2h") {
+				if got, want := count(tr, "h2d")-count(before, "h2d"), len(plan[0]); got != want {
+					return fmt.Errorf("%d uploads ran for the first bucket's %d gradients", got, want)
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("the first bucket was not uploaded, reduced and downloaded while backward paused: trace since %v", tr[len(before):])
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for _, idx := range plan[1:] {
+			for _, i := range idx {
+				if err := red.MarkReady(i, grads[i]); err != nil {
+					return err
+				}
+			}
+		}
+		return red.Finalize(ctx)
+	}))
 }

@@ -553,3 +553,16 @@ func FakeRegistrations(g *Group) (live, made int, ok bool) {
 	}
 	return b.dev.live(), int(b.dev.windows.Load() + b.dev.registrations.Load()), true
 }
+
+// FakeTrace is, for a Group made by NewFakeWorld, the device-side calls
+// in the order they ran: "h2d", "d2h", "d2d" and "event" on the copy
+// stream, "wait"/"waited" around a collective stream's wait for an
+// upload, "allReduce", and the allocation and registration calls. It is
+// nil for any other Group.
+func FakeTrace(g *Group) []string {
+	b, ok := g.be.(*fakeBackend)
+	if !ok {
+		return nil
+	}
+	return b.dev.traced()
+}
