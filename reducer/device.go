@@ -90,10 +90,25 @@ func deviceHook(h commhook.Hook, d pg.Dtype) (deviceKind, pg.Dtype, error) {
 	}
 }
 
-// initDevice, from New, notes whether the group offers device buckets.
+// initDevice, from New, notes whether the group offers device buckets,
+// itself or behind wrappers that expose what they wrap (Inner, as
+// pg/desync and pg/instrument do); the collectives still go through the
+// wrappers.
 func (r *Reducer) initDevice() {
-	if a, ok := r.g.(pg.DeviceBucketAllocator); ok && !r.opts.HostBuckets {
-		r.dev.alloc = a
+	if r.opts.HostBuckets {
+		return
+	}
+	g := r.g
+	for range 16 {
+		if a, ok := g.(pg.DeviceBucketAllocator); ok {
+			r.dev.alloc = a
+			return
+		}
+		w, ok := g.(interface{ Inner() pg.ProcessGroup })
+		if !ok {
+			return
+		}
+		g = w.Inner()
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/instrument"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // fakeNCCL is a world of NCCL groups over pg/nccl's binding test double:
@@ -417,4 +419,41 @@ func TestDeviceUploadsOverlapBackward(t *testing.T) {
 		}
 		return red.Finalize(ctx)
 	}))
+}
+
+// Device buckets are found behind wrappers (pg/instrument here), and the
+// collectives still go through the wrapper.
+func TestDeviceBucketsThroughWrappers(t *testing.T) {
+	gs := fakeNCCL(t, 1, pgnccl.FakeOptions{})
+	reg := prometheus.NewRegistry()
+	w, err := instrument.Wrap(gs[0], reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	ps := deviceParams(pg.Float32)
+	red, err := New(ctx, w, ps, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	if err := iterate(ctx, red, randomGrads(ps)); err != nil {
+		t.Fatal(err)
+	}
+	if regs := red.DeviceBuckets(); len(regs) == 0 {
+		t.Error("the reducer did not find the NCCL group's device buckets behind pg/instrument")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "ddp_collective_bytes_total" || strings.HasPrefix(mf.GetName(), "ddp_collective_seconds") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no collective went through the instrument wrapper")
+	}
 }
