@@ -452,6 +452,14 @@ func (b *fakeBackend) abort() error {
 }
 
 func (b *fakeBackend) split(ctx context.Context, color, key int) (backend, error) {
+	// ncclCommSplit is a collective of the parent, ordered after what was
+	// enqueued before it. The double's split runs on the caller's
+	// goroutine, beside the stream's: drain the stream first, so every
+	// rank's local group sees the split in the same place among the
+	// collectives.
+	if err := b.synchronize(ctx); err != nil {
+		return nil, err
+	}
 	sub, err := b.lg.Split(ctx, color, key)
 	if err != nil || sub == nil {
 		return nil, err
