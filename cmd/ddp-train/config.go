@@ -41,6 +41,7 @@ type config struct {
 	commHook      string
 	findUnused    bool
 	staticGraph   bool
+	bucketView    bool
 	gradAccum     int
 	timeout       time.Duration
 	debugColls    bool // --debug-collectives: fingerprint check before every collective
@@ -98,11 +99,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
-	fs.StringVar(&c.commHook, "comm-hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd or noop (docs/comm-hooks.md)")
+	fs.StringVar(&c.commHook, "comm-hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, noop, adasum or hierarchical (docs/comm-hooks.md)")
 	fs.IntVar(&c.powersgdRank, "powersgd-rank", 1, "powersgd hooks: rank of the low-rank approximation (matrix_approximation_rank)")
 	fs.IntVar(&c.powersgdStartIter, "powersgd-start-iter", 1000, "powersgd hooks: plain allreduce before this iteration (start_powerSGD_iter; at least 2)")
 	fs.BoolVar(&c.findUnused, "find-unused-parameters", false, "allow parameters that do not reach the loss")
 	fs.BoolVar(&c.staticGraph, "static-graph", false, "DDP's static_graph")
+	fs.BoolVar(&c.bucketView, "gradient-as-bucket-view", false, "DDP's gradient_as_bucket_view: gradients become views of the bucket buffers, saving the copy back after each allreduce (docs/reducer.md)")
 	fs.IntVar(&c.gradAccum, "grad-accum", 1, "micro-batches per optimizer step; communication only on the last")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "process group timeout: a stalled or dead peer fails the run after this")
 	fs.BoolVar(&c.debugColls, "debug-collectives", false, "check before every collective that all ranks issue the same one (op, dtype, sizes, root), as TORCH_DISTRIBUTED_DEBUG=DETAIL; a mismatch fails every rank with both signatures instead of hanging; costs one small allgather per collective")

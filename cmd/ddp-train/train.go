@@ -75,6 +75,20 @@ type session struct {
 	tl     *timeline.Writer // --timeline; nil without
 }
 
+// close releases what the session holds beyond the run: the reducer's
+// device buckets, and a comm hook's own groups (hierarchical's subgroups),
+// which say goodbye to their peers rather than vanish.
+func (s *session) close(log *zap.Logger) {
+	if err := s.ddp.Close(); err != nil {
+		log.Warn("releasing the reducer", zap.Error(err))
+	}
+	if c, ok := s.hook.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			log.Warn("closing the comm hook", zap.Error(err))
+		}
+	}
+}
+
 func (t *trainer) build(ctx context.Context) (*session, error) {
 	s := &session{spec: specFor(t.c, t.ds)}
 	t.buildMu.Lock()
@@ -100,6 +114,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
 		FindUnusedParameters: t.c.findUnused,
 		StaticGraph:          t.c.staticGraph,
+		GradientAsBucketView: t.c.bucketView,
 		Hook:                 hook,
 		Logger:               t.log,
 		Registerer:           t.reg,
@@ -173,6 +188,7 @@ func (t *trainer) run(ctx context.Context) error {
 	}
 	defer s.vm.Close()
 	defer s.closeTimeline(t.log)
+	defer s.close(t.log)
 	total := t.totalSteps(s)
 	prog := newProgress(t, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
