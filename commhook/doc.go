@@ -35,6 +35,9 @@
 //   - PowerSGD, BatchedPowerSGD: torch's powerSGD_hook and
 //     batched_powerSGD_hook, low-rank compression with error feedback;
 //     options and defaults as torch's PowerSGDState.
+//   - Hierarchical, Adasum: from Horovod. Hierarchical reduces within each
+//     host, allreduces between one leader per host, and broadcasts back;
+//     Adasum combines gradients pairwise by Horovod's adaptive summation.
 //
 // docs/comm-hooks.md says when each pays off, with measurements, and
 // how to write a hook of your own.
