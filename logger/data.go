@@ -29,6 +29,7 @@ type Construction struct {
 	CommHook             string   // the comm hook's name
 	FindUnusedParameters bool
 	StaticGraph          bool
+	GradientAsBucketView bool // gradient_as_bucket_view
 }
 
 // Runtime is what the latest sampled iteration measured.
@@ -93,6 +94,7 @@ func (c *Construction) MarshalLogObject(e zapcore.ObjectEncoder) error {
 	e.AddString("comm_hook", c.CommHook)
 	e.AddBool("find_unused_parameters", c.FindUnusedParameters)
 	e.AddBool("static_graph", c.StaticGraph)
+	e.AddBool("gradient_as_bucket_view", c.GradientAsBucketView)
 	return nil
 }
 

@@ -21,7 +21,7 @@ func Example() {
 			BackwardComputeEnd: at(900), BackwardCommEnd: at(1100), LastBucketWait: 150 * time.Microsecond})
 	}
 	// Output:
-	// {"level":"info","msg":"DDP initialized","world_size":2,"rank":0,"backend_name":"tcp","num_parameter_tensors":2,"total_parameter_size_bytes":40,"dtypes":["float32"],"bucket_cap_bytes":26214400,"first_bucket_bytes":1048576,"bucket_sizes":[40],"comm_hook":"allreduce","find_unused_parameters":false,"static_graph":false}
+	// {"level":"info","msg":"DDP initialized","world_size":2,"rank":0,"backend_name":"tcp","num_parameter_tensors":2,"total_parameter_size_bytes":40,"dtypes":["float32"],"bucket_cap_bytes":26214400,"first_bucket_bytes":1048576,"bucket_sizes":[40],"comm_hook":"allreduce","find_unused_parameters":false,"static_graph":false,"gradient_as_bucket_view":false}
 	// {"level":"info","msg":"DDP runtime stats","rank":0,"comm_hook":"allreduce","iteration":1,"samples":1,"unused_parameter_size":0,"has_rebuilt_buckets":false,"forward_compute_time":"300µs","avg_forward_compute_time":"300µs","backward_compute_time":"600µs","avg_backward_compute_time":"600µs","backward_comm_time":"600µs","avg_backward_comm_time":"600µs","backward_compute_comm_overlap_time":"400µs","avg_backward_compute_comm_overlap_time":"400µs","last_bucket_wait_time":"150µs","avg_last_bucket_wait_time":"150µs"}
 }
 

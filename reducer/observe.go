@@ -95,6 +95,7 @@ func (r *Reducer) construction() logger.Construction {
 		WorldSize: r.g.Size(), Rank: r.g.Rank(), Backend: pg.BackendName(r.g), NumParameters: len(r.params),
 		BucketCapBytes: r.opts.BucketCapBytes, FirstBucketBytes: r.opts.FirstBucketBytes, BucketSizes: r.layout.bucketBytes(),
 		CommHook: commhook.Name(r.hook), FindUnusedParameters: r.opts.FindUnusedParameters, StaticGraph: r.opts.StaticGraph,
+		GradientAsBucketView: r.opts.GradientAsBucketView,
 	}
 	seen := map[string]bool{}
 	for i, p := range r.params {
