@@ -72,8 +72,8 @@ func allToAllTrial(w *world, d pg.Dtype, splits [][]int, chunk int, seed uint64)
 			if err != nil {
 				t.Fatalf("%s: reference: %v", what, err)
 			}
-			allEqual(t, what, outs, func(r int) pg.Tensor { return want[r] }, 0)
-			unchanged(t, what, "input", ins, insBefore, nil)
+			w.allEqual(t, what, outs, func(r int) pg.Tensor { return want[r] }, 0)
+			w.unchanged(t, what, "input", ins, insBefore, nil)
 		},
 	}
 }

@@ -111,6 +111,9 @@ func notExtended(g pg.ProcessGroup) error {
 func requireExtended(t testing.TB, w *world) {
 	t.Helper()
 	for r, g := range w.groups {
+		if !w.holds(r) {
+			continue
+		}
 		if err := notExtended(g); err != nil {
 			t.Fatalf("world=%d rank %d: %v", w.n, r, err)
 		}
@@ -163,14 +166,15 @@ func (w *world) tryAll(t testing.TB, trials []trial) {
 	// Each rank's collectives must be numbered one after another, in the
 	// order issued (the Works of point-to-point pairs have Seq 0).
 	var seqs []uint64
-	for _, wk := range works[0] {
+	first := max(w.first(), 0)
+	for _, wk := range works[first] {
 		if s := wk.Seq(); s != 0 {
 			seqs = append(seqs, s)
 		}
 	}
 	for i := 1; i < len(seqs); i++ {
 		if seqs[i] != seqs[i-1]+1 {
-			t.Errorf("world=%d: %d collectives in flight: rank 0's Works have Seqs %v in the order issued; want consecutive numbers", w.n, len(trials), seqs)
+			t.Errorf("world=%d: %d collectives in flight: rank %d's Works have Seqs %v in the order issued; want consecutive numbers", w.n, len(trials), first, seqs)
 			break
 		}
 	}
@@ -195,10 +199,10 @@ func joined(works ...pg.Work) pg.Work {
 
 // unchanged reports, as test failures, every rank whose tensor is no
 // longer bit for bit what it was before the collective.
-func unchanged(t testing.TB, what, which string, got, before []pg.Tensor, skip func(r int) bool) {
+func (w *world) unchanged(t testing.TB, what, which string, got, before []pg.Tensor, skip func(r int) bool) {
 	t.Helper()
 	for r := range got {
-		if skip != nil && skip(r) {
+		if !w.holds(r) || skip != nil && skip(r) {
 			continue
 		}
 		if i := firstDiff(got[r], before[r]); i >= 0 {

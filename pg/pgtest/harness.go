@@ -3,6 +3,8 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -57,9 +59,10 @@ func closeAll(t testing.TB, groups []pg.ProcessGroup) {
 	wg.Wait()
 }
 
-// issue runs f for every rank in ranks (all of them when nil), each in its
-// own goroutine as the ranks of a job would, and returns what each
-// returned, indexed by rank.
+// issue runs f for every rank in ranks (all of them when nil) that this
+// process holds, each in its own goroutine as the ranks of a job would,
+// and returns what each returned, indexed by rank (the zero T for ranks
+// held elsewhere).
 func issue[T any](w *world, ranks []int, f func(r int, g pg.ProcessGroup) T) []T {
 	if ranks == nil {
 		ranks = allRanks(w.n)
@@ -67,6 +70,9 @@ func issue[T any](w *world, ranks []int, f func(r int, g pg.ProcessGroup) T) []T
 	out := make([]T, w.n)
 	var wg sync.WaitGroup
 	for _, r := range ranks {
+		if !w.holds(r) {
+			continue
+		}
 		wg.Go(func() { out[r] = f(r, w.groups[r]) })
 	}
 	wg.Wait()
@@ -132,11 +138,14 @@ func (w *world) run(t testing.TB, what string, f func(ctx context.Context, r int
 // between ranks.
 func sameSeq(t testing.TB, what string, works []pg.Work) {
 	t.Helper()
-	for r := 1; r < len(works); r++ {
-		if works[r].Seq() != works[0].Seq() {
+	first := slices.IndexFunc(works, func(w pg.Work) bool { return w != nil })
+	for r := first + 1; first >= 0 && r < len(works); r++ {
+		if works[r] != nil && works[r].Seq() != works[first].Seq() {
 			seqs := make([]uint64, len(works))
 			for i, wk := range works {
-				seqs[i] = wk.Seq()
+				if wk != nil {
+					seqs[i] = wk.Seq()
+				}
 			}
 			t.Errorf("%s: the ranks' Works have Seqs %v (by rank); want the same number on every rank", what, seqs)
 			return
@@ -145,13 +154,59 @@ func sameSeq(t testing.TB, what string, works []pg.Work) {
 }
 
 // sameBits reports, as test failures, every rank whose result differs in
-// its bits from rank 0's.
-func sameBits(t testing.TB, what string, results []pg.Tensor) {
+// its bits from the first rank's. Where the world's ranks live in other
+// processes (RunRank), each rank held here also exchanges a digest of its
+// result through its group and compares it with every other rank's.
+func (w *world) sameBits(t testing.TB, what string, results []pg.Tensor) {
 	t.Helper()
-	for r := 1; r < len(results); r++ {
-		if i := firstDiff(results[0], results[r]); i >= 0 {
-			t.Errorf("%s: rank %d's result differs in its bits from rank 0's: element %d is %s on rank %d, %s on rank 0",
-				what, r, i, element(results[r], i), r, element(results[0], i))
+	first := w.first()
+	if first < 0 {
+		return
+	}
+	for r := first + 1; r < len(results); r++ {
+		if !w.holds(r) {
+			continue
+		}
+		if i := firstDiff(results[first], results[r]); i >= 0 {
+			t.Errorf("%s: rank %d's result differs in its bits from rank %d's: element %d is %s on rank %d, %s on rank %d",
+				what, r, first, i, element(results[r], i), r, element(results[first], i), first)
 		}
 	}
+	if !w.whole() { // RunRank: this process holds one rank
+		w.sameDigest(t, what, first, results[first])
+	}
+}
+
+// sameDigest allgathers a digest of rank r's result through rank r's
+// group and reports every rank whose digest differs from r's.
+func (w *world) sameDigest(t testing.TB, what string, r int, result pg.Tensor) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	h := fnv.New64a()
+	h.Write(result.Data)
+	mine := pg.Int64s([]int64{int64(h.Sum64()), int64(len(result.Data))})
+	all := pg.NewTensor(pg.Int64, 2*w.n)
+	if err := w.waitOne(t, what+": digest exchange", r, w.groups[r].AllGather(ctx, all, mine)); err != nil {
+		t.Errorf("%s: rank %d: allgather of the result digests: %v", what, r, err)
+		return
+	}
+	ds := pg.View[int64](all)
+	for o := range w.n {
+		if ds[2*o] != ds[2*r] || ds[2*o+1] != ds[2*r+1] {
+			t.Errorf("%s: rank %d's result differs in its bits from rank %d's (digest %#x of %d bytes on rank %d, %#x of %d bytes on rank %d)",
+				what, o, r, uint64(ds[2*o]), ds[2*o+1], o, uint64(ds[2*r]), ds[2*r+1], r)
+		}
+	}
+}
+
+// holds reports whether this process holds rank r of w.
+func (w *world) holds(r int) bool { return w.groups[r] != nil }
+
+// whole reports whether this process holds every rank of w.
+func (w *world) whole() bool { return !slices.Contains(w.groups, nil) }
+
+// first is the lowest rank of w this process holds, or -1.
+func (w *world) first() int {
+	return slices.IndexFunc(w.groups, func(g pg.ProcessGroup) bool { return g != nil })
 }

@@ -125,8 +125,8 @@ func ringTrial(w *world, d pg.Dtype, length, tag int, seed uint64) trial {
 			return joined(x.Send(ctx, outs[r], (r+1)%w.n, tag), x.Recv(ctx, ins[r], (r+w.n-1)%w.n, tag))
 		}),
 		verify: func(t testing.TB) {
-			allEqual(t, what, ins, func(r int) pg.Tensor { return before[(r+w.n-1)%w.n] }, 0)
-			unchanged(t, what, "sent tensor", outs, before, nil)
+			w.allEqual(t, what, ins, func(r int) pg.Tensor { return before[(r+w.n-1)%w.n] }, 0)
+			w.unchanged(t, what, "sent tensor", outs, before, nil)
 		},
 	}
 }

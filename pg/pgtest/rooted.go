@@ -84,10 +84,8 @@ func reduceTrial(w *world, d pg.Dtype, op pg.ReduceOp, root, length int, seed ui
 			if err != nil {
 				t.Fatalf("%s: reference: %v", what, err)
 			}
-			if err := Compare(bufs[root], want, tolerance(d, op.Kind, w.n)); err != nil {
-				t.Errorf("%s: root %d: %v", what, root, err)
-			}
-			unchanged(t, what, "tensor (not the root's)", bufs, ins, func(r int) bool { return r == root })
+			w.allEqual(t, what, bufs[root:root+1], func(int) pg.Tensor { return want }, tolerance(d, op.Kind, w.n), root)
+			w.unchanged(t, what, "tensor (not the root's)", bufs, ins, func(r int) bool { return r == root })
 		},
 	}
 }
@@ -119,11 +117,9 @@ func gatherTrial(w *world, d pg.Dtype, root, length int, emptyOut bool) trial {
 			if err != nil {
 				t.Fatalf("%s: reference: %v", what, err)
 			}
-			if err := Compare(outs[root], want, 0); err != nil {
-				t.Errorf("%s: root %d: %v", what, root, err)
-			}
-			unchanged(t, what, "output (not the root's)", outs, outsBefore, func(r int) bool { return r == root })
-			unchanged(t, what, "input", ins, insBefore, nil)
+			w.allEqual(t, what, outs[root:root+1], func(int) pg.Tensor { return want }, 0, root)
+			w.unchanged(t, what, "output (not the root's)", outs, outsBefore, func(r int) bool { return r == root })
+			w.unchanged(t, what, "input", ins, insBefore, nil)
 		},
 	}
 }
@@ -154,8 +150,8 @@ func scatterTrial(w *world, d pg.Dtype, root, length int, emptyIn bool) trial {
 			if err != nil {
 				t.Fatalf("%s: reference: %v", what, err)
 			}
-			allEqual(t, what, outs, func(r int) pg.Tensor { return want[r] }, 0)
-			unchanged(t, what, "input", ins, insBefore, nil)
+			w.allEqual(t, what, outs, func(r int) pg.Tensor { return want[r] }, 0)
+			w.unchanged(t, what, "input", ins, insBefore, nil)
 		},
 	}
 }

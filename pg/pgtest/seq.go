@@ -75,6 +75,9 @@ func seqSteps(w *world) []seqStep {
 func seqAndHooks(t *testing.T, w *world) {
 	recs := make([]*recorder, w.n)
 	for r, g := range w.groups {
+		if g == nil {
+			continue
+		}
 		recs[r] = newRecorder()
 		g.(pg.CompletionHooker).OnCompletion(recs[r].hook)
 	}
@@ -196,6 +199,9 @@ func slowHook(t *testing.T, w *world) {
 	defer free()
 	slow := make([]*recorder, w.n)
 	for r, g := range w.groups {
+		if g == nil {
+			continue
+		}
 		rec := newRecorder()
 		slow[r] = rec
 		g.(pg.CompletionHooker).OnCompletion(func(info pg.WorkInfo) {

@@ -76,16 +76,22 @@ type planted struct {
 	bug string
 }
 
-// AllReduce flips a high bit of the result on every rank, or on rank 1 only.
+// AllReduce flips a high bit of the result on every rank, or on rank 1
+// only; or (lsb-rank-1) the lowest bit of rank 1's first element.
 func (p planted) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
 	w := p.ProcessGroup.AllReduce(ctx, t, op)
-	if t.Len() == 0 || !(p.bug == "corrupt-all" || p.bug == "corrupt-rank-1" && p.Rank() == 1) {
+	lsb := p.bug == "lsb-rank-1" && p.Rank() == 1
+	if t.Len() == 0 || !(lsb || p.bug == "corrupt-all" || p.bug == "corrupt-rank-1" && p.Rank() == 1) {
 		return w
 	}
 	f := pg.NewFuture()
 	go func() {
 		err := w.Wait(ctx)
-		t.Data[len(t.Data)-1] ^= 0x40 // in the exponent of the last float
+		if lsb {
+			t.Data[0] ^= 1 // the last bit of the first float's mantissa
+		} else {
+			t.Data[len(t.Data)-1] ^= 0x40 // in the exponent of the last float
+		}
 		f.Complete(err)
 	}()
 	return f

@@ -1,0 +1,84 @@
+package pgtest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// RankOptions adapt RunRank to the group under test.
+type RankOptions struct {
+	Options
+	// Timeout is the group's timeout; the suite calls a Work that has not
+	// finished Timeout plus 30s after it was issued a hang. Zero means 2
+	// minutes.
+	Timeout time.Duration
+}
+
+// RunRank is the conformance suite for backends that hold one rank per
+// process, as MPI launches them: every rank of the job calls it, with the
+// same options, on its own rank of the job's group:
+//
+//	func TestConformance(t *testing.T) { pgtest.RunRank(t, worldGroup, pgtest.RankOptions{}) }
+//
+// Each rank makes every rank's inputs from the same seeds, so it knows the
+// expected result from the serial references (Reduce, Gather, Scatter,
+// AllToAll) without asking anyone, and checks its own output against it.
+// Results that must be bit for bit the same on every rank (AllReduce and
+// the coalesced AllReduce) are compared across ranks by allgathering a
+// digest of each rank's result through the group itself.
+//
+// It runs the checks of Run that make sense on one rank of a world whose
+// size the launcher chose: every dtype with every op and the invalid
+// combinations, Broadcast, Reduce, Gather and Scatter from every root,
+// AllGather, ReduceScatter, AllToAll with equal and uneven splits,
+// lengths from 0 to 65537, Barrier, 16 and 32 collectives in flight,
+// the coalesced collectives, Send and Recv around a ring on several tags,
+// NewGroup and Split with subgroups in flight beside the parent, and the
+// refusals of invalid arguments, which must come on every rank without a
+// hang. Under -short the lengths stop at 4099. The failures of Run's
+// fault suite need a rank to close, abort or stay away, which ends an MPI
+// job; see RunRankNoShow.
+//
+// Every rank must make the same calls in the same order, so a failure
+// that stops one rank's checks early (t.Fatal) leaves the others waiting
+// until the group times out. RunRank does not close g.
+func RunRank(t *testing.T, g pg.ProcessGroup, opts RankOptions) {
+	w := rankWorld(t, g, opts)
+	gr := newGrid(testing.Short())
+	gr.orderedP2P = opts.OrderedPointToPoint
+	lengths := gr.lengths(w.n)
+	t.Run("Collectives", func(t *testing.T) {
+		t.Run("AllReduce", func(t *testing.T) { allReduce(t, w, lengths) })
+		t.Run("AllReduce/invalid", func(t *testing.T) { invalidAllReduce(t, w) })
+		t.Run("Broadcast", func(t *testing.T) { broadcast(t, w, gr.shortLengths()) })
+		t.Run("AllGather", func(t *testing.T) { allGather(t, w, lengths) })
+		t.Run("ReduceScatter", func(t *testing.T) { reduceScatter(t, w, gr.shortLengths()) })
+		t.Run("invalid", func(t *testing.T) { invalidArguments(t, w) })
+		t.Run("Barrier", func(t *testing.T) { w.try(t, barrierTrial(w)) })
+		t.Run("InFlight16", func(t *testing.T) { inFlight(t, w, 16) })
+	})
+	t.Run("Extended", func(t *testing.T) {
+		requireExtended(t, w)
+		extendedCollectives(t, w, gr)
+	})
+}
+
+// rankWorld is the world of which this process holds g's rank.
+func rankWorld(t *testing.T, g pg.ProcessGroup, opts RankOptions) *world {
+	t.Helper()
+	if g == nil || g.Size() < 1 || g.Rank() < 0 || g.Rank() >= g.Size() {
+		t.Fatalf("pgtest.RunRank: group is %s", describe(g))
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = correctTimeout
+	}
+	groups := make([]pg.ProcessGroup, g.Size())
+	groups[g.Rank()] = g
+	return &world{groups: groups, n: g.Size(), timeout: timeout, limit: timeout + 30*time.Second}
+}
+
+var _ = fmt.Sprint
