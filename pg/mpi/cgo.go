@@ -24,8 +24,21 @@ static MPI_Datatype goddp_dt(int k) {
 	return MPI_BYTE;
 }
 
-// 0 SUM, 1 PROD, 2 MIN, 3 MAX, 4 BAND, 5 BOR, 6 BXOR.
-static MPI_Op goddp_op(int k) {
+// goddp_u8_sum is a wrapping uint8 sum. Open MPI 4.1's op/avx component
+// adds MPI_UINT8_T with saturating instructions (255 + 1 = 255; see
+// open-mpi/ompi#8045, closed as wontfix), where C, c10d and the other
+// backends wrap; so uint8 SUM (and AVG, a sum) goes through this op.
+static MPI_Op goddp_u8_sum_op = MPI_OP_NULL;
+static void goddp_u8_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+	(void)dt;
+	const unsigned char *a = in;
+	unsigned char *b = inout;
+	for (int i = 0; i < *len; i++) b[i] = (unsigned char)(a[i] + b[i]);
+}
+
+// 0 SUM, 1 PROD, 2 MIN, 3 MAX, 4 BAND, 5 BOR, 6 BXOR, of dtype dt.
+static MPI_Op goddp_op(int k, int dt) {
+	if (k == 0 && dt == 5 && goddp_u8_sum_op != MPI_OP_NULL) return goddp_u8_sum_op;
 	switch (k) {
 	case 1: return MPI_PROD;
 	case 2: return MPI_MIN;
@@ -44,6 +57,8 @@ int goddp_init(int *provided) {
 	MPI_Finalized(&flag);
 	if (flag) return -2;
 	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, provided);
+	if (rc != MPI_SUCCESS) return rc;
+	rc = MPI_Op_create(goddp_u8_sum, 1, &goddp_u8_sum_op);
 	if (rc != MPI_SUCCESS) return rc;
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	return 0;
@@ -70,11 +85,11 @@ void goddp_error_string(int rc, char *buf, int n) {
 }
 
 int goddp_iallreduce(void *buf, int n, int dt, int op, MPI_Comm c, MPI_Request *r) {
-	return MPI_Iallreduce(MPI_IN_PLACE, buf, n, goddp_dt(dt), goddp_op(op), c, r);
+	return MPI_Iallreduce(MPI_IN_PLACE, buf, n, goddp_dt(dt), goddp_op(op, dt), c, r);
 }
 int goddp_ireduce(void *buf, int n, int dt, int op, int root, int isroot, MPI_Comm c, MPI_Request *r) {
-	if (isroot) return MPI_Ireduce(MPI_IN_PLACE, buf, n, goddp_dt(dt), goddp_op(op), root, c, r);
-	return MPI_Ireduce(buf, NULL, n, goddp_dt(dt), goddp_op(op), root, c, r);
+	if (isroot) return MPI_Ireduce(MPI_IN_PLACE, buf, n, goddp_dt(dt), goddp_op(op, dt), root, c, r);
+	return MPI_Ireduce(buf, NULL, n, goddp_dt(dt), goddp_op(op, dt), root, c, r);
 }
 int goddp_ibcast(void *buf, int n, int dt, int root, MPI_Comm c, MPI_Request *r) {
 	return MPI_Ibcast(buf, n, goddp_dt(dt), root, c, r);
@@ -83,7 +98,7 @@ int goddp_iallgather(void *in, void *out, int n, int dt, MPI_Comm c, MPI_Request
 	return MPI_Iallgather(in, n, goddp_dt(dt), out, n, goddp_dt(dt), c, r);
 }
 int goddp_ireduce_scatter_block(void *in, void *out, int n, int dt, int op, MPI_Comm c, MPI_Request *r) {
-	return MPI_Ireduce_scatter_block(in, out, n, goddp_dt(dt), goddp_op(op), c, r);
+	return MPI_Ireduce_scatter_block(in, out, n, goddp_dt(dt), goddp_op(op, dt), c, r);
 }
 int goddp_igather(void *in, void *out, int n, int dt, int root, MPI_Comm c, MPI_Request *r) {
 	return MPI_Igather(in, n, goddp_dt(dt), out, n, goddp_dt(dt), root, c, r);
@@ -143,7 +158,10 @@ int goddp_dup(MPI_Comm parent, MPI_Comm *out) {
 int goddp_comm_free(MPI_Comm *c) { return MPI_Comm_free(c); }
 int goddp_rank(MPI_Comm c) { int r = -1; MPI_Comm_rank(c, &r); return r; }
 int goddp_size(MPI_Comm c) { int s = -1; MPI_Comm_size(c, &s); return s; }
-int goddp_finalize(void) { return MPI_Finalize(); }
+int goddp_finalize(void) {
+	if (goddp_u8_sum_op != MPI_OP_NULL) MPI_Op_free(&goddp_u8_sum_op);
+	return MPI_Finalize();
+}
 int goddp_abort(MPI_Comm c, int code) { return MPI_Abort(c, code); }
 void goddp_yield(void) { sched_yield(); }
 int goddp_thread_funneled(void) { return MPI_THREAD_FUNNELED; }
