@@ -230,14 +230,18 @@ func subgroupNoShow(t *testing.T, w *world) {
 	s := makeSubs(t, w, "NewGroup([0 1 2])", [][]int{{0, 1, 2}}, func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
 		return sp.NewGroup(ctx, []int{0, 1, 2})
 	})[0]
-	what := "world=3, rank 2 never issues the allreduce on subgroup [0 1 2]"
+	what := fmt.Sprintf("world=%d, rank 2 never issues the allreduce on subgroup [0 1 2]", w.n)
+	if !w.holds(0) && !w.holds(1) { // RunRankFault: this process is rank 2 or outside the subgroup
+		w.stayAway()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
 	defer cancel()
 	start := time.Now()
 	errs := s.w.wait(t, what, allReduceOn(ctx, s.w, []int{0, 1}))
 	took := time.Since(start)
 	for _, r := range []int{0, 1} {
-		if !errors.Is(errs[r], pg.ErrTimeout) {
+		if w.holds(r) && !errors.Is(errs[r], pg.ErrTimeout) {
 			t.Errorf("%s: rank %d: got %v, want an error wrapping pg.ErrTimeout", what, r, errs[r])
 		}
 	}
@@ -249,7 +253,11 @@ func subgroupNoShow(t *testing.T, w *world) {
 // recvNoShow: rank 1 receives from rank 0, which never sends. The Recv
 // must fail with pg.ErrTimeout after about the group timeout.
 func recvNoShow(t *testing.T, w *world) {
-	what := "world=2, rank 1 receives from rank 0, which never sends"
+	what := fmt.Sprintf("world=%d, rank 1 receives from rank 0, which never sends", w.n)
+	if !w.holds(1) { // RunRankFault: this process is another rank
+		w.stayAway()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
 	defer cancel()
 	start := time.Now()

@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -40,7 +39,7 @@ type RankOptions struct {
 // refusals of invalid arguments, which must come on every rank without a
 // hang. Under -short the lengths stop at 4099. The failures of Run's
 // fault suite need a rank to close, abort or stay away, which ends an MPI
-// job; see RunRankNoShow.
+// job; see RunRankFault.
 //
 // Every rank must make the same calls in the same order, so a failure
 // that stops one rank's checks early (t.Fatal) leaves the others waiting
@@ -81,4 +80,49 @@ func rankWorld(t *testing.T, g pg.ProcessGroup, opts RankOptions) *world {
 	return &world{groups: groups, n: g.Size(), timeout: timeout, limit: timeout + 30*time.Second}
 }
 
-var _ = fmt.Sprint
+// RankFaults names the fault cases of RunRankFault. Each leaves the group
+// timed out, which ends an MPI job (MPI_Abort), so each needs a job of its
+// own.
+func RankFaults() []string { return []string{"NoShow", "Subgroup/Timeout", "Recv/NoSender"} }
+
+// RunRankFault runs the fault case name (one of RankFaults) on this
+// process's rank of g, whose group timeout must be opts.Timeout (keep it
+// short: the waiting ranks wait it out). Every rank of the job calls it:
+//   - NoShow: the last rank never issues the allreduce the others wait
+//     in; each of them must fail with pg.ErrTimeout after about the group
+//     timeout (worlds of 2 ranks or more);
+//   - Subgroup/Timeout: rank 2 never issues the allreduce that ranks 0
+//     and 1 wait in on NewGroup([0 1 2]), which must time out with its
+//     parent's timeout (3 ranks or more);
+//   - Recv/NoSender: rank 1 receives from rank 0, which never sends; the
+//     Recv must fail with pg.ErrTimeout (2 ranks or more).
+//
+// The ranks that stay away return at once; what happens to the group and
+// the job after the timeout (an MPI backend aborts the job) is the
+// caller's to check.
+func RunRankFault(t *testing.T, g pg.ProcessGroup, name string, opts RankOptions) {
+	w := rankWorld(t, g, opts)
+	need := map[string]int{"NoShow": 2, "Subgroup/Timeout": 3, "Recv/NoSender": 2}
+	n, ok := need[name]
+	if !ok {
+		t.Fatalf("pgtest.RunRankFault: no fault case %q; the cases are %v", name, RankFaults())
+	}
+	if w.n < n {
+		t.Skipf("%s needs a world of %d ranks or more, not %d", name, n, w.n)
+	}
+	requireExtended(t, w)
+	switch name {
+	case "NoShow":
+		noShow(t, w, w.n-1)
+	case "Subgroup/Timeout":
+		subgroupNoShow(t, w)
+	case "Recv/NoSender":
+		recvNoShow(t, w)
+	}
+}
+
+// stayAway is what a rank that stays away from a fault case does in
+// RunRankFault: it keeps its groups open until the others have had time
+// to wait out the group timeout, so that they see a timeout, not a rank
+// that left.
+func (w *world) stayAway() { time.Sleep(w.timeout + 2*time.Second) }

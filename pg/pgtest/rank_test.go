@@ -52,6 +52,35 @@ func TestRunRankOverLocal(t *testing.T) {
 	}
 }
 
+// TestRunRankFaultsOverLocal runs every per-rank fault case over pg/local,
+// one goroutine per rank, with a 1s group timeout.
+func TestRunRankFaultsOverLocal(t *testing.T) {
+	for _, name := range pgtest.RankFaults() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			timeout := time.Second
+			groups, err := local.New(3, local.Options{Timeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, g := range groups {
+					_ = g.Close()
+				}
+			}()
+			var wg sync.WaitGroup
+			for r, g := range groups {
+				wg.Go(func() {
+					t.Run(fmt.Sprintf("rank=%d", r), func(t *testing.T) {
+						pgtest.RunRankFault(t, g, name, pgtest.RankOptions{Timeout: timeout})
+					})
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
+
 // TestRunRankCatchesPlantedBugs runs parts of the per-rank suite, in a
 // child process, against local groups with a bug planted on one rank, and
 // wants each run to fail pointing at the bug.
