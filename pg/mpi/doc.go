@@ -54,6 +54,9 @@
 // rounded back once when copied out (no user-defined MPI_Op is needed;
 // the wire carries 4 bytes per element). Broadcast, gathers, scatters,
 // all-to-all and point-to-point move them as MPI_UINT16_T, unchanged.
+// uint8 SUM (and AVG) is the one user-defined MPI_Op, a wrapping sum:
+// Open MPI 4.1's op/avx component sums MPI_UINT8_T with saturating
+// instructions (open-mpi/ompi#8045), where torch wraps.
 //
 // # Timeouts and failures
 //
