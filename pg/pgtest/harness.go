@@ -18,6 +18,10 @@ type world struct {
 	n       int
 	timeout time.Duration // the group timeout
 	limit   time.Duration // how long the suite waits for a Work before calling it a hang
+	// ctl, where set, are groups with the same ranks as groups that
+	// RunRank exchanges result digests through, so that the exchange
+	// adds no collective to the groups under test.
+	ctl []pg.ProcessGroup
 }
 
 // open makes a world of n ranks with newWorld and closes it when t ends.
@@ -187,7 +191,11 @@ func (w *world) sameDigest(t testing.TB, what string, r int, result pg.Tensor) {
 	h.Write(result.Data)
 	mine := pg.Int64s([]int64{int64(h.Sum64()), int64(len(result.Data))})
 	all := pg.NewTensor(pg.Int64, 2*w.n)
-	if err := w.waitOne(t, what+": digest exchange", r, w.groups[r].AllGather(ctx, all, mine)); err != nil {
+	g := w.groups[r]
+	if w.ctl != nil {
+		g = w.ctl[r]
+	}
+	if err := w.waitOne(t, what+": digest exchange", r, g.AllGather(ctx, all, mine)); err != nil {
 		t.Errorf("%s: rank %d: allgather of the result digests: %v", what, r, err)
 		return
 	}

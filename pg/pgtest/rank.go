@@ -1,6 +1,8 @@
 package pgtest
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,9 +37,10 @@ type RankOptions struct {
 // AllGather, ReduceScatter, AllToAll with equal and uneven splits,
 // lengths from 0 to 65537, Barrier, 16 and 32 collectives in flight,
 // the coalesced collectives, Send and Recv around a ring on several tags,
-// NewGroup and Split with subgroups in flight beside the parent, and the
+// NewGroup and Split with subgroups in flight beside the parent, the
 // refusals of invalid arguments, which must come on every rank without a
-// hang. Under -short the lengths stop at 4099. The failures of Run's
+// hang, and (on a fresh NewGroup of every rank) Work.Seq and completion
+// hooks. Under -short the lengths stop at 4099. The failures of Run's
 // fault suite need a rank to close, abort or stay away, which ends an MPI
 // job; see RunRankFault.
 //
@@ -63,6 +66,25 @@ func RunRank(t *testing.T, g pg.ProcessGroup, opts RankOptions) {
 		requireExtended(t, w)
 		extendedCollectives(t, w, gr)
 	})
+	t.Run("Extended/Seq", func(t *testing.T) {
+		requireExtended(t, w)
+		seqAndHooks(t, freshWorld(t, w))
+	})
+}
+
+// freshWorld is a world on a new group of every rank of w
+// (NewGroup(0..n-1)), whose collectives are numbered from 1 and whose
+// completion hooks see only its own Works: the digests of its results are
+// exchanged through w's groups instead. It is closed when t ends.
+func freshWorld(t *testing.T, w *world) *world {
+	t.Helper()
+	all := allRanks(w.n)
+	subs := makeSubs(t, w, fmt.Sprintf("NewGroup(%v)", all), [][]int{all}, func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
+		return s.NewGroup(ctx, all)
+	})
+	fw := subs[0].w
+	fw.ctl = w.groups
+	return fw
 }
 
 // rankWorld is the world of which this process holds g's rank.

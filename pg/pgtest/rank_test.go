@@ -94,6 +94,8 @@ func TestRunRankCatchesPlantedBugs(t *testing.T) {
 		{"ext-reduce-writes-nonroot", "world=3/rank=/Extended/Reduce/int32/SUM", "rank 2: its tensor (not the root's) changed"},
 		{"ext-alltoall-corrupts", "world=2/rank=/Extended/AllToAll/uneven/uint8", "world=2 alltoall uint8 splits="},
 		{"ext-split-ignores-key", "world=4/rank=/Extended/Split", "got rank 1 of size 2, want rank 0"},
+		{"ext-seq-off", "world=2/rank=/Extended/Seq", "collective #1 issued has Seq 2, want 1"},
+		{"ext-hook-drops-sends", "world=3/rank=/Extended/Seq", "completion hook: rank 2: never saw send #1"},
 		{"ext-recv-swaps-tags", "world=2/rank=/Extended/SendRecv", "tag 2: element 0 is"},
 	} {
 		t.Run(c.bug, func(t *testing.T) {

@@ -131,7 +131,9 @@ func seqAndHooks(t *testing.T, w *world) {
 	for i, s := range steps {
 		col := make([]pg.Work, w.n)
 		for r := range col {
-			col[r] = works[r].coll[i]
+			if w.holds(r) {
+				col[r] = works[r].coll[i]
+			}
 		}
 		errs := w.wait(t, s.tr.what, col)
 		refused := s.tr.verify == nil
@@ -142,6 +144,9 @@ func seqAndHooks(t *testing.T, w *world) {
 		}
 		ok := true
 		for r, err := range errs {
+			if !w.holds(r) {
+				continue
+			}
 			switch {
 			case refused && !errors.Is(err, pg.ErrInvalidArgument):
 				t.Errorf("%s: rank %d: got %v, want pg.ErrInvalidArgument", s.tr.what, r, err)
@@ -159,6 +164,9 @@ func seqAndHooks(t *testing.T, w *world) {
 	}
 	// The sends and receives: each peer and direction numbered from 1.
 	for r := range p2p {
+		if !w.holds(r) {
+			continue
+		}
 		for i, o := range p2p[r] {
 			wk := works[r].p2p[i]
 			if err := w.waitOne(t, what, r, wk); err != nil {
@@ -176,6 +184,9 @@ func seqAndHooks(t *testing.T, w *world) {
 	hookCtx, hookCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer hookCancel()
 	for r := range w.n {
+		if !w.holds(r) {
+			continue
+		}
 		want := int(seq)
 		if p2p != nil {
 			want += len(p2p[r])
@@ -219,6 +230,9 @@ func slowHook(t *testing.T, w *world) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for r := range w.n {
+		if !w.holds(r) {
+			continue
+		}
 		if infos := slow[r].await(ctx, len(trials)); len(infos) < len(trials) {
 			t.Errorf("world=%d: rank %d: a hook released after %d allreduces saw only %s", w.n, r, len(trials), describeInfos(infos))
 		}
