@@ -20,6 +20,10 @@ import (
 	"github.com/goddp/ddp/pg"
 )
 
+// abortCode is the error code of the MPI_Abort that follows a timeout;
+// mpirun exits with it.
+const abortCode = 124
+
 // engine owns MPI in this process: one goroutine, locked to its OS
 // thread, initialises MPI (MPI_THREAD_FUNNELED), makes every MPI call,
 // polls the requests in flight with MPI_Test and finalises MPI when the
@@ -191,7 +195,7 @@ func (e *engine) loop() {
 		}
 		if !e.abortAt.IsZero() && time.Now().After(e.abortAt) {
 			e.log.Error("calling MPI_Abort after a collective timed out; mpirun ends every rank of the job")
-			C.goddp_abort(e.abortOn, 124)
+			C.goddp_abort(e.abortOn, abortCode)
 			// MPI_Abort does not return in Open MPI; if it does, stop.
 			e.abortAt = time.Time{}
 		}

@@ -3,10 +3,8 @@
 package mpi
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -24,40 +22,14 @@ const faultChildEnv = "GODDP_MPI_FAULT_CHILD"
 // stayed away included, long before their 60s sleep ends. Each case needs
 // its own job because the timeout ends it.
 func TestRankFaultsAbortTheJob(t *testing.T) {
-	if os.Getenv("OMPI_COMM_WORLD_SIZE") != "" || os.Getenv("PMIX_RANK") != "" {
-		t.Skip("runs jobs of its own; run the binary without mpirun to include it")
-	}
-	mpirun, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not found")
-	}
-	if testing.Short() {
-		t.Skip("starts MPI jobs")
-	}
 	// The ranks that wait in each case: they must report the timeout.
 	waiting := map[string]int{"NoShow": 2, "Subgroup/Timeout": 2, "Recv/NoSender": 1}
 	for _, name := range pgtest.RankFaults() {
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3", os.Args[0], "-test.run", "^TestRankFaultChild$", "-test.v")
-			cmd.Env = append(os.Environ(), timeoutChildEnv+"=1", faultChildEnv+"="+name)
-			start := time.Now()
-			out, err := cmd.CombinedOutput()
-			took := time.Since(start)
-			if err == nil {
-				t.Fatalf("the job ended successfully; want MPI_Abort to end it:\n%s", out)
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("the job was still running after %v; MPI_Abort did not end it:\n%s", took, out)
-			}
-			if !strings.Contains(string(out), "MPI_ABORT was invoked") {
-				t.Fatalf("the job failed, but not through MPI_Abort:\n%s", out)
-			}
-			if got, want := strings.Count(string(out), "FAULT-OK"), waiting[name]; got != want {
+			out := abortedJob(t, 3, "^TestRankFaultChild$", timeoutChildEnv+"=1", faultChildEnv+"="+name)
+			if got, want := strings.Count(out, "FAULT-OK"), waiting[name]; got != want {
 				t.Fatalf("%d ranks reported the timeout as pgtest wants it, want %d:\n%s", got, want, out)
 			}
-			t.Logf("job aborted after %v, mpirun: %v", took.Round(time.Millisecond), err)
 		})
 	}
 }

@@ -51,17 +51,7 @@ func RunRank(t *testing.T, g pg.ProcessGroup, opts RankOptions) {
 	w := rankWorld(t, g, opts)
 	gr := newGrid(testing.Short())
 	gr.orderedP2P = opts.OrderedPointToPoint
-	lengths := gr.lengths(w.n)
-	t.Run("Collectives", func(t *testing.T) {
-		t.Run("AllReduce", func(t *testing.T) { allReduce(t, w, lengths) })
-		t.Run("AllReduce/invalid", func(t *testing.T) { invalidAllReduce(t, w) })
-		t.Run("Broadcast", func(t *testing.T) { broadcast(t, w, gr.shortLengths()) })
-		t.Run("AllGather", func(t *testing.T) { allGather(t, w, lengths) })
-		t.Run("ReduceScatter", func(t *testing.T) { reduceScatter(t, w, gr.shortLengths()) })
-		t.Run("invalid", func(t *testing.T) { invalidArguments(t, w) })
-		t.Run("Barrier", func(t *testing.T) { w.try(t, barrierTrial(w)) })
-		t.Run("InFlight16", func(t *testing.T) { inFlight(t, w, 16) })
-	})
+	t.Run("Collectives", func(t *testing.T) { runCollectives(t, w, gr) })
 	t.Run("Extended", func(t *testing.T) {
 		requireExtended(t, w)
 		extendedCollectives(t, w, gr)

@@ -3,7 +3,6 @@ package pgtest_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,14 @@ import (
 // rank seeing only its own group (wrapped by wrap), with group timeout
 // timeout.
 func runRanks(t *testing.T, n int, timeout time.Duration, wrap func(pg.ProcessGroup) pg.ProcessGroup) {
+	perRank(t, n, timeout, func(t *testing.T, g pg.ProcessGroup) {
+		pgtest.RunRank(t, wrap(g), pgtest.RankOptions{Timeout: timeout})
+	})
+}
+
+// perRank calls f on every rank of an n-rank local world at once, each in
+// its own goroutine and subtest "rank=R", and closes the world after.
+func perRank(t *testing.T, n int, timeout time.Duration, f func(t *testing.T, g pg.ProcessGroup)) {
 	groups, err := local.New(n, local.Options{Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
@@ -30,9 +37,7 @@ func runRanks(t *testing.T, n int, timeout time.Duration, wrap func(pg.ProcessGr
 	}()
 	var wg sync.WaitGroup
 	for r, g := range groups {
-		wg.Go(func() {
-			t.Run(fmt.Sprintf("rank=%d", r), func(t *testing.T) { pgtest.RunRank(t, wrap(g), pgtest.RankOptions{Timeout: timeout}) })
-		})
+		wg.Go(func() { t.Run(fmt.Sprintf("rank=%d", r), func(t *testing.T) { f(t, g) }) })
 	}
 	wg.Wait()
 }
@@ -58,25 +63,9 @@ func TestRunRankFaultsOverLocal(t *testing.T) {
 	for _, name := range pgtest.RankFaults() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			timeout := time.Second
-			groups, err := local.New(3, local.Options{Timeout: timeout})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				for _, g := range groups {
-					_ = g.Close()
-				}
-			}()
-			var wg sync.WaitGroup
-			for r, g := range groups {
-				wg.Go(func() {
-					t.Run(fmt.Sprintf("rank=%d", r), func(t *testing.T) {
-						pgtest.RunRankFault(t, g, name, pgtest.RankOptions{Timeout: timeout})
-					})
-				})
-			}
-			wg.Wait()
+			perRank(t, 3, time.Second, func(t *testing.T, g pg.ProcessGroup) {
+				pgtest.RunRankFault(t, g, name, pgtest.RankOptions{Timeout: time.Second})
+			})
 		})
 	}
 }
@@ -98,17 +87,7 @@ func TestRunRankCatchesPlantedBugs(t *testing.T) {
 		{"ext-hook-drops-sends", "world=3/rank=/Extended/Seq", "completion hook: rank 2: never saw send #1"},
 		{"ext-recv-swaps-tags", "world=2/rank=/Extended/SendRecv", "tag 2: element 0 is"},
 	} {
-		t.Run(c.bug, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestPlantedBugPerRank$/"+c.run, "-test.short", "-test.count=1")
-			cmd.Env = append(os.Environ(), bugEnv+"="+c.bug)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
-				t.Fatalf("the per-rank suite passed a backend with bug %q:\n%s", c.bug, out)
-			}
-			if !strings.Contains(string(out), c.want) {
-				t.Fatalf("the per-rank suite failed, but without %q:\n%s", c.want, out)
-			}
-		})
+		t.Run(c.bug, func(t *testing.T) { wantCaught(t, "TestPlantedBugPerRank", c.bug, c.run, c.want) })
 	}
 }
 

@@ -33,17 +33,23 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 		{"ext-subgroup-ignores-close", "Extended/Faults/Subgroup/Close", "is a timeout; want the departure of rank 2 noticed"},
 		{"ext-recv-swaps-tags", "Extended/world=2/SendRecv", "rank 1 receives 2 then 1: tag 2: element 0 is"},
 	} {
-		t.Run(c.bug, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestPlantedBug$/"+c.run, "-test.short", "-test.count=1")
-			cmd.Env = append(os.Environ(), bugEnv+"="+c.bug)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
-				t.Fatalf("the suite passed a backend with bug %q:\n%s", c.bug, out)
-			}
-			if !strings.Contains(string(out), c.want) {
-				t.Fatalf("the suite failed, but without %q:\n%s", c.want, out)
-			}
-		})
+		t.Run(c.bug, func(t *testing.T) { wantCaught(t, "TestPlantedBug", c.bug, c.run, c.want) })
+	}
+}
+
+// wantCaught runs test (a child test of this binary) under -short with
+// bug planted and only the subtests run selects, and wants it to fail
+// with a message containing want.
+func wantCaught(t *testing.T, test, bug, run, want string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$/"+run, "-test.short", "-test.count=1")
+	cmd.Env = append(os.Environ(), bugEnv+"="+bug)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the suite passed a backend with bug %q:\n%s", bug, out)
+	}
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("the suite failed, but without %q:\n%s", want, out)
 	}
 }
 
