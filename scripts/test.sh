@@ -42,9 +42,12 @@ if mpi_ready; then
 	mpidir=$(mktemp -d)
 	trap 'rm -rf "$mpidir"' EXIT
 	go test -c -tags mpi -o "$mpidir/mpi.test" ./pg/mpi
-	# One rank (an MPI singleton), which also starts its own 2-rank job to
-	# check that a timeout fails the Work and MPI_Abort then ends the job.
+	# One rank (an MPI singleton), which also starts its own jobs to check
+	# that a timeout fails the Work and MPI_Abort then ends the job: a
+	# 2-rank one, and a 3-rank one per pgtest.RunRankFault case (~10 s).
 	timeout 300 "$mpidir/mpi.test"
+	# Every run includes pgtest.RunRank, the conformance suite with one
+	# rank per process (~2, 3 and 4 s for np 2, 3 and 4 on 2 cores).
 	for np in 2 3 4; do
 		echo "test.sh: pg/mpi under mpirun -np $np" >&2
 		timeout 300 "${mpirun[@]}" -np "$np" "$mpidir/mpi.test"
