@@ -27,6 +27,14 @@
 // only calls the pg interfaces, so it runs as well over sockets as over
 // shared memory.
 //
+// Backends that hold one rank per process, as MPI launches them, run
+// [RunRank] instead, on every rank of the job: each rank makes every
+// rank's inputs from the same seeds, checks its own output against the
+// references below, and compares digests of its AllReduce results with
+// the other ranks' through the group; [RunRankFault] runs the fault cases
+// that such a job survives long enough to check (a rank that stays away:
+// the others time out), one job per case.
+//
 // Results are judged against [Reduce], [Gather], [Scatter] and
 // [AllToAll], serial references that share no code with the backends:
 // integers bit for bit, floats within [Tolerance] (see [Compare]); and
