@@ -38,6 +38,8 @@
 //   - Hierarchical, Adasum: from Horovod. Hierarchical reduces within each
 //     host, allreduces between one leader per host, and broadcasts back;
 //     Adasum combines gradients pairwise by Horovod's adaptive summation.
+//   - PostLocalSGD: torch's post_localSGD_hook, for post-local SGD with a
+//     model averager from package averaging.
 //
 // docs/comm-hooks.md says when each pays off, with measurements, and
 // how to write a hook of your own.

@@ -142,33 +142,17 @@ func (h *Hierarchical) topology(ctx context.Context, g pg.ProcessGroup) (*hostTo
 	return t, nil
 }
 
-// newHostTopology learns every rank's host (one allgather of a host key)
-// and splits g into one group per host and one of the host leaders.
+// newHostTopology learns every rank's host (hostLayout) and splits g into
+// one group per host and one of the host leaders.
 func newHostTopology(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptions) (*hostTopology, error) {
 	sp, ok := g.(pg.Splitter)
 	if !ok {
 		return nil, fmt.Errorf("commhook: hierarchical allreduce needs subgroups, and a %s group cannot split (no pg.Splitter)", pg.BackendName(g))
 	}
 	rank, size := g.Rank(), g.Size()
-	key := int64(0)
-	if o.RanksPerHost > 0 {
-		key = int64(rank / o.RanksPerHost)
-	} else {
-		f := fnv.New64a()
-		f.Write([]byte(o.Host))
-		key = int64(f.Sum64() >> 1) // non-negative, so never a RanksPerHost index's twin by sign
-	}
-	keys := make([]int64, size)
-	if err := g.AllGather(ctx, pg.Int64s(keys), pg.Int64s([]int64{key})).Wait(ctx); err != nil {
-		return nil, fmt.Errorf("commhook: hierarchical: exchanging host keys: %w", err)
-	}
-	layout := make([]int, size)
-	index := map[int64]int{}
-	for r, k := range keys {
-		if _, ok := index[k]; !ok {
-			index[k] = len(index)
-		}
-		layout[r] = index[k]
+	layout, hosts, err := hostLayout(ctx, g, o)
+	if err != nil {
+		return nil, fmt.Errorf("commhook: hierarchical: %w", err)
 	}
 	host := layout[rank]
 	leader := true
@@ -200,7 +184,35 @@ func newHostTopology(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptio
 			return nil, fmt.Errorf("commhook: hierarchical: a %s subgroup has no Reduce (pg.Rooted)", pg.BackendName(local))
 		}
 	}
-	return &hostTopology{rank: rank, size: size, hosts: len(index), local: local, cross: cross, layout: layout}, nil
+	return &hostTopology{rank: rank, size: size, hosts: hosts, local: local, cross: cross, layout: layout}, nil
+}
+
+// hostLayout learns every rank's host with one allgather of a host key:
+// rank/RanksPerHost, or a hash of the Host label. It returns each rank's
+// host index, hosts numbered in order of their lowest rank, and the number
+// of hosts. It is collective over g.
+func hostLayout(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptions) (layout []int, hosts int, err error) {
+	key := int64(0)
+	if o.RanksPerHost > 0 {
+		key = int64(g.Rank() / o.RanksPerHost)
+	} else {
+		f := fnv.New64a()
+		f.Write([]byte(o.Host))
+		key = int64(f.Sum64() >> 1) // non-negative, so never a RanksPerHost index's twin by sign
+	}
+	keys := make([]int64, g.Size())
+	if err := g.AllGather(ctx, pg.Int64s(keys), pg.Int64s([]int64{key})).Wait(ctx); err != nil {
+		return nil, 0, fmt.Errorf("exchanging host keys: %w", err)
+	}
+	layout = make([]int, g.Size())
+	index := map[int64]int{}
+	for r, k := range keys {
+		if _, ok := index[k]; !ok {
+			index[k] = len(index)
+		}
+		layout[r] = index[k]
+	}
+	return layout, len(index), nil
 }
 
 // Run divides b's buffer by the world size and starts the three steps
