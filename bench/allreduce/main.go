@@ -62,6 +62,7 @@ type options struct {
 	cfg     config
 	timeout time.Duration
 	linkBps int64
+	shm     bool
 }
 
 func main() {
@@ -102,6 +103,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
 	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
+	fs.BoolVar(&o.shm, "shm", true, "tcp only: same-host ranks move AllReduce data through shared memory (false: loopback TCP only)")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}
@@ -205,7 +207,7 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 	if o.backend == "nccl" {
 		return runNCCLWorker(ctx, o, cfg)
 	}
-	m, err := launch.JoinTCP(ctx, cfg, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps}, nil)
+	m, err := launch.JoinTCP(ctx, cfg, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps, NoSharedMemory: !o.shm}, nil)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ type Group struct {
 	st         store.Store // the store New received, where subgroups rendezvous
 	parent     []int       // a subgroup's ranks in its parent group; nil for a top group
 	links      []*link     // by peer rank; nil at this rank
+	shm        *shmWorld   // the shared-memory transport; nil when links use TCP only
 	pool       pool
 	hooks      pg.Completions
 
@@ -77,8 +78,13 @@ func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (
 	if err != nil {
 		return nil, (&Group{parent: parent}).annotate(err)
 	}
+	shm, err := setupShm(ctx, st, opts, log)
+	if err != nil {
+		closeAll(conns)
+		return nil, (&Group{parent: parent}).annotate(err)
+	}
 	g := &Group{
-		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent,
+		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: shm,
 		links:       make([]*link, opts.Size),
 		failed:      make(chan struct{}),
 		opKick:      make(chan struct{}, 1),
@@ -141,6 +147,9 @@ func (g *Group) Close() error {
 		g.fail(&failure{kind: pg.ErrClosed, peer: pg.NoPeer, err: errors.New("Close was called")}, kindGoodbye)
 		close(g.stopping)
 		g.wg.Wait()
+		if g.shm != nil {
+			g.shm.unmap()
+		}
 		g.hooks.Close()
 	})
 	return nil

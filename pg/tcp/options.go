@@ -78,6 +78,12 @@ type Options struct {
 	// maximum (several MiB) as the connection needs, and measured no
 	// slower on loopback.
 	SocketBuffer int
+	// NoSharedMemory turns the shared-memory transport off: by default,
+	// when every rank of the group is on this host (and in its network
+	// namespace), AllReduce moves its data through shared memory and the
+	// TCP connections carry only control frames and the other
+	// collectives. See doc.go.
+	NoSharedMemory bool
 
 	// advertiseHost, set for subgroups, is the host to advertise with
 	// the listener's port, when AdvertiseAddr is empty.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,15 +67,38 @@ func runWorker(spec string) int {
 	}
 }
 
+// devShm lists this package's entries in /dev/shm (other jobs on the
+// machine, Open MPI's among them, may come and go there meanwhile).
+func devShm() []string {
+	es, _ := os.ReadDir("/dev/shm")
+	var names []string
+	for _, e := range es {
+		if strings.Contains(e.Name(), "goddp") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
 // TestKilledPeerProcess: three ranks, two of them separate processes,
 // run 4 MiB ring allreduces back to back; rank 2's process is killed
-// (SIGKILL) in the middle. Rank 0 (this process) and rank 1 must both
+// (SIGKILL) in the middle. The ranks share this host, so the allreduces
+// run over shared memory where it is supported; /dev/shm must be
+// unchanged afterwards. Rank 0 (this process) and rank 1 must both
 // fail, naming rank 2, within a few seconds, not the minute-long group
 // timeout.
 func TestKilledPeerProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	shmBefore := devShm()
+	defer func() {
+		// Segments are anonymous memfds: the kill, and the others' exits,
+		// leave nothing behind.
+		if after := devShm(); !slices.Equal(after, shmBefore) {
+			t.Errorf("/dev/shm changed: before %v, after %v", shmBefore, after)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: "127.0.0.1:0", IsServer: true, Secret: testSecret})
@@ -120,6 +144,9 @@ func TestKilledPeerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	if (g.shm != nil) != shmSupported {
+		t.Errorf("shared memory in use = %v, want %v (every rank is on this host)", g.shm != nil, shmSupported)
+	}
 	buf := pg.NewTensor(pg.Float32, 1<<20)
 	for i := range 5 {
 		if err := g.AllReduce(ctx, buf, pg.Op(pg.Sum)).Wait(ctx); err != nil {

@@ -1,0 +1,188 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
+)
+
+// Layout of a rank's shared-memory segment: a header page of control
+// words, then two data slots that alternate between consecutive chunks,
+// so that copying chunk c+1 in overlaps the peers copying chunk c out.
+//
+// Nothing read from a peer's segment is ever used as an offset or a
+// length: every offset is computed from this rank's own tensor, and the
+// only values read back (the three progress counters and the chunk's
+// metadata) are compared, never indexed with. A buggy peer that writes
+// garbage can therefore make a collective fail (the metadata check
+// reports pg.ErrMismatch) or time out, but never make this rank read or
+// write outside a mapping.
+const (
+	shmHeader    = 4096
+	shmSlotBytes = 4 << 20
+	shmSlots     = 2
+	shmSegBytes  = shmHeader + shmSlots*shmSlotBytes
+
+	offArrive  = 0   // chunks whose input this rank has copied in
+	offReduced = 64  // chunks whose shard this rank has reduced
+	offDone    = 128 // chunks this rank has copied out (its slots may be reused)
+	offMeta    = 256 // per slot, 64 bytes: total length, dtype, reduce kind, chunk
+	metaStride = 64
+)
+
+// shmWorld is a group's shared-memory transport: every rank's segment,
+// mapped into this process. Only groups whose ranks all share this host
+// have one.
+type shmWorld struct {
+	segs  [][]byte // by rank; segs[me] is this rank's own
+	chunk uint32   // the chunks this group has run so far (the same on every rank)
+	unmap func()
+}
+
+func (s *shmWorld) word(rank, off int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&s.segs[rank][off]))
+}
+
+func (s *shmWorld) slot(rank, slot int) []byte {
+	b := shmHeader + slot*shmSlotBytes
+	return s.segs[rank][b : b+shmSlotBytes : b+shmSlotBytes]
+}
+
+func (s *shmWorld) meta(rank, slot int) []byte {
+	b := offMeta + slot*metaStride
+	return s.segs[rank][b : b+metaStride : b+metaStride]
+}
+
+// publish stores v in this rank's counter at off and wakes its waiters.
+func (s *shmWorld) publish(me, off int, v uint32) {
+	w := s.word(me, off)
+	atomic.StoreUint32(w, v)
+	futexWake(w)
+}
+
+// reached reports whether counter v has reached c (modulo 2^32).
+func reached(v, c uint32) bool { return int32(v-c) >= 0 }
+
+// shmAllReduce reduces t through the segments: per chunk, each rank
+// copies its input into its own slot, reduces its shard of the chunk
+// straight from every rank's slot (in rank order, as pg/local does, so
+// every rank gets the same bits), and copies every rank's reduced shard
+// out.
+func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
+	s, n, me := g.shm, g.size, g.rank
+	kind := kernel.BaseKind(op)
+	es := t.Dtype.Size()
+	chunkBytes := shmSlotBytes / es * es
+	kernel.Prepare(t, op, n)
+	var meta [metaStride]byte
+	binary.LittleEndian.PutUint64(meta[0:], uint64(len(t.Data)))
+	binary.LittleEndian.PutUint32(meta[8:], uint32(t.Dtype))
+	binary.LittleEndian.PutUint32(meta[12:], uint32(kind))
+	ins := make([]pg.Tensor, n)
+	for lo := 0; lo < len(t.Data); lo += chunkBytes {
+		hi := min(lo+chunkBytes, len(t.Data))
+		s.chunk++
+		c := s.chunk
+		slot := int(c % shmSlots)
+		// The peers must have copied out the chunk this slot last held.
+		if err := g.shmWaitAll(r, offDone, c-shmSlots); err != nil {
+			return err
+		}
+		mine := s.slot(me, slot)
+		copy(mine, t.Data[lo:hi])
+		binary.LittleEndian.PutUint32(meta[16:], c)
+		copy(s.meta(me, slot), meta[:])
+		s.publish(me, offArrive, c)
+		if err := g.shmWaitAll(r, offArrive, c); err != nil {
+			return err
+		}
+		for j := range n {
+			if pm := s.meta(j, slot); string(pm) != string(meta[:]) {
+				return r.errf(j, pg.ErrMismatch, fmt.Errorf("rank %d's shared-memory chunk is %d bytes of %v (chunk %d), this rank's is %d bytes of %v (chunk %d): ranks must issue AllReduce with the same size and dtype",
+					j, binary.LittleEndian.Uint64(pm), pg.Dtype(binary.LittleEndian.Uint32(pm[8:])), binary.LittleEndian.Uint32(pm[16:]), len(t.Data), t.Dtype, c))
+			}
+		}
+		elems := (hi - lo) / es
+		per := (elems + n - 1) / n
+		a, b := min(me*per, elems)*es, min((me+1)*per, elems)*es
+		if b > a {
+			for j := range n {
+				ins[j] = pg.Tensor{Dtype: t.Dtype, Data: s.slot(j, slot)[a:b]}
+			}
+			kernel.ReduceN([]pg.Tensor{ins[me]}, ins, kind)
+		}
+		s.publish(me, offReduced, c)
+		if err := g.shmWaitAll(r, offReduced, c); err != nil {
+			return err
+		}
+		for j := range n {
+			a, b := min(j*per, elems)*es, min((j+1)*per, elems)*es
+			copy(t.Data[lo+a:lo+b], s.slot(j, slot)[a:b])
+		}
+		s.publish(me, offDone, c)
+	}
+	kernel.Finish(t, op, n)
+	return nil
+}
+
+// shmWaitAll waits until every peer's counter at off has reached c.
+func (g *Group) shmWaitAll(r *run, off int, c uint32) error {
+	for j := range g.size {
+		if j == g.rank {
+			continue
+		}
+		if err := g.shmWait(r, j, off, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shmWait waits until peer's counter at off reaches c: a short spin, then
+// futex waits of at most shmPoll, between which it checks, as every wait
+// of a collective does, the peer's control connection, the deadline, the
+// caller's ctx and the group's failure.
+func (g *Group) shmWait(r *run, peer, off int, c uint32) error {
+	w := g.shm.word(peer, off)
+	for range shmSpin {
+		if reached(atomic.LoadUint32(w), c) {
+			return nil
+		}
+	}
+	for {
+		v := atomic.LoadUint32(w)
+		if reached(v, c) {
+			return nil
+		}
+		if err := r.poll(peer); err != nil {
+			return err
+		}
+		futexWait(w, v, shmPoll)
+	}
+}
+
+// poll is block's checks without waiting: the collective's error if it
+// cannot go on.
+func (r *run) poll(peer int) error {
+	select {
+	case <-r.timer.C:
+		return r.errf(peer, pg.ErrTimeout, fmt.Errorf("collective #%d made no progress with rank %d over shared memory before its deadline (group timeout %v)", r.seq+1, peer, r.g.opts.Timeout))
+	case <-r.ctxDone:
+		return r.g.ctxErr(r.op, r.ctx)
+	case <-r.g.failed:
+		return r.g.failure.Load().errorFor(r.op, r.g.rank)
+	default:
+	}
+	l := r.g.links[peer]
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	if err != nil {
+		return r.linkErr(l, err)
+	}
+	return nil
+}
