@@ -38,7 +38,7 @@ func joinGroup(ctx context.Context, c config, e env.Config, logger *zap.Logger) 
 		return joinNCCL(ctx, c, e, logger)
 	}
 	listen, advertise := peerAddrs(c, e)
-	m, err := launch.JoinTCP(ctx, e, tcp.Options{ListenAddr: listen, AdvertiseAddr: advertise, Timeout: c.timeout}, logger)
+	m, err := launch.JoinTCP(ctx, e, tcp.Options{ListenAddr: listen, AdvertiseAddr: advertise, Timeout: c.timeout, NoSharedMemory: !c.shm}, logger)
 	if err != nil {
 		return nil, err
 	}
