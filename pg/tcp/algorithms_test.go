@@ -20,14 +20,23 @@ func TestAllReduceAlgorithms(t *testing.T) {
 	for _, algo := range []struct {
 		name      string
 		threshold int
-	}{{"ring", 1}, {"doubling", math.MaxInt}} {
+	}{{"ring", 1}, {"doubling", math.MaxInt}, {"shm", 1}} {
 		for n := 1; n <= 5; n++ {
 			t.Run(fmt.Sprintf("%s/world=%d", algo.name, n), func(t *testing.T) {
 				gs := newGroups(t, n, time.Minute, func(o *Options) {
 					o.RingThreshold = algo.threshold
 					o.ChunkBytes = 64
+					o.NoSharedMemory = algo.name != "shm"
 				})
-				for _, length := range []int{0, 1, 2, n - 1, n + 1, 16*n + 3, 1000} {
+				if want := algo.name == "shm" && n > 1 && shmSupported; (gs[0].shm != nil) != want {
+					t.Fatalf("shared memory in use = %v, want %v", gs[0].shm != nil, want)
+				}
+				lengths := []int{0, 1, 2, n - 1, n + 1, 16*n + 3, 1000}
+				if algo.name == "shm" {
+					// Past a slot: several chunks, both slots, a short last one.
+					lengths = append(lengths, 2*shmSlotBytes/4+n+1)
+				}
+				for _, length := range lengths {
 					checkAllReduce(t, gs, length)
 				}
 			})

@@ -125,9 +125,12 @@ func TestMismatchedLengths(t *testing.T) {
 	for _, algo := range []struct {
 		name      string
 		threshold int
-	}{{"ring", 1}, {"doubling", 1 << 30}} {
+	}{{"ring", 1}, {"doubling", 1 << 30}, {"shm", 1}} {
 		t.Run(algo.name, func(t *testing.T) {
-			gs := newGroups(t, 2, 10*time.Second, func(o *Options) { o.RingThreshold = algo.threshold })
+			gs := newGroups(t, 2, 10*time.Second, func(o *Options) {
+				o.RingThreshold = algo.threshold
+				o.NoSharedMemory = algo.name != "shm"
+			})
 			errs := each(gs, func(r int, g *Group) error {
 				return g.AllReduce(context.Background(), pg.NewTensor(pg.Float32, 1000+10*r), pg.Op(pg.Sum)).Wait(context.Background())
 			})

@@ -82,7 +82,8 @@ type Options struct {
 	// when every rank of the group is on this host (and in its network
 	// namespace), AllReduce moves its data through shared memory and the
 	// TCP connections carry only control frames and the other
-	// collectives. See doc.go.
+	// collectives. A positive LinkBytesPerSec, which emulates a network,
+	// turns it off too. See doc.go.
 	NoSharedMemory bool
 
 	// advertiseHost, set for subgroups, is the host to advertise with

@@ -92,15 +92,22 @@ func setupShm(ctx context.Context, st store.Store, o Options, log *zap.Logger) (
 		log.Info("shared memory not used: links use TCP", zap.Error(why))
 	}
 	segs = make([][]byte, o.Size)
-	var (
-		name string
-		ln   *net.UnixListener
-		fd   = -1
-		why  = errors.New("switched off by Options.NoSharedMemory")
-	)
-	if !o.NoSharedMemory {
-		name, ln, fd, why = shmListen(o, segs)
+	if o.NoSharedMemory || o.LinkBytesPerSec > 0 {
+		// Say so without waiting for anyone: the peers, reading this,
+		// fall back to TCP too.
+		for _, k := range []string{shmKey(o.Rank), shmOKKey(o.Rank)} {
+			v := ""
+			if k == shmOKKey(o.Rank) {
+				v = "0"
+			}
+			if err := st.Set(ctx, k, []byte(v)); err != nil {
+				return nil, connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing that shared memory is off: %w", err))
+			}
+		}
+		log.Info("shared memory switched off (Options.NoSharedMemory or LinkBytesPerSec): links use TCP")
+		return nil, nil
 	}
+	name, ln, fd, why := shmListen(o, segs)
 	boot := bootID()
 	info := ""
 	if why == nil && boot != "" {
@@ -272,4 +279,5 @@ func shmDial(ctx context.Context, name string, o Options) ([]byte, error) {
 	}
 	return unix.Mmap(fds[0], 0, shmSegBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
+
 const shmSupported = true

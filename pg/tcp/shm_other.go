@@ -23,4 +23,5 @@ func futexWait(*uint32, uint32, time.Duration) { time.Sleep(shmPoll) }
 func setupShm(context.Context, store.Store, Options, *zap.Logger) (*shmWorld, error) {
 	return nil, nil
 }
+
 const shmSupported = false
