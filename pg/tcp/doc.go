@@ -128,6 +128,21 @@
 // fails alone: errors name the peer's subgroup rank, and say its rank in
 // the parent. Closing the parent does not close its subgroups.
 //
+// # Shared memory
+//
+// On Linux, when every rank is on one host (same boot id, and able to
+// reach each other's abstract Unix socket, hence in one network
+// namespace), AllReduce moves its data through shared memory: each rank's
+// anonymous memfd segment, handed only to peers that pass the HMAC
+// handshake on that socket and closed once mapped, so nothing is left in
+// /dev/shm or /proc/<pid>/fd and a killed rank leaves nothing behind. Each
+// rank reduces its shard of every 4 MiB chunk straight from all segments
+// and copies the others' shards out; waits spin briefly, then sleep on a
+// futex in the segment while watching the peer's TCP connection, the
+// deadline and the group's failure. Every other collective, and every
+// control frame, stays on TCP. Options.NoSharedMemory turns it off; the
+// ranks agree through the store, so either all use it or none does.
+//
 // # Failures
 //
 // No collective waits forever. Each has a deadline (Options.Timeout from
