@@ -68,10 +68,10 @@ func (s *shmWorld) publish(me, off int, v uint32) {
 func reached(v, c uint32) bool { return int32(v-c) >= 0 }
 
 // shmAllReduce reduces t through the segments: per chunk, each rank
-// copies its input into its own slot, reduces its shard of the chunk
-// straight from every rank's slot (in rank order, as pg/local does, so
-// every rank gets the same bits), and copies every rank's reduced shard
-// out.
+// copies the peers' shards of its input into its own slot, reduces its
+// own shard straight from every rank's slot and its own tensor (in rank
+// order, as pg/local does, so every rank gets the same bits) into both its
+// tensor and its slot, and copies the peers' reduced shards out.
 func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 	s, n, me := g.shm, g.size, g.rank
 	kind := kernel.BaseKind(op)
@@ -92,8 +92,17 @@ func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 		if err := g.shmWaitAll(r, offDone, c-shmSlots); err != nil {
 			return err
 		}
+		elems := (hi - lo) / es
+		per := (elems + n - 1) / n
+		shard := func(j int) (int, int) { return min(j*per, elems) * es, min((j+1)*per, elems) * es }
+		// The peers' shards of this rank's input go into its slot; its
+		// own shard is reduced straight from t.
 		mine := s.slot(me, slot)
-		copy(mine, t.Data[lo:hi])
+		for j := range n {
+			if a, b := shard(j); j != me {
+				copy(mine[a:b], t.Data[lo+a:lo+b])
+			}
+		}
 		binary.LittleEndian.PutUint32(meta[16:], c)
 		copy(s.meta(me, slot), meta[:])
 		s.publish(me, offArrive, c)
@@ -106,22 +115,24 @@ func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 					j, binary.LittleEndian.Uint64(pm), pg.Dtype(binary.LittleEndian.Uint32(pm[8:])), binary.LittleEndian.Uint32(pm[16:]), len(t.Data), t.Dtype, c))
 			}
 		}
-		elems := (hi - lo) / es
-		per := (elems + n - 1) / n
-		a, b := min(me*per, elems)*es, min((me+1)*per, elems)*es
-		if b > a {
+		if a, b := shard(me); b > a {
+			own := pg.Tensor{Dtype: t.Dtype, Data: t.Data[lo+a : lo+b]}
 			for j := range n {
 				ins[j] = pg.Tensor{Dtype: t.Dtype, Data: s.slot(j, slot)[a:b]}
 			}
-			kernel.ReduceN([]pg.Tensor{ins[me]}, ins, kind)
+			ins[me] = own
+			// The result goes to t and to the slot, where the peers copy
+			// it from.
+			kernel.ReduceN([]pg.Tensor{{Dtype: t.Dtype, Data: mine[a:b]}, own}, ins, kind)
 		}
 		s.publish(me, offReduced, c)
 		if err := g.shmWaitAll(r, offReduced, c); err != nil {
 			return err
 		}
 		for j := range n {
-			a, b := min(j*per, elems)*es, min((j+1)*per, elems)*es
-			copy(t.Data[lo+a:lo+b], s.slot(j, slot)[a:b])
+			if a, b := shard(j); j != me {
+				copy(t.Data[lo+a:lo+b], s.slot(j, slot)[a:b])
+			}
 		}
 		s.publish(me, offDone, c)
 	}
