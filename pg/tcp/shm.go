@@ -179,6 +179,13 @@ func (g *Group) shmWait(r *run, peer, off int, c uint32) error {
 // poll is block's checks without waiting: the collective's error if it
 // cannot go on.
 func (r *run) poll(peer int) error {
+	// The caller's ctx first: its end also aborts the group (executor.go),
+	// and the caller must see its own cause, not the abort it triggered.
+	select {
+	case <-r.ctxDone:
+		return r.g.ctxErr(r.op, r.ctx)
+	default:
+	}
 	select {
 	case <-r.timer.C:
 		return r.errf(peer, pg.ErrTimeout, fmt.Errorf("collective #%d made no progress with rank %d over shared memory before its deadline (group timeout %v)", r.seq+1, peer, r.g.opts.Timeout))
