@@ -57,6 +57,20 @@ if mpi_ready; then
 	# bench/allreduce --backend mpi (and tcp in the same job), one small size.
 	go build -tags mpi -o "$mpidir/allreduce" ./bench/allreduce
 	timeout 120 "${mpirun[@]}" -np 2 "$mpidir/allreduce" --backend mpi --sizes 4096 --iters 5 >/dev/null
+	# Slurm: srun --mpi=pmix -n 2 ddp-train --backend mpi ends bitwise equal to
+	# --backend tcp, on a one-node Slurm the script sets up (root only).
+	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+		go build -tags mpi -o "$mpidir/ddp-train" ./cmd/ddp-train
+		rc=0
+		timeout 600 bash scripts/srun-check.sh "$mpidir/ddp-train" || rc=$?
+		if [ "$rc" -eq 3 ]; then
+			echo "test.sh: skipping the srun --mpi=pmix check: Slurm could not be set up here" >&2
+		elif [ "$rc" -ne 0 ]; then
+			exit "$rc"
+		fi
+	else
+		echo "test.sh: skipping the srun --mpi=pmix check (needs root and apt-get to set up a one-node Slurm)" >&2
+	fi
 else
 	echo "test.sh: Open MPI is not installed (mpirun, pkg-config ompi-c) and cannot be installed here (needs root and apt-get); skipping the MPI tests (apt-get install openmpi-bin libopenmpi-dev to run them)" >&2
 fi
