@@ -17,7 +17,11 @@ func (Allreduce) Name() string { return "allreduce" }
 
 // Run divides b's buffer by the world size and starts a SUM allreduce of it.
 func (Allreduce) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.Work {
-	if err := Divide(b.Buffer, g.Size()); err != nil {
+	n := g.Size()
+	if b.Divisor > 0 {
+		n = b.Divisor
+	}
+	if err := Divide(b.Buffer, n); err != nil {
 		return pg.Completed(err)
 	}
 	return g.AllReduce(ctx, b.Buffer, pg.Op(pg.Sum))

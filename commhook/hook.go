@@ -21,6 +21,11 @@ type GradBucket struct {
 	Buffer pg.Tensor   // the flat buffer, this rank's gradients on entry
 	Params []ParamView // the parameters in the buffer, in buffer order
 	IsLast bool        // whether this is the iteration's last bucket
+	// Divisor, when positive, is what Allreduce divides by instead of the
+	// group's size: the number of ranks still training under a Join that
+	// does not divide by the initial world size (c10d's div_factor, which,
+	// as in torch, only the default allreduce honours).
+	Divisor int
 }
 
 // Gradient returns the part of the buffer holding Params[j].

@@ -55,6 +55,8 @@ type Reducer struct {
 
 	dev deviceState // device buckets: device.go
 
+	divisor int // what the default allreduce divides by under a Join; 0: the world size (join.go)
+
 	obs observer // metrics, logging data and timeline: see observe.go
 }
 

@@ -94,6 +94,11 @@ const broadcastBucketBytes = 250 << 20
 // Parameters are packed into flat buffers of up to 250 MiB per dtype, as
 // DDP's broadcast_coalesced does. It is collective.
 func (r *Reducer) BroadcastParams(ctx context.Context, values []pg.Tensor) error {
+	return r.broadcastParamsFrom(ctx, values, 0)
+}
+
+// broadcastParamsFrom is BroadcastParams from root instead of rank 0.
+func (r *Reducer) broadcastParamsFrom(ctx context.Context, values []pg.Tensor, root int) error {
 	if len(values) != len(r.params) {
 		return fmt.Errorf("reducer: BroadcastParams got %d values for %d parameters", len(values), len(r.params))
 	}
@@ -112,14 +117,14 @@ func (r *Reducer) BroadcastParams(ctx context.Context, values []pg.Tensor) error
 			group = append(group, i)
 			bytes += len(values[i].Data)
 			if bytes >= broadcastBucketBytes {
-				if err := r.broadcastGroup(ctx, values, group, bytes); err != nil {
+				if err := r.broadcastGroup(ctx, values, group, bytes, root); err != nil {
 					return err
 				}
 				group, bytes = nil, 0
 			}
 		}
 		if len(group) > 0 {
-			if err := r.broadcastGroup(ctx, values, group, bytes); err != nil {
+			if err := r.broadcastGroup(ctx, values, group, bytes, root); err != nil {
 				return err
 			}
 		}
@@ -127,14 +132,14 @@ func (r *Reducer) BroadcastParams(ctx context.Context, values []pg.Tensor) error
 	return nil
 }
 
-func (r *Reducer) broadcastGroup(ctx context.Context, values []pg.Tensor, group []int, bytes int) error {
+func (r *Reducer) broadcastGroup(ctx context.Context, values []pg.Tensor, group []int, bytes, root int) error {
 	flat := pg.NewTensor(values[group[0]].Dtype, bytes/values[group[0]].Dtype.Size())
 	off := 0
 	for _, i := range group {
 		off += copy(flat.Data[off:], values[i].Data)
 	}
-	if err := r.g.Broadcast(ctx, flat, 0).Wait(ctx); err != nil {
-		return fmt.Errorf("reducer: broadcasting parameters from rank 0: %w", err)
+	if err := r.g.Broadcast(ctx, flat, root).Wait(ctx); err != nil {
+		return fmt.Errorf("reducer: broadcasting parameters from rank %d: %w", root, err)
 	}
 	off = 0
 	for _, i := range group {
