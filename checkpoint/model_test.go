@@ -1,4 +1,4 @@
-package checkpoint
+package checkpoint_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/goddp/ddp/checkpoint"
 
 	"github.com/goddp/ddp/internal/model"
 	"github.com/goddp/ddp/optim"
@@ -89,10 +91,10 @@ func TestResumeEqualsUninterruptedRun(t *testing.T) {
 				first := newRun(t, spec, 1, opt)
 				first.steps(t, 0, 3)
 				dir := filepath.Join(t.TempDir(), "ckpt")
-				if err := Save(dir, Capture(3, first.p, first.opt)); err != nil {
+				if err := checkpoint.Save(dir, checkpoint.Capture(3, first.p, first.opt)); err != nil {
 					t.Fatal(err)
 				}
-				c, err := Load(dir)
+				c, err := checkpoint.Load(dir)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -118,7 +120,7 @@ func TestRestoreRejectsAnotherRunsCheckpoint(t *testing.T) {
 	spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "relu", Classes: 3, Dtype: tensor.Float64, Batch: 4}
 	src := newRun(t, spec, 1, "adam")
 	src.steps(t, 0, 1)
-	good := Capture(1, src.p, src.opt)
+	good := checkpoint.Capture(1, src.p, src.opt)
 
 	other := spec
 	other.Hidden = []int{8}
@@ -136,8 +138,8 @@ func TestRestoreRejectsAnotherRunsCheckpoint(t *testing.T) {
 			ck = transposed(good)
 		}
 		err := ck.Restore(dst.p, dst.opt)
-		if !errors.Is(err, ErrIncompatible) {
-			t.Errorf("%s: Restore gave %v; want ErrIncompatible", c.name, err)
+		if !errors.Is(err, checkpoint.ErrIncompatible) {
+			t.Errorf("%s: Restore gave %v; want checkpoint.ErrIncompatible", c.name, err)
 		}
 		if !slices.Equal(dst.p.Value(0), before) || dst.opt.State().Step != 0 {
 			t.Errorf("%s: a refused Restore changed the run", c.name)
@@ -147,7 +149,7 @@ func TestRestoreRejectsAnotherRunsCheckpoint(t *testing.T) {
 
 // transposed is c with fc1.weight's recorded shape reversed: the sizes
 // still agree, so only the shape check can refuse it.
-func transposed(c *Checkpoint) *Checkpoint {
+func transposed(c *checkpoint.Checkpoint) *checkpoint.Checkpoint {
 	out := *c
 	out.Shapes = map[string][]int{}
 	for k, v := range c.Shapes {
@@ -162,14 +164,14 @@ func TestCheckpointParamsAreAnInitDirectory(t *testing.T) {
 	spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "tanh", Classes: 3, Dtype: tensor.Float32, Batch: 4}
 	src := newRun(t, spec, 1, "sgd")
 	dir := filepath.Join(t.TempDir(), "ckpt")
-	if err := Save(dir, Capture(0, src.p, src.opt)); err != nil {
+	if err := checkpoint.Save(dir, checkpoint.Capture(0, src.p, src.opt)); err != nil {
 		t.Fatal(err)
 	}
 	dst, err := model.NewParams(spec, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.LoadNPY(filepath.Join(dir, paramsDir)); err != nil {
+	if err := dst.LoadNPY(filepath.Join(dir, "params")); err != nil {
 		t.Fatal(err)
 	}
 	for i := range src.p.Nodes {

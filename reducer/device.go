@@ -313,6 +313,9 @@ func (r *Reducer) downloadBucket(ctx context.Context, d *devBucket, host pg.Tens
 // deviceWriteBack, from Finalize, writes results into the device
 // gradients, on the device (host gradients got theirs from writeBack).
 func (r *Reducer) deviceWriteBack(ctx context.Context, globalUsed []int32) error {
+	if r.dev.alloc == nil {
+		return nil // no device buckets, so no device gradients: MarkReady refused them
+	}
 	for i, dst := range r.dst {
 		if !dst.IsDevice() || (globalUsed != nil && globalUsed[i] == 0) {
 			continue

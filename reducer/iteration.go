@@ -206,7 +206,8 @@ func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
 			w = pg.Completed(fmt.Errorf("reducer: comm hook %q panicked on bucket %d: %v", commhook.Name(r.hook), b.Index, p))
 		}
 	}()
-	b.Divisor = r.divisor // join.go: the active ranks, when Join does not divide by the world size
+	// join.go: the active ranks, when a Join does not divide by the world size.
+	b.Divisor = r.divisor
 	w = r.hook.Run(r.it.ctx, r.obs.hookGroup(r.g), b) // observe.go: with metrics, a group that counts bytes
 	if w == nil {
 		w = pg.Completed(fmt.Errorf("reducer: comm hook %q returned no Work for bucket %d", commhook.Name(r.hook), b.Index))

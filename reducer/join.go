@@ -63,13 +63,8 @@ type Join struct {
 // NewJoin prepares a Join over r. values are the parameters' values, in
 // r's order: Finish overwrites them with the last joiner's.
 func NewJoin(r *Reducer, values []pg.Tensor, o JoinOptions) (*Join, error) {
-	if len(values) != len(r.params) {
-		return nil, fmt.Errorf("reducer: NewJoin got %d values for %d parameters", len(values), len(r.params))
-	}
-	for i, v := range values {
-		if v.Dtype != r.dtypes[i] || v.Len() != r.numel[i] {
-			return nil, fmt.Errorf("%w: value of parameter %d (%s) is %v with %d elements, want %v with %d", ErrBadGradient, i, r.params[i].Name, v.Dtype, v.Len(), r.dtypes[i], r.numel[i])
-		}
+	if err := r.checkValues("NewJoin", values); err != nil {
+		return nil, err
 	}
 	log := o.Logger
 	if log == nil {
@@ -181,15 +176,9 @@ func (j *Join) shadow(ctx context.Context) error {
 	if j.zeros == nil {
 		j.zeros = make([]pg.Tensor, len(r.params))
 	}
-	dt := func(i int) pg.Dtype {
-		if r.opts.MixedPrecision != nil {
-			return r.opts.MixedPrecision.ParamDtype
-		}
-		return r.dtypes[i]
-	}
 	for i := range j.zeros {
 		if j.zeros[i].Data == nil {
-			j.zeros[i] = pg.NewTensor(dt(i), r.numel[i])
+			j.zeros[i] = pg.NewTensor(r.dtypes[i], r.numel[i]) // the gradients' dtype
 		} else {
 			clear(j.zeros[i].Data) // Finalize wrote the last results into them
 		}

@@ -30,7 +30,7 @@ type Reducer struct {
 	g      pg.ProcessGroup
 	opts   Options
 	params []Param
-	dtypes []pg.Dtype
+	dtypes []pg.Dtype // per parameter, its gradients' and bucket's dtype (MixedPrecision.ParamDtype when on; Param.Dtype is the values')
 	numel  []int
 	log    *zap.Logger
 

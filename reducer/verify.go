@@ -99,19 +99,14 @@ func (r *Reducer) BroadcastParams(ctx context.Context, values []pg.Tensor) error
 
 // broadcastParamsFrom is BroadcastParams from root instead of rank 0.
 func (r *Reducer) broadcastParamsFrom(ctx context.Context, values []pg.Tensor, root int) error {
-	if len(values) != len(r.params) {
-		return fmt.Errorf("reducer: BroadcastParams got %d values for %d parameters", len(values), len(r.params))
-	}
-	for i, v := range values {
-		if v.Dtype != r.dtypes[i] || v.Len() != r.numel[i] {
-			return fmt.Errorf("%w: value of parameter %d (%s) is %v with %d elements, want %v with %d", ErrBadGradient, i, r.params[i].Name, v.Dtype, v.Len(), r.dtypes[i], r.numel[i])
-		}
+	if err := r.checkValues("BroadcastParams", values); err != nil {
+		return err
 	}
 	for _, dt := range []pg.Dtype{pg.Float32, pg.Float64} {
 		var group []int
 		bytes := 0
 		for i := range values {
-			if r.dtypes[i] != dt {
+			if r.params[i].Dtype != dt {
 				continue
 			}
 			group = append(group, i)
@@ -127,6 +122,21 @@ func (r *Reducer) broadcastParamsFrom(ctx context.Context, values []pg.Tensor, r
 			if err := r.broadcastGroup(ctx, values, group, bytes, root); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// checkValues checks that values are the parameters' values: one per
+// parameter, each of the parameter's own dtype (the master weights' under
+// MixedPrecision, not the gradients') and size.
+func (r *Reducer) checkValues(caller string, values []pg.Tensor) error {
+	if len(values) != len(r.params) {
+		return fmt.Errorf("reducer: %s got %d values for %d parameters", caller, len(values), len(r.params))
+	}
+	for i, v := range values {
+		if p := r.params[i]; v.Dtype != p.Dtype || v.Len() != r.numel[i] {
+			return fmt.Errorf("%w: value of parameter %d (%s) is %v with %d elements, want %v with %d", ErrBadGradient, i, p.Name, v.Dtype, v.Len(), p.Dtype, r.numel[i])
 		}
 	}
 	return nil

@@ -1,10 +1,10 @@
 package model
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 
+	"github.com/goddp/ddp/checkpoint"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -75,51 +75,19 @@ func (p *Params) Spec() Spec { return cloneSpec(p.spec) }
 // Len is the number of parameters.
 func (p *Params) Len() int { return len(p.Nodes) }
 
+// Shape, Value and SetValue are checkpoint.Nodes': the parameters as a
+// checkpoint.Model, each node named as Names says.
+
 // Shape returns parameter i's shape.
-func (p *Params) Shape(i int) []int { return append([]int(nil), p.Nodes[i].Shape()...) }
+func (p *Params) Shape(i int) []int { return checkpoint.Nodes(p.Nodes).Shape(i) }
 
 // Value returns a float64 copy of parameter i's value, row-major.
-func (p *Params) Value(i int) []float64 {
-	switch data := p.Nodes[i].Value().Data().(type) {
-	case []float32:
-		out := make([]float64, len(data))
-		for k, x := range data {
-			out[k] = float64(x)
-		}
-		return out
-	case []float64:
-		return append([]float64(nil), data...)
-	}
-	return nil
-}
+func (p *Params) Value(i int) []float64 { return checkpoint.Nodes(p.Nodes).Value(i) }
 
 // SetValue copies v into parameter i's value in place, converted to the
 // model's dtype (float32 values that went through Value come back
 // exactly). v must have the parameter's number of elements.
-func (p *Params) SetValue(i int, v []float64) error {
-	if i < 0 || i >= len(p.Nodes) {
-		return fmt.Errorf("model: parameter %d: the model has %d", i, len(p.Nodes))
-	}
-	switch data := p.Nodes[i].Value().Data().(type) {
-	case []float32:
-		if len(v) != len(data) {
-			return p.sizeError(i, len(v))
-		}
-		for k, x := range v {
-			data[k] = float32(x)
-		}
-	case []float64:
-		if len(v) != len(data) {
-			return p.sizeError(i, len(v))
-		}
-		copy(data, v)
-	}
-	return nil
-}
-
-func (p *Params) sizeError(i, got int) error {
-	return fmt.Errorf("model: %s: %d values for a parameter of shape %v (%d values)", p.Names[i], got, p.Shape(i), p.Nodes[i].Shape().TotalSize())
-}
+func (p *Params) SetValue(i int, v []float64) error { return checkpoint.Nodes(p.Nodes).SetValue(i, v) }
 
 // Index returns the index of the parameter called name, or -1.
 func (p *Params) Index(name string) int {
