@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	fvec "github.com/goddp/ddp/internal/vec"
 	"github.com/goddp/ddp/pg"
 )
 
@@ -44,15 +45,9 @@ func Divide(t pg.Tensor, n int) error {
 			s[i] = pg.F32ToBF16(pg.BF16ToF32(h) / d)
 		}
 	case pg.Float32:
-		s, d := pg.View[float32](t), float32(n)
-		for i := range s {
-			s[i] /= d
-		}
+		fvec.DivF32(pg.View[float32](t), float32(n))
 	case pg.Float64:
-		s, d := pg.View[float64](t), float64(n)
-		for i := range s {
-			s[i] /= d
-		}
+		fvec.DivF64(pg.View[float64](t), float64(n))
 	default:
 		return fmt.Errorf("commhook: cannot average a %v bucket; gradients must be floating point", t.Dtype)
 	}

@@ -64,6 +64,14 @@
 //
 // Communication intervals include the time a rank waits for a slower
 // peer to reach the same collective.
+//
+// An untimed barrier starts every step, plain or DDP, so that each starts
+// with the ranks together, as every step of a run of DDP steps does.
+// --no-align leaves it out; a DDP step then also waits out the ranks'
+// drift over the unsynchronized plain step before it.
+//
+// --cpuprofile PATH makes each TCP worker write a CPU profile of its run
+// (at 1 kHz) to PATH.rank<N>, for go tool pprof.
 package main
 
 import (
@@ -74,6 +82,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -95,6 +105,7 @@ type options struct {
 	timeout time.Duration
 	linkBps int64
 	shm     bool
+	cpuProf string
 }
 
 func main() {
@@ -126,9 +137,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.firstBucketBytes, "first-bucket-bytes", 0, "first bucket's cap (0: the reducer's default, 1 MiB)")
 	fs.BoolVar(&o.cfg.bucketView, "gradient-as-bucket-view", false, "the DDP replica uses GradientAsBucketView: gradients live in the buckets")
 	fs.BoolVar(&o.cfg.compareView, "compare-bucket-view", false, "also time a DDP replica with GradientAsBucketView, alternately with the copying one, and report both side by side")
+	fs.BoolVar(&o.cfg.noAlign, "no-align", false, "no untimed barrier before each step: DDP steps then also wait out the ranks' drift over the plain step before them")
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
 	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
+	fs.StringVar(&o.cpuProf, "cpuprofile", "", "tcp only: each worker writes a CPU profile of its run to this path with .rank<N> appended")
 	fs.BoolVar(&o.shm, "shm", true, "tcp only: same-host ranks move AllReduce data through shared memory (false: loopback TCP only)")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
@@ -216,6 +229,18 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	defer m.Close()
 	g := m.Group
+	if o.cpuProf != "" {
+		f, err := os.Create(fmt.Sprintf("%s.rank%d", o.cpuProf, g.Rank()))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		runtime.SetCPUProfileRate(1000) // ten times pprof's default: a step is 20 ms
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := measure(ctx, g, o.cfg)
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ type config struct {
 
 	bucketView  bool // the DDP replica uses GradientAsBucketView
 	compareView bool // also a second replica with GradientAsBucketView, timed alongside
+	noAlign     bool // no barrier before each step (see align)
 }
 
 // sample is one timed step of each model. The plain fields time the model
@@ -144,7 +145,16 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 	}
 
 	var copied0, viewCopied0 copyBytes
+	align := func() error {
+		if c.noAlign {
+			return nil
+		}
+		return align(ctx, g)
+	}
 	for i := range c.warmup + c.steps {
+		if err := align(); err != nil {
+			return res, err
+		}
 		if err := plainStep(plain, &pc); err != nil {
 			return res, fmt.Errorf("plain step %d: %w", i, err)
 		}
@@ -152,15 +162,24 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 		// right after the plain model.
 		viewFirst := view != nil && i%2 == 1
 		if viewFirst {
+			if err := align(); err != nil {
+				return res, err
+			}
 			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
 				return res, fmt.Errorf("DDP step %d with bucket views: %w", i, err)
 			}
+		}
+		if err := align(); err != nil {
+			return res, err
 		}
 		spans, err := ddpStep(ctx, replica, &dc, timer)
 		if err != nil {
 			return res, fmt.Errorf("DDP step %d: %w", i, err)
 		}
 		if view != nil && !viewFirst {
+			if err := align(); err != nil {
+				return res, err
+			}
 			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
 				return res, fmt.Errorf("DDP step %d with bucket views: %w", i, err)
 			}
@@ -183,6 +202,23 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 		res.viewCopied = perStep(copiesOf(view.ddp), viewCopied0, c.steps)
 	}
 	return res, nil
+}
+
+// align is an untimed barrier before every step, so that each step, plain
+// or DDP, starts with the ranks together, as each step of a run of DDP
+// steps does (the previous step's last allreduce ended on every rank at
+// about the same instant). Without it a DDP step inherits the ranks' drift
+// over the unsynchronized plain step before it, and the rank that finished
+// that one first waits for the other at the DDP step's last bucket: a cost
+// of this benchmark's alternation, not of DDP. --no-align measures with
+// that drift.
+func align(ctx context.Context, g pg.ProcessGroup) error {
+	w := g.Barrier(ctx)
+	<-w.Done()
+	if err := w.Err(); err != nil {
+		return fmt.Errorf("barrier before a step: %w", err)
+	}
+	return nil
 }
 
 // plainStep is one step without DDP: RunAll, solver step, Reset.

@@ -3,6 +3,7 @@
 package kernel
 
 import (
+	"github.com/goddp/ddp/internal/vec"
 	"github.com/goddp/ddp/pg"
 )
 
@@ -57,9 +58,9 @@ func divide[T integer](s []T, n T) {
 func Scale(t pg.Tensor, f float64) {
 	switch t.Dtype {
 	case pg.Float32:
-		scale(pg.View[float32](t), float32(f))
+		vec.ScaleF32(pg.View[float32](t), float32(f))
 	case pg.Float64:
-		scale(pg.View[float64](t), f)
+		vec.ScaleF64(pg.View[float64](t), f)
 	case pg.Float16:
 		s := pg.View[uint16](t)
 		for i, v := range s {
@@ -73,12 +74,6 @@ func Scale(t pg.Tensor, f float64) {
 	}
 }
 
-func scale[T ~float32 | ~float64](s []T, f T) {
-	for i := range s {
-		s[i] *= f
-	}
-}
-
 // Accumulate sets dst[i] = dst[i] ⊕ src[i] for the element-wise combine k
 // (see BaseKind). dst and src must have the same dtype and length. The
 // combine is commutative bit for bit, so two ranks that combine the same
@@ -86,9 +81,9 @@ func scale[T ~float32 | ~float64](s []T, f T) {
 func Accumulate(dst, src pg.Tensor, k pg.ReduceKind) {
 	switch dst.Dtype {
 	case pg.Float32:
-		combine(pg.View[float32](dst), pg.View[float32](src), k)
+		combineF32(pg.View[float32](dst), pg.View[float32](src), k)
 	case pg.Float64:
-		combine(pg.View[float64](dst), pg.View[float64](src), k)
+		combineF64(pg.View[float64](dst), pg.View[float64](src), k)
 	case pg.Int32:
 		combineInt(pg.View[int32](dst), pg.View[int32](src), k)
 	case pg.Int64:
@@ -122,6 +117,24 @@ func combine[T number](dst, src []T, k pg.ReduceKind) {
 	}
 }
 
+// combineF32 and combineF64 are combine with the vector kernel for sums,
+// the bulk of all reduction work.
+func combineF32(dst, src []float32, k pg.ReduceKind) {
+	if k == pg.Sum {
+		vec.AddF32(dst, src[:len(dst)])
+		return
+	}
+	combine(dst, src, k)
+}
+
+func combineF64(dst, src []float64, k pg.ReduceKind) {
+	if k == pg.Sum {
+		vec.AddF64(dst, src[:len(dst)])
+		return
+	}
+	combine(dst, src, k)
+}
+
 func combineInt[T integer](dst, src []T, k pg.ReduceKind) {
 	src = src[:len(dst)]
 	switch k {
@@ -152,7 +165,7 @@ func combineHalf(dst, src []uint16, k pg.ReduceKind, widen func(uint16) float32,
 			a[i] = widen(dst[i])
 			b[i] = widen(src[i])
 		}
-		combine(a[:n], b[:n], k)
+		combineF32(a[:n], b[:n], k)
 		for i := range n {
 			dst[i] = narrow(a[i])
 		}

@@ -1,6 +1,9 @@
 package kernel
 
-import "github.com/goddp/ddp/pg"
+import (
+	"github.com/goddp/ddp/internal/vec"
+	"github.com/goddp/ddp/pg"
+)
 
 // blockElems is how many elements ReduceN folds at a time: small enough
 // that the block stays in L1 while every input streams through it.
@@ -17,15 +20,15 @@ func ReduceN(outs, ins []pg.Tensor, k pg.ReduceKind) {
 	}
 	switch ins[0].Dtype {
 	case pg.Float32:
-		reduceN(views[float32](outs), views[float32](ins), k, combine[float32])
+		reduceN(views[float32](outs), views[float32](ins), k, combineF32, vec.Sum3F32)
 	case pg.Float64:
-		reduceN(views[float64](outs), views[float64](ins), k, combine[float64])
+		reduceN(views[float64](outs), views[float64](ins), k, combineF64, vec.Sum3F64)
 	case pg.Int32:
-		reduceN(views[int32](outs), views[int32](ins), k, combineInt[int32])
+		reduceN(views[int32](outs), views[int32](ins), k, combineInt[int32], sum3[int32])
 	case pg.Int64:
-		reduceN(views[int64](outs), views[int64](ins), k, combineInt[int64])
+		reduceN(views[int64](outs), views[int64](ins), k, combineInt[int64], sum3[int64])
 	case pg.Uint8:
-		reduceN(views[uint8](outs), views[uint8](ins), k, combineInt[uint8])
+		reduceN(views[uint8](outs), views[uint8](ins), k, combineInt[uint8], sum3[uint8])
 	case pg.Float16:
 		reduceHalfN(views[uint16](outs), views[uint16](ins), k, F16ToF32, F32ToF16)
 	case pg.BFloat16:
@@ -41,7 +44,7 @@ func views[T any](ts []pg.Tensor) [][]T {
 	return out
 }
 
-func reduceN[T number](outs, ins [][]T, k pg.ReduceKind, comb func(dst, src []T, k pg.ReduceKind)) {
+func reduceN[T number](outs, ins [][]T, k pg.ReduceKind, comb func(dst, src []T, k pg.ReduceKind), sum3 func(a, x, y, z []T)) {
 	var acc [blockElems]T
 	n := len(ins[0])
 	for lo := 0; lo < n; lo += blockElems {
@@ -75,7 +78,7 @@ func reduceHalfN(outs, ins [][]uint16, k pg.ReduceKind, widen func(uint16) float
 			for i, v := range in[lo:hi] {
 				b[i] = widen(v)
 			}
-			combine(a, b, k)
+			combineF32(a, b, k)
 		}
 		h := half[:hi-lo]
 		for i, v := range a {
