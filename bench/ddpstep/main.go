@@ -51,7 +51,9 @@
 // CPU from backward: compare the two backward times.
 //
 // --hook noop times DDP without communication: the reducer's own cost in
-// the step.
+// the step. --hook sync allreduces one float32 per bucket instead of the
+// bucket: the ranks then wait for each other exactly as with a real hook,
+// and the ratio is the floor that synchronization alone sets.
 //
 // --gradient-as-bucket-view wraps the replica with GradientAsBucketView.
 // --compare-bucket-view times a third model, a replica with bucket views,
@@ -130,7 +132,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.rows, "batch", 64, "batch per rank")
 	fs.IntVar(&o.cfg.steps, "steps", 50, "timed steps of each model")
 	fs.IntVar(&o.cfg.warmup, "warmup", 5, "untimed steps of each model first (at least 2: the buckets are rebuilt after the first)")
-	fs.StringVar(&o.cfg.hook, "hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, or noop to time DDP without communication")
+	fs.StringVar(&o.cfg.hook, "hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, noop to time DDP without communication, or sync to time DDP with one float32 allreduced per bucket (the ranks' synchronization alone)")
 	fs.IntVar(&o.cfg.powersgdRank, "powersgd-rank", 1, "powersgd hooks: matrix_approximation_rank")
 	fs.IntVar(&o.cfg.powersgdStartIter, "powersgd-start-iter", 2, "powersgd hooks: plain allreduce before this iteration (at least 2; keep it within --warmup to time compressed steps)")
 	fs.IntVar(&o.cfg.bucketCapBytes, "bucket-cap-bytes", 0, "bucket cap (0: the reducer's default, 25 MiB)")

@@ -26,7 +26,7 @@ func (g *Group) allReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 		return nil
 	case len(t.Data) == 0:
 		return nil
-	case g.shm != nil:
+	case g.shm != nil && g.shm.full():
 		return g.shmAllReduce(r, t, op)
 	case len(t.Data) < g.opts.RingThreshold:
 		return g.doublingAllReduce(r, t, op)

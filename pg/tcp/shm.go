@@ -38,10 +38,15 @@ const (
 // mapped into this process. Only groups whose ranks all share this host
 // have one.
 type shmWorld struct {
-	segs  [][]byte // by rank; segs[me] is this rank's own
-	chunk uint32   // the chunks this group has run so far (the same on every rank)
-	unmap func()
+	segs    [][]byte // by rank; segs[me] is this rank's own, nil for ranks on other hosts
+	members []int    // the ranks whose segments are mapped, ascending, this rank included
+	chunk   uint32   // the chunks this world has run so far (the same on every member)
+	unmap   func()
 }
+
+// full reports whether every rank of the group is a member, so that a
+// collective can run entirely through shared memory.
+func (s *shmWorld) full() bool { return len(s.members) == len(s.segs) }
 
 func (s *shmWorld) word(rank, off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&s.segs[rank][off]))

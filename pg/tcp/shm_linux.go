@@ -173,7 +173,11 @@ func setupShm(ctx context.Context, st store.Store, o Options, log *zap.Logger) (
 	}
 	ok = true
 	log.Info("links use shared memory", zap.Int("ranks", o.Size))
-	w := &shmWorld{segs: segs}
+	members := make([]int, o.Size)
+	for j := range members {
+		members[j] = j
+	}
+	w := &shmWorld{segs: segs, members: members}
 	w.unmap = func() {
 		for _, s := range segs {
 			unix.Munmap(s)
