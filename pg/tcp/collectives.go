@@ -9,7 +9,10 @@ import (
 )
 
 // AllReduce reduces t across ranks in place: recursive doubling below
-// Options.RingThreshold bytes, the pipelined ring at and above it.
+// Options.RingThreshold bytes, the pipelined ring at and above it;
+// through shared memory when every rank shares this host, and
+// hierarchically (shm_hier.go) when the group spans hosts some of which
+// hold several of its ranks.
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
 	if err := pg.CheckAllReduce(t, op); err != nil {
 		return g.invalid(pg.OpAllReduce, err)
@@ -28,6 +31,8 @@ func (g *Group) allReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 		return nil
 	case g.shm != nil && g.shm.full():
 		return g.shmAllReduce(r, t, op)
+	case g.hosts != nil:
+		return g.hierAllReduce(r, t, op)
 	case len(t.Data) < g.opts.RingThreshold:
 		return g.doublingAllReduce(r, t, op)
 	}

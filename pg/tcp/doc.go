@@ -130,18 +130,40 @@
 //
 // # Shared memory
 //
-// On Linux, when every rank is on one host (same boot id, and able to
-// reach each other's abstract Unix socket, hence in one network
-// namespace), AllReduce moves its data through shared memory: each rank's
-// anonymous memfd segment, handed only to peers that pass the HMAC
-// handshake on that socket and closed once mapped, so nothing is left in
-// /dev/shm or /proc/<pid>/fd and a killed rank leaves nothing behind. Each
-// rank reduces its shard of every 4 MiB chunk straight from all segments
-// and copies the others' shards out; waits spin briefly, then sleep on a
-// futex in the segment while watching the peer's TCP connection, the
-// deadline and the group's failure. Every other collective, and every
-// control frame, stays on TCP. Options.NoSharedMemory turns it off; the
-// ranks agree through the store, so either all use it or none does.
+// On Linux, the ranks of a group that share a host (same boot id, and
+// able to reach each other's abstract Unix socket, hence in one network
+// namespace) move AllReduce's data between them through shared memory:
+// each rank's anonymous memfd segment, handed only to peers that pass the
+// HMAC handshake on that socket and closed once mapped, so nothing is
+// left in /dev/shm or /proc/<pid>/fd and a killed rank leaves nothing
+// behind. Waits spin briefly, then sleep on a futex in the segment while
+// watching the peer's TCP connection, the deadline and the group's
+// failure. Every other collective, and every control frame, stays on
+// TCP. Options.NoSharedMemory turns it off for a rank, which then uses
+// TCP with every peer.
+//
+// The ranks agree on who shares memory through the store: each publishes
+// its host's identity and socket, maps the segments of the peers with
+// the same identity, and publishes which it mapped; from these every rank
+// computes every host's world, the largest set of the host's ranks that
+// all mapped each other (dropping, one at a time, the rank that could
+// share with the fewest, so a rank in another namespace falls back to TCP
+// alone), and so the ranks of a host always agree. Each rank logs one
+// "link transports" line: the ranks it reaches over shared memory, those
+// over TCP, the hosts' leaders, and why a host's rank is not shared with.
+//
+// When the world is the whole group, each rank reduces its shard of
+// every 4 MiB chunk straight from all segments and copies the others'
+// shards out (shm.go). When the group spans hosts and some host holds
+// several ranks, AllReduce is hierarchical (shm_hier.go): each host's
+// ranks reduce into the host's leader, its lowest rank, through shared
+// memory (the leader folds the members' slots and its own tensor in rank
+// order); the leaders alone allreduce over TCP, with the ring or
+// recursive doubling between them; and each leader broadcasts the result
+// to its host through shared memory. Only leaders send data between
+// hosts, and every rank ends with the leaders' bits. Subgroups
+// (NewGroup, Split) agree on their own worlds the same way, from their
+// own ranks.
 //
 // # Failures
 //

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/internal/kernel"
@@ -18,16 +19,32 @@ import (
 // so both partners hold the same bits after every round. Finally rank i
 // sends the result to rank p+i.
 func (g *Group) doublingAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
+	kernel.Prepare(t, op, g.size)
+	if err := g.doublingReduce(r, t, kernel.BaseKind(op), nil); err != nil {
+		return err
+	}
+	kernel.Finish(t, op, g.size)
+	return nil
+}
+
+// doublingReduce is recursive doubling between ranks (every rank of the
+// group when nil; the hosts' leaders in hierAllReduce), combining with
+// kind, without AllReduce's Prepare and Finish. It returns once this
+// rank's frames are written.
+func (g *Group) doublingReduce(r *run, t pg.Tensor, kind pg.ReduceKind, ranks []int) error {
 	n, me := g.size, g.rank
+	peer := func(i int) *link { return g.links[i] }
+	if ranks != nil {
+		n, me = len(ranks), slices.Index(ranks, g.rank)
+		peer = func(i int) *link { return g.links[ranks[i]] }
+	}
 	pow := 1 << (bits.Len(uint(n)) - 1)
 	rounds := bits.Len(uint(pow)) - 1
 	result := rounds + 1 // the step that returns the result to the extra ranks
 	p := newPlan(t, 1, g.opts.ChunkBytes, 1, rounds+2)
-	kind := kernel.BaseKind(op)
-	kernel.Prepare(t, op, n)
 
 	if me >= pow { // an extra rank: fold in, then wait for the result
-		partner := g.links[me-pow]
+		partner := peer(me - pow)
 		for c := range p.chunks {
 			ch := p.chunk(0, c).Data
 			if err := r.sendThenPost(partner, p.tag(0, c), ch, partner, p.tag(result, c), ch); err != nil {
@@ -39,15 +56,15 @@ func (g *Group) doublingAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 				return err
 			}
 		}
-		return finish(r, t, op, n)
+		return r.flush()
 	}
 	if me+pow < n {
-		if err := combine(r, g.links[me+pow], p, 0, kind); err != nil {
+		if err := combine(r, peer(me+pow), p, 0, kind); err != nil {
 			return err
 		}
 	}
 	for k := range rounds {
-		partner := g.links[me^(1<<k)]
+		partner := peer(me ^ (1 << k))
 		if err := sendAll(r, partner, p, k+1); err != nil {
 			return err
 		}
@@ -56,11 +73,11 @@ func (g *Group) doublingAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 		}
 	}
 	if me+pow < n {
-		if err := sendAll(r, g.links[me+pow], p, result); err != nil {
+		if err := sendAll(r, peer(me+pow), p, result); err != nil {
 			return err
 		}
 	}
-	return finish(r, t, op, n)
+	return r.flush()
 }
 
 // sendAll sends every chunk of the (single-segment) plan at step.
@@ -100,14 +117,5 @@ func combine(r *run, l *link, p plan, step int, kind pg.ReduceKind) error {
 	for c, b := range bufs {
 		kernel.Accumulate(p.chunk(0, c), pg.Tensor{Dtype: p.t.Dtype, Data: b}, kind)
 	}
-	return nil
-}
-
-// finish waits for the last sends and completes the reduction.
-func finish(r *run, t pg.Tensor, op pg.ReduceOp, n int) error {
-	if err := r.flush(); err != nil {
-		return err
-	}
-	kernel.Finish(t, op, n)
 	return nil
 }

@@ -56,9 +56,12 @@ func TestStalledPeerTimesOut(t *testing.T) {
 // TestCloseDuringRing: rank 2 closes while a ring allreduce, slowed by
 // rank 1's limited link, is half way. Ranks 0 and 1 fail at once naming
 // rank 2 (not after the minute-long group timeout), and rank 2's own
-// Work fails with pg.ErrClosed.
+// Work fails with pg.ErrClosed. (Shared memory is off: ranks 0 and 2
+// would otherwise share it, and rank 0 would allreduce with rank 1 alone,
+// hierarchically.)
 func TestCloseDuringRing(t *testing.T) {
 	gs := newGroups(t, 3, time.Minute, func(o *Options) {
+		o.NoSharedMemory = true
 		if o.Rank == 1 {
 			o.LinkBytesPerSec = 1 << 20
 		}

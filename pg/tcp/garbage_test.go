@@ -29,7 +29,11 @@ func fakePeer(t *testing.T, opts func(*Options)) (*Group, net.Conn) {
 	if err := st.Set(ctx, addrKey(1), []byte(ln.Addr().String())); err != nil {
 		t.Fatal(err)
 	}
-	// The fake peer speaks only the TCP protocol.
+	// The fake peer speaks only the TCP protocol, and says it has no
+	// shared memory (an empty socket entry, as setupShm reads it).
+	if err := st.Set(ctx, "tcp/shm/1", nil); err != nil {
+		t.Fatal(err)
+	}
 	o := Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute, NoSharedMemory: true}
 	if opts != nil {
 		opts(&o)

@@ -26,6 +26,7 @@ type Group struct {
 	parent     []int       // a subgroup's ranks in its parent group; nil for a top group
 	links      []*link     // by peer rank; nil at this rank
 	shm        *shmWorld   // the shared-memory transport; nil when links use TCP only
+	hosts      *hostLayout // the ranks of each host, when the group spans hosts and some has several; else nil
 	pool       pool
 	hooks      pg.Completions
 
@@ -78,13 +79,13 @@ func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (
 	if err != nil {
 		return nil, (&Group{parent: parent}).annotate(err)
 	}
-	shm, err := setupShm(ctx, st, opts, log)
+	shm, hosts, err := setupShm(ctx, st, opts, log)
 	if err != nil {
 		closeAll(conns)
 		return nil, (&Group{parent: parent}).annotate(err)
 	}
 	g := &Group{
-		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: shm,
+		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: shm, hosts: hosts,
 		links:       make([]*link, opts.Size),
 		failed:      make(chan struct{}),
 		opKick:      make(chan struct{}, 1),

@@ -78,13 +78,20 @@ type Options struct {
 	// maximum (several MiB) as the connection needs, and measured no
 	// slower on loopback.
 	SocketBuffer int
-	// NoSharedMemory turns the shared-memory transport off: by default,
-	// when every rank of the group is on this host (and in its network
-	// namespace), AllReduce moves its data through shared memory and the
-	// TCP connections carry only control frames and the other
-	// collectives. A positive LinkBytesPerSec, which emulates a network,
-	// turns it off too. See doc.go.
+	// NoSharedMemory turns the shared-memory transport off for this
+	// rank: by default, the ranks of the group that share a host (and its
+	// network namespace) move AllReduce's data between them through
+	// shared memory, and the TCP connections carry only control frames,
+	// the other collectives and, in a group spanning hosts, the traffic
+	// between hosts. A positive LinkBytesPerSec, which emulates a
+	// network, turns it off too. See doc.go.
 	NoSharedMemory bool
+
+	// hostLabel, for tests and benchmarks only, splits this host into
+	// simulated hosts: ranks with different labels never share memory,
+	// as if on different machines. Empty (always, outside this package's
+	// tests) means the host is its boot id alone.
+	hostLabel string
 
 	// advertiseHost, set for subgroups, is the host to advertise with
 	// the listener's port, when AdvertiseAddr is empty.

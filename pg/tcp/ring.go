@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"slices"
+
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/internal/kernel"
 )
@@ -25,12 +27,22 @@ import (
 // overlap. Each finished chunk is reduced by exactly one rank and then
 // copied around, so every rank ends with the same bits.
 func (g *Group) ringAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
-	n, me := g.size, g.rank
-	left, right := g.links[mod(me-1, n)], g.links[mod(me+1, n)]
+	kernel.Prepare(t, op, g.size)
+	if err := g.ringReduce(r, t, kernel.BaseKind(op), nil); err != nil {
+		return err
+	}
+	kernel.Finish(t, op, g.size)
+	return nil
+}
+
+// ringReduce is the ring between ranks (every rank of the group when
+// nil; the hosts' leaders in hierAllReduce), combining with kind, without
+// AllReduce's Prepare and Finish. It returns once this rank's frames are
+// written.
+func (g *Group) ringReduce(r *run, t pg.Tensor, kind pg.ReduceKind, ranks []int) error {
+	n, me, left, right := g.neighbours(ranks)
 	steps := 2 * (n - 1)
 	p := newPlan(t, n, g.opts.ChunkBytes, pipelineDepth, steps)
-	kind := kernel.BaseKind(op)
-	kernel.Prepare(t, op, n)
 
 	send := func(s, c int) error {
 		if s < n-1 {
@@ -88,9 +100,17 @@ func (g *Group) ringAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 			return err
 		}
 	}
-	if err := r.flush(); err != nil {
-		return err
+	return r.flush()
+}
+
+// neighbours returns the size of the ring between ranks (every rank of
+// the group when nil), this rank's place in it, and the links to its left
+// and right neighbours.
+func (g *Group) neighbours(ranks []int) (n, me int, left, right *link) {
+	if ranks == nil {
+		n, me = g.size, g.rank
+		return n, me, g.links[mod(me-1, n)], g.links[mod(me+1, n)]
 	}
-	kernel.Finish(t, op, n)
-	return nil
+	n, me = len(ranks), slices.Index(ranks, g.rank)
+	return n, me, g.links[ranks[mod(me-1, n)]], g.links[ranks[mod(me+1, n)]]
 }

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -45,8 +47,8 @@ func futexWait(w *uint32, v uint32, d time.Duration) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitOp, uintptr(v), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
-func shmKey(rank int) string   { return "tcp/shm/" + strconv.Itoa(rank) }
-func shmOKKey(rank int) string { return "tcp/shmok/" + strconv.Itoa(rank) }
+func shmKey(rank int) string    { return "tcp/shm/" + strconv.Itoa(rank) }
+func shmMapKey(rank int) string { return "tcp/shmmap/" + strconv.Itoa(rank) }
 
 // bootID identifies this boot of this host's kernel.
 func bootID() string {
@@ -57,30 +59,40 @@ func bootID() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// setupShm maps every rank's segment when every rank of the group shares
-// this host, and returns nil (the group then moves all data over TCP)
-// when any does not, or when shared memory is switched off or fails.
+// setupShm maps the segments of the ranks that share this host with this
+// rank, and returns the group's host layout when the group spans hosts
+// and some host has several ranks (the layout the hierarchical AllReduce
+// follows, shm_hier.go). It returns a nil world, the rank then moving all
+// its data over TCP, when no rank shares its host, or when shared memory
+// is switched off or fails.
 //
 // Each rank creates an anonymous memfd segment and listens on an
 // abstract Unix socket with a random name, which it publishes with its
-// boot id. A rank whose boot id matches connects to each peer's socket,
-// proves it holds the job's secret with the same HMAC handshake as the
-// TCP connections, and only then receives the peer's memfd (SCM_RIGHTS).
-// Abstract sockets live in a network namespace and the connect only
-// succeeds from the same one, so a container on the same node without
-// the namespace falls back to TCP. Once mapped, every memfd is closed:
-// the segments exist only as mappings, nothing is left in /dev/shm or
-// /proc/<pid>/fd, and the kernel frees them when the last process that
-// maps them exits, even by kill -9. The ranks agree through the store,
-// so either all use shared memory or none does.
-func setupShm(ctx context.Context, st store.Store, o Options, log *zap.Logger) (*shmWorld, error) {
+// host's identity: the boot id (and, in this package's tests, a label
+// that splits the host). A rank connects to the socket of each peer with
+// the same identity, proves it holds the job's secret with the same HMAC
+// handshake as the TCP connections, and only then receives the peer's
+// memfd (SCM_RIGHTS). Abstract sockets live in a network namespace and
+// the connect only succeeds from the same one, so a container on the
+// same node without the namespace falls back to TCP. Once mapped, every
+// memfd is closed: the segments exist only as mappings, nothing is left
+// in /dev/shm or /proc/<pid>/fd, and the kernel frees them when the last
+// process that maps them exits, even by kill -9.
+//
+// The ranks agree through the store: each publishes which peers'
+// segments it mapped, and every rank computes, from the same published
+// sets, every host's world (agreeHosts), so the members of a host always
+// agree on who shares memory, and every rank knows every host's leader.
+// The sockets stay open until every rank has published its set, so no
+// rank is left dialing a closed one.
+func setupShm(ctx context.Context, st store.Store, o Options, log *zap.Logger) (*shmWorld, *hostLayout, error) {
 	if o.Size == 1 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	ok := false
-	var segs [][]byte
+	segs := make([][]byte, o.Size)
+	var world *shmWorld
 	defer func() {
-		if !ok {
+		if world == nil {
 			for _, s := range segs {
 				if s != nil {
 					unix.Munmap(s)
@@ -88,110 +100,168 @@ func setupShm(ctx context.Context, st store.Store, o Options, log *zap.Logger) (
 			}
 		}
 	}()
-	fail := func(why error) {
-		log.Info("shared memory not used: links use TCP", zap.Error(why))
-	}
-	segs = make([][]byte, o.Size)
+	// why says, for the log, why this rank shares memory with fewer ranks
+	// than its host holds; host is empty when it shares with none.
+	var why error
+	host, name := "", ""
 	if o.NoSharedMemory || o.LinkBytesPerSec > 0 {
-		// Say so without waiting for anyone: the peers, reading this,
-		// fall back to TCP too.
-		for _, k := range []string{shmKey(o.Rank), shmOKKey(o.Rank)} {
-			v := ""
-			if k == shmOKKey(o.Rank) {
-				v = "0"
-			}
-			if err := st.Set(ctx, k, []byte(v)); err != nil {
-				return nil, connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing that shared memory is off: %w", err))
+		why = errors.New("shared memory switched off (Options.NoSharedMemory or LinkBytesPerSec)")
+	} else {
+		n, ln, fd, err := shmListen(o, segs)
+		boot := bootID()
+		switch {
+		case err != nil:
+			why = err
+		case boot == "":
+			why = errors.New("no boot id")
+		default:
+			host, name = boot, n
+			if o.hostLabel != "" {
+				host += "/" + o.hostLabel
 			}
 		}
-		log.Info("shared memory switched off (Options.NoSharedMemory or LinkBytesPerSec): links use TCP")
-		return nil, nil
+		if ln != nil {
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); shmServe(ln, fd, o) }()
+			defer func() {
+				ln.Close()
+				wg.Wait()
+				unix.Close(fd)
+			}()
+		}
 	}
-	name, ln, fd, why := shmListen(o, segs)
-	boot := bootID()
 	info := ""
-	if why == nil && boot != "" {
-		info = boot + " " + name
+	if host != "" {
+		info = host + " " + name
 	}
 	if err := st.Set(ctx, shmKey(o.Rank), []byte(info)); err != nil {
-		return nil, connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing the shared-memory socket: %w", err))
+		return nil, nil, connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing the shared-memory socket: %w", err))
 	}
-	if ln != nil {
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); shmServe(ln, fd, o) }()
-		defer func() {
-			ln.Close()
-			wg.Wait()
-			unix.Close(fd)
-		}()
-	}
-	mine := why == nil
-	if mine && boot == "" {
-		mine, why = false, errors.New("no boot id")
-	}
-	for j := 0; j < o.Size && mine; j++ {
+	hosts := make([]string, o.Size)
+	names := make([]string, o.Size)
+	for j := range o.Size {
 		if j == o.Rank {
+			hosts[j] = host
 			continue
 		}
 		v, err := st.Get(ctx, shmKey(j))
 		if err != nil {
-			return nil, connectErr(o, j, storeKind(err), fmt.Errorf("reading rank %d's shared-memory socket: %w", j, err))
+			return nil, nil, connectErr(o, j, storeKind(err), fmt.Errorf("reading rank %d's shared-memory socket: %w", j, err))
 		}
-		peerBoot, peerName, _ := strings2(string(v))
-		if peerBoot != boot {
-			mine, why = false, fmt.Errorf("rank %d is on another host or unavailable", j)
-			break
-		}
-		if segs[j], err = shmDial(ctx, peerName, o); err != nil {
-			mine, why = false, fmt.Errorf("mapping rank %d's segment: %w", j, err)
+		if i := bytes.LastIndexByte(v, ' '); i > 0 {
+			hosts[j], names[j] = string(v[:i]), string(v[i+1:])
 		}
 	}
-	flag := "0"
-	if mine {
-		flag = "1"
-	}
-	if err := st.Set(ctx, shmOKKey(o.Rank), []byte(flag)); err != nil {
-		return nil, connectErr(o, pg.NoPeer, storeKind(err), err)
-	}
-	all := mine
-	for j := range o.Size {
-		v, err := st.Get(ctx, shmOKKey(j))
-		if err != nil {
-			return nil, connectErr(o, j, storeKind(err), fmt.Errorf("reading rank %d's shared-memory verdict: %w", j, err))
-		}
-		if string(v) != "1" {
-			if all && why == nil {
-				why = fmt.Errorf("rank %d cannot share memory with every rank", j)
+	mapped := make([][]int, o.Size)
+	if host != "" {
+		for j := range o.Size {
+			if j == o.Rank || hosts[j] != host {
+				continue
 			}
-			all = false
+			m, err := shmDial(ctx, names[j], o)
+			if err != nil {
+				if why == nil {
+					why = fmt.Errorf("mapping rank %d's segment: %w", j, err)
+				}
+				continue
+			}
+			segs[j] = m
+			mapped[o.Rank] = append(mapped[o.Rank], j)
+		}
+		if err := st.Set(ctx, shmMapKey(o.Rank), []byte(formatRanks(mapped[o.Rank]))); err != nil {
+			return nil, nil, connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing the mapped segments: %w", err))
 		}
 	}
-	if !all {
-		fail(why)
-		return nil, nil
+	for j := range o.Size {
+		if j == o.Rank || hosts[j] == "" {
+			continue
+		}
+		v, err := st.Get(ctx, shmMapKey(j))
+		if err != nil {
+			return nil, nil, connectErr(o, j, storeKind(err), fmt.Errorf("reading which segments rank %d mapped: %w", j, err))
+		}
+		mapped[j] = parseRanks(string(v), o.Size)
 	}
-	ok = true
-	log.Info("links use shared memory", zap.Int("ranks", o.Size))
-	members := make([]int, o.Size)
-	for j := range members {
-		members[j] = j
+	groups := agreeHosts(hosts, mapped)
+	var mine []int
+	for _, h := range groups {
+		if slices.Contains(h, o.Rank) {
+			mine = h
+		}
 	}
-	w := &shmWorld{segs: segs, members: members}
-	w.unmap = func() {
-		for _, s := range segs {
+	var layout *hostLayout
+	if len(groups) > 1 && slices.ContainsFunc(groups, func(h []int) bool { return len(h) > 1 }) {
+		layout = newHostLayout(groups, o.Rank)
+	}
+	if why == nil && host != "" {
+		for j := range o.Size {
+			if hosts[j] == host && !slices.Contains(mine, j) {
+				why = fmt.Errorf("rank %d is on this host, but not every rank of it could map its segment", j)
+				break
+			}
+		}
+	}
+	var viaShm, viaTCP []int
+	for j := range o.Size {
+		switch {
+		case j == o.Rank:
+		case len(mine) > 1 && slices.Contains(mine, j):
+			viaShm = append(viaShm, j)
+		default:
+			viaTCP = append(viaTCP, j)
+		}
+	}
+	fields := []zap.Field{zap.Ints("shm", viaShm), zap.Ints("tcp", viaTCP), zap.Int("hosts", len(groups))}
+	if layout != nil {
+		fields = append(fields, zap.Ints("leaders", layout.leaders))
+	}
+	if why != nil {
+		fields = append(fields, zap.NamedError("why", why))
+	}
+	log.Info("link transports", fields...)
+	if len(mine) < 2 {
+		return nil, layout, nil
+	}
+	for j, s := range segs {
+		if s != nil && !slices.Contains(mine, j) {
 			unix.Munmap(s)
+			segs[j] = nil
 		}
 	}
-	return w, nil
+	world = &shmWorld{segs: segs, members: mine}
+	world.unmap = func() {
+		for _, s := range segs {
+			if s != nil {
+				unix.Munmap(s)
+			}
+		}
+	}
+	return world, layout, nil
 }
 
-func strings2(s string) (a, b string, ok bool) {
-	i := bytes.IndexByte([]byte(s), ' ')
-	if i < 0 {
-		return "", "", false
+// formatRanks and parseRanks write and read a list of ranks as the store
+// holds it: "1,3,4". parseRanks drops anything that is not a rank of a
+// group of size n.
+func formatRanks(rs []int) string {
+	b := make([]byte, 0, 4*len(rs))
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(r), 10)
 	}
-	return s[:i], s[i+1:], true
+	return string(b)
+}
+
+func parseRanks(s string, n int) []int {
+	var rs []int
+	for f := range strings.SplitSeq(s, ",") {
+		if r, err := strconv.Atoi(f); err == nil && r >= 0 && r < n {
+			rs = append(rs, r)
+		}
+	}
+	return rs
 }
 
 // shmListen creates and maps this rank's segment and listens on a fresh

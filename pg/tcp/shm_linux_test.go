@@ -106,13 +106,21 @@ func TestShmGarbage(t *testing.T) {
 	}
 }
 
-// TestShmFallback: when one rank switches shared memory off, every rank
-// uses TCP, and collectives still work.
+// TestShmFallback: when one rank switches shared memory off, it uses
+// TCP with every rank, the others still share memory between them (a
+// world that is not the whole group), every rank agrees on that layout,
+// and collectives still work.
 func TestShmFallback(t *testing.T) {
 	gs := newGroups(t, 3, time.Minute, func(o *Options) { o.NoSharedMemory = o.Rank == 2 })
 	for i, g := range gs {
-		if g.shm != nil {
-			t.Errorf("rank %d uses shared memory though rank 2 switched it off", i)
+		if i == 2 && g.shm != nil {
+			t.Errorf("rank 2 uses shared memory though it switched it off")
+		}
+		if i < 2 && (g.shm == nil || !slices.Equal(g.shm.members, []int{0, 1})) {
+			t.Errorf("rank %d: shared-memory world %v, want ranks 0 and 1", i, g.shm)
+		}
+		if g.hosts == nil || !slices.Equal(g.hosts.leaders, []int{0, 2}) {
+			t.Errorf("rank %d: layout %+v, want leaders 0 and 2", i, g.hosts)
 		}
 	}
 	bufs := make([]pg.Tensor, 3)

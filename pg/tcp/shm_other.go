@@ -20,8 +20,8 @@ func futexWake(*uint32)                        {}
 func futexWait(*uint32, uint32, time.Duration) { time.Sleep(shmPoll) }
 
 // setupShm: shared memory is Linux-only; elsewhere every link uses TCP.
-func setupShm(context.Context, store.Store, Options, *zap.Logger) (*shmWorld, error) {
-	return nil, nil
+func setupShm(context.Context, store.Store, Options, *zap.Logger) (*shmWorld, *hostLayout, error) {
+	return nil, nil, nil
 }
 
 const shmSupported = false
