@@ -35,15 +35,11 @@ func (Allreduce) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.W
 func Divide(t pg.Tensor, n int) error {
 	switch t.Dtype {
 	case pg.Float16:
-		s, d := pg.View[uint16](t), float32(n)
-		for i, h := range s {
-			s[i] = pg.F32ToF16(pg.F16ToF32(h) / d)
-		}
+		divideHalf(pg.View[uint16](t), float32(n), func(d []float32, s []uint16) { fvec.F16ToF32(d, s, pg.F16ToF32) },
+			func(d []uint16, s []float32) { fvec.F32ToF16(d, s, pg.F32ToF16) })
 	case pg.BFloat16:
-		s, d := pg.View[uint16](t), float32(n)
-		for i, h := range s {
-			s[i] = pg.F32ToBF16(pg.BF16ToF32(h) / d)
-		}
+		divideHalf(pg.View[uint16](t), float32(n), fvec.BF16ToF32,
+			func(d []uint16, s []float32) { fvec.F32ToBF16(d, s, pg.F32ToBF16) })
 	case pg.Float32:
 		fvec.DivF32(pg.View[float32](t), float32(n))
 	case pg.Float64:
@@ -52,6 +48,19 @@ func Divide(t pg.Tensor, n int) error {
 		return fmt.Errorf("commhook: cannot average a %v bucket; gradients must be floating point", t.Dtype)
 	}
 	return nil
+}
+
+// divideHalf divides 16-bit floats by d in float32, a block at a time:
+// widen, divide, round back to nearest even.
+func divideHalf(s []uint16, d float32, widen func([]float32, []uint16), narrow func([]uint16, []float32)) {
+	var a [512]float32
+	for len(s) > 0 {
+		n := min(len(s), len(a))
+		widen(a[:n], s[:n])
+		fvec.DivF32(a[:n], d)
+		narrow(s[:n], a[:n])
+		s = s[n:]
+	}
 }
 
 // Noop leaves the bucket as it is and communicates nothing: each rank

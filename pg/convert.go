@@ -3,6 +3,8 @@ package pg
 import (
 	"fmt"
 	"math"
+
+	"github.com/goddp/ddp/internal/vec"
 )
 
 // Conversions between the floating-point dtypes, rounding as c10's casts
@@ -101,13 +103,20 @@ func Convert(dst, src Tensor) error {
 	case dst.Dtype:
 		copy(dst.Data, src.Data)
 	case Float32:
-		fromFloat(dst, View[float32](src))
+		switch dst.Dtype {
+		case Float16:
+			vec.F32ToF16(View[uint16](dst), View[float32](src), F32ToF16)
+		case BFloat16:
+			vec.F32ToBF16(View[uint16](dst), View[float32](src), F32ToBF16)
+		default:
+			fromFloat(dst, View[float32](src))
+		}
 	case Float64:
 		fromFloat(dst, View[float64](src))
 	case Float16:
-		fromHalf(dst, View[uint16](src), F16ToF32)
+		fromHalf(dst, View[uint16](src), Float16, F16ToF32)
 	case BFloat16:
-		fromHalf(dst, View[uint16](src), BF16ToF32)
+		fromHalf(dst, View[uint16](src), BFloat16, BF16ToF32)
 	}
 	return nil
 }
@@ -141,12 +150,14 @@ func fromFloat[S float32 | float64](dst Tensor, s []S) {
 	}
 }
 
-func fromHalf(dst Tensor, s []uint16, widen func(uint16) float32) {
+func fromHalf(dst Tensor, s []uint16, src Dtype, widen func(uint16) float32) {
 	switch dst.Dtype {
 	case Float32:
 		d := View[float32](dst)
-		for i, v := range s {
-			d[i] = widen(v)
+		if src == BFloat16 {
+			vec.BF16ToF32(d, s)
+		} else {
+			vec.F16ToF32(d, s, F16ToF32)
 		}
 	case Float64:
 		d := View[float64](dst)

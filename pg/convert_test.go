@@ -3,6 +3,7 @@ package pg_test
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/goddp/ddp/pg"
@@ -99,4 +100,45 @@ func BenchmarkConvert(b *testing.B) {
 			_ = pg.Convert(pg.Float32s(src), pg.Float16s(half))
 		}
 	})
+}
+
+// TestConvertLongSlicesMatchElementwise converts slices long enough for
+// the vector conversions (internal/vec), with random bit patterns (NaNs,
+// infinities and subnormals among them) and a NaN-free stretch, and
+// checks every element against the scalar conversion.
+func TestConvertLongSlicesMatchElementwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	f := make([]float32, 100003)
+	for i := range f {
+		if i < 50000 {
+			f[i] = float32(rng.NormFloat64())
+		} else {
+			f[i] = math.Float32frombits(rng.Uint32())
+		}
+	}
+	h := make([]uint16, len(f))
+	back := make([]float32, len(f))
+	for _, c := range []struct {
+		dt     pg.Dtype
+		narrow func(float32) uint16
+		widen  func(uint16) float32
+	}{{pg.Float16, pg.F32ToF16, pg.F16ToF32}, {pg.BFloat16, pg.F32ToBF16, pg.BF16ToF32}} {
+		half := pg.Tensor{Dtype: c.dt, Data: pg.Float16s(h).Data}
+		if err := pg.Convert(half, pg.Float32s(f)); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range f {
+			if w := c.narrow(v); h[i] != w {
+				t.Fatalf("%v: element %d (%#08x) became %#04x, want %#04x", c.dt, i, math.Float32bits(v), h[i], w)
+			}
+		}
+		if err := pg.Convert(pg.Float32s(back), half); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range h {
+			if w := c.widen(v); math.Float32bits(back[i]) != math.Float32bits(w) {
+				t.Fatalf("%v: element %d (%#04x) widened to %#08x, want %#08x", c.dt, i, v, math.Float32bits(back[i]), math.Float32bits(w))
+			}
+		}
+	}
 }

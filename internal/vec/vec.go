@@ -1,5 +1,7 @@
 package vec
 
+import "math"
+
 // The exported kernels check their arguments, run the vector body on the
 // longest prefix whose length is a multiple of the body's stride, and
 // finish the tail with the scalar loop.
@@ -119,3 +121,6 @@ func DivF64(s []float64, d float64) {
 		s[i] /= d
 	}
 }
+
+// bf16Bits is the float32 whose top half is the bfloat16 h.
+func bf16Bits(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }

@@ -147,3 +147,111 @@ TEXT ·divF64AVX(SB), NOSPLIT, $0-24
 	MOVQ n+16(FP), CX
 	SHLQ $3, CX
 	SCALAR(VDIVPD)
+
+// func hasF16C() bool
+TEXT ·hasF16C(SB), NOSPLIT, $0-1
+	MOVL $1, AX
+	XORL CX, CX
+	CPUID
+	SHRL $29, CX
+	ANDL $1, CX
+	MOVB CX, ret+0(FP)
+	RET
+
+// NANEXIT(Y): leave the loop, at label done, if any lane of Y is NaN.
+#define NANEXIT(Y) \
+	VCMPPS $3, Y, Y, Y7 \
+	VMOVMSKPS Y7, DX \
+	TESTL DX, DX \
+	JNZ done
+
+// func f32ToF16F16C(dst *uint16, src *float32, n int) int
+TEXT ·f32ToF16F16C(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+loop:
+	VMOVUPS (SI), Y0
+	NANEXIT(Y0)
+	VCVTPS2PH $0, Y0, X1 // imm 0: round to nearest even, whatever MXCSR says
+	VMOVDQU X1, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT loop
+done:
+	VZEROUPPER
+	MOVQ AX, ret+24(FP)
+	RET
+
+// func f32ToBF16AVX2(dst *uint16, src *float32, n int) int
+// Per lane, as the scalar code: (u + 0x7fff + (u>>16)&1) >> 16.
+TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+	MOVL $0x7fff, DX
+	VMOVD DX, X5
+	VPBROADCASTD X5, Y5
+	MOVL $1, DX
+	VMOVD DX, X6
+	VPBROADCASTD X6, Y6
+loop:
+	VMOVDQU (SI), Y0
+	NANEXIT(Y0)
+	VPSRLD $16, Y0, Y1
+	VPAND Y6, Y1, Y1
+	VPADDD Y5, Y0, Y0
+	VPADDD Y1, Y0, Y0
+	VPSRLD $16, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPACKUSDW X1, X0, X0 // lanes 0-3 from X0, 4-7 from X1; every value fits in 16 bits
+	VMOVDQU X0, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT loop
+done:
+	VZEROUPPER
+	MOVQ AX, ret+24(FP)
+	RET
+
+// func f16ToF32F16C(dst *float32, src *uint16, n int) int
+TEXT ·f16ToF32F16C(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+loop:
+	VCVTPH2PS (SI), Y0
+	NANEXIT(Y0)
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT loop
+done:
+	VZEROUPPER
+	MOVQ AX, ret+24(FP)
+	RET
+
+// func bf16ToF32AVX2(dst *float32, src *uint16, n int)
+TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+loop:
+	VPMOVZXWD (SI), Y0
+	VPSLLD $16, Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ loop
+	VZEROUPPER
+	RET

@@ -13,3 +13,10 @@ func mulF32AVX(s *float32, f float32, n int) { panic("vec: no vector body") }
 func mulF64AVX(s *float64, f float64, n int) { panic("vec: no vector body") }
 func divF32AVX(s *float32, d float32, n int) { panic("vec: no vector body") }
 func divF64AVX(s *float64, d float64, n int) { panic("vec: no vector body") }
+
+const useF16C = false
+
+func f32ToF16F16C(dst *uint16, src *float32, n int) int  { panic("vec: no vector body") }
+func f32ToBF16AVX2(dst *uint16, src *float32, n int) int { panic("vec: no vector body") }
+func f16ToF32F16C(dst *float32, src *uint16, n int) int  { panic("vec: no vector body") }
+func bf16ToF32AVX2(dst *float32, src *uint16, n int)     { panic("vec: no vector body") }

@@ -1,6 +1,9 @@
 package kernel
 
-import "github.com/goddp/ddp/pg"
+import (
+	"github.com/goddp/ddp/internal/vec"
+	"github.com/goddp/ddp/pg"
+)
 
 // The half-precision conversions are pg's (pg/convert.go); the kernel
 // names them here for its loops, and its tests check them exhaustively.
@@ -16,3 +19,21 @@ func BF16ToF32(h uint16) float32 { return pg.BF16ToF32(h) }
 
 // F32ToBF16 converts f to bfloat16, rounding to nearest even.
 func F32ToBF16(f float32) uint16 { return pg.F32ToBF16(f) }
+
+// halfCodec converts blocks of one 16-bit float dtype to float32 and back,
+// with the vector conversions (bit for bit the scalar ones above).
+type halfCodec struct {
+	widen  func(dst []float32, src []uint16)
+	narrow func(dst []uint16, src []float32)
+}
+
+func codecOf(d pg.Dtype) halfCodec {
+	if d == pg.BFloat16 {
+		return halfCodec{vec.BF16ToF32, narrowBF16}
+	}
+	return halfCodec{widenF16, narrowF16}
+}
+
+func widenF16(dst []float32, src []uint16)   { vec.F16ToF32(dst, src, F16ToF32) }
+func narrowF16(dst []uint16, src []float32)  { vec.F32ToF16(dst, src, F32ToF16) }
+func narrowBF16(dst []uint16, src []float32) { vec.F32ToBF16(dst, src, F32ToBF16) }

@@ -61,16 +61,8 @@ func Scale(t pg.Tensor, f float64) {
 		vec.ScaleF32(pg.View[float32](t), float32(f))
 	case pg.Float64:
 		vec.ScaleF64(pg.View[float64](t), f)
-	case pg.Float16:
-		s := pg.View[uint16](t)
-		for i, v := range s {
-			s[i] = F32ToF16(F16ToF32(v) * float32(f))
-		}
-	case pg.BFloat16:
-		s := pg.View[uint16](t)
-		for i, v := range s {
-			s[i] = F32ToBF16(BF16ToF32(v) * float32(f))
-		}
+	case pg.Float16, pg.BFloat16:
+		scaleHalf(pg.View[uint16](t), float32(f), codecOf(t.Dtype))
 	}
 }
 
@@ -91,9 +83,9 @@ func Accumulate(dst, src pg.Tensor, k pg.ReduceKind) {
 	case pg.Uint8:
 		combineInt(dst.Data, src.Data, k)
 	case pg.Float16:
-		combineHalf(pg.View[uint16](dst), pg.View[uint16](src), k, F16ToF32, F32ToF16)
+		combineHalf(pg.View[uint16](dst), pg.View[uint16](src), k, codecOf(pg.Float16))
 	case pg.BFloat16:
-		combineHalf(pg.View[uint16](dst), pg.View[uint16](src), k, BF16ToF32, F32ToBF16)
+		combineHalf(pg.View[uint16](dst), pg.View[uint16](src), k, codecOf(pg.BFloat16))
 	}
 }
 
@@ -157,19 +149,28 @@ func combineInt[T integer](dst, src []T, k pg.ReduceKind) {
 
 // combineHalf works through a small float32 block so the float loops stay
 // tight: widen, combine, round to nearest even.
-func combineHalf(dst, src []uint16, k pg.ReduceKind, widen func(uint16) float32, narrow func(float32) uint16) {
+func combineHalf(dst, src []uint16, k pg.ReduceKind, c halfCodec) {
 	var a, b [512]float32
 	for len(dst) > 0 {
 		n := min(len(dst), len(a))
-		for i := range n {
-			a[i] = widen(dst[i])
-			b[i] = widen(src[i])
-		}
+		c.widen(a[:n], dst[:n])
+		c.widen(b[:n], src[:n])
 		combineF32(a[:n], b[:n], k)
-		for i := range n {
-			dst[i] = narrow(a[i])
-		}
+		c.narrow(dst[:n], a[:n])
 		dst, src = dst[n:], src[n:]
+	}
+}
+
+// scaleHalf multiplies each element by f in float32 and rounds back, a
+// block at a time.
+func scaleHalf(s []uint16, f float32, c halfCodec) {
+	var a [512]float32
+	for len(s) > 0 {
+		n := min(len(s), len(a))
+		c.widen(a[:n], s[:n])
+		vec.ScaleF32(a[:n], f)
+		c.narrow(s[:n], a[:n])
+		s = s[n:]
 	}
 }
 

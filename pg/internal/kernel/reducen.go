@@ -30,9 +30,9 @@ func ReduceN(outs, ins []pg.Tensor, k pg.ReduceKind) {
 	case pg.Uint8:
 		reduceN(views[uint8](outs), views[uint8](ins), k, combineInt[uint8], sum3[uint8])
 	case pg.Float16:
-		reduceHalfN(views[uint16](outs), views[uint16](ins), k, F16ToF32, F32ToF16)
+		reduceHalfN(views[uint16](outs), views[uint16](ins), k, codecOf(pg.Float16))
 	case pg.BFloat16:
-		reduceHalfN(views[uint16](outs), views[uint16](ins), k, BF16ToF32, F32ToBF16)
+		reduceHalfN(views[uint16](outs), views[uint16](ins), k, codecOf(pg.BFloat16))
 	}
 }
 
@@ -64,26 +64,20 @@ func reduceN[T number](outs, ins [][]T, k pg.ReduceKind, comb func(dst, src []T,
 	}
 }
 
-func reduceHalfN(outs, ins [][]uint16, k pg.ReduceKind, widen func(uint16) float32, narrow func(float32) uint16) {
+func reduceHalfN(outs, ins [][]uint16, k pg.ReduceKind, c halfCodec) {
 	var acc, tmp [blockElems]float32
 	var half [blockElems]uint16
 	n := len(ins[0])
 	for lo := 0; lo < n; lo += blockElems {
 		hi := min(lo+blockElems, n)
 		a, b := acc[:hi-lo], tmp[:hi-lo]
-		for i, v := range ins[0][lo:hi] {
-			a[i] = widen(v)
-		}
+		c.widen(a, ins[0][lo:hi])
 		for _, in := range ins[1:] {
-			for i, v := range in[lo:hi] {
-				b[i] = widen(v)
-			}
+			c.widen(b, in[lo:hi])
 			combineF32(a, b, k)
 		}
 		h := half[:hi-lo]
-		for i, v := range a {
-			h[i] = narrow(v)
-		}
+		c.narrow(h, a)
 		for _, out := range outs {
 			copy(out[lo:hi], h)
 		}
