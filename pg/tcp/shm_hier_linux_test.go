@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/pgtest"
@@ -288,6 +290,51 @@ func TestHierDeadMember(t *testing.T) {
 	}
 	if err := works[0].Wait(ctx); errors.Is(err, pg.ErrTimeout) {
 		t.Errorf("rank 0 timed out instead of noticing: %v", err)
+	}
+}
+
+// TestHierTrafficBetweenLeaders: in a 2 × 2 layout, a 1 MiB allreduce
+// (the ring between the leaders) and a 1 KiB one (recursive doubling)
+// put data only on the connection between the leaders, ranks 0 and 2,
+// as the kernel counts the bytes each socket received (TCP_INFO); every
+// other connection, within a host or between a member and another host,
+// carries nothing.
+func TestHierTrafficBetweenLeaders(t *testing.T) {
+	gs := newGroups(t, 4, time.Minute, labels(pairs))
+	received := func() [4][4]uint64 {
+		var out [4][4]uint64
+		for r, g := range gs {
+			for p, l := range g.links {
+				if l == nil {
+					continue
+				}
+				raw, err := l.conn.(*net.TCPConn).SyscallConn()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var info *unix.TCPInfo
+				raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+				if err != nil {
+					t.Fatalf("TCP_INFO: %v", err)
+				}
+				out[r][p] = info.Bytes_received
+			}
+		}
+		return out
+	}
+	for _, length := range []int{1 << 18, 256} {
+		before := received()
+		checkAllReduce(t, gs, length)
+		after := received()
+		for r := range 4 {
+			for p := range 4 {
+				got := after[r][p] - before[r][p]
+				leaders := (r == 0 && p == 2) || (r == 2 && p == 0)
+				if leaders && got < uint64(length*4/2) || !leaders && got != 0 {
+					t.Errorf("%d floats: rank %d received %d bytes from rank %d", length, r, got, p)
+				}
+			}
+		}
 	}
 }
 
