@@ -15,6 +15,9 @@ import (
 // rank adds its own. Chunks are pipelined as in the ring allreduce.
 func (g *Group) reduceScatter(r *run, out, in pg.Tensor, op pg.ReduceOp) error {
 	n, me := g.size, g.rank
+	if n > 1 && len(out.Data) > 0 && g.shm != nil && g.shm.full() {
+		return g.shmReduceScatter(r, out, in, op)
+	}
 	if scales(op, in.Dtype) { // scale a copy: the caller's input stays as it was
 		c := pg.NewTensor(in.Dtype, in.Len())
 		copy(c.Data, in.Data)
