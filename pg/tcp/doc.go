@@ -66,6 +66,9 @@
 //     2(n-1)/n of the buffer: bandwidth-optimal.
 //   - Broadcast: a binomial tree, pipelined by chunk (broadcast.go).
 //   - AllGather and ReduceScatter: rings (allgather.go, reducescatter.go).
+//   - Broadcast, AllGather, ReduceScatter and Reduce when every rank
+//     shares this host: through shared memory (shm_collectives.go, see
+//     below) instead of the trees and rings.
 //   - Barrier: the dissemination barrier (barrier.go).
 //   - MonitoredBarrier: c10d's, through rank 0 (monitored.go).
 //   - Reduce: a binomial tree towards the root, pipelined by chunk; ranks
@@ -136,9 +139,12 @@
 // each rank's anonymous memfd segment, handed only to peers that pass the
 // HMAC handshake on that socket and closed once mapped, so nothing is
 // left in /dev/shm or /proc/<pid>/fd and a killed rank leaves nothing
-// behind. Waits spin briefly, then sleep on a futex in the segment while
-// watching the peer's TCP connection, the deadline and the group's
-// failure. Every other collective, and every control frame, stays on
+// behind. When every rank of the group shares this host, Broadcast,
+// AllGather, ReduceScatter and Reduce (and the coalesced forms of the
+// first three) go through shared memory too. Waits spin briefly, then
+// sleep on a futex in the segment while watching the peer's TCP
+// connection, the deadline and the group's failure. Gather, Scatter,
+// AllToAll, the barriers, Send and Recv, and every control frame stay on
 // TCP. Options.NoSharedMemory turns it off for a rank, which then uses
 // TCP with every peer.
 //
@@ -154,7 +160,17 @@
 //
 // When the world is the whole group, each rank reduces its shard of
 // every 4 MiB chunk straight from all segments and copies the others'
-// shards out (shm.go). When the group spans hosts and some host holds
+// shards out (shm.go). The other collectives (shm_collectives.go) cut
+// their tensors into chunks of a slot the same way, in the same sequence
+// of chunks, and each rank reads straight from the peers' slots: for
+// Broadcast, the non-roots copy root's chunk out; for AllGather, every
+// rank copies every rank's chunk out; for ReduceScatter, every rank
+// copies the n pieces of its input that make a chunk into its slot and
+// folds piece me of every slot, in rank order, into its output; Reduce is
+// AllReduce with only the root copying the reduced shards out. Every
+// chunk carries its call (op, size, dtype, reduce op, root), which every
+// rank compares with every peer's, so ranks that issue different
+// collectives or arguments fail with pg.ErrMismatch naming the peer. When the group spans hosts and some host holds
 // several ranks, AllReduce is hierarchical (shm_hier.go): each host's
 // ranks reduce into the host's leader, its lowest rank, through shared
 // memory (the leader folds the members' slots and its own tensor in rank
