@@ -292,3 +292,44 @@ func TestShmGarbageCollectives(t *testing.T) {
 		})
 	}
 }
+
+// TestShmCollectivesPeerGone: a peer that never issues the collective
+// makes the others fail naming it, at once when it closes its group, and
+// with pg.ErrTimeout after the group timeout when it just stalls.
+func TestShmCollectivesPeerGone(t *testing.T) {
+	t.Run("closes", func(t *testing.T) {
+		gs := newGroups(t, 3, time.Minute, nil)
+		if gs[0].shm == nil {
+			t.Fatal("shared memory not in use")
+		}
+		ctx := context.Background()
+		works := make([]pg.Work, 2)
+		for r := range works {
+			works[r] = gs[r].AllGather(ctx, pg.NewTensor(pg.Float32, 3<<21), pg.NewTensor(pg.Float32, 1<<21))
+		}
+		time.Sleep(100 * time.Millisecond)
+		start := time.Now()
+		gs[2].Close()
+		for r, w := range works {
+			wantNames(t, fmt.Sprintf("rank %d", r), w.Wait(ctx), 2, pg.ErrRemote, pg.ErrComm)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("the survivors took %v to notice", took)
+		}
+	})
+	t.Run("stalls", func(t *testing.T) {
+		gs := newGroups(t, 3, 500*time.Millisecond, nil)
+		ctx := context.Background()
+		works := make([]pg.Work, 2)
+		for r := range works {
+			works[r] = gs[r].Broadcast(ctx, pg.NewTensor(pg.Float32, 1<<21), 0)
+		}
+		errs := []error{works[0].Wait(ctx), works[1].Wait(ctx)}
+		// Rank 0 may see rank 1's abort first; one of them times out naming 2.
+		var ce *pg.CollectiveError
+		if !(errors.As(errs[0], &ce) && ce.Peer == 2 && errors.Is(errs[0], pg.ErrTimeout)) &&
+			!(errors.As(errs[1], &ce) && ce.Peer == 2 && errors.Is(errs[1], pg.ErrTimeout)) {
+			t.Errorf("got %v and %v, want a timeout naming rank 2", errs[0], errs[1])
+		}
+	})
+}
