@@ -170,16 +170,23 @@
 // AllReduce with only the root copying the reduced shards out. Every
 // chunk carries its call (op, size, dtype, reduce op, root), which every
 // rank compares with every peer's, so ranks that issue different
-// collectives or arguments fail with pg.ErrMismatch naming the peer. When the group spans hosts and some host holds
-// several ranks, AllReduce is hierarchical (shm_hier.go): each host's
-// ranks reduce into the host's leader, its lowest rank, through shared
-// memory (the leader folds the members' slots and its own tensor in rank
-// order); the leaders alone allreduce over TCP, with the ring or
-// recursive doubling between them; and each leader broadcasts the result
-// to its host through shared memory. Only leaders send data between
-// hosts, and every rank ends with the leaders' bits. Subgroups
+// collectives or arguments fail with pg.ErrMismatch naming the peer.
+//
+// When the group spans hosts and some host holds several ranks,
+// AllReduce is hierarchical (shm_hier.go; the other collectives then use
+// TCP): each host's ranks reduce into the host's leader, its lowest rank,
+// through shared memory (the leader folds the members' slots and its own
+// tensor in rank order); the leaders alone allreduce over TCP, with the
+// ring or recursive doubling between them; and each leader broadcasts
+// the result to its host through shared memory. Only leaders send data
+// between hosts, and every rank ends with the leaders' bits. Subgroups
 // (NewGroup, Split) agree on their own worlds the same way, from their
-// own ranks.
+// own ranks. BenchmarkHierAllReduce compares 4 ranks as 2 simulated
+// hosts × 2, hierarchical, with the same ranks on TCP alone: on the
+// shared 2-core development machine the hierarchical allreduce took
+// 1.3-1.5× less time (median of 6 runs, noisy) and 1.4-1.7× less CPU at
+// 4 KiB, 1 MiB and 64 MiB (docs/process-groups.md has the figures and
+// the command).
 //
 // # Failures
 //

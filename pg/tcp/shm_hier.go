@@ -42,7 +42,14 @@ func newHostLayout(hosts [][]int, rank int) *hostLayout {
 // inputs, which every rank reads alike from the store, so every rank
 // computes the same.
 func agreeHosts(host []string, mapped [][]int) [][]int {
-	can := func(a, b int) bool { return slices.Contains(mapped[a], b) && slices.Contains(mapped[b], a) }
+	sets := make([]map[int]bool, len(mapped))
+	for j, m := range mapped {
+		sets[j] = make(map[int]bool, len(m))
+		for _, k := range m {
+			sets[j][k] = true
+		}
+	}
+	can := func(a, b int) bool { return sets[a][b] && sets[b][a] }
 	var out [][]int
 	placed := make([]bool, len(host))
 	for j, h := range host {
