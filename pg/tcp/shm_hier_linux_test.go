@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/wire"
 	"github.com/goddp/ddp/pg/pgtest"
+	"github.com/goddp/ddp/pg/store"
 )
 
 // labels returns a tweak that puts rank r on simulated host label(r).
@@ -290,6 +293,88 @@ func TestHierDeadMember(t *testing.T) {
 	}
 	if err := works[0].Wait(ctx); errors.Is(err, pg.ErrTimeout) {
 		t.Errorf("rank 0 timed out instead of noticing: %v", err)
+	}
+}
+
+// TestShmPeerUnreachable: rank 2 says it is on this host (same boot id)
+// and that it mapped every peer's segment, but its socket cannot be
+// reached, as from another network namespace. Ranks 0 and 1 fail to map
+// its segment, agree to share memory between them alone, say why in
+// their log line, and count rank 2 as a host of its own. (Rank 2 is a
+// fake that speaks only the TCP handshake, so no collective runs.)
+func TestShmPeerUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := store.NewHashStore(store.HashStoreOptions{})
+	t.Cleanup(func() { st.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for k, v := range map[string]string{
+		addrKey(2):   ln.Addr().String(),
+		shmKey(2):    bootID() + " @goddp-pg-tcp-nobody-listens-here",
+		shmMapKey(2): "0,1",
+	} {
+		if err := st.Set(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake, _ := Options{Rank: 2, Size: 3, Secret: testSecret, ListenAddr: "127.0.0.1:0"}.withDefaults()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for range 2 {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if _, err := wire.ServerHandshake(c, testSecret); err == nil {
+				wire.WriteFrame(c, wire.Header{Kind: kindHello}, helloOf(fake).encode())
+			}
+			accepted <- c
+		}
+	}()
+	gs := make([]*Group, 2)
+	logs := make([]*observer.ObservedLogs, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		core, l := observer.New(zap.InfoLevel)
+		logs[r] = l
+		wg.Go(func() {
+			gs[r], errs[r] = New(ctx, st, Options{Rank: r, Size: 3, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute, Logger: zap.New(core)})
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() { closeGroups(gs) })
+	for range 2 {
+		select {
+		case c := <-accepted:
+			t.Cleanup(func() { c.Close() }) // first, so the groups' Close drains to EOF at once
+		case <-time.After(10 * time.Second):
+			t.Fatal("the fake rank 2 was never dialed")
+		}
+	}
+	for r := range gs {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: New: %v", r, errs[r])
+		}
+	}
+	for r, g := range gs {
+		if g.shm == nil || !slices.Equal(g.shm.members, []int{0, 1}) || g.shm.segs[2] != nil {
+			t.Errorf("rank %d: shared-memory world %+v, want ranks 0 and 1", r, g.shm)
+		}
+		if g.hosts == nil || !slices.EqualFunc(g.hosts.hosts, [][]int{{0, 1}, {2}}, slices.Equal) {
+			t.Errorf("rank %d: layout %+v, want [[0 1] [2]]", r, g.hosts)
+		}
+		lines := logs[r].FilterMessage("link transports").All()
+		if len(lines) != 1 {
+			t.Fatalf("rank %d: %d \"link transports\" lines, want 1", r, len(lines))
+		}
+		if why, _ := lines[0].ContextMap()["why"].(string); !strings.Contains(why, "mapping rank 2's segment") {
+			t.Errorf("rank %d logs why = %q, want it to name rank 2's segment", r, why)
+		}
 	}
 }
 
