@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
 )
 
@@ -156,5 +158,44 @@ func TestCompareBucketView(t *testing.T) {
 	}
 	if _, err := parse([]string{"--gradient-as-bucket-view", "--compare-bucket-view"}, &bytes.Buffer{}); err == nil {
 		t.Error("parse accepted both --gradient-as-bucket-view and --compare-bucket-view")
+	}
+}
+
+// TestSyncHook checks --hook sync: it leaves the bucket alone and its Work
+// finishes only once every rank has run it, as a real hook's would.
+func TestSyncHook(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	groups, err := local.New(2, local.Options{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	h, err := newHook(config{hook: "sync"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := []pg.Tensor{pg.Float32s([]float32{1, 2, 3}), pg.Float32s([]float32{4, 5, 6})}
+	w0 := h.Run(ctx, groups[0], &commhook.GradBucket{Buffer: bufs[0], IsLast: true})
+	select {
+	case <-w0.Done():
+		t.Fatalf("rank 0's sync finished before rank 1 ran it (err %v)", w0.Err())
+	case <-time.After(50 * time.Millisecond):
+	}
+	w1 := h.Run(ctx, groups[1], &commhook.GradBucket{Buffer: bufs[1], IsLast: true})
+	for r, w := range []pg.Work{w0, w1} {
+		if err := w.Wait(ctx); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if got := pg.View[float32](bufs[0]); got[0] != 1 || got[2] != 3 {
+		t.Errorf("rank 0's bucket changed: %v", got)
+	}
+	if got := pg.View[float32](bufs[1]); got[0] != 4 || got[2] != 6 {
+		t.Errorf("rank 1's bucket changed: %v", got)
 	}
 }
