@@ -22,9 +22,13 @@ const (
 // length, which the receiver checks against its own split before waiting
 // for data: ranks whose splits disagree fail with pg.ErrMismatch naming
 // the peer, and a frame never lands outside its chunk (a data frame of
-// the wrong size is refused by the reader).
+// the wrong size is refused by the reader). When every rank shares this
+// host, shmAllToAll moves the data instead.
 func (g *Group) allToAll(r *run, out, in pg.Tensor, outS, inS []int) error {
 	n, me := g.size, g.rank
+	if n > 1 && n <= shmMaxPieces && g.shm != nil && g.shm.full() {
+		return g.shmAllToAll(r, out, in, outS, inS)
+	}
 	es := in.Dtype.Size()
 	outOff, inOff := offsets(outS), offsets(inS)
 	chunkOf := func(t pg.Tensor, off []int, j int) []byte { return t.Data[off[j]*es : off[j+1]*es] }

@@ -6,9 +6,13 @@ import "github.com/goddp/ddp/pg"
 // root, chunk by chunk, and root receives each straight into its place
 // in out (every destination is posted before root waits for the first).
 // Every rank sends at least one frame, even for an empty input, so that
-// ranks that disagree on the length fail with pg.ErrMismatch.
+// ranks that disagree on the length fail with pg.ErrMismatch. When every
+// rank shares this host, shmGather moves the data instead.
 func (g *Group) gather(r *run, out, in pg.Tensor, root int) error {
 	n, me := g.size, g.rank
+	if n > 1 && g.shm != nil && g.shm.full() {
+		return g.shmGather(r, out, in, root)
+	}
 	k := in.Len()
 	if me == root {
 		copy(out.Slice(me*k, (me+1)*k).Data, in.Data)

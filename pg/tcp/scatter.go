@@ -5,9 +5,13 @@ import "github.com/goddp/ddp/pg"
 // scatter is the flat scatter, as gloo's: root sends chunk i of its input
 // to rank i, which receives it straight into out. At least one frame goes
 // to each rank, even for empty chunks, so that ranks that disagree on the
-// length fail with pg.ErrMismatch.
+// length fail with pg.ErrMismatch. When every rank shares this host,
+// shmScatter moves the data instead.
 func (g *Group) scatter(r *run, out, in pg.Tensor, root int) error {
 	n, me := g.size, g.rank
+	if n > 1 && n <= shmMaxPieces && g.shm != nil && g.shm.full() {
+		return g.shmScatter(r, out, in, root)
+	}
 	k := out.Len()
 	if me == root {
 		copy(out.Data, in.Slice(me*k, (me+1)*k).Data)

@@ -226,6 +226,25 @@ func TestShmCollectivesMismatch(t *testing.T) {
 			}
 			return g.AllReduce(ctx, f32(100), pg.Op(pg.Sum))
 		}},
+		{"gather roots", "to root 1", func(ctx context.Context, r int, g *Group) pg.Work {
+			return g.Gather(ctx, f32(200), f32(100), r)
+		}},
+		{"scatter sizes", "scatter of 800 bytes", func(ctx context.Context, r int, g *Group) pg.Work {
+			l := 100 + 100*r
+			return g.Scatter(ctx, f32(l), f32(2*l*(1-r)), 0)
+		}},
+		{"alltoall splits", "split", func(ctx context.Context, r int, g *Group) pg.Work {
+			// Rank 0 sends 2 elements to rank 1, which expects 1; rank 1
+			// sends 1 to rank 0, which expects 3.
+			in, out := [][]int{{2, 2}, {1, 3}}[r], [][]int{{2, 3}, {1, 3}}[r]
+			return g.AllToAll(ctx, f32(sum(out)), f32(sum(in)), out, in)
+		}},
+		{"alltoall beside gather", "gather of 400 bytes", func(ctx context.Context, r int, g *Group) pg.Work {
+			if r == 0 {
+				return g.AllToAll(ctx, f32(200), f32(200), nil, nil)
+			}
+			return g.Gather(ctx, f32(0), f32(100), 0)
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			gs := newGroups(t, 2, 10*time.Second, nil)
@@ -250,8 +269,8 @@ func TestShmCollectivesMismatch(t *testing.T) {
 
 // TestShmGarbageCollectives: a peer whose segment holds garbage, with
 // counters that claim every chunk is ready, makes Broadcast, AllGather,
-// ReduceScatter and Reduce fail with pg.ErrMismatch naming it; nothing
-// reads out of range.
+// ReduceScatter, Reduce, Gather, Scatter and AllToAll fail with
+// pg.ErrMismatch naming it; nothing reads out of range.
 func TestShmGarbageCollectives(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -268,6 +287,15 @@ func TestShmGarbageCollectives(t *testing.T) {
 		}},
 		{"reduce", func(ctx context.Context, g *Group) pg.Work {
 			return g.Reduce(ctx, pg.NewTensor(pg.Int64, 3<<20), 0, pg.Op(pg.Sum))
+		}},
+		{"gather", func(ctx context.Context, g *Group) pg.Work {
+			return g.Gather(ctx, pg.NewTensor(pg.Float32, 6<<20), pg.NewTensor(pg.Float32, 3<<20), 0)
+		}},
+		{"scatter", func(ctx context.Context, g *Group) pg.Work {
+			return g.Scatter(ctx, pg.NewTensor(pg.Float32, 3<<20), pg.Tensor{Dtype: pg.Float32}, 1)
+		}},
+		{"alltoall", func(ctx context.Context, g *Group) pg.Work {
+			return g.AllToAll(ctx, pg.NewTensor(pg.Float32, 6<<20), pg.NewTensor(pg.Float32, 8<<20), []int{5 << 20, 1 << 20}, []int{5 << 20, 3 << 20})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
