@@ -103,7 +103,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
 	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
-	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter and Reduce data through shared memory (false: loopback TCP only)")
+	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}

@@ -144,7 +144,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
 	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
 	fs.StringVar(&o.cpuProf, "cpuprofile", "", "tcp only: each worker writes a CPU profile of its run to this path with .rank<N> appended")
-	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter and Reduce data through shared memory (false: loopback TCP only)")
+	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}

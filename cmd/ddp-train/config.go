@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.staticGraph, "static-graph", false, "DDP's static_graph")
 	fs.BoolVar(&c.bucketView, "gradient-as-bucket-view", false, "DDP's gradient_as_bucket_view: gradients become views of the bucket buffers, saving the copy back after each allreduce (docs/reducer.md)")
 	fs.IntVar(&c.gradAccum, "grad-accum", 1, "micro-batches per optimizer step; communication only on the last")
-	fs.BoolVar(&c.shm, "shm", true, "tcp backend: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter and Reduce data through shared memory (false: loopback TCP only)")
+	fs.BoolVar(&c.shm, "shm", true, "tcp backend: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "process group timeout: a stalled or dead peer fails the run after this")
 	fs.BoolVar(&c.debugColls, "debug-collectives", false, "check before every collective that all ranks issue the same one (op, dtype, sizes, root), as TORCH_DISTRIBUTED_DEBUG=DETAIL; a mismatch fails every rank with both signatures instead of hanging; costs one small allgather per collective")
 	fs.StringVar(&c.initDir, "init", "", "load initial parameters from DIR (one .npy per parameter)")

@@ -66,9 +66,10 @@
 //     2(n-1)/n of the buffer: bandwidth-optimal.
 //   - Broadcast: a binomial tree, pipelined by chunk (broadcast.go).
 //   - AllGather and ReduceScatter: rings (allgather.go, reducescatter.go).
-//   - Broadcast, AllGather, ReduceScatter and Reduce when every rank
-//     shares this host: through shared memory (shm_collectives.go, see
-//     below) instead of the trees and rings.
+//   - Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and
+//     AllToAll when every rank shares this host: through shared memory
+//     (shm_collectives.go, see below) instead of the trees, rings and
+//     flat exchanges.
 //   - Barrier: the dissemination barrier (barrier.go).
 //   - MonitoredBarrier: c10d's, through rank 0 (monitored.go).
 //   - Reduce: a binomial tree towards the root, pipelined by chunk; ranks
@@ -140,11 +141,11 @@
 // HMAC handshake on that socket and closed once mapped, so nothing is
 // left in /dev/shm or /proc/<pid>/fd and a killed rank leaves nothing
 // behind. When every rank of the group shares this host, Broadcast,
-// AllGather, ReduceScatter and Reduce (and the coalesced forms of the
-// first three) go through shared memory too. Waits spin briefly, then
-// sleep on a futex in the segment while watching the peer's TCP
-// connection, the deadline and the group's failure. Gather, Scatter,
-// AllToAll, the barriers, Send and Recv, and every control frame stay on
+// AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll (and the
+// coalesced forms of the first three) go through shared memory too.
+// Waits spin briefly, then sleep on a futex in the segment while
+// watching the peer's TCP connection, the deadline and the group's
+// failure. The barriers, Send and Recv, and every control frame stay on
 // TCP. Options.NoSharedMemory turns it off for a rank, which then uses
 // TCP with every peer.
 //
@@ -167,8 +168,14 @@
 // rank copies every rank's chunk out; for ReduceScatter, every rank
 // copies the n pieces of its input that make a chunk into its slot and
 // folds piece me of every slot, in rank order, into its output; Reduce is
-// AllReduce with only the root copying the reduced shards out. Every
-// chunk carries its call (op, size, dtype, reduce op, root), which every
+// AllReduce with only the root copying the reduced shards out; for
+// Gather, root copies every peer's chunk out; for Scatter, root's slot
+// holds one piece per rank and each rank copies its own out; for
+// AllToAll, every slot holds one piece per rank, each rank copies piece
+// me of every peer's slot out, and the first chunk also carries every
+// rank's split sizes, which each receiver checks against its own, and
+// the largest, which sets how many chunks run. Every chunk carries its
+// call (op, size, dtype, reduce op, root), which every
 // rank compares with every peer's, so ranks that issue different
 // collectives or arguments fail with pg.ErrMismatch naming the peer.
 //
