@@ -58,6 +58,11 @@
 //
 //	pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, SUM) while rank 1 waited in allreduce #1; make every rank issue the same collectives in the same order (cause: ...)
 //
+// Between ranks that share memory (pg/tcp's default on one host) there
+// is no hang to diagnose: pg/tcp compares every chunk's call with its
+// peers' and fails at once with pg.ErrMismatch naming the peer and both
+// calls, which the Group passes on as it is.
+//
 // In a subgroup, ranks are the subgroup's, with their parent ranks:
 //
 //	pg: rank 2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank 0 of group world/1 waited in allreduce #1; ...

@@ -17,7 +17,7 @@ import (
 
 // tcpWorld starts n TCP ranks on loopback in this process, wrapped over
 // one in-memory store.
-func tcpWorld(t *testing.T, n int, timeout time.Duration, opts Options) []*Group {
+func tcpWorld(t *testing.T, n int, timeout time.Duration, opts Options, tweaks ...func(*tcp.Options)) []*Group {
 	t.Helper()
 	st := store.NewHashStore(store.HashStoreOptions{})
 	t.Cleanup(func() { st.Close() })
@@ -28,8 +28,12 @@ func tcpWorld(t *testing.T, n int, timeout time.Duration, opts Options) []*Group
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			g, err := tcp.New(ctx, st, tcp.Options{Rank: r, Size: n, Secret: []byte("desync-test-secret-0123456789abc"),
-				ListenAddr: "127.0.0.1:0", Timeout: timeout})
+			o := tcp.Options{Rank: r, Size: n, Secret: []byte("desync-test-secret-0123456789abc"),
+				ListenAddr: "127.0.0.1:0", Timeout: timeout}
+			for _, tweak := range tweaks {
+				tweak(&o)
+			}
+			g, err := tcp.New(ctx, st, o)
 			if err != nil {
 				errs[r] = err
 				return
@@ -96,8 +100,13 @@ func TestTCPMismatch(t *testing.T) {
 // Without the check, a desynchronisation over TCP hangs until the
 // timeout; the diagnosis then finds it: rank 2 issued a broadcast where
 // the others issued an allreduce, and every rank says so.
+//
+// Over TCP the mismatched op is a stall to diagnose. Through shared memory
+// (the default on one host) pg/tcp compares the calls itself and fails at
+// once with ErrMismatch naming the peer, which the wrapper passes on as
+// it is: TestShmDesyncCaughtByTransport.
 func TestTCPDesyncDiagnosed(t *testing.T) {
-	gs := tcpWorld(t, 3, 500*time.Millisecond, Options{DiagnosisTimeout: 2 * time.Second})
+	gs := tcpWorld(t, 3, 500*time.Millisecond, Options{DiagnosisTimeout: 2 * time.Second}, func(o *tcp.Options) { o.NoSharedMemory = true })
 	ctx := context.Background()
 	errs := onRanks(gs, []int{0, 1, 2}, func(g *Group) error {
 		if g.Rank() == 2 {
@@ -113,6 +122,39 @@ func TestTCPDesyncDiagnosed(t *testing.T) {
 		want := "pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, SUM) while rank " + fmt.Sprint(r) + " waited in "
 		if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "; make every rank issue the same collectives in the same order") {
 			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestShmDesyncCaughtByTransport is TestTCPDesyncDiagnosed's desync with
+// shared memory on: every rank fails at once (well within the group
+// timeout) with pg.ErrMismatch, and the ranks that issued AllReduce name
+// rank 2 and both calls.
+func TestShmDesyncCaughtByTransport(t *testing.T) {
+	gs := tcpWorld(t, 3, time.Minute, Options{DiagnosisTimeout: 2 * time.Second})
+	ctx := context.Background()
+	start := time.Now()
+	errs := onRanks(gs, []int{0, 1, 2}, func(g *Group) error {
+		if g.Rank() == 2 {
+			return g.Broadcast(ctx, pg.Float32s(make([]float32, 1000)), 0).Wait(ctx)
+		}
+		return allReduce(1000)(g)
+	})
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("the mismatch took %v to surface", d)
+	}
+	for r, err := range errs {
+		var se *pg.StallError
+		if !errors.Is(err, pg.ErrMismatch) || errors.As(err, &se) {
+			t.Fatalf("rank %d: got %v, want the transport's ErrMismatch", r, err)
+		}
+		if r == 2 {
+			continue // it names whichever peer it compared first
+		}
+		for _, want := range []string{"with peer rank 2", "rank 2 issued broadcast of 4000 bytes of float32 from root 0", "where this rank issued allreduce of 4000 bytes of float32"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("rank %d: %q lacks %q", r, err, want)
+			}
 		}
 	}
 }

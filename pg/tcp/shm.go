@@ -116,8 +116,7 @@ func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 		}
 		for j := range n {
 			if pm := s.meta(j, slot); string(pm) != string(meta[:]) {
-				return r.errf(j, pg.ErrMismatch, fmt.Errorf("rank %d's shared-memory chunk is %d bytes of %v (chunk %d), this rank's is %d bytes of %v (chunk %d): ranks must issue AllReduce with the same size and dtype",
-					j, binary.LittleEndian.Uint64(pm), pg.Dtype(binary.LittleEndian.Uint32(pm[8:])), binary.LittleEndian.Uint32(pm[16:]), len(t.Data), t.Dtype, c))
+				return g.shmMismatch(r, j, pm, meta[:])
 			}
 		}
 		if a, b := shard(me); b > a {

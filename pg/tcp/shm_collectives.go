@@ -109,12 +109,19 @@ func (g *Group) shmArrive(r *run, c uint32, slot int, call shmCall) error {
 	}
 	for j := range g.size {
 		if pm := s.meta(j, slot); j != me && string(pm) != string(meta[:]) {
-			theirs, tc := shmCallOf(pm)
-			return r.errf(j, pg.ErrMismatch, fmt.Errorf("rank %d's shared-memory chunk %d is a %v, this rank's chunk %d is a %v: ranks must issue the same collectives in the same order, with the same sizes, dtypes, ops and roots",
-				j, tc, theirs, c, call))
+			return g.shmMismatch(r, j, pm, meta[:])
 		}
 	}
 	return nil
+}
+
+// shmMismatch is the error for peer's chunk metadata pm differing from
+// this rank's, mine: both calls described, the peer named.
+func (g *Group) shmMismatch(r *run, peer int, pm, mine []byte) error {
+	theirs, tc := shmCallOf(pm)
+	ours, c := shmCallOf(mine)
+	return r.errf(peer, pg.ErrMismatch, fmt.Errorf("rank %d issued %v as shared-memory chunk %d where this rank issued %v (chunk %d): ranks must issue the same collectives in the same order, with the same sizes, dtypes, ops and roots",
+		peer, theirs, tc, ours, c))
 }
 
 // shmBroadcast: per chunk of up to a slot, root copies its chunk of t

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"encoding/binary"
-	"fmt"
 	"slices"
 
 	"github.com/goddp/ddp/pg"
@@ -256,7 +255,5 @@ func (g *Group) shmCheckMeta(r *run, peer, slot int, meta []byte, t pg.Tensor) e
 	if string(pm) == string(meta) {
 		return nil
 	}
-	return r.errf(peer, pg.ErrMismatch, fmt.Errorf("rank %d's shared-memory chunk is %d bytes of %v (chunk %d), this rank's is %d bytes of %v (chunk %d): ranks must issue AllReduce with the same size, dtype and op",
-		peer, binary.LittleEndian.Uint64(pm), pg.Dtype(binary.LittleEndian.Uint32(pm[8:])), binary.LittleEndian.Uint32(pm[16:]),
-		len(t.Data), t.Dtype, binary.LittleEndian.Uint32(meta[16:])))
+	return g.shmMismatch(r, peer, pm, meta)
 }
