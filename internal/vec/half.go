@@ -17,36 +17,19 @@ const halfStride = 8 // elements per vector step
 // F32ToF16 sets dst[i] to src[i] rounded to binary16. scalar must be the
 // exact conversion of one element; it does the tail and groups with NaNs.
 func F32ToF16(dst []uint16, src []float32, scalar func(float32) uint16) {
-	checkLen(len(dst), len(src))
-	narrow(dst, src, scalar, f32ToF16F16C)
+	convert(dst, src, scalar, f32ToF16F16C)
 }
 
 // F32ToBF16 sets dst[i] to src[i] rounded to bfloat16; scalar as for
 // F32ToF16.
 func F32ToBF16(dst []uint16, src []float32, scalar func(float32) uint16) {
-	checkLen(len(dst), len(src))
-	narrow(dst, src, scalar, f32ToBF16AVX2)
+	convert(dst, src, scalar, f32ToBF16AVX2)
 }
 
 // F16ToF32 sets dst[i] to the binary16 src[i], exactly; scalar does the
 // tail and groups with NaNs.
 func F16ToF32(dst []float32, src []uint16, scalar func(uint16) float32) {
-	checkLen(len(dst), len(src))
-	i := 0
-	if useF16C {
-		full := len(src) / halfStride * halfStride
-		for i < full {
-			i += f16ToF32F16C(&dst[i], &src[i], full-i)
-			if i < full { // the group at i holds a NaN
-				for end := i + halfStride; i < end; i++ {
-					dst[i] = scalar(src[i])
-				}
-			}
-		}
-	}
-	for ; i < len(src); i++ {
-		dst[i] = scalar(src[i])
-	}
+	convert(dst, src, scalar, f16ToF32F16C)
 }
 
 // BF16ToF32 sets dst[i] to the bfloat16 src[i], exactly: its bits in the
@@ -54,8 +37,10 @@ func F16ToF32(dst []float32, src []uint16, scalar func(uint16) float32) {
 func BF16ToF32(dst []float32, src []uint16) {
 	checkLen(len(dst), len(src))
 	n := 0
-	if useF16C && len(src) >= halfStride {
+	if useF16C {
 		n = len(src) / halfStride * halfStride
+	}
+	if n > 0 {
 		bf16ToF32AVX2(&dst[0], &src[0], n)
 	}
 	for i := n; i < len(src); i++ {
@@ -63,7 +48,10 @@ func BF16ToF32(dst []float32, src []uint16) {
 	}
 }
 
-func narrow(dst []uint16, src []float32, scalar func(float32) uint16, body func(*uint16, *float32, int) int) {
+// convert runs body over the whole groups of eight, and scalar over each
+// group body stops at (one holding a NaN) and over the tail.
+func convert[D, S any](dst []D, src []S, scalar func(S) D, body func(*D, *S, int) int) {
+	checkLen(len(dst), len(src))
 	i := 0
 	if useF16C {
 		full := len(src) / halfStride * halfStride
