@@ -26,8 +26,8 @@ func benchPair(b *testing.B, name string, kernel, loop func([]float32, []float32
 }
 
 func BenchmarkF32(b *testing.B) {
-	benchPair(b, "Add", AddF32, addRef[float32])
-	benchPair(b, "Sum3", func(d, s []float32) { Sum3F32(d, s, s, s) }, func(d, s []float32) { sum3Ref(d, s, s, s) })
-	benchPair(b, "Scale", func(d, _ []float32) { ScaleF32(d, 1) }, func(d, _ []float32) { scaleRef(d, 1) })
-	benchPair(b, "Div", func(d, _ []float32) { DivF32(d, 1) }, func(d, _ []float32) { divRef(d, 1) })
+	benchPair(b, "Add", AddF32, add[float32])
+	benchPair(b, "Sum3", func(d, s []float32) { Sum3F32(d, s, s, s) }, func(d, s []float32) { sum3(d, s, s, s) })
+	benchPair(b, "Scale", func(d, _ []float32) { ScaleF32(d, 1) }, func(d, _ []float32) { scale(d, 1) })
+	benchPair(b, "Div", func(d, _ []float32) { DivF32(d, 1) }, func(d, _ []float32) { div(d, 1) })
 }
