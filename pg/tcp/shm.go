@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -30,7 +29,7 @@ const (
 	offArrive  = 0   // chunks whose input this rank has copied in
 	offReduced = 64  // chunks whose shard this rank has reduced
 	offDone    = 128 // chunks this rank has copied out (its slots may be reused)
-	offMeta    = 256 // per slot, 64 bytes: total length, dtype, reduce kind, chunk
+	offMeta    = 256 // per slot, 64 bytes: the chunk's shmCall (op, size, dtype, reduce kind, root) and number
 	metaStride = 64
 )
 
@@ -83,23 +82,16 @@ func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 	es := t.Dtype.Size()
 	chunkBytes := shmSlotBytes / es * es
 	kernel.Prepare(t, op, n)
-	var meta [metaStride]byte
-	binary.LittleEndian.PutUint64(meta[0:], uint64(len(t.Data)))
-	binary.LittleEndian.PutUint32(meta[8:], uint32(t.Dtype))
-	binary.LittleEndian.PutUint32(meta[12:], uint32(kind))
+	call := shmCall{op: pg.OpAllReduce, bytes: len(t.Data), dtype: t.Dtype, kind: kind}
 	ins := make([]pg.Tensor, n)
 	for lo := 0; lo < len(t.Data); lo += chunkBytes {
 		hi := min(lo+chunkBytes, len(t.Data))
-		s.chunk++
-		c := s.chunk
-		slot := int(c % shmSlots)
 		// The peers must have copied out the chunk this slot last held.
-		if err := g.shmWaitAll(r, offDone, c-shmSlots); err != nil {
+		c, slot, err := g.shmNext(r)
+		if err != nil {
 			return err
 		}
-		elems := (hi - lo) / es
-		per := (elems + n - 1) / n
-		shard := func(j int) (int, int) { return min(j*per, elems) * es, min((j+1)*per, elems) * es }
+		shard := shardsOf(hi-lo, es, n)
 		// The peers' shards of this rank's input go into its slot; its
 		// own shard is reduced straight from t.
 		mine := s.slot(me, slot)
@@ -108,16 +100,8 @@ func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 				copy(mine[a:b], t.Data[lo+a:lo+b])
 			}
 		}
-		binary.LittleEndian.PutUint32(meta[16:], c)
-		copy(s.meta(me, slot), meta[:])
-		s.publish(me, offArrive, c)
-		if err := g.shmWaitAll(r, offArrive, c); err != nil {
+		if err := g.shmArrive(r, c, slot, call); err != nil {
 			return err
-		}
-		for j := range n {
-			if pm := s.meta(j, slot); string(pm) != string(meta[:]) {
-				return g.shmMismatch(r, j, pm, meta[:])
-			}
 		}
 		if a, b := shard(me); b > a {
 			own := pg.Tensor{Dtype: t.Dtype, Data: t.Data[lo+a : lo+b]}
@@ -142,6 +126,15 @@ func (g *Group) shmAllReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 	}
 	kernel.Finish(t, op, n)
 	return nil
+}
+
+// shardsOf splits a chunk of size bytes of es-byte elements into n
+// shards of whole elements, the last ones shorter or empty: shard j is
+// bytes [a, b) of the chunk.
+func shardsOf(size, es, n int) func(j int) (a, b int) {
+	elems := size / es
+	per := (elems + n - 1) / n
+	return func(j int) (int, int) { return min(j*per, elems) * es, min((j+1)*per, elems) * es }
 }
 
 // shmWaitAll waits until every peer's counter at off has reached c.

@@ -36,9 +36,9 @@ type shmCall struct {
 	root  int
 }
 
-// meta is the call as it sits in a slot's metadata, for chunk c. The
-// first 20 bytes are laid out as shmAllReduce's, which leaves the op at
-// zero, so an AllReduce facing any of these collectives is caught too.
+// meta is the call as it sits in a slot's metadata, for chunk c. Every
+// shared-memory path, AllReduce's included, writes it, so ranks in
+// different collectives are caught whichever two meet.
 func (m shmCall) meta(c uint32) (b [metaStride]byte) {
 	binary.LittleEndian.PutUint64(b[0:], uint64(m.bytes))
 	binary.LittleEndian.PutUint32(b[8:], uint32(m.dtype))
@@ -67,8 +67,7 @@ func (m shmCall) String() string {
 	return s
 }
 
-// shmCallOf decodes a peer's metadata, only to say how it differs (an
-// op of zero is shmAllReduce's).
+// shmCallOf decodes a peer's metadata, only to say how it differs.
 func shmCallOf(b []byte) (shmCall, uint32) {
 	m := shmCall{
 		bytes: int(binary.LittleEndian.Uint64(b[0:]) & (1<<62 - 1)),
@@ -76,9 +75,6 @@ func shmCallOf(b []byte) (shmCall, uint32) {
 		kind:  pg.ReduceKind(binary.LittleEndian.Uint32(b[12:])),
 		op:    pg.OpType(binary.LittleEndian.Uint32(b[20:])),
 		root:  int(int32(binary.LittleEndian.Uint32(b[24:]))),
-	}
-	if m.op == 0 {
-		m.op = pg.OpAllReduce
 	}
 	return m, binary.LittleEndian.Uint32(b[16:])
 }
@@ -240,9 +236,7 @@ func (g *Group) shmReduce(r *run, t pg.Tensor, root int, op pg.ReduceOp) error {
 		if err != nil {
 			return err
 		}
-		elems := (hi - lo) / es
-		per := (elems + n - 1) / n
-		shard := func(j int) (int, int) { return min(j*per, elems) * es, min((j+1)*per, elems) * es }
+		shard := shardsOf(hi-lo, es, n)
 		mine := s.slot(me, slot)
 		for j := range n {
 			if a, b := shard(j); j != me || scaled {

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"encoding/binary"
 	"slices"
 
 	"github.com/goddp/ddp/pg"
@@ -185,7 +184,7 @@ func (g *Group) shmReduceToLeader(r *run, t pg.Tensor, kind pg.ReduceKind, host 
 			if err := g.shmWait(r, j, offArrive, c); err != nil {
 				return err
 			}
-			if err := g.shmCheckMeta(r, j, slot, meta, t); err != nil {
+			if err := g.shmCheckMeta(r, j, slot, meta); err != nil {
 				return err
 			}
 			ins[i] = pg.Tensor{Dtype: t.Dtype, Data: s.slot(j, slot)[:hi-lo]}
@@ -216,7 +215,7 @@ func (g *Group) shmBroadcastFromLeader(r *run, t pg.Tensor, kind pg.ReduceKind, 
 		if err := g.shmWait(r, leader, offArrive, c); err != nil {
 			return err
 		}
-		if err := g.shmCheckMeta(r, leader, slot, meta, t); err != nil {
+		if err := g.shmCheckMeta(r, leader, slot, meta); err != nil {
 			return err
 		}
 		copy(t.Data[lo:hi], s.slot(leader, slot))
@@ -227,19 +226,16 @@ func (g *Group) shmBroadcastFromLeader(r *run, t pg.Tensor, kind pg.ReduceKind, 
 
 // shmChunks calls f for each chunk of t that fits a slot, with its byte
 // bounds, its number in the world's sequence, its slot and its metadata
-// (as shmAllReduce writes it: total length, dtype, reduce kind, chunk).
+// (an AllReduce's shmCall for that chunk).
 func (g *Group) shmChunks(t pg.Tensor, kind pg.ReduceKind, f func(lo, hi int, c uint32, slot int, meta []byte) error) error {
 	s := g.shm
 	es := t.Dtype.Size()
 	chunkBytes := shmSlotBytes / es * es
-	var meta [metaStride]byte
-	binary.LittleEndian.PutUint64(meta[0:], uint64(len(t.Data)))
-	binary.LittleEndian.PutUint32(meta[8:], uint32(t.Dtype))
-	binary.LittleEndian.PutUint32(meta[12:], uint32(kind))
+	call := shmCall{op: pg.OpAllReduce, bytes: len(t.Data), dtype: t.Dtype, kind: kind}
 	for lo := 0; lo < len(t.Data); lo += chunkBytes {
 		s.chunk++
 		c := s.chunk
-		binary.LittleEndian.PutUint32(meta[16:], c)
+		meta := call.meta(c)
 		if err := f(lo, min(lo+chunkBytes, len(t.Data)), c, int(c%shmSlots), meta[:]); err != nil {
 			return err
 		}
@@ -250,7 +246,7 @@ func (g *Group) shmChunks(t pg.Tensor, kind pg.ReduceKind, f func(lo, hi int, c 
 // shmCheckMeta fails with pg.ErrMismatch, naming peer, unless the chunk
 // in peer's slot is the one this rank expects (meta). It only compares:
 // nothing read from the peer is used as a length or an offset.
-func (g *Group) shmCheckMeta(r *run, peer, slot int, meta []byte, t pg.Tensor) error {
+func (g *Group) shmCheckMeta(r *run, peer, slot int, meta []byte) error {
 	pm := g.shm.meta(peer, slot)
 	if string(pm) == string(meta) {
 		return nil
