@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/internal/testworld"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
 )
@@ -166,15 +167,7 @@ func TestCompareBucketView(t *testing.T) {
 func TestSyncHook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	groups, err := local.New(2, local.Options{Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, g := range groups {
-			g.Close()
-		}
-	}()
+	groups := testworld.Local(t, 2)
 	h, err := newHook(config{hook: "sync"})
 	if err != nil {
 		t.Fatal(err)

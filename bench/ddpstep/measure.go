@@ -145,14 +145,8 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 	}
 
 	var copied0, viewCopied0 copyBytes
-	align := func() error {
-		if c.noAlign {
-			return nil
-		}
-		return align(ctx, g)
-	}
 	for i := range c.warmup + c.steps {
-		if err := align(); err != nil {
+		if err := align(ctx, g, c.noAlign); err != nil {
 			return res, err
 		}
 		if err := plainStep(plain, &pc); err != nil {
@@ -162,14 +156,14 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 		// right after the plain model.
 		viewFirst := view != nil && i%2 == 1
 		if viewFirst {
-			if err := align(); err != nil {
+			if err := align(ctx, g, c.noAlign); err != nil {
 				return res, err
 			}
 			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
 				return res, fmt.Errorf("DDP step %d with bucket views: %w", i, err)
 			}
 		}
-		if err := align(); err != nil {
+		if err := align(ctx, g, c.noAlign); err != nil {
 			return res, err
 		}
 		spans, err := ddpStep(ctx, replica, &dc, timer)
@@ -177,7 +171,7 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 			return res, fmt.Errorf("DDP step %d: %w", i, err)
 		}
 		if view != nil && !viewFirst {
-			if err := align(); err != nil {
+			if err := align(ctx, g, c.noAlign); err != nil {
 				return res, err
 			}
 			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
@@ -212,7 +206,10 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, erro
 // that one first waits for the other at the DDP step's last bucket: a cost
 // of this benchmark's alternation, not of DDP. --no-align measures with
 // that drift.
-func align(ctx context.Context, g pg.ProcessGroup) error {
+func align(ctx context.Context, g pg.ProcessGroup, off bool) error {
+	if off {
+		return nil
+	}
 	w := g.Barrier(ctx)
 	<-w.Done()
 	if err := w.Err(); err != nil {
