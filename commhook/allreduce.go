@@ -34,12 +34,8 @@ func (Allreduce) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.W
 // computes half-precision arithmetic.
 func Divide(t pg.Tensor, n int) error {
 	switch t.Dtype {
-	case pg.Float16:
-		divideHalf(pg.View[uint16](t), float32(n), func(d []float32, s []uint16) { fvec.F16ToF32(d, s, pg.F16ToF32) },
-			func(d []uint16, s []float32) { fvec.F32ToF16(d, s, pg.F32ToF16) })
-	case pg.BFloat16:
-		divideHalf(pg.View[uint16](t), float32(n), fvec.BF16ToF32,
-			func(d []uint16, s []float32) { fvec.F32ToBF16(d, s, pg.F32ToBF16) })
+	case pg.Float16, pg.BFloat16:
+		divideHalf(t, float32(n))
 	case pg.Float32:
 		fvec.DivF32(pg.View[float32](t), float32(n))
 	case pg.Float64:
@@ -50,16 +46,17 @@ func Divide(t pg.Tensor, n int) error {
 	return nil
 }
 
-// divideHalf divides 16-bit floats by d in float32, a block at a time:
-// widen, divide, round back to nearest even.
-func divideHalf(s []uint16, d float32, widen func([]float32, []uint16), narrow func([]uint16, []float32)) {
-	var a [512]float32
-	for len(s) > 0 {
-		n := min(len(s), len(a))
-		widen(a[:n], s[:n])
-		fvec.DivF32(a[:n], d)
-		narrow(s[:n], a[:n])
-		s = s[n:]
+// divideHalf divides a float16 or bfloat16 tensor by d in float32, a
+// block at a time: widen, divide, round back to nearest even (pg.Convert's
+// casts).
+func divideHalf(t pg.Tensor, d float32) {
+	var a [4096]float32 // 16 KiB: stays in L1, and amortizes Convert's checks
+	for lo := 0; lo < t.Len(); lo += len(a) {
+		part := t.Slice(lo, min(lo+len(a), t.Len()))
+		block := a[:part.Len()]
+		_ = pg.Convert(pg.Float32s(block), part) // float to float of one length: cannot fail
+		fvec.DivF32(block, d)
+		_ = pg.Convert(part, pg.Float32s(block))
 	}
 }
 
