@@ -114,9 +114,9 @@ func Convert(dst, src Tensor) error {
 	case Float64:
 		fromFloat(dst, View[float64](src))
 	case Float16:
-		fromHalf(dst, View[uint16](src), Float16, F16ToF32)
+		fromHalf(dst, View[uint16](src), Float16)
 	case BFloat16:
-		fromHalf(dst, View[uint16](src), BFloat16, BF16ToF32)
+		fromHalf(dst, View[uint16](src), BFloat16)
 	}
 	return nil
 }
@@ -150,7 +150,11 @@ func fromFloat[S float32 | float64](dst Tensor, s []S) {
 	}
 }
 
-func fromHalf(dst Tensor, s []uint16, src Dtype, widen func(uint16) float32) {
+func fromHalf(dst Tensor, s []uint16, src Dtype) {
+	widen := F16ToF32
+	if src == BFloat16 {
+		widen = BF16ToF32
+	}
 	switch dst.Dtype {
 	case Float32:
 		d := View[float32](dst)
