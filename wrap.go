@@ -33,10 +33,18 @@ type DDP struct {
 	params gorgonia.Nodes
 	hooks  *autogradhooks.Set
 	unused []int
-	used   gorgonia.Nodes
 	graded bool
 	views  []*tensor.Dense // GradientAsBucketView: each gradient's bucket view, as a Value
 	placed atomic.Int64    // GradientAsBucketView: bytes copied into bucket views by the hooks
+
+	// See Note [a gradient of its own] and Note [every parameter is stepped].
+	local   []bool           // per parameter: this rank's graph reaches it (it has a gradient node)
+	shared  []bool           // per parameter: Gorgonia's gradient Value is shared with another parameter's
+	own     []gorgonia.Value // per parameter: the gradient memory DDP owns for it (shared or not local); nil otherwise
+	probe   bool             // the first run after Grad: watch the gradients for shared memory
+	seen    []gradSpan       // probe: the gradients of this run so far
+	defined []bool           // per parameter: some rank has produced a gradient for it (torch: grad is not None)
+	warned  bool             // ValueGrads has logged that it steps undefined gradients
 }
 
 // Wrap checks that every rank holds the same model, copies rank 0's
@@ -78,13 +86,11 @@ func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Op
 	if err := r.BroadcastParams(ctx, values); err != nil {
 		return nil, err
 	}
-	d := &DDP{r: r, params: params}
+	d := &DDP{r: r, params: params, defined: make([]bool, len(params))}
 	if opts.GradientAsBucketView {
 		d.views = make([]*tensor.Dense, len(params))
-		d.hooks, err = autogradhooks.NewPlacing(params, d.placeGradient)
-	} else {
-		d.hooks, err = autogradhooks.New(params, d.onGradient)
 	}
+	d.hooks, err = autogradhooks.NewPlacing(params, d.hookGradient)
 	if err != nil {
 		return nil, err
 	}
@@ -118,12 +124,23 @@ func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
 		return nil, fmt.Errorf("ddp: parameters %s are not used in producing the loss; set Options.FindUnusedParameters (ddp-train --find-unused-parameters), or make every parameter take part in the loss", d.names(unused))
 	}
 	d.unused, d.graded = unused, true
-	d.used = d.used[:0]
-	for i, p := range d.params {
-		if grads[i] != nil {
-			d.used = append(d.used, p)
+	d.local = make([]bool, len(d.params))
+	d.shared = make([]bool, len(d.params))
+	d.own = make([]gorgonia.Value, len(d.params))
+	for i, g := range grads {
+		d.local[i] = g != nil
+		if g == nil { // a gradient of DDP's own, zero until some rank uses it
+			if d.own[i], err = zeroLike(d.params[i].Value()); err != nil {
+				return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, d.params[i].Name(), err)
+			}
 		}
 	}
+	for _, group := range autogradhooks.SharedGradients(grads) {
+		for _, i := range group[1:] { // the first keeps Gorgonia's memory
+			d.shared[i] = true
+		}
+	}
+	d.probe = true
 	return grads, nil
 }
 
@@ -149,12 +166,20 @@ func (d *DDP) run(ctx context.Context, vm gorgonia.VM, sync bool) error {
 	if err := d.r.Prepare(ctx, reducer.Iteration{Sync: sync, Unused: d.unused}); err != nil {
 		return err
 	}
+	d.seen = d.seen[:0]
 	if err := autogradhooks.RunAll(vm); err != nil {
 		// The reducer is mid-iteration and out of step with its peers.
 		return d.r.Fail(fmt.Errorf("ddp: backward failed: %w", err))
 	}
+	d.probe = false
 	d.r.MarkBackwardEnd()
-	return d.r.Finalize(ctx)
+	if err := d.r.Finalize(ctx); err != nil {
+		return err
+	}
+	if sync {
+		d.fillUnused()
+	}
+	return nil
 }
 
 func (d *DDP) names(indices []int) string {
@@ -165,11 +190,6 @@ func (d *DDP) names(indices []int) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
-// ValueGrads returns the parameters that have gradients, for a Gorgonia
-// solver's Step. Parameters the loss does not reach have no gradient
-// node, and Gorgonia's solvers refuse those.
-func (d *DDP) ValueGrads() []gorgonia.ValueGrad { return gorgonia.NodesToValueGrads(d.used) }
 
 func (d *DDP) onGradient(i int, v gorgonia.Value) error {
 	t, err := TensorOf(v)

@@ -90,3 +90,55 @@ func isWrapped(p *gorgonia.Node) bool {
 	}
 	return false
 }
+
+// SharedGradients returns the groups of parameters whose gradients are one
+// node of the graph, each group ascending, groups in order of their first
+// member; nil when every gradient is a node of its own.
+//
+// Gorgonia hash-conses its graph (Note [hash-consing]): the gradients of
+// two parameters computed by identical expressions, such as the weights of
+// two heads of one shape fed the same input and summed, become one node,
+// and so one Value. Their hooks are different nodes, but both pass on that
+// one Value, so params[i].Grad() and params[j].Grad() are the same memory.
+// A caller that writes a different result into each (DDP's averaged
+// gradients) must give all but one of them memory of their own.
+//
+// grads is as Grad returns it: nil for an unused parameter; a hook node is
+// looked through to the gradient it reads. It is a walk of the grads only,
+// done once per graph.
+func SharedGradients(grads gorgonia.Nodes) [][]int {
+	byNode := map[*gorgonia.Node][]int{}
+	var order []*gorgonia.Node
+	for i, g := range grads {
+		if g == nil {
+			continue
+		}
+		src := gradientSource(g)
+		if _, ok := byNode[src]; !ok {
+			order = append(order, src)
+		}
+		byNode[src] = append(byNode[src], i)
+	}
+	var groups [][]int
+	for _, n := range order {
+		if len(byNode[n]) > 1 {
+			groups = append(groups, byNode[n])
+		}
+	}
+	return groups
+}
+
+// gradientSource looks through hook nodes (which pass their input's Value
+// on) to the node that computes a gradient.
+func gradientSource(n *gorgonia.Node) *gorgonia.Node {
+	for {
+		if _, ok := n.Op().(*gradHook); !ok {
+			return n
+		}
+		children := childrenOf(n.Graph(), n)
+		if len(children) != 1 {
+			return n
+		}
+		n = children[0]
+	}
+}

@@ -18,7 +18,10 @@ import (
 // Step takes the parameters' and gradients' memory as float32 or float64
 // tensors (views, as ddp.TensorOf gives, or NodeTensors), the same
 // list in the same order on every call, params[i] and grads[i] of one
-// dtype and length. It reads the gradients and never writes them. An
+// dtype and length. It reads the gradients and never writes them. A
+// gradient with nil Data is no gradient, torch's None: that parameter and
+// its state are left as they are, and its step count does not advance
+// (ddp.DDP.StepTensors gives one for a parameter no rank has used yet). An
 // Optimizer is not safe for concurrent use.
 type Optimizer interface {
 	Step(params, grads []pg.Tensor) error
@@ -35,10 +38,13 @@ type Optimizer interface {
 // State is an optimizer's state. Buffers are keyed "<kind>/<param
 // index>": "momentum/3" for SGD with momentum, "exp_avg/3" and
 // "exp_avg_sq/3" for Adam (PyTorch's names). A float32 run's buffers hold
-// float32 values, which float64 represents exactly.
+// float32 values, which float64 represents exactly. A parameter that was
+// skipped in some steps (no gradient) has its own step count, "step/3"
+// (one value), as torch keeps state["step"] per parameter; the others'
+// is Step.
 type State struct {
 	Name    string // the optimizer's Name; Load checks it when it is set
-	Step    int    // steps taken
+	Step    int    // steps taken (Step calls)
 	Buffers map[string][]float64
 }
 
@@ -97,13 +103,17 @@ type base struct {
 	name  string
 	lr    float64
 	n     int
-	step  int
+	step  int   // Step calls
+	steps []int // per parameter: the Steps that updated it (it had a gradient)
 	kinds []string
 	bufs  [][]pg.Tensor
 }
 
+// stepKey keys a parameter's own step count in State.Buffers.
+const stepKey = "step"
+
 func newBase(name string, lr float64, n int, kinds ...string) base {
-	b := base{name: name, lr: lr, n: n, kinds: kinds, bufs: make([][]pg.Tensor, len(kinds))}
+	b := base{name: name, lr: lr, n: n, steps: make([]int, n), kinds: kinds, bufs: make([][]pg.Tensor, len(kinds))}
 	for k := range b.bufs {
 		b.bufs[k] = make([]pg.Tensor, n)
 	}
@@ -123,6 +133,8 @@ func (b *base) check(params, grads []pg.Tensor) error {
 		switch {
 		case p.Dtype != pg.Float32 && p.Dtype != pg.Float64:
 			return fmt.Errorf("optim: parameter %d is %v; want float32 or float64", i, p.Dtype)
+		case g.Data == nil:
+			continue // no gradient: skipped
 		case g.Dtype != p.Dtype || g.Len() != p.Len():
 			return fmt.Errorf("optim: parameter %d is %d %v values but its gradient is %d %v values", i, p.Len(), p.Dtype, g.Len(), g.Dtype)
 		case p.Validate() != nil || g.Validate() != nil:
@@ -183,6 +195,11 @@ func toFloat64s(t pg.Tensor) []float64 {
 
 func (b *base) State() State {
 	s := State{Name: b.name, Step: b.step, Buffers: map[string][]float64{}}
+	for i, n := range b.steps {
+		if n != b.step {
+			s.Buffers[stepKey+"/"+strconv.Itoa(i)] = []float64{float64(n)}
+		}
+	}
 	for k, kind := range b.kinds {
 		for i, buf := range b.bufs[k] {
 			if buf.Data != nil {
@@ -203,28 +220,39 @@ func (b *base) load(s State, every bool) error {
 	if s.Step < 0 {
 		return fmt.Errorf("optim: state at step %d; want >= 0", s.Step)
 	}
-	bufs := newBase(b.name, b.lr, b.n, b.kinds...).bufs
+	fresh := newBase(b.name, b.lr, b.n, b.kinds...)
+	bufs, steps := fresh.bufs, fresh.steps
+	for i := range steps {
+		steps[i] = s.Step
+	}
 	for key, v := range s.Buffers {
 		kind, idx, _ := strings.Cut(key, "/")
 		k, i := slices.Index(b.kinds, kind), -1
 		if n, err := strconv.Atoi(idx); err == nil && n >= 0 && n < b.n && strconv.Itoa(n) == idx {
 			i = n
 		}
+		if kind == stepKey && i >= 0 {
+			if len(v) != 1 || v[0] != math.Trunc(v[0]) || v[0] < 0 || v[0] > float64(s.Step) {
+				return fmt.Errorf("optim: state %q is %v; want one whole number of steps in [0, %d]", key, v, s.Step)
+			}
+			steps[i] = int(v[0])
+			continue
+		}
 		if k < 0 || i < 0 {
 			return fmt.Errorf("optim: state buffer %q is not one %s keeps for %d parameters (%s/0 … %s/%d)", key, b.name, b.n, b.kindsOrNone(), b.kindsOrNone(), b.n-1)
 		}
 		bufs[k][i] = pg.Float64s(slices.Clone(v))
 	}
-	if every && s.Step > 0 {
+	if every {
 		for k, kind := range b.kinds {
 			for i, buf := range bufs[k] {
-				if buf.Data == nil {
-					return fmt.Errorf("optim: state at step %d has no %s/%d; the state is incomplete", s.Step, kind, i)
+				if buf.Data == nil && steps[i] > 0 {
+					return fmt.Errorf("optim: state at step %d has no %s/%d; the state is incomplete", steps[i], kind, i)
 				}
 			}
 		}
 	}
-	b.step, b.bufs = s.Step, bufs
+	b.step, b.steps, b.bufs = s.Step, steps, bufs
 	return nil
 }
 

@@ -29,11 +29,15 @@ func (o *sgd) Step(params, grads []pg.Tensor) error {
 		return err
 	}
 	for i, p := range params {
+		if grads[i].Data == nil {
+			continue // no gradient: torch skips a None grad
+		}
 		if p.Dtype == pg.Float32 {
 			o.update32(i, pg.View[float32](p), pg.View[float32](grads[i]))
 		} else {
 			o.update64(i, pg.View[float64](p), pg.View[float64](grads[i]))
 		}
+		o.steps[i]++
 	}
 	o.step++
 	return nil
@@ -106,16 +110,15 @@ func (o *adam) Step(params, grads []pg.Tensor) error {
 	if err := o.check(params, grads); err != nil {
 		return err
 	}
-	t := float64(o.step + 1)
-	c := adamScalars{
-		w1:      1 - o.beta1,
-		beta2:   o.beta2,
-		w2:      1 - o.beta2,
-		bc2Sqrt: math.Sqrt(1 - math.Pow(o.beta2, t)),
-		eps:     o.eps,
-		negStep: -(o.lr / (1 - math.Pow(o.beta1, t))),
-	}
+	var c adamScalars
 	for i, p := range params {
+		if grads[i].Data == nil {
+			continue // no gradient: torch skips a None grad, and its state["step"] stays
+		}
+		o.steps[i]++
+		if t := o.steps[i]; t != c.t { // one parameter's step count, as torch's state["step"]
+			c = o.scalars(t)
+		}
 		m, v := &o.bufs[0][i], &o.bufs[1][i]
 		if m.Data == nil {
 			*m, *v = pg.NewTensor(p.Dtype, p.Len()), pg.NewTensor(p.Dtype, p.Len())
@@ -130,9 +133,22 @@ func (o *adam) Step(params, grads []pg.Tensor) error {
 	return nil
 }
 
-// adamScalars are one step's Python-float scalars.
+// adamScalars are the Python-float scalars of step t (counted from 1).
 type adamScalars struct {
+	t                                    int
 	w1, beta2, w2, bc2Sqrt, eps, negStep float64
+}
+
+func (o *adam) scalars(t int) adamScalars {
+	return adamScalars{
+		t:       t,
+		w1:      1 - o.beta1,
+		beta2:   o.beta2,
+		w2:      1 - o.beta2,
+		bc2Sqrt: math.Sqrt(1 - math.Pow(o.beta2, float64(t))),
+		eps:     o.eps,
+		negStep: -(o.lr / (1 - math.Pow(o.beta1, float64(t)))),
+	}
 }
 
 func adamStep[T float](p, g, m, v []T, c adamScalars) {

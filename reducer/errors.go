@@ -17,6 +17,11 @@ var ErrMarkedTwice = errors.New("reducer: expected to mark a variable ready only
 // ErrBadGradient: a gradient had the wrong dtype or size.
 var ErrBadGradient = errors.New("reducer: gradient does not match its parameter")
 
+// ErrSharedGradients: two gradients given to MarkReady in one iteration
+// share memory, so Finalize cannot write a result into each (Note [one
+// memory per result]).
+var ErrSharedGradients = errors.New("reducer: two parameters' gradients share memory")
+
 // ErrModelMismatch: ranks disagree about the model.
 var ErrModelMismatch = errors.New("reducer: DDP expects the same model on every rank")
 

@@ -46,6 +46,10 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	if err != nil {
 		return r.fail(err)
 	}
+	r.recordUnused(globalUsed)
+	if err := r.checkDisjoint(); err != nil { // Note [one memory per result]
+		return r.fail(err)
+	}
 	r.writeBack(globalUsed)
 	if err := r.deviceWriteBack(ctx, globalUsed); err != nil { // device.go
 		return r.fail(err)
@@ -113,6 +117,28 @@ func (r *Reducer) globalUsed(ctx context.Context) ([]int32, error) {
 		return nil, fmt.Errorf("reducer: allreduce of the used-parameter map failed: %w", err)
 	}
 	return pg.View[int32](r.localUsed), nil
+}
+
+// recordUnused keeps which parameters no rank used, for GloballyUnused.
+// globalUsed is nil when the iteration did not allreduce the used map: then
+// every parameter was used, or (StaticGraph after its first iteration) the
+// first iteration's set still holds.
+func (r *Reducer) recordUnused(globalUsed []int32) {
+	if globalUsed == nil {
+		if !r.opts.StaticGraph {
+			r.unusedAll = nil
+		}
+		return
+	}
+	r.unusedAll = nil
+	for i, n := range globalUsed {
+		if n == 0 {
+			if r.unusedAll == nil {
+				r.unusedAll = make([]bool, len(r.params))
+			}
+			r.unusedAll[i] = true
+		}
+	}
 }
 
 // writeBack copies each result from its bucket into the gradient it came

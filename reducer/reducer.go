@@ -44,6 +44,8 @@ type Reducer struct {
 	accumulate bool        // an accumulation window is open (a no-sync iteration ran)
 	dst        []pg.Tensor // gradients to write results back into
 	localUsed  pg.Tensor   // int32 per parameter: got a gradient this window
+	unusedAll  []bool      // per parameter: no rank produced a gradient in the last synchronised iteration (c10d's global_unused); nil: all used
+	spans      []memSpan   // scratch of checkDisjoint: Note [one memory per result]
 	usedWork   pg.Work
 	broken     error // a fatal error; every later call returns it
 
@@ -149,6 +151,23 @@ func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 	}
 	r.hook, r.opts.Hook = h, h
 	return nil
+}
+
+// GloballyUnused reports, per parameter, whether no rank produced a
+// gradient for it in the last synchronised iteration (its accumulation
+// window included): c10d's global_unused. Such a parameter's gradient is
+// left untouched by Finalize, as torch leaves its grad; every other
+// parameter's result is the reduced gradient, also on the ranks that did
+// not use it (read it with Gradient). nil means every parameter was used,
+// which is always so without FindUnusedParameters or StaticGraph. With
+// StaticGraph the set is the first iteration's. The slice is a copy.
+func (r *Reducer) GloballyUnused() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unusedAll == nil {
+		return nil
+	}
+	return append([]bool(nil), r.unusedAll...)
 }
 
 // Buckets returns the current bucket plan: parameter indices per bucket,

@@ -1,6 +1,9 @@
 package reducer
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/goddp/ddp/pg"
@@ -65,4 +68,47 @@ func (r *Reducer) Accumulating() bool {
 // sameMemory reports whether a and b are the same bytes.
 func sameMemory(a, b pg.Tensor) bool {
 	return len(a.Data) == len(b.Data) && len(a.Data) > 0 && unsafe.SliceData(a.Data) == unsafe.SliceData(b.Data)
+}
+
+// Note [one memory per result]
+//
+// Finalize writes each parameter's result into the gradient MarkReady
+// was given for it. If two of those gradients share memory, the second
+// result overwrites the first, and the first parameter silently steps
+// with another's gradient: replicas then drift from torch, and from each
+// other when the ranks' graphs differ. An engine can hand over shared
+// memory without knowing it: Gorgonia hash-conses two identical gradient
+// expressions into one node (ddp.Wrap copies those; see
+// autogradhooks.SharedGradients). So before writing back, Finalize checks
+// that the host gradients it writes are pairwise disjoint, and fails,
+// naming both parameters, when they are not. It is a sort of one span per
+// parameter, once per synchronised iteration.
+
+// memSpan is the memory of one gradient.
+type memSpan struct {
+	start, end uintptr
+	param      int
+}
+
+// checkDisjoint fails when two of the gradients Finalize is about to write
+// into overlap: Note [one memory per result].
+func (r *Reducer) checkDisjoint() error {
+	s := r.spans[:0]
+	for i, dst := range r.dst {
+		if len(dst.Data) == 0 || dst.IsDevice() {
+			continue
+		}
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(dst.Data)))
+		s = append(s, memSpan{start: start, end: start + uintptr(len(dst.Data)), param: i})
+	}
+	r.spans = s
+	slices.SortFunc(s, func(a, b memSpan) int { return cmp.Compare(a.start, b.start) })
+	for k := 1; k < len(s); k++ {
+		if s[k].start < s[k-1].end {
+			a, b := min(s[k-1].param, s[k].param), max(s[k-1].param, s[k].param)
+			return fmt.Errorf("%w: the gradients given to MarkReady for parameters %d (%s) and %d (%s) overlap, so one result would overwrite the other; give each parameter's gradient memory of its own (copy one of them before MarkReady)",
+				ErrSharedGradients, a, r.params[a].Name, b, r.params[b].Name)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package reducer
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -52,4 +53,34 @@ ddp_gradient_copy_bytes_total{backend="local",direction="out",rank="0"} 32
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ddp_gradient_copy_bytes_total"); err != nil {
 		t.Error(err)
 	}
+}
+
+// Two gradients over one memory cannot each receive a result: Finalize
+// fails on the rank that gave them, naming both parameters, instead of
+// writing one average over the other (Note [one memory per result]).
+func TestSharedGradientsRefused(t *testing.T) {
+	ctx := testCtx(t)
+	params := mlpParams(3, 2) // fc1.weight: 6 float64, fc1.bias: 2
+	noErrors(t, onRanks(world(t, 1), func(_ int, g pg.ProcessGroup) error {
+		r, err := New(ctx, g, params, Options{})
+		if err != nil {
+			return err
+		}
+		w := pg.NewTensor(pg.Float64, 6)
+		bias := pg.Tensor{Dtype: pg.Float64, Data: w.Data[8:24]} // elements 1 and 2 of the weight's gradient
+		if err := r.Prepare(ctx, Iteration{Sync: true}); err != nil {
+			return err
+		}
+		if err := r.MarkReady(1, bias); err != nil {
+			return err
+		}
+		if err := r.MarkReady(0, w); err != nil {
+			return err
+		}
+		err = r.Finalize(ctx)
+		if !errors.Is(err, ErrSharedGradients) || !strings.Contains(err.Error(), "0 (fc1.weight) and 1 (fc1.bias)") {
+			return fmt.Errorf("Finalize = %v; want ErrSharedGradients naming fc1.weight and fc1.bias", err)
+		}
+		return nil
+	}))
 }

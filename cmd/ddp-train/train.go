@@ -67,7 +67,6 @@ type session struct {
 	ddp    *ddp.DDP
 	net    *model.Net
 	vm     gorgonia.VM
-	used   gorgonia.Nodes
 	opt    optim.Optimizer
 	smp    *sampler.Sampler
 	hook   commhook.Hook    // --comm-hook's, with this rank's state
@@ -135,12 +134,9 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, n := range p.Nodes {
-		if !contains(s.ddp.Unused(), i) {
-			s.used = append(s.used, n)
-		}
-	}
-	if s.opt, err = optim.New(t.c.optimizer, t.c.lr, len(s.used)); err != nil {
+	// Every parameter, used or not: DDP steps each with its average over
+	// ranks (ddp: Note [every parameter is stepped]).
+	if s.opt, err = optim.New(t.c.optimizer, t.c.lr, len(p.Nodes)); err != nil {
 		return nil, usageError{err}
 	}
 	if t.c.resume {
@@ -161,15 +157,6 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	}
 	s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed)
 	return s, err
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // totalSteps is --steps, or the optimizer steps in --epochs epochs.
@@ -275,7 +262,7 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 			s.vm.Reset()
 		}
 	}
-	params, grads, err := optim.NodeTensors(s.used)
+	params, grads, err := s.ddp.StepTensors()
 	if err != nil {
 		return st, err
 	}
