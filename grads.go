@@ -1,6 +1,7 @@
 package ddp
 
 import (
+	"context"
 	"fmt"
 	"unsafe"
 
@@ -185,6 +186,32 @@ func (d *DDP) StepTensors() (params, grads []pg.Tensor, err error) {
 		}
 	}
 	return params, grads, nil
+}
+
+// ParamTensors views every parameter's value as a tensor, in Wrap's order
+// (no copies).
+func (d *DDP) ParamTensors() ([]pg.Tensor, error) {
+	out := make([]pg.Tensor, len(d.params))
+	for i, p := range d.params {
+		var err error
+		if out[i], err = TensorOf(p.Value()); err != nil {
+			return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, p.Name(), err)
+		}
+	}
+	return out, nil
+}
+
+// VerifyReplicas checks that every rank holds bitwise the same parameters
+// (reducer.Reducer.VerifyReplicas): on a mismatch every rank returns
+// reducer.ErrReplicasDiverged naming the first parameter that differs and
+// the ranks. It is collective. Options.CheckReplicasEvery runs it from
+// RunAll; call it yourself at other points, after the optimizer step.
+func (d *DDP) VerifyReplicas(ctx context.Context) error {
+	values, err := d.ParamTensors()
+	if err != nil {
+		return err
+	}
+	return d.r.VerifyReplicas(ctx, values)
 }
 
 // ownGrad is a parameter with a gradient Value of DDP's own.

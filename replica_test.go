@@ -2,6 +2,7 @@ package ddp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -563,6 +564,150 @@ func TestSharedMemoryFoundAtRunTime(t *testing.T) {
 		}
 		if got := b.Float64s(); fmt.Sprint(got) != fmt.Sprint(wantB) {
 			t.Errorf("rank %d: b's gradient is %v, want %v", r, got, wantB)
+		}
+	}
+}
+
+// TestReplicaCheckStopsDrift: with CheckReplicasEvery, a loop that steps
+// only the parameters its own graph reaches (what the documented loop did
+// before issue 20) is caught on every rank at the next check, naming the
+// first parameter that drifted (fc3.weight, which rank 1's graph does not
+// reach) and the ranks.
+func TestReplicaCheckStopsDrift(t *testing.T) {
+	ctx := testCtx(t)
+	heads := []string{headSum, headFC2}
+	gs := groupsOf(t, "local", 2)
+	ms := make([]*branchModel, 2)
+	for r := range ms {
+		ms[r] = newBranchModel(t, heads[r], 3)
+	}
+	noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+		var err error
+		ms[r].ddp, err = Wrap(ctx, g, ms[r].params, Options{FindUnusedParameters: true, CheckReplicasEvery: 2})
+		return err
+	}))
+	for _, m := range ms {
+		if err := m.build(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := parallel(2, func(r int) error {
+		m := ms[r]
+		s := G.NewVanillaSolver(G.WithLearnRate(0.5))
+		for step := range 4 {
+			if err := m.feed(step, r); err != nil {
+				return err
+			}
+			if err := m.ddp.RunAll(ctx, m.vm); err != nil {
+				return fmt.Errorf("step %d: %w", step, err)
+			}
+			var local G.Nodes // the old loop: only what this rank's graph reaches
+			for i, g := range m.grads {
+				if g != nil {
+					local = append(local, m.params[i])
+				}
+			}
+			if err := s.Step(G.NodesToValueGrads(local)); err != nil {
+				return err
+			}
+			m.vm.Reset()
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if !errors.Is(err, reducer.ErrReplicasDiverged) || !strings.Contains(err.Error(), "step 2:") ||
+			!strings.Contains(err.Error(), "parameter 4 (fc3.weight)") || !strings.Contains(err.Error(), "ranks 1 hold") {
+			t.Errorf("rank %d: %v; want ErrReplicasDiverged at step 2 naming fc3.weight and rank 1", r, err)
+		}
+	}
+}
+
+// TestJoinWithBranchHeads: uneven inputs (2 and 4 batches) under a Join,
+// where rank 1's graph does not reach fc3, with the replica check on at
+// every iteration (it stands aside while a rank has joined). The
+// parameters follow torch's rule computed directly: at each iteration the
+// active ranks' own gradients, zeros where a graph does not reach a
+// parameter, summed and divided by the world size, one SGD step; both
+// ranks end with the last joiner's parameters.
+func TestJoinWithBranchHeads(t *testing.T) {
+	ctx := testCtx(t)
+	heads, batches := []string{headSum, headFC2}, []int{4, 2}
+	const lr = 0.5
+	gs := groupsOf(t, "tcp", 2)
+	ms := make([]*branchModel, 2)
+	for r := range ms {
+		ms[r] = newBranchModel(t, heads[r], 11)
+	}
+	noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+		var err error
+		ms[r].ddp, err = Wrap(ctx, g, ms[r].params, Options{FindUnusedParameters: true, CheckReplicasEvery: 1})
+		return err
+	}))
+	for _, m := range ms {
+		if err := m.build(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := ms[0].values()
+	noErrors(t, parallel(2, func(r int) error {
+		m := ms[r]
+		j, err := m.ddp.NewJoin(reducer.JoinOptions{})
+		if err != nil {
+			return err
+		}
+		s := G.NewVanillaSolver(G.WithLearnRate(lr))
+		for step := range batches[r] {
+			if err := j.Step(ctx, true); err != nil {
+				return err
+			}
+			if err := m.feed(step, r); err != nil {
+				return err
+			}
+			if err := m.ddp.RunAll(ctx, m.vm); err != nil {
+				return fmt.Errorf("step %d: %w", step, err)
+			}
+			if err := s.Step(m.ddp.ValueGrads()); err != nil {
+				return err
+			}
+			m.vm.Reset()
+		}
+		return j.Finish(ctx)
+	}))
+	plain := plainModels(t, heads)
+	w := start
+	for step := range 4 {
+		sum := make([][]float64, len(w))
+		for i := range w {
+			sum[i] = make([]float64, len(w[i]))
+		}
+		for r, b := range batches {
+			if b <= step {
+				continue
+			}
+			g, err := plain[r].localGrads(w, step, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range g {
+				for k := range g[i] {
+					sum[i][k] += g[i][k]
+				}
+			}
+		}
+		for i := range w {
+			for k := range w[i] {
+				w[i][k] -= lr * (sum[i][k] / 2)
+			}
+		}
+	}
+	for r, m := range ms {
+		got := m.values()
+		if e := relErr(got, w); e > 1e-12 {
+			p, k := firstBitDiff(got, w)
+			t.Errorf("rank %d: relative error %.2g from torch's Join rule; first at %s[%d]: %v, want %v", r, e, branchNames[p], k, got[p][k], w[p][k])
+		}
+		if p, _ := firstBitDiff(got, ms[0].values()); p >= 0 {
+			t.Errorf("rank %d's %s differs from rank 0's", r, branchNames[p])
 		}
 	}
 }

@@ -45,6 +45,7 @@ type DDP struct {
 	seen    []gradSpan       // probe: the gradients of this run so far
 	defined []bool           // per parameter: some rank has produced a gradient for it (torch: grad is not None)
 	warned  bool             // ValueGrads has logged that it steps undefined gradients
+	syncs   int              // synchronised iterations run, for Options.CheckReplicasEvery
 }
 
 // Wrap checks that every rank holds the same model, copies rank 0's
@@ -162,6 +163,14 @@ func (d *DDP) RunAllNoSync(ctx context.Context, vm gorgonia.VM) error { return d
 func (d *DDP) run(ctx context.Context, vm gorgonia.VM, sync bool) error {
 	if !d.graded {
 		return fmt.Errorf("ddp: call Grad(cost) on the DDP wrapper before running the model")
+	}
+	if every := d.r.Options().CheckReplicasEvery; sync && every > 0 && d.syncs > 0 && d.syncs%every == 0 {
+		if err := d.VerifyReplicas(ctx); err != nil {
+			return err
+		}
+	}
+	if sync {
+		d.syncs++
 	}
 	if err := d.r.Prepare(ctx, reducer.Iteration{Sync: sync, Unused: d.unused}); err != nil {
 		return err

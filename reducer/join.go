@@ -112,6 +112,11 @@ func (j *Join) Step(ctx context.Context, sync bool) error {
 		return ErrEarlyTermination
 	}
 	j.setDivisor(got)
+	if int(got[joinActive]) < j.r.g.Size() {
+		j.r.mu.Lock()
+		j.r.othersJoined = true // the joined ranks stop stepping: Note [replica check]
+		j.r.mu.Unlock()
+	}
 	return nil
 }
 
@@ -137,6 +142,7 @@ func (j *Join) Finish(ctx context.Context) error {
 	defer func() {
 		j.r.mu.Lock()
 		j.r.divisor = 0
+		j.r.othersJoined = false // syncFinalModel made the replicas equal again
 		j.r.mu.Unlock()
 	}()
 	mine := [joinWidth]int32{}

@@ -62,6 +62,15 @@ type Options struct {
 	// MixedPrecision. nil means off. It brings its own comm hook, so Hook
 	// must be nil.
 	MixedPrecision *MixedPrecision
+	// CheckReplicasEvery: every this many synchronised iterations,
+	// ddp.DDP.RunAll first checks that every rank holds the same
+	// parameters (VerifyReplicas: one allreduce of 16 bytes per parameter
+	// and a digest of each at memory speed) and fails every rank, naming
+	// the first parameter that differs, when they do not. 0 means off.
+	// The reducer does not call it by itself: an engine that drives the
+	// reducer directly calls VerifyReplicas, or rides ReplicaWords on an
+	// allreduce MAX of its own (see Note [replica check]).
+	CheckReplicasEvery int
 	// Hook communicates each bucket. nil means commhook.Allreduce.
 	Hook commhook.Hook
 	// Logger receives the reducer's logs. nil means none.
@@ -76,6 +85,9 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	if o.BucketCapBytes < 0 || o.FirstBucketBytes < 0 {
 		return o, fmt.Errorf("reducer: bucket sizes must not be negative (BucketCapBytes=%d, FirstBucketBytes=%d)", o.BucketCapBytes, o.FirstBucketBytes)
+	}
+	if o.CheckReplicasEvery < 0 {
+		return o, fmt.Errorf("reducer: CheckReplicasEvery is %d; want 0 (off) or a positive number of iterations", o.CheckReplicasEvery)
 	}
 	if o.BucketCapBytes == 0 {
 		o.BucketCapBytes = DefaultBucketCapBytes

@@ -57,7 +57,8 @@ type Reducer struct {
 
 	dev deviceState // device buckets: device.go
 
-	divisor int // what the default allreduce divides by under a Join; 0: the world size (join.go)
+	divisor      int  // what the default allreduce divides by under a Join; 0: the world size (join.go)
+	othersJoined bool // under a Join, some rank has run out of inputs: replicas differ until Finish (replicas.go)
 
 	obs observer // metrics, logging data and timeline: see observe.go
 }

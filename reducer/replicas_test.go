@@ -1,0 +1,117 @@
+package reducer
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// Identical replicas pass; a single changed element on one rank fails
+// every rank with ErrReplicasDiverged naming the parameter and which
+// ranks hold which digest, and the reducer stays failed. Over tcp too.
+func TestVerifyReplicas(t *testing.T) {
+	for _, backend := range []string{"local", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := testCtx(t)
+			params := mlpParams(4, 3, 2) // fc1.weight fc1.bias fc2.weight fc2.bias
+			gs := groupsOf(t, backend, 3)
+			rs := make([]*Reducer, 3)
+			values := make([][]pg.Tensor, 3)
+			noErrors(t, onGroups(gs, func(rank int, g pg.ProcessGroup) error {
+				var err error
+				rs[rank], err = New(ctx, g, params, Options{})
+				values[rank] = sameValues(params) // the same on every rank: one seed
+				return err
+			}))
+			noErrors(t, onGroups(gs, func(rank int, _ pg.ProcessGroup) error { return rs[rank].VerifyReplicas(ctx, values[rank]) }))
+			values[2][2].Data[3*8] ^= 1 // the lowest bit of fc2.weight[3], on rank 2 // one element of fc2.weight, on rank 2
+			errs := onGroups(gs, func(rank int, _ pg.ProcessGroup) error { return rs[rank].VerifyReplicas(ctx, values[rank]) })
+			for rank, err := range errs {
+				if !errors.Is(err, ErrReplicasDiverged) || !strings.Contains(err.Error(), "parameter 2 (fc2.weight)") ||
+					!strings.Contains(err.Error(), "ranks 0,1 hold") || !strings.Contains(err.Error(), "ranks 2 hold") {
+					t.Errorf("rank %d: %v; want ErrReplicasDiverged naming fc2.weight, ranks 0,1 and rank 2", rank, err)
+				}
+				if err := rs[rank].Prepare(ctx, Iteration{Sync: true}); !errors.Is(err, ErrReplicasDiverged) {
+					t.Errorf("rank %d: Prepare after the failed check = %v; want the check's error", rank, err)
+				}
+			}
+		})
+	}
+}
+
+// One bit flipped anywhere in a tensor changes its digest, for every bit
+// of every element tried, float32 and float64, at odd lengths too.
+func TestDigestSeesEveryBit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 2, 3, 17, 64} {
+		for _, d := range []pg.Dtype{pg.Float32, pg.Float64} {
+			v := pg.NewTensor(d, n)
+			for k := range v.Data {
+				v.Data[k] = byte(rng.Uint32())
+			}
+			want := digest(v)
+			if want < 0 || want > digestMask {
+				t.Fatalf("digest %x outside 62 bits", want)
+			}
+			for byteAt := range v.Data {
+				for bit := range 8 {
+					v.Data[byteAt] ^= 1 << bit
+					if digest(v) == want {
+						t.Fatalf("%v[%d]: flipping bit %d of byte %d leaves the digest", d, n, bit, byteAt)
+					}
+					v.Data[byteAt] ^= 1 << bit
+				}
+			}
+			if digest(v) != want {
+				t.Fatal("digest is not a function of the bytes")
+			}
+		}
+	}
+}
+
+// The words ride on a larger allreduce MAX (ddp-train's stop signal): the
+// check reads them after it, and a call with the wrong number of words is
+// refused.
+func TestCheckReplicaWordsInsideLargerAllreduce(t *testing.T) {
+	ctx := testCtx(t)
+	params := mlpParams(3, 2)
+	gs := groupsOf(t, "local", 2)
+	noErrors(t, onGroups(gs, func(rank int, g pg.ProcessGroup) error {
+		r, err := New(ctx, g, params, Options{})
+		if err != nil {
+			return err
+		}
+		values := sameValues(params)
+		if rank == 1 {
+			pg.View[float64](values[1])[0] = 42
+		}
+		words := ReplicaWords([]int64{int64(rank)}, values)
+		if err := g.AllReduce(ctx, pg.Int64s(words), pg.Op(pg.Max)).Wait(ctx); err != nil {
+			return err
+		}
+		if words[0] != 1 {
+			return fmt.Errorf("the carrying word is %d, want 1", words[0])
+		}
+		if err := r.CheckReplicaWords(ctx, words[2:], values); err == nil || strings.Contains(err.Error(), "differs") {
+			return fmt.Errorf("misaligned words: %v; want the count refused", err)
+		}
+		if err := r.CheckReplicaWords(ctx, words[1:], values); !errors.Is(err, ErrReplicasDiverged) || !strings.Contains(err.Error(), "parameter 1 (fc1.bias)") {
+			return fmt.Errorf("CheckReplicaWords = %v; want fc1.bias named", err)
+		}
+		return nil
+	}))
+}
+
+// sameValues gives each parameter float64 values of its size, the same on
+// every call.
+func sameValues(params []Param) []pg.Tensor {
+	out := make([]pg.Tensor, len(params))
+	for i, p := range params {
+		out[i] = pg.Float64s(uniform[float64](p.Numel(), 1, uint64(i), 1))
+	}
+	return out
+}
