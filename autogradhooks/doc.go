@@ -68,6 +68,11 @@
 //     stays valid until the next Reset (Reset drops the registers; the VM
 //     never writes this one again in the same run). Solver.Step scales and
 //     zeroes it in place, so communication must finish before Step.
+//   - Two parameters' grad can be one Value: Gorgonia hash-conses identical
+//     gradient expressions into one node (two heads of one shape on one
+//     input, summed). A Func that writes a different result into each
+//     must give all but one memory of their own: SharedGradients lists
+//     the groups once per graph, and a PlaceFunc can return the copy.
 //   - Do not use gorgonia.BindDualValues. With it, params[i].Grad() is a
 //     separate tensor that accumulates across runs, and the VM adds grad
 //     into it as soon as the Func returns. Writes into grad after that are

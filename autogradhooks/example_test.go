@@ -89,3 +89,31 @@ func twoLayers(x *G.Node, hooks *autogradhooks.Set) (*G.Node, error) {
 	}
 	return G.Mean(h)
 }
+
+// Two heads of one shape on one input, summed: Gorgonia computes the
+// gradients of both weights (hᵀ·dz) by one node, and of both biases
+// (sum(dz)) by another, so each pair shares one Value.
+func ExampleSharedGradients() {
+	g := G.NewGraph()
+	h := G.NewMatrix(g, tensor.Float64, G.WithShape(4, 3), G.WithName("h"), G.WithInit(G.Ones()))
+	var params G.Nodes
+	for _, name := range []string{"fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"} {
+		shape := []int{3, 2}
+		if name[len(name)-4:] == "bias" {
+			shape = []int{1, 2}
+		}
+		params = append(params, G.NewMatrix(g, tensor.Float64, G.WithShape(shape...), G.WithName(name), G.WithInit(G.Ones())))
+	}
+	head := func(w, b *G.Node) *G.Node {
+		return G.Must(G.BroadcastAdd(G.Must(G.Mul(h, w)), b, nil, []byte{0}))
+	}
+	logits := G.Must(G.Add(head(params[0], params[1]), head(params[2], params[3])))
+	cost := G.Must(G.Sum(logits))
+	grads, _, err := autogradhooks.Grad(cost, params)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(autogradhooks.SharedGradients(grads))
+	// Output: [[0 2] [1 3]]
+}

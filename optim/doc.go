@@ -11,9 +11,9 @@
 //	opt, err := optim.New("adam", 1e-3, len(params))
 //	for each step {
 //		net.Feed(spec, x, labels)
-//		err = ddp.RunAll(ctx, vm) // every gradient now holds the average over ranks
-//		ps, gs, err := optim.NodeTensors(params)
-//		err = opt.Step(ps, gs)    // the same update on every rank
+//		err = d.RunAll(ctx, vm) // every gradient now holds the average over ranks
+//		ps, gs, err := d.StepTensors() // every parameter, used here or not
+//		err = opt.Step(ps, gs)         // the same update on every rank
 //		vm.Reset()
 //	}
 //

@@ -41,6 +41,7 @@ import (
 	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
+	"github.com/goddp/ddp/reducer"
 	"go.uber.org/zap"
 )
 
@@ -170,11 +171,26 @@ func (e *stoppedError) Unwrap() error { return &launch.Interrupted{Signal: e.sig
 
 // agreeStop is the step's stop check (Note [preemption]): the largest
 // signal number any rank has received, the same on every rank; 0 to go on.
+// When check is set, the same allreduce MAX carries the replica check's
+// words (reducer: Note [replica check]), and a mismatch fails every rank.
 // Collective.
-func (t *trainer) agreeStop(ctx context.Context) (syscall.Signal, error) {
+func (t *trainer) agreeStop(ctx context.Context, s *session, check bool) (syscall.Signal, error) {
 	v := []int64{int64(t.c.intr.requested())}
+	var values []pg.Tensor
+	if check {
+		var err error
+		if values, err = s.ddp.ParamTensors(); err != nil {
+			return 0, err
+		}
+		v = reducer.ReplicaWords(v, values)
+	}
 	if err := t.g.AllReduce(ctx, pg.Int64s(v), pg.Op(pg.Max)).Wait(ctx); err != nil {
 		return 0, fmt.Errorf("checking for a stop signal: %w", err)
+	}
+	if check {
+		if err := s.ddp.Reducer().CheckReplicaWords(ctx, v[1:], values); err != nil {
+			return 0, err
+		}
 	}
 	return syscall.Signal(v[0]), nil
 }

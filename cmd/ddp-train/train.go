@@ -195,7 +195,8 @@ func (t *trainer) run(ctx context.Context) error {
 				return err
 			}
 		}
-		sig, err := t.agreeStop(ctx) // every rank the same: Note [preemption]
+		check := t.c.checkReplicas > 0 && (step+1)%t.c.checkReplicas == 0
+		sig, err := t.agreeStop(ctx, s, check) // every rank the same: Note [preemption]
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step+1, err)
 		}

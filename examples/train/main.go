@@ -142,7 +142,7 @@ func trainRank(ctx context.Context, g pg.ProcessGroup, c config, train, test *da
 			if err := d.RunAll(ctx, vm); err != nil { // forward, backward, averaged gradients
 				return res, err
 			}
-			params, grads, err := optim.NodeTensors(m.params)
+			params, grads, err := d.StepTensors() // every parameter, with its average over ranks
 			if err == nil {
 				err = opt.Step(params, grads)
 			}
