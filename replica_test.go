@@ -141,18 +141,24 @@ func (m *branchModel) build(t testing.TB) error {
 	return nil
 }
 
-// feed binds rank r's shard of step's batch.
-func (m *branchModel) feed(step, rank int) error {
+// branchBatch is rank's batch at step: rows × inputs, and one-hot labels.
+func branchBatch(step, rank int) (x, y []float64) {
 	b := makeBatch[float64](mlpSpec{sizes: []int{branchIn, branchClasses}}, branchRows, uint64(1000*step+rank+1))
-	y := make([]float64, branchRows*branchClasses)
+	y = make([]float64, branchRows*branchClasses)
 	for r, c := range b.labels {
 		y[r*branchClasses+c] = 1
 	}
+	return b.x, y
+}
+
+// feed binds rank's batch at step.
+func (m *branchModel) feed(step, rank int) error {
+	x, y := branchBatch(step, rank)
 	if m.head == headConcat {
 		y = append(y, y...)
 	}
 	yRows := len(y) / branchClasses
-	if err := G.Let(m.x, tensor.New(tensor.WithShape(branchRows, branchIn), tensor.WithBacking(b.x))); err != nil {
+	if err := G.Let(m.x, tensor.New(tensor.WithShape(branchRows, branchIn), tensor.WithBacking(x))); err != nil {
 		return err
 	}
 	return G.Let(m.y, tensor.New(tensor.WithShape(yRows, branchClasses), tensor.WithBacking(y)))
