@@ -150,13 +150,14 @@ func TestBadInputExitsTwo(t *testing.T) {
 		args []string
 		want string
 	}{
-		"unknown flag":  {[]string{"--frobnicate"}, "frobnicate"},
-		"missing file":  {[]string{"--data", missing, "--labels", missing}, "nope.npy"},
-		"half data":     {[]string{"--data", missing}, "--data and --labels"},
-		"bad init":      {[]string{"--init", dir}, ".npy"},
-		"bad optimizer": {[]string{"--optimizer", "lion"}, "lion"},
-		"bad comm hook": {[]string{"--comm-hook", "zip"}, "zip"},
-		"bad dtype":     {[]string{"--dtype", "int8"}, "int8"},
+		"unknown flag":      {[]string{"--frobnicate"}, "frobnicate"},
+		"missing file":      {[]string{"--data", missing, "--labels", missing}, "nope.npy"},
+		"half data":         {[]string{"--data", missing}, "--data and --labels"},
+		"bad init":          {[]string{"--init", dir}, ".npy"},
+		"bad optimizer":     {[]string{"--optimizer", "lion"}, "lion"},
+		"bad comm hook":     {[]string{"--comm-hook", "zip"}, "zip"},
+		"bad dtype":         {[]string{"--dtype", "int8"}, "int8"},
+		"bad replica check": {[]string{"--check-replicas-every", "-1"}, "--check-replicas-every -1"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
