@@ -717,3 +717,80 @@ func TestJoinWithBranchHeads(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicasAccumulateWithBranchHeads: gradient accumulation (a no_sync
+// micro-batch, then a synchronised one) where rank 0's gradients of fc2
+// and fc3 share memory and rank 1's graph does not reach fc3. The stepped
+// gradient is the average over ranks of each rank's sum over its two
+// micro-batches, as torch's no_sync gives.
+func TestReplicasAccumulateWithBranchHeads(t *testing.T) {
+	heads := []string{headSum, headFC2}
+	for _, opts := range []Options{{FindUnusedParameters: true}, {FindUnusedParameters: true, GradientAsBucketView: true}} {
+		t.Run(fmt.Sprintf("view=%v", opts.GradientAsBucketView), func(t *testing.T) {
+			ctx := testCtx(t)
+			gs := groupsOf(t, "local", 2)
+			ms := make([]*branchModel, 2)
+			for r := range ms {
+				ms[r] = newBranchModel(t, heads[r], 5)
+			}
+			noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+				var err error
+				ms[r].ddp, err = Wrap(ctx, g, ms[r].params, opts)
+				return err
+			}))
+			for _, m := range ms {
+				if err := m.build(t); err != nil {
+					t.Fatal(err)
+				}
+			}
+			plain := plainModels(t, heads)
+			for step := range 3 {
+				values := [][][]float64{ms[0].values(), ms[1].values()}
+				want := make([][]float64, len(branchNames))
+				for r := range 2 {
+					for micro := range 2 {
+						g, err := plain[r].localGrads(values[r], 2*step+micro, r)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for i := range g {
+							if want[i] == nil {
+								want[i] = make([]float64, len(g[i]))
+							}
+							for k := range g[i] {
+								want[i][k] += g[i][k] / 2
+							}
+						}
+					}
+				}
+				got := make([]map[string][]float64, 2)
+				noErrors(t, parallel(2, func(r int) error {
+					m := ms[r]
+					for micro := range 2 {
+						if err := m.feed(2*step+micro, r); err != nil {
+							return err
+						}
+						run := m.ddp.RunAllNoSync
+						if micro == 1 {
+							run = m.ddp.RunAll
+						}
+						if err := run(ctx, m.vm); err != nil {
+							return err
+						}
+						if micro == 0 {
+							m.vm.Reset()
+						}
+					}
+					var err error
+					got[r], err = steppedGrads(m.ddp)
+					if err == nil {
+						err = G.NewVanillaSolver(G.WithLearnRate(0.5)).Step(m.ddp.ValueGrads())
+					}
+					m.vm.Reset()
+					return err
+				}))
+				checkStepped(t, step, want, got, 1e-12)
+			}
+		})
+	}
+}

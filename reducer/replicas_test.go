@@ -135,3 +135,101 @@ func BenchmarkCheckDisjoint(b *testing.B) {
 		})
 	}
 }
+
+// TestUnusedSetChangesByStepAndRank drives the reducer directly with a
+// used set that differs by rank and by step (what a dynamic graph gives),
+// under FindUnusedParameters: after each Finalize every rank's result for
+// every parameter, read from the gradient it handed over or, where it
+// handed none, from Gradient, is the plain average with zeros for the
+// ranks that did not use it, bitwise equal across ranks; GloballyUnused
+// names exactly the parameters no rank used.
+func TestUnusedSetChangesByStepAndRank(t *testing.T) {
+	ctx := testCtx(t)
+	params := mlpParams(4, 3, 3, 2) // 6 parameters
+	const world, steps = 3, 6
+	gs := groupsOf(t, "local", world)
+	rs := make([]*Reducer, world)
+	noErrors(t, onGroups(gs, func(rank int, g pg.ProcessGroup) error {
+		var err error
+		rs[rank], err = New(ctx, g, params, Options{FindUnusedParameters: true, BucketCapBytes: 64, FirstBucketBytes: 64})
+		return err
+	}))
+	rng := rand.New(rand.NewPCG(3, 4))
+	for step := range steps {
+		used := make([][]bool, world) // used[rank][param]
+		grads := make([][]pg.Tensor, world)
+		for rank := range world {
+			used[rank] = make([]bool, len(params))
+			grads[rank] = make([]pg.Tensor, len(params))
+			for i, p := range params {
+				used[rank][i] = rng.IntN(3) > 0 || step == 0 && i == 0
+				if step == 2 && i == 5 {
+					used[rank][i] = false // no rank uses fc3.bias at step 2
+				}
+				if used[rank][i] {
+					grads[rank][i] = pg.Float64s(uniform[float64](p.Numel(), uint64(100*step+rank), uint64(i), 1))
+				}
+			}
+		}
+		want := make([][]float64, len(params))
+		for i, p := range params {
+			want[i] = make([]float64, p.Numel())
+			for rank := range world {
+				if used[rank][i] {
+					for k, v := range pg.View[float64](grads[rank][i]) {
+						want[i][k] += v / world
+					}
+				}
+			}
+		}
+		noErrors(t, onGroups(gs, func(rank int, _ pg.ProcessGroup) error {
+			r := rs[rank]
+			var unused []int
+			for i := range params {
+				if !used[rank][i] {
+					unused = append(unused, i)
+				}
+			}
+			if err := r.Prepare(ctx, Iteration{Sync: true, Unused: unused}); err != nil {
+				return err
+			}
+			for i := len(params) - 1; i >= 0; i-- {
+				if used[rank][i] {
+					if err := r.MarkReady(i, grads[rank][i]); err != nil {
+						return err
+					}
+				}
+			}
+			return r.Finalize(ctx)
+		}))
+		for rank := range world {
+			unusedAll := rs[rank].GloballyUnused()
+			for i := range params {
+				none := !used[0][i] && !used[1][i] && !used[2][i]
+				if (unusedAll != nil && unusedAll[i]) != none {
+					t.Fatalf("step %d rank %d: GloballyUnused()[%d] = %v, want %v", step, rank, i, unusedAll != nil && unusedAll[i], none)
+				}
+				if none {
+					continue // untouched, as torch leaves the grad
+				}
+				got := rs[rank].Gradient(i)
+				if used[rank][i] {
+					got = grads[rank][i]
+				}
+				g := pg.View[float64](got)
+				for k := range g {
+					if d := g[k] - want[i][k]; d > 1e-15 || d < -1e-15 {
+						t.Fatalf("step %d rank %d %s[%d] = %v, want %v", step, rank, params[i].Name, k, g[k], want[i][k])
+					}
+					other := pg.View[float64](rs[0].Gradient(i))
+					if used[0][i] {
+						other = pg.View[float64](grads[0][i])
+					}
+					if g[k] != other[k] {
+						t.Fatalf("step %d: rank %d's %s[%d] is %v, rank 0's %v", step, rank, params[i].Name, k, g[k], other[k])
+					}
+				}
+			}
+		}
+	}
+}
