@@ -14,6 +14,57 @@ import (
 	"github.com/goddp/ddp/timeline"
 )
 
+// gpuGroup is a world-size-1 NCCL group on the first GPU, or a skip.
+func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, nccl.Version) {
+	t.Helper()
+	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	if n, err := cu.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no GPU: %d devices, %v", n, err)
+	}
+	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	if err != nil {
+		t.Skipf("no NCCL: %v", err)
+	}
+	g, err := pgnccl.New(ctx, store.NewHashStore(store.HashStoreOptions{}), pgnccl.Options{Rank: 0, Size: 1, Library: lib, CUDA: cu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g, lib.Version()
+}
+
+// On a GPU (issue 20): the branch model whose heads' gradients Gorgonia
+// shares (fc2(h)+fc3(h)) on a world-size-1 NCCL group with device
+// buckets, FindUnusedParameters and the replica check at every iteration
+// (its allreduce MAX of int64 words through NCCL), and with StaticGraph:
+// the stepped gradients match the plain reference and the parameters end
+// bitwise equal to the same run on pg/local.
+func TestGPUBranchHeadsOnNCCL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, opts := range []Options{{FindUnusedParameters: true, CheckReplicasEvery: 1}, {StaticGraph: true}} {
+		g, version := gpuGroup(t, ctx)
+		heads := []string{headSum}
+		plain := plainModels(t, heads)
+		check := func(step int, values [][][]float64, got []map[string][]float64) {
+			checkStepped(t, step, referenceGrads(t, heads, values, step, plain), got, 1e-12)
+		}
+		dev := branchRun(t, ctx, branchCase{heads: heads, opts: opts, groups: []pg.ProcessGroup{g}}, check)
+		host := branchRun(t, ctx, branchCase{heads: heads, opts: opts}, check)
+		regs := dev[0].ddp.Reducer().DeviceBuckets()
+		t.Logf("GPU-FACT branch heads on NCCL %v (%+v): device buckets %v, shared %v", version, opts, regs, dev[0].ddp.shared)
+		if len(regs) == 0 {
+			t.Error("the NCCL run kept its buckets on the host")
+		}
+		if p, k := firstBitDiff(dev[0].values(), host[0].values()); p >= 0 {
+			t.Errorf("%s[%d] differs between NCCL and pg/local", branchNames[p], k)
+		}
+	}
+}
+
 // On a GPU: a world-size-1 DDP run on an NCCL group (device buckets,
 // registered as the loaded NCCL allows) ends with bitwise the parameters
 // of the same run on pg/local. With GODDP_GPU_OUT set, the NCCL run's

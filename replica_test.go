@@ -10,6 +10,7 @@ import (
 	"github.com/goddp/ddp/autogradhooks"
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/reducer"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -233,7 +234,8 @@ type branchCase struct {
 	heads   []string
 	opts    Options
 	hook    string
-	backend string // "local" when empty
+	backend string            // "local" when empty
+	groups  []pg.ProcessGroup // when set, the groups to run on instead
 }
 
 func (c branchCase) String() string {
@@ -272,7 +274,10 @@ func branchRun(t *testing.T, ctx context.Context, c branchCase, check func(step 
 	if backend == "" {
 		backend = "local"
 	}
-	gs := groupsOf(t, backend, n)
+	gs := c.groups
+	if gs == nil {
+		gs = branchGroups(t, backend, n)
+	}
 	replicas := make([]*branchModel, n)
 	for r := range replicas {
 		replicas[r] = newBranchModel(t, c.heads[r], uint64(7+r))
@@ -290,6 +295,9 @@ func branchRun(t *testing.T, ctx context.Context, c branchCase, check func(step 
 			}
 		}
 		d, err := Wrap(ctx, g, replicas[r].params, o)
+		if err == nil {
+			t.Cleanup(func() { d.Close() }) // device buckets, before the groups close
+		}
 		replicas[r].ddp = d
 		return err
 	}))
@@ -335,6 +343,30 @@ func branchRun(t *testing.T, ctx context.Context, c branchCase, check func(step 
 		}
 	}
 	return replicas
+}
+
+// branchGroups is groupsOf, plus "nccl-fake": pg/nccl over the NCCL
+// binding's test double, whose buckets live in (pretend) device memory.
+func branchGroups(t *testing.T, backend string, n int) []pg.ProcessGroup {
+	t.Helper()
+	if backend != "nccl-fake" {
+		return groupsOf(t, backend, n)
+	}
+	fake, cleanup, err := pgnccl.NewFakeWorld(n, pgnccl.FakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup) // last: after the groups are closed
+	t.Cleanup(func() {
+		for _, g := range fake {
+			g.Close()
+		}
+	})
+	gs := make([]pg.ProcessGroup, n)
+	for r, g := range fake {
+		gs[r] = g
+	}
+	return gs
 }
 
 // powerSGDForTests compresses from the first iteration, at rank 1.
@@ -447,6 +479,8 @@ func TestReplicasMatchPlainReference(t *testing.T) {
 		branchCase{heads: []string{headSum, headSum}, opts: Options{GradientAsBucketView: true}},
 		branchCase{heads: []string{headSum, headFC2}, opts: Options{StaticGraph: true, GradientAsBucketView: true}},
 		branchCase{heads: []string{headSum, headFC2}, opts: unused, backend: "tcp"},
+		branchCase{heads: []string{headSum, headFC2}, opts: Options{FindUnusedParameters: true, CheckReplicasEvery: 1}, backend: "nccl-fake"},
+		branchCase{heads: []string{headSum, headFC2}, opts: Options{StaticGraph: true}, backend: "nccl-fake"},
 	)
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
