@@ -132,3 +132,73 @@ func inputsOf(r int) *tensor.Dense {
 	}
 	return tensor.New(tensor.WithShape(4, 3), tensor.WithBacking(data))
 }
+
+// Rank 1's graph does not reach parameter b, yet it steps b with the
+// average over ranks, as torch's DDP gives every rank the same gradient:
+// rank 0's gradient of b is x = [1 2], rank 1 contributes zeros, so the
+// average is [0.5 1] on both ranks.
+func ExampleDDP_StepTensors() {
+	groups, err := local.New(2, local.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() {
+		for _, g := range groups {
+			g.Close()
+		}
+	}()
+	lines := make([]string, 2)
+	var wg sync.WaitGroup
+	var building sync.Mutex
+	for rank, g := range groups {
+		wg.Go(func() { lines[rank] = stepTensorsRank(g, &building) })
+	}
+	wg.Wait()
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	// Output:
+	// rank 0: a [2 3] b [0.5 1]
+	// rank 1: a [2 3] b [0.5 1]
+}
+
+// stepTensorsRank: rank 0's loss is sum(a⊙x) + sum(b⊙x), rank 1's sum(a⊙x).
+// Graphs are built under the lock; the collectives (Wrap, RunAll) run
+// outside it, on both ranks at once.
+func stepTensorsRank(g pg.ProcessGroup, building *sync.Mutex) string {
+	ctx := context.Background()
+	building.Lock()
+	graph := G.NewGraph()
+	a := G.NewMatrix(graph, tensor.Float64, G.WithShape(1, 2), G.WithName("a"), G.WithInit(G.Zeroes()))
+	b := G.NewMatrix(graph, tensor.Float64, G.WithShape(1, 2), G.WithName("b"), G.WithInit(G.Zeroes()))
+	xs := []float64{1 + 2*float64(g.Rank()), 2 + 2*float64(g.Rank())}
+	x := G.NewMatrix(graph, tensor.Float64, G.WithShape(1, 2), G.WithName("x"), G.WithValue(tensor.New(tensor.WithShape(1, 2), tensor.WithBacking(xs))))
+	building.Unlock()
+
+	d, err := ddp.Wrap(ctx, g, G.Nodes{a, b}, ddp.Options{FindUnusedParameters: true})
+	if err != nil {
+		return err.Error()
+	}
+	building.Lock()
+	loss := G.Must(G.Sum(G.Must(G.HadamardProd(d.Node(0), x))))
+	if g.Rank() == 0 {
+		loss = G.Must(G.Add(loss, G.Must(G.Sum(G.Must(G.HadamardProd(d.Node(1), x))))))
+	}
+	_, err = d.Grad(loss)
+	building.Unlock()
+	if err != nil {
+		return err.Error()
+	}
+
+	vm := G.NewTapeMachine(graph)
+	defer vm.Close()
+	if err := d.RunAll(ctx, vm); err != nil {
+		return err.Error()
+	}
+	_, grads, err := d.StepTensors() // then opt.Step(params, grads), package optim
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("rank %d: a %v b %v", g.Rank(), pg.View[float64](grads[0]), pg.View[float64](grads[1]))
+}
