@@ -152,6 +152,11 @@ func (d *DDP) Unused() []int { return d.unused }
 // each bucket's allreduce launched as soon as it is ready, then the wait
 // for all of them. Afterwards every parameter's gradient holds the
 // average over ranks. Call vm.Reset() before the next RunAll.
+//
+// With Options.CheckFinite, a *reducer.NonFiniteError (errors.Is
+// reducer.ErrNonFinite) says that some average holds a NaN or an
+// infinity. It comes on every rank at the same iteration, which is
+// complete: stop, or skip this optimizer step and go on.
 func (d *DDP) RunAll(ctx context.Context, vm gorgonia.VM) error { return d.run(ctx, vm, true) }
 
 // RunAllNoSync runs an iteration without communication: gradients
@@ -182,13 +187,15 @@ func (d *DDP) run(ctx context.Context, vm gorgonia.VM, sync bool) error {
 	}
 	d.probe = false
 	d.r.MarkBackwardEnd()
-	if err := d.r.Finalize(ctx); err != nil {
+	err := d.r.Finalize(ctx)
+	var nonFinite *reducer.NonFiniteError
+	if err != nil && !errors.As(err, &nonFinite) {
 		return err
 	}
-	if sync {
+	if sync { // also after a NonFiniteError: the iteration completed
 		d.fillUnused()
 	}
-	return nil
+	return err
 }
 
 func (d *DDP) names(indices []int) string {

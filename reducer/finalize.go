@@ -60,6 +60,9 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	r.static.first = false
 	r.rebuild.finishRecording()
 	r.obs.finish(r, true) // observe.go
+	if r.opts.CheckFinite {
+		return r.checkFinite() // finite.go
+	}
 	return nil
 }
 

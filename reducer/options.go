@@ -62,6 +62,14 @@ type Options struct {
 	// MixedPrecision. nil means off. It brings its own comm hook, so Hook
 	// must be nil.
 	MixedPrecision *MixedPrecision
+	// CheckFinite: after every synchronised iteration, Finalize checks
+	// that each averaged gradient is finite, and returns a NonFiniteError
+	// (ErrNonFinite) naming the parameters when one is not. Every rank
+	// holds the same averages, so every rank returns it at the same
+	// iteration. The iteration is complete all the same: the caller
+	// decides whether to stop, or to skip the optimizer step. Off by
+	// default, as in torch.
+	CheckFinite bool
 	// CheckReplicasEvery: every this many synchronised iterations,
 	// ddp.DDP.RunAll first checks that every rank holds the same
 	// parameters (VerifyReplicas: one allreduce of 16 bytes per parameter

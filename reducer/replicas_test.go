@@ -3,7 +3,9 @@ package reducer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -230,6 +232,71 @@ func TestUnusedSetChangesByStepAndRank(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// With CheckFinite, a NaN in one rank's gradient makes every rank's
+// Finalize return a NonFiniteError naming the parameter, at the same
+// iteration; the iteration is complete, and the next one, finite, passes.
+func TestCheckFinite(t *testing.T) {
+	ctx := testCtx(t)
+	params := mlpParams(3, 2) // fc1.weight, fc1.bias
+	gs := groupsOf(t, "local", 2)
+	noErrors(t, onGroups(gs, func(rank int, g pg.ProcessGroup) error {
+		r, err := New(ctx, g, params, Options{CheckFinite: true})
+		if err != nil {
+			return err
+		}
+		for it := 1; it <= 3; it++ {
+			grads := sameValues(params)
+			if it == 2 && rank == 1 {
+				pg.View[float64](grads[1])[1] = math.Inf(-1)
+			}
+			err := iterate(ctx, r, grads)
+			var nf *NonFiniteError
+			switch {
+			case it == 2 && (!errors.As(err, &nf) || nf.Iteration != 2 || fmt.Sprint(nf.Names) != "[fc1.bias]"):
+				return fmt.Errorf("iteration 2: %v; want a NonFiniteError naming fc1.bias at iteration 2", err)
+			case it == 2 && !errors.Is(err, ErrNonFinite):
+				return fmt.Errorf("iteration 2: %v does not wrap ErrNonFinite", err)
+			case it != 2 && err != nil:
+				return fmt.Errorf("iteration %d: %v", it, err)
+			}
+		}
+		return nil
+	}))
+}
+
+func TestFinite(t *testing.T) {
+	for _, c := range []struct {
+		v    []float64
+		want bool
+	}{
+		{[]float64{}, true}, {[]float64{1, -1e308, 1e308, 0, math.SmallestNonzeroFloat64}, true},
+		{[]float64{1, 2, 3, 4, 5, math.NaN()}, false}, {[]float64{math.Inf(1)}, false}, {[]float64{0, 0, 0, 0, math.Inf(-1), 0}, false},
+	} {
+		if got := Finite(pg.Float64s(c.v)); got != c.want {
+			t.Errorf("Finite(%v) = %v", c.v, got)
+		}
+		f := make([]float32, len(c.v))
+		for k, x := range c.v {
+			f[k] = float32(x) // ±1e308 become ±Inf in float32
+		}
+		want := c.want && !slices.ContainsFunc(f, func(x float32) bool { return math.IsInf(float64(x), 0) })
+		if got := Finite(pg.Float32s(f)); got != want {
+			t.Errorf("Finite(float32 %v) = %v", f, got)
+		}
+	}
+}
+
+// BenchmarkFinite is the non-finite guard's scan, per byte.
+func BenchmarkFinite(b *testing.B) {
+	v := pg.Float32s(uniform[float32](1<<20, 1, 1, 1))
+	b.SetBytes(int64(len(v.Data)))
+	for b.Loop() {
+		if !Finite(v) {
+			b.Fatal("finite values reported non-finite")
 		}
 	}
 }
