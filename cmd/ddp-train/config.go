@@ -54,6 +54,7 @@ type config struct {
 	checkpointDir    string
 	checkpointEvery  int
 	checkReplicas    int
+	onNonFinite      string
 	checkpointKeep   int // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
 	resume           bool
 
@@ -116,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint)")
 	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints, as DIR/step-NNNNNNNNN/ with DIR/latest naming the newest; --resume falls back past a damaged one to the newest intact one, with a warning (1: DIR is the one checkpoint, and a damaged one is an error)")
+	fs.StringVar(&c.onNonFinite, "on-nonfinite", "fail", "when a loss or the averaged gradients turn NaN or infinite: fail (exit 3, nothing of that step saved) or skip (skip that update on every rank, as loss scaling does, and count it)")
 	fs.IntVar(&c.checkReplicas, "check-replicas-every", 10, "every N steps check that every rank holds bitwise the same parameters (a digest per parameter, carried by the step's stop-signal allreduce); a mismatch fails every rank naming the first differing parameter (0: off)")
 	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a damaged checkpoint exits 2 naming the file)")
 	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
@@ -182,6 +184,8 @@ func (c config) validate() error {
 		return usagef("--data and --labels go together")
 	case c.checkpointEvery < 0 || (c.checkpointEvery > 0 && c.checkpointDir == ""):
 		return usagef("--checkpoint-every needs --checkpoint DIR")
+	case c.onNonFinite != "fail" && c.onNonFinite != "skip":
+		return usagef("--on-nonfinite %q: want fail or skip", c.onNonFinite)
 	case c.checkReplicas < 0:
 		return usagef("--check-replicas-every %d: want 0 (off) or a positive number of steps", c.checkReplicas)
 	case c.checkpointKeep < 1:

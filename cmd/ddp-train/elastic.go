@@ -171,28 +171,31 @@ func (e *stoppedError) Unwrap() error { return &launch.Interrupted{Signal: e.sig
 
 // agreeStop is the step's stop check (Note [preemption]): the largest
 // signal number any rank has received, the same on every rank; 0 to go on.
-// When check is set, the same allreduce MAX carries the replica check's
-// words (reducer: Note [replica check]), and a mismatch fails every rank.
-// Collective.
-func (t *trainer) agreeStop(ctx context.Context, s *session, check bool) (syscall.Signal, error) {
-	v := []int64{int64(t.c.intr.requested())}
+// The same allreduce MAX carries whether some rank's loss was not finite
+// (lossBad, Note [non-finite guard]) and, when check is set, the replica
+// check's words (reducer: Note [replica check]); a replica mismatch fails
+// every rank. Collective.
+func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool) (sig syscall.Signal, anyLossBad bool, err error) {
+	v := []int64{int64(t.c.intr.requested()), 0}
+	if lossBad {
+		v[1] = 1
+	}
 	var values []pg.Tensor
 	if check {
-		var err error
 		if values, err = s.ddp.ParamTensors(); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		v = reducer.ReplicaWords(v, values)
 	}
 	if err := t.g.AllReduce(ctx, pg.Int64s(v), pg.Op(pg.Max)).Wait(ctx); err != nil {
-		return 0, fmt.Errorf("checking for a stop signal: %w", err)
+		return 0, false, fmt.Errorf("checking for a stop signal: %w", err)
 	}
 	if check {
-		if err := s.ddp.Reducer().CheckReplicaWords(ctx, v[1:], values); err != nil {
-			return 0, err
+		if err := s.ddp.Reducer().CheckReplicaWords(ctx, v[2:], values); err != nil {
+			return 0, false, err
 		}
 	}
-	return syscall.Signal(v[0]), nil
+	return syscall.Signal(v[0]), v[1] != 0, nil
 }
 
 // stopAt ends a run that every rank agreed to stop after step: it writes
@@ -267,8 +270,11 @@ func launcherError(err error, c config) error {
 	if line != "" {
 		err = fmt.Errorf("%s: %v: %s", what, we.Err, line)
 	}
-	if exitCode(we.Err) == 2 {
+	switch exitCode(we.Err) {
+	case 2:
 		return usageError{err}
+	case exitDiverged:
+		return &divergedError{msg: err.Error()}
 	}
 	return err
 }

@@ -20,8 +20,9 @@
 // launcher's environment cut short or contradicting another (pg/env) is
 // exit 2 naming the variable, never a job of its own.
 //
-// Exit codes: 0 success, 1 a failed run, 2 bad flags or bad input,
-// 128+signal (130, 143) stopped by SIGINT or SIGTERM.
+// Exit codes (README.md's table): 0 success, 1 a failed run, 2 bad flags
+// or bad input, 3 the run diverged (a NaN or an infinity; Note [non-finite
+// guard]), 128+signal (130, 143) stopped by SIGINT or SIGTERM.
 package main
 
 import (
@@ -84,11 +85,14 @@ func report(stderr io.Writer, err error) int {
 	}
 	fmt.Fprintln(stderr, "ddp-train:", err)
 	var in *launch.Interrupted
+	var div *divergedError
 	switch {
 	case errors.As(err, &in):
 		return in.ExitCode() // 128+signal
 	case isUsage(err):
 		return 2
+	case errors.As(err, &div):
+		return exitDiverged
 	}
 	return 1
 }
@@ -114,8 +118,11 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		MaxRestarts: c.maxRestarts,
 		Backoff:     c.restartBackoff,
 		Grace:       stopGrace,
-		Retry:       func(we *launch.WorkerError) bool { return exitCode(we.Err) != 2 }, // bad input stays bad
-		Logger:      logger,
+		Retry: func(we *launch.WorkerError) bool { // bad input stays bad, and a diverged run diverges again
+			code := exitCode(we.Err)
+			return code != 2 && code != exitDiverged
+		},
+		Logger: logger,
 	})
 	return launcherError(err, c) // elastic.go
 }

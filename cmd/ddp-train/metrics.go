@@ -11,6 +11,7 @@ import (
 type trainingMetrics struct {
 	step, loss, accuracy, comm prometheus.Gauge
 	samples                    prometheus.Counter // this rank's; sum(rate(...)) over ranks is the job's samples/s
+	skipped                    prometheus.Counter // updates skipped by --on-nonfinite skip
 }
 
 func newTrainingMetrics() trainingMetrics {
@@ -24,11 +25,13 @@ func newTrainingMetrics() trainingMetrics {
 		samples: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train", Name: "samples_total",
 			Help: "Training samples this rank has processed (forward and backward) in this process."}),
 		comm: g("comm_fraction_ratio", "Fraction of step time spent waiting for communication after backward."),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train", Name: "skipped_steps_total",
+			Help: "Optimizer updates skipped because the averaged gradients were not finite (--on-nonfinite skip)."}),
 	}
 }
 
 func (m trainingMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm}
+	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm, m.skipped}
 }
 
 func (m *trainingMetrics) observe(step int, r figures) {
@@ -41,10 +44,12 @@ func (m *trainingMetrics) observe(step int, r figures) {
 	m.comm.Set(r.CommFraction)
 }
 
-// addSamples counts one step's samples of this rank.
-func (m *trainingMetrics) addSamples(n int) {
+// addSamples counts one step's samples of this rank, and whether its
+// update was skipped.
+func (m *trainingMetrics) addSamples(n, skipped int) {
 	if m == nil {
 		return
 	}
 	m.samples.Add(float64(n))
+	m.skipped.Add(float64(skipped))
 }

@@ -15,7 +15,7 @@ func TestSamplesCounter(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.collectors()...)
 	for range 5 {
-		m.addSamples(32)
+		m.addSamples(32, 0)
 	}
 	m.observe(5, figures{Loss: 1, SamplesPerSec: 1e6})
 	if got := testutil.ToFloat64(m.samples); got != 160 {
@@ -41,5 +41,5 @@ func TestSamplesCounter(t *testing.T) {
 		t.Errorf("lint: %v %v", problems, err)
 	}
 	var off *trainingMetrics
-	off.addSamples(1) // metrics off: nothing, no panic
+	off.addSamples(1, 0) // metrics off: nothing, no panic
 }

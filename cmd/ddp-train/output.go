@@ -45,6 +45,7 @@ type summary struct {
 	WorldSize     int     `json:"world_size"`
 	Backend       string  `json:"backend"`
 	CommHook      string  `json:"comm_hook"`
+	SkippedSteps  int     `json:"skipped_steps"` // updates skipped by --on-nonfinite skip
 }
 
 func summaryOf(t *trainer, r figures, steps int, wall time.Duration) summary {

@@ -22,6 +22,7 @@ type progress struct {
 	tty      bool
 	width    func() int // the terminal's columns, asked at every redraw (it may be resized)
 	win      stats      // since the last figures
+	skipped  int        // steps skipped by --on-nonfinite skip, in the whole run
 	winStart time.Time
 	began    time.Time
 	last     figures
@@ -61,13 +62,15 @@ func terminal(w io.Writer) (bool, func() int) {
 }
 
 func (p *progress) add(ctx context.Context, step int, st stats) error {
+	p.skipped += st.skipped
+	p.win.skipped += st.skipped
 	p.win.loss += st.loss
 	p.win.correct += st.correct
 	p.win.samples += st.samples
 	p.win.compute += st.compute
 	p.win.comm += st.comm
 	p.win.steps++
-	p.t.metrics.addSamples(st.samples)
+	p.t.metrics.addSamples(st.samples, st.skipped)
 	if step%p.t.c.logEvery != 0 && step != p.total {
 		if p.tty {
 			p.bar(step, p.last)
@@ -97,7 +100,7 @@ func (p *progress) add(ctx context.Context, step int, st stats) error {
 func (p *progress) reduce(ctx context.Context) (figures, error) {
 	w := p.win
 	el := time.Since(p.winStart).Seconds()
-	v := []float64{w.loss, float64(w.correct), float64(w.samples), w.comm.Seconds(), (w.compute + w.comm).Seconds(), float64(w.steps)}
+	v := []float64{w.loss, float64(w.correct), float64(w.samples), w.comm.Seconds(), (w.compute + w.comm).Seconds(), float64(w.steps - w.skipped)}
 	if err := p.t.g.AllReduce(ctx, pg.Float64s(v), pg.Op(pg.Sum)).Wait(ctx); err != nil {
 		return figures{}, fmt.Errorf("averaging the progress figures: %w", err)
 	}

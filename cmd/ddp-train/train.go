@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -112,6 +113,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
 		FindUnusedParameters: t.c.findUnused,
+		CheckFinite:          true, // Note [non-finite guard]
 		StaticGraph:          t.c.staticGraph,
 		GradientAsBucketView: t.c.bucketView,
 		Hook:                 hook,
@@ -149,6 +151,14 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		if err == nil {
 			err = restoreHookState(ck, t.g.Rank(), t.g.Size(), hook, hookLabel(t.c)) // hooks.go
 		}
+		if err == nil {
+			if name, ferr := s.paramsFinite(); ferr != nil || name != "" {
+				err = ferr
+				if name != "" {
+					err = usagef("the checkpoint's parameter %s holds a NaN or an infinity; resume from an earlier checkpoint (--checkpoint-keep) or start again", name)
+				}
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
 		}
@@ -183,22 +193,33 @@ func (t *trainer) run(ctx context.Context) error {
 	t.c.intr.arm() // a signal now stops after the current step (elastic.go)
 	for step := s.start; step < total; step++ {
 		st, err := t.step(ctx, s, feed, step)
+		var div *divergedError
+		if errors.As(err, &div) {
+			return err // it names the step
+		}
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step+1, err)
 		}
 		if err := prog.add(ctx, step+1, st); err != nil {
 			return err
 		}
+		check := t.c.checkReplicas > 0 && (step+1)%t.c.checkReplicas == 0
+		// Every rank the same: Note [preemption], Note [non-finite guard].
+		sig, lossBad, err := t.agreeStop(ctx, s, check, !st.lossOK)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step+1, err)
+		}
+		if lossBad {
+			if t.c.onNonFinite != "skip" {
+				return t.diverged(ctx, step+1, !st.lossOK, "")
+			}
+			t.log.Warn("a loss was not finite, but the averaged gradients were, so the step was applied", zap.Int("rank", t.g.Rank()), zap.Int("step", step+1))
+		}
 		saved := t.c.checkpointEvery > 0 && (step+1)%t.c.checkpointEvery == 0
 		if saved {
 			if err := t.saveCheckpoint(ctx, s, step+1); err != nil {
 				return err
 			}
-		}
-		check := t.c.checkReplicas > 0 && (step+1)%t.c.checkReplicas == 0
-		sig, err := t.agreeStop(ctx, s, check) // every rank the same: Note [preemption]
-		if err != nil {
-			return fmt.Errorf("step %d: %w", step+1, err)
 		}
 		if sig != 0 && step+1 < total {
 			if prog.tty {
@@ -211,14 +232,22 @@ func (t *trainer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.String("param_digest", digest(s.params)))
+	if name, err := s.paramsFinite(); err != nil || name != "" {
+		if err != nil {
+			return err
+		}
+		return t.diverged(ctx, total, false, fmt.Sprintf("the parameter %s holds a NaN or an infinity", name))
+	}
+	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped), zap.String("param_digest", digest(s.params)))
 	if t.g.Rank() == 0 && t.c.saveDir != "" {
 		if err := s.params.SaveNPY(t.c.saveDir); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
 	}
 	if t.g.Rank() == 0 && t.c.summary != "" {
-		return writeSummary(t.c.summary, summaryOf(t, final, total-s.start, time.Since(began)))
+		sum := summaryOf(t, final, total-s.start, time.Since(began))
+		sum.SkippedSteps = prog.skipped
+		return writeSummary(t.c.summary, sum)
 	}
 	return nil
 }
@@ -231,12 +260,14 @@ type stats struct {
 	compute time.Duration // forward and backward
 	comm    time.Duration // communication left after backward
 	steps   int           // optimizer steps summed (for a window)
+	skipped int           // steps whose update was skipped (--on-nonfinite skip)
+	lossOK  bool          // every micro-batch's loss on this rank was finite
 }
 
 // step runs one optimizer step: gradAccum micro-batches, communicating on
 // the last, then the update.
 func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) (stats, error) {
-	var st stats
+	st := stats{lossOK: true}
 	k := t.c.gradAccum
 	for micro := range k {
 		labels, err := feed.load(s, step*k+micro)
@@ -250,13 +281,27 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		} else {
 			err = s.ddp.RunAll(ctx, vm)
 		}
-		if err != nil {
+		names, nonFinite := nonFiniteGrads(err) // Note [non-finite guard]
+		if err != nil && !nonFinite {
 			return st, err
 		}
 		end := time.Now()
 		st.compute += vm.tapeEnd.Sub(start)
 		st.comm += end.Sub(vm.tapeEnd)
-		st.loss += s.net.LossValue() / float64(k)
+		loss := s.net.LossValue()
+		st.lossOK = st.lossOK && finiteLoss(loss)
+		if nonFinite {
+			if t.c.onNonFinite != "skip" {
+				return st, t.diverged(ctx, step+1, !st.lossOK, "the averaged gradients of "+names+" are not finite")
+			}
+			if t.g.Rank() == 0 {
+				t.log.Warn("skipping the update: the averaged gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1), zap.String("params", names))
+			}
+			st.correct += s.net.Correct(labels)
+			s.vm.Reset()
+			return stats{skipped: 1, lossOK: true, samples: st.samples + len(labels), correct: st.correct, compute: st.compute, comm: st.comm}, nil
+		}
+		st.loss += loss / float64(k)
 		st.correct += s.net.Correct(labels)
 		st.samples += len(labels)
 		if micro < k-1 {
