@@ -113,6 +113,9 @@ func loadOne(dir string, o Options) (*Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadCheckpoint, dir, err)
 	}
+	if m.Step < 0 || m.Step > MaxStep || m.Optimizer.Step < 0 || m.Optimizer.Step > MaxStep {
+		return nil, fmt.Errorf("%w: %s: the manifest claims step %d (optimizer step %d); a step lies in [0, %d]", ErrBadCheckpoint, dir, m.Step, m.Optimizer.Step, MaxStep)
+	}
 	c := &Checkpoint{Step: m.Step, Dtype: m.Dtype, Meta: m.Meta,
 		Params: map[string][]float64{}, Shapes: map[string][]int{}, Extra: map[string][]float64{}}
 	c.Optimizer = optim.State{Name: m.Optimizer.Name, Step: m.Optimizer.Step, Buffers: map[string][]float64{}}
@@ -235,8 +238,8 @@ func (c *Checkpoint) validate() error {
 	if c == nil {
 		return bad("no checkpoint")
 	}
-	if c.Step < 0 || c.Optimizer.Step < 0 {
-		return bad("negative step (%d, optimizer %d)", c.Step, c.Optimizer.Step)
+	if c.Step < 0 || c.Optimizer.Step < 0 || c.Step > MaxStep || c.Optimizer.Step > MaxStep {
+		return bad("step %d (optimizer %d) outside [0, %d]", c.Step, c.Optimizer.Step, MaxStep)
 	}
 	if c.Dtype != "" && c.Dtype != "float32" && c.Dtype != "float64" {
 		return bad("dtype %q; want float32, float64 or empty", c.Dtype)
