@@ -23,7 +23,7 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	}
 	ck := checkpoint.Capture(step, s.params, s.opt)
 	ck.Extra = hookState
-	ck.Meta = map[string]string{"comm_hook": hookLabel(t.c)}
+	ck.Meta = t.runMeta() // Note [resume that cannot lie]
 	if err := checkpoint.SaveWith(t.c.checkpointDir, ck, t.checkpointOptions()); err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}

@@ -50,13 +50,16 @@ type config struct {
 	powersgdRank      int // --powersgd-rank: matrix_approximation_rank
 	powersgdStartIter int // --powersgd-start-iter: start_powerSGD_iter
 
-	initDir, saveDir string
-	checkpointDir    string
-	checkpointEvery  int
-	checkReplicas    int
-	onNonFinite      string
-	checkpointKeep   int // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
-	resume           bool
+	initDir, saveDir     string
+	checkpointDir        string
+	checkpointEvery      int
+	checkReplicas        int
+	onNonFinite          string
+	overwriteCheckpoints bool
+	resumeAllow          string
+	ownLauncher          bool // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
+	checkpointKeep       int  // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
+	resume               bool
 
 	logFormat   string
 	logEvery    int
@@ -119,6 +122,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints, as DIR/step-NNNNNNNNN/ with DIR/latest naming the newest; --resume falls back past a damaged one to the newest intact one, with a warning (1: DIR is the one checkpoint, and a damaged one is an error)")
 	fs.StringVar(&c.onNonFinite, "on-nonfinite", "fail", "when a loss or the averaged gradients turn NaN or infinite: fail (exit 3, nothing of that step saved) or skip (skip that update on every rank, as loss scaling does, and count it)")
 	fs.IntVar(&c.checkReplicas, "check-replicas-every", 10, "every N steps check that every rank holds bitwise the same parameters (a digest per parameter, carried by the step's stop-signal allreduce); a mismatch fails every rank naming the first differing parameter (0: off)")
+	fs.BoolVar(&c.overwriteCheckpoints, "overwrite-checkpoints", false, "start over in a --checkpoint directory that holds another run's checkpoints, deleting them (without it such a directory is refused)")
+	fs.StringVar(&c.resumeAllow, "resume-allow-changes", "", "with --resume, settings the run may change from the checkpoint's, comma-separated (world_size, seed, batch_size, grad_accum, optimizer, lr, comm_hook, powersgd_start_iter, model, shuffle, data); any other change is refused")
 	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a damaged checkpoint exits 2 naming the file)")
 	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
 	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal")
@@ -184,6 +189,10 @@ func (c config) validate() error {
 		return usagef("--data and --labels go together")
 	case c.checkpointEvery < 0 || (c.checkpointEvery > 0 && c.checkpointDir == ""):
 		return usagef("--checkpoint-every needs --checkpoint DIR")
+	case c.resumeAllow != "" && !c.resume:
+		return usagef("--resume-allow-changes needs --resume")
+	case knownFields(c.resumeAllow) != nil:
+		return knownFields(c.resumeAllow)
 	case c.onNonFinite != "fail" && c.onNonFinite != "skip":
 		return usagef("--on-nonfinite %q: want fail or skip", c.onNonFinite)
 	case c.checkReplicas < 0:

@@ -68,6 +68,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	_, launched := lookup(workerEnv)
 	switch {
 	case launched || ecfg.Source != env.SourceNone:
+		c.ownLauncher = launched
 		c = elasticWorker(c, ecfg, launched, stderr) // Note [restarts]
 		err = runWorker(ctx, c, ecfg, stdout, stderr)
 	case c.backend == "local":
@@ -111,6 +112,14 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		return err
 	}
 	defer logger.Sync()
+	if err := checkOutputs(c, true); err != nil { // Note [outputs only on success]
+		return err
+	}
+	release, err := claimCheckpoint(c, logger) // Note [checkpoint directories are owned]
+	if err != nil {
+		return err
+	}
+	defer release()
 	if c.maxRestarts > 0 && c.checkpointDir == "" {
 		logger.Warn("--max-restarts without --checkpoint: a restarted job starts again from step 0")
 	}

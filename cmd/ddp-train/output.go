@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -52,27 +51,6 @@ func summaryOf(t *trainer, r figures, steps int, wall time.Duration) summary {
 	samples := float64(steps * t.c.gradAccum * t.c.batchSize * t.g.Size())
 	return summary{Steps: steps, FinalLoss: r.Loss, Accuracy: r.Accuracy, SamplesPerSec: samples / wall.Seconds(),
 		WallSeconds: wall.Seconds(), WorldSize: t.g.Size(), Backend: pg.BackendName(t.g), CommHook: t.c.commHook}
-}
-
-// writeSummary writes the JSON atomically.
-func writeSummary(path string, s summary) error {
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".summary-*")
-	if err != nil {
-		return fmt.Errorf("--summary: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("--summary: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("--summary: %w", err)
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // metricsServer serves /metrics for one rank, or nothing.

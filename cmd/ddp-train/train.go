@@ -146,6 +146,9 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		// Wrap's broadcast are the same everywhere.
 		ck, err := t.loadCheckpoint(ctx) // ckpt.go
 		if err == nil {
+			err = t.checkResume(ck.Meta) // outputs.go: Note [resume that cannot lie]
+		}
+		if err == nil {
 			err = ck.Restore(p, s.opt)
 		}
 		if err == nil {
@@ -187,6 +190,9 @@ func (t *trainer) run(ctx context.Context) error {
 	defer s.closeTimeline(t.log)
 	defer s.close(t.log)
 	total := t.totalSteps(s)
+	if s.start >= total && t.g.Rank() == 0 { // Note [resume that cannot lie]
+		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs", zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
+	}
 	prog := newProgress(t, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
 	began := time.Now()
@@ -239,17 +245,9 @@ func (t *trainer) run(ctx context.Context) error {
 		return t.diverged(ctx, total, false, fmt.Sprintf("the parameter %s holds a NaN or an infinity", name))
 	}
 	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped), zap.String("param_digest", digest(s.params)))
-	if t.g.Rank() == 0 && t.c.saveDir != "" {
-		if err := s.params.SaveNPY(t.c.saveDir); err != nil {
-			return fmt.Errorf("--save: %w", err)
-		}
-	}
-	if t.g.Rank() == 0 && t.c.summary != "" {
-		sum := summaryOf(t, final, total-s.start, time.Since(began))
-		sum.SkippedSteps = prog.skipped
-		return writeSummary(t.c.summary, sum)
-	}
-	return nil
+	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
+	sum.SkippedSteps = prog.skipped
+	return t.writeOutputs(s, sum) // outputs.go: Note [outputs only on success]
 }
 
 // stats are one step's local numbers.

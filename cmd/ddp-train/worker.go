@@ -35,6 +35,18 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer logger.Sync()
+	if !c.ownLauncher { // ddp-train's launcher checked and holds these
+		if err := checkOutputs(c, e.Rank == 0); err != nil { // Note [outputs only on success]
+			return err
+		}
+		if e.Rank == 0 {
+			release, err := claimCheckpoint(c, logger) // Note [checkpoint directories are owned]
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
+	}
 	ds, err := loadData(c)
 	if err != nil {
 		return err
@@ -116,6 +128,14 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer logger.Sync()
+	if err := checkOutputs(c, true); err != nil { // Note [outputs only on success]
+		return err
+	}
+	release, err := claimCheckpoint(c, logger) // Note [checkpoint directories are owned]
+	if err != nil {
+		return err
+	}
+	defer release()
 	diagStore := store.NewHashStore(store.HashStoreOptions{Timeout: c.timeout}) // the ranks' desync reports
 	defer diagStore.Close()
 	metrics, err := serveMetrics(c, 0, logger)
