@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/npy"
@@ -116,5 +118,122 @@ func TestNonFiniteGuardSkips(t *testing.T) {
 	}
 	if d := digests(r.stderr); len(d) != 2 || d["0"] != d["1"] {
 		t.Errorf("the ranks ended with different parameters: %v", d)
+	}
+}
+
+// An output path that cannot be written is exit 2 before any worker
+// starts, with nothing written: --summary in a missing directory (it used
+// to fail after training, with --save written, and be retried by
+// --max-restarts), and --checkpoint that is a file (rank 0 used to fail
+// mid-run, and the launcher blamed rank 1's lost store).
+func TestOutputPathsCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	save := filepath.Join(dir, "out")
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"summary":       {[]string{"--summary", filepath.Join(dir, "missing", "s.json"), "--save", save, "--max-restarts", "2"}, "--summary"},
+		"checkpoint":    {[]string{"--checkpoint", file, "--checkpoint-every", "1", "--save", save}, "--checkpoint " + file + ": it is a file"},
+		"save":          {[]string{"--save", filepath.Join(file, "sub")}, "--save"},
+		"summary dir":   {[]string{"--summary", dir}, "it is a directory"},
+		"timeline file": {[]string{"--timeline", file}, "--timeline"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := ddpTrain(t, args(append([]string{"--steps", "3"}, c.args...)...)...)
+			if r.code != 2 || !strings.Contains(lastLine(r.stderr), c.want) || strings.Contains(r.stderr, "[rank ") {
+				t.Fatalf("exit %d, stderr\n%s\nwant exit 2 naming %q before any worker started", r.code, r.stderr, c.want)
+			}
+			if _, err := os.Stat(save); err == nil {
+				t.Fatal("--save was written")
+			}
+		})
+	}
+}
+
+// A --checkpoint directory that holds another run's checkpoints is not
+// touched by a run without --resume: it is refused (it used to prune
+// step-200 and step-300); --overwrite-checkpoints starts over; a second
+// run while one holds the directory is refused at once naming it.
+func TestCheckpointDirectoryOwned(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if r := ddpTrain(t, args("--steps", "3", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3")...); r.code != 0 {
+		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := checkpoint.Steps(ck); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("first run left steps %v", got)
+	}
+	r := ddpTrain(t, args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3")...)
+	if r.code != 2 || !strings.Contains(lastLine(r.stderr), "already holds checkpoints of steps 1, 2, 3") {
+		t.Fatalf("a new run into it: exit %d, last line %q; want exit 2", r.code, lastLine(r.stderr))
+	}
+	if got := checkpoint.Steps(ck); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("the refused run left steps %v", got)
+	}
+	if r := ddpTrain(t, args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3", "--overwrite-checkpoints")...); r.code != 0 {
+		t.Fatalf("--overwrite-checkpoints: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := checkpoint.Steps(ck); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("after starting over: steps %v, want [1 2]", got)
+	}
+
+	long := startTrain(t, args("--steps", "1000000", "--checkpoint", ck, "--resume", "--checkpoint-every", "100000", "--log-every", "1")...)
+	long.waitStep(t, 3) // killed at cleanup
+	start := time.Now()
+	r = ddpTrain(t, args("--steps", "5", "--checkpoint", ck, "--resume")...)
+	if r.code != 2 || !strings.Contains(lastLine(r.stderr), "in use by another run") || !strings.Contains(lastLine(r.stderr), "pid ") || time.Since(start) > 20*time.Second {
+		t.Fatalf("a second run on a held directory: exit %d after %v, last line %q; want exit 2 at once naming the holder", r.code, time.Since(start), lastLine(r.stderr))
+	}
+}
+
+// --resume refuses to change what shapes the trajectory, naming every
+// field, unless --resume-allow-changes names it; a checkpoint already at
+// the steps asked for is "nothing to train", exit 0, with no negative
+// figures; a checkpoint whose weights are NaN is refused.
+func TestResumeCannotLie(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if r := ddpTrain(t, args("--steps", "4", "--checkpoint", ck, "--checkpoint-every", "4")...); r.code != 0 {
+		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
+	}
+	r := ddpTrain(t, args("--steps", "8", "--checkpoint", ck, "--resume", "--batch-size", "8", "--optimizer", "adam", "--nproc", "3")...)
+	for _, want := range []string{"world_size: the checkpoint's run had 2, this run has 3", "batch_size", "optimizer", "--resume-allow-changes (world_size,batch_size,optimizer)"} {
+		if r.code != 2 || !strings.Contains(lastLine(r.stderr), want) {
+			t.Fatalf("changed settings: exit %d, last line %q; want exit 2 naming %q", r.code, lastLine(r.stderr), want)
+		}
+	}
+	if r := ddpTrain(t, args("--steps", "6", "--checkpoint", ck, "--resume", "--lr", "0.05", "--resume-allow-changes", "lr")...); r.code != 0 || !strings.Contains(r.stderr, "resuming with changed settings") {
+		t.Fatalf("an allowed change: exit %d\n%s", r.code, r.stderr)
+	}
+	sum := filepath.Join(dir, "s.json")
+	r = ddpTrain(t, args("--steps", "3", "--checkpoint", ck, "--resume", "--summary", sum)...)
+	var s summary
+	b, err := os.ReadFile(sum)
+	if err == nil {
+		err = json.Unmarshal(b, &s)
+	}
+	if r.code != 0 || !strings.Contains(r.stderr, "nothing to train") || err != nil || s.Steps != 0 || s.SamplesPerSec < 0 {
+		t.Fatalf("a finished checkpoint: exit %d, summary %+v (%v)\n%s", r.code, s, err, r.stderr)
+	}
+
+	c, from, err := checkpoint.LoadWith(ck, checkpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range c.Params {
+		c.Params[name][0] = math.NaN()
+		break
+	}
+	if err := checkpoint.Save(from, c); err != nil {
+		t.Fatal(err)
+	}
+	r = ddpTrain(t, args("--steps", "9", "--checkpoint", ck, "--resume")...)
+	if r.code != 2 || !strings.Contains(lastLine(r.stderr), "holds a NaN or an infinity") {
+		t.Fatalf("a checkpoint with NaN weights: exit %d, last line %q; want exit 2", r.code, lastLine(r.stderr))
 	}
 }
