@@ -9,10 +9,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/goddp/ddp/checkpoint"
+	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/npy"
 )
 
@@ -235,5 +237,37 @@ func TestResumeCannotLie(t *testing.T) {
 	r = ddpTrain(t, args("--steps", "9", "--checkpoint", ck, "--resume")...)
 	if r.code != 2 || !strings.Contains(lastLine(r.stderr), "holds a NaN or an infinity") {
 		t.Fatalf("a checkpoint with NaN weights: exit %d, last line %q; want exit 2", r.code, lastLine(r.stderr))
+	}
+}
+
+// Under an external launcher (Slurm's variables here) there is no
+// launcher of ours to check the outputs: rank 0 finds that --summary
+// cannot be written, and every rank exits 2 at once, the others naming
+// rank 0, instead of waiting for it until the timeout.
+func TestExternalLauncherChecksOutputsOnEveryRank(t *testing.T) {
+	jobID, _ := slurmJobWithFreePort(t)
+	secret, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "missing", "s.json")
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := range 2 {
+		e := cleanEnv("GODDP_SECRET="+secret, "SLURM_JOB_ID="+strconv.FormatUint(jobID, 10), "SLURM_STEP_ID=0",
+			"SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=2", "SLURM_LOCALID="+strconv.Itoa(r), "SLURM_NODEID=0",
+			"SLURM_JOB_NODELIST=localhost", "SLURM_STEP_NODELIST=localhost", "SLURM_STEP_TASKS_PER_NODE=2")
+		wg.Go(func() { results[r] = runWithEnv(t, e, args("--steps", "5", "--summary", bad)...) })
+	}
+	wg.Wait()
+	if results[0].code != 2 || !strings.Contains(lastLine(results[0].stderr), "--summary") {
+		t.Errorf("rank 0: exit %d, last line %q; want 2 naming --summary", results[0].code, lastLine(results[0].stderr))
+	}
+	if results[1].code != 2 || !strings.Contains(lastLine(results[1].stderr), "rank 0 failed its checks") {
+		t.Errorf("rank 1: exit %d, last line %q; want 2 naming rank 0", results[1].code, lastLine(results[1].stderr))
+	}
+	if d := time.Since(start); d > 20*time.Second { // --timeout is 30s
+		t.Errorf("took %v", d)
 	}
 }

@@ -47,6 +47,12 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer g.Close() // the wrapper closes mg; mg.Close after it is a no-op
+
+	release, err := setupChecks(ctx, c, g, logger) // outputs.go
+	if err != nil {
+		return err
+	}
+	defer release()
 	var out io.Writer = io.Discard
 	if rank == 0 {
 		out = stdout

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/dataset"
+	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )
 
@@ -134,6 +136,39 @@ func writable(flagName, path, dir string) error {
 	f.Close()
 	os.Remove(f.Name())
 	return nil
+}
+
+// setupChecks is checkOutputs and claimCheckpoint for a worker under an
+// external launcher (torchrun, mpirun, srun, Kubernetes), where no
+// launcher of ours checked them: each rank checks what it writes, rank 0
+// takes the checkpoint directory, and the ranks agree on the outcome with
+// one allreduce, so that when one rank fails its checks every rank stops
+// at once, naming it, instead of waiting for it until the timeout.
+// Collective.
+func setupChecks(ctx context.Context, c config, g pg.ProcessGroup, log *zap.Logger) (release func(), err error) {
+	release = func() {}
+	err = checkOutputs(c, g.Rank() == 0)
+	if err == nil && g.Rank() == 0 {
+		release, err = claimCheckpoint(c, log)
+		if err != nil {
+			release = func() {}
+		}
+	}
+	failed := []int64{0} // the highest failing rank + 1
+	if err != nil {
+		failed[0] = int64(g.Rank()) + 1
+	}
+	if aerr := g.AllReduce(ctx, pg.Int64s(failed), pg.Op(pg.Max)).Wait(ctx); aerr != nil && err == nil {
+		err = fmt.Errorf("agreeing that every rank passed its checks: %w", aerr)
+	}
+	if err == nil && failed[0] > 0 {
+		err = usagef("rank %d failed its checks before training (its own error line says why)", failed[0]-1)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }
 
 // claimCheckpoint takes --checkpoint for this run (Note [checkpoint

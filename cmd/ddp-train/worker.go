@@ -35,18 +35,6 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer logger.Sync()
-	if !c.ownLauncher { // ddp-train's launcher checked and holds these
-		if err := checkOutputs(c, e.Rank == 0); err != nil { // Note [outputs only on success]
-			return err
-		}
-		if e.Rank == 0 {
-			release, err := claimCheckpoint(c, logger) // Note [checkpoint directories are owned]
-			if err != nil {
-				return err
-			}
-			defer release()
-		}
-	}
 	ds, err := loadData(c)
 	if err != nil {
 		return err
@@ -75,6 +63,14 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer g.Close() // before m.Close: it stops the wrapper's watcher
+
+	if !c.ownLauncher { // ddp-train's own launcher checked and holds these
+		release, err := setupChecks(ctx, c, g, logger)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	var out io.Writer = io.Discard
 	if e.Rank == 0 {
 		out = stdout
