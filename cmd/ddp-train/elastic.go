@@ -41,6 +41,7 @@ import (
 	"github.com/goddp/ddp/internal/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
+	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/reducer"
 	"go.uber.org/zap"
 )
@@ -240,6 +241,7 @@ func launcherError(err error, c config) error {
 	if !errors.As(err, &we) {
 		return err
 	}
+	we = rootCause(we)
 	line := lastReport(we.Tail)
 	var in *launch.Interrupted
 	if errors.As(we.Err, &in) { // the launcher's own signal, forwarded
@@ -277,6 +279,45 @@ func launcherError(err error, c config) error {
 		return &divergedError{msg: err.Error()}
 	}
 	return err
+}
+
+// exitPeerFailed is the exit code of a worker of ddp-train's own
+// launcher whose run failed because a peer or the store failed (a
+// communication error, a timeout, a peer's report): the launcher then
+// names another worker's failure as the cause when there is one. Users
+// never see it: the launcher reports 1.
+const exitPeerFailed = 4
+
+// settleTime is how long the launcher lets the other workers end after
+// the first fails, to see which failure is the cause.
+const settleTime = 2 * time.Second
+
+// peerCaused reports whether err came from another process: a lost or
+// failed peer, the store, or a collective that timed out waiting.
+func peerCaused(err error) bool {
+	for _, e := range []error{pg.ErrComm, pg.ErrRemote, pg.ErrTimeout, pg.ErrAborted, pg.ErrClosed, store.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// rootCause picks, among the workers that failed on their own, the first
+// whose failure was not caused by another's (Note [first is not the
+// cause]); the first failure when all were.
+func rootCause(we *launch.WorkerError) *launch.WorkerError {
+	if exitCode(we.Err) != exitPeerFailed {
+		return we
+	}
+	for _, f := range we.Failures {
+		if code := exitCode(f.Err); code != exitPeerFailed {
+			root := *we
+			root.Rank, root.Err, root.Tail = f.Rank, f.Err, f.Tail
+			return &root
+		}
+	}
+	return we
 }
 
 // exitCode is a worker's exit status, or -1.

@@ -271,3 +271,25 @@ func TestExternalLauncherChecksOutputsOnEveryRank(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// When rank 0 cannot write a checkpoint mid-run (its directory's parent
+// was replaced by a file), rank 1 loses rank 0's store and fails too, and
+// often first; the launcher's last line names rank 0's checkpoint error,
+// not rank 1's lost store.
+func TestLauncherNamesTheCause(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "p")
+	ck := filepath.Join(parent, "ck")
+	run := startTrain(t, args("--steps", "1000000", "--checkpoint", ck, "--checkpoint-every", "300", "--log-every", "1")...)
+	run.waitStep(t, 3)
+	if err := os.RemoveAll(parent); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(parent, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code := run.wait(t)
+	last := lastLine(run.stderr.String())
+	if code != 1 || !strings.Contains(last, "worker rank 0 failed") || !strings.Contains(last, "checkpoint at step 300") {
+		t.Fatalf("exit %d, last line %q; want rank 0's checkpoint error named", code, last)
+	}
+}

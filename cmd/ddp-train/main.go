@@ -71,6 +71,10 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 		c.ownLauncher = launched
 		c = elasticWorker(c, ecfg, launched, stderr) // Note [restarts]
 		err = runWorker(ctx, c, ecfg, stdout, stderr)
+		if code := report(stderr, intr.interrupted(err)); code != 1 || !launched || !peerCaused(err) {
+			return code
+		}
+		return exitPeerFailed // to our own launcher only: Note [first is not the cause]
 	case c.backend == "local":
 		err = runLocal(ctx, c, stdout, stderr)
 	default:
@@ -127,8 +131,9 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		MaxRestarts: c.maxRestarts,
 		Backoff:     c.restartBackoff,
 		Grace:       stopGrace,
+		Settle:      settleTime, // Note [first is not the cause]
 		Retry: func(we *launch.WorkerError) bool { // bad input stays bad, and a diverged run diverges again
-			code := exitCode(we.Err)
+			code := exitCode(rootCause(we).Err) // Note [first is not the cause]
 			return code != 2 && code != exitDiverged
 		},
 		Logger: logger,

@@ -60,6 +60,8 @@ type Elastic struct {
 	Backoff, MaxBackoff time.Duration
 	// Grace is each attempt's Spec.Grace when that is 0.
 	Grace time.Duration
+	// Settle is each attempt's Spec.Settle when that is 0.
+	Settle time.Duration
 	// Retry, if set, decides whether a failure may be restarted at all
 	// (e.g. not a worker that exited on bad input). nil: every failure.
 	Retry func(*WorkerError) bool
@@ -104,6 +106,9 @@ func RunElastic(ctx context.Context, e Elastic, newSpec func(attempt int) (Spec,
 		}
 		if spec.Grace == 0 {
 			spec.Grace = e.Grace
+		}
+		if spec.Settle == 0 {
+			spec.Settle = e.Settle
 		}
 		err = Run(ctx, spec)
 		var we *WorkerError

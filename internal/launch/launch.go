@@ -33,6 +33,12 @@ type Spec struct {
 	// Grace is how long a stopped worker gets between SIGTERM (or the
 	// signal Run forwards) and SIGKILL.
 	Grace time.Duration
+	// Settle is how long, after the first worker fails, the others get
+	// to end on their own before they are stopped, so that the error
+	// holds every failure (WorkerError.Failures) and the caller can name
+	// the root cause rather than whichever worker exited first: Note
+	// [first is not the cause]. 0 stops them at once.
+	Settle time.Duration
 }
 
 // WorkerError reports the first worker that failed.
@@ -41,7 +47,26 @@ type WorkerError struct {
 	Err     error
 	Tail    string // the last lines the worker wrote to stderr
 	Attempt int    // RunElastic's attempt it failed in: 0 for the first, k after k restarts
+	// Failures are the workers that failed on their own, the first
+	// included, in the order they ended (within Spec.Settle of the
+	// first); not those the launcher stopped.
+	Failures []Failure
 }
+
+// Failure is one worker's failure.
+type Failure struct {
+	Rank int
+	Err  error
+	Tail string
+}
+
+// Note [first is not the cause]: when one worker fails, its peers fail
+// too, as their collectives lose it, and one of them often exits first:
+// the rank that could not write its checkpoint exits a moment after the
+// rank whose store it hosted reports "the store did not answer". Run
+// therefore waits up to Spec.Settle for the others to end by themselves,
+// and keeps every failure, so the caller can pick the one that is a cause
+// (ddp-train: a worker whose error did not come from a peer).
 
 func (e *WorkerError) Error() string {
 	msg := fmt.Sprintf("worker rank %d failed: %v", e.Rank, e.Err)
@@ -144,10 +169,21 @@ func Run(ctx context.Context, spec Spec) error {
 		}()
 	}
 	var first *WorkerError
+	var settle <-chan time.Time // after the first failure: Note [first is not the cause]
+	stopAll := func() {
+		for _, w := range workers {
+			w.stop(syscall.SIGTERM, spec.Grace)
+		}
+	}
+	stopped := false
 	for range spec.N {
 		var res result
 		select {
 		case res = <-results:
+		case <-settle:
+			settle, stopped = nil, true
+			stopAll()
+			res = <-results
 		case <-ctx.Done():
 			sig := syscall.SIGTERM
 			var in *Interrupted
@@ -157,18 +193,27 @@ func Run(ctx context.Context, spec Spec) error {
 			for _, w := range workers {
 				w.stop(sig, spec.Grace)
 			}
+			stopped = true
 			res = <-results
 			if first == nil {
 				first = &WorkerError{Rank: res.rank, Err: context.Cause(ctx), Tail: workers[res.rank].tail.String()}
 			}
 			continue
 		}
-		if res.err != nil && first == nil {
-			first = &WorkerError{Rank: res.rank, Err: res.err, Tail: workers[res.rank].tail.String()}
-			for _, w := range workers {
-				w.stop(syscall.SIGTERM, spec.Grace)
+		if res.err == nil || stopped {
+			continue
+		}
+		f := Failure{Rank: res.rank, Err: res.err, Tail: workers[res.rank].tail.String()}
+		if first == nil {
+			first = &WorkerError{Rank: f.Rank, Err: f.Err, Tail: f.Tail}
+			if spec.Settle > 0 {
+				settle = time.After(spec.Settle)
+			} else {
+				stopped = true
+				stopAll()
 			}
 		}
+		first.Failures = append(first.Failures, f)
 	}
 	if first != nil {
 		return first

@@ -97,3 +97,23 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 		t.Fatalf("tail = %q", got)
 	}
 }
+
+// With Settle, a worker that fails a moment after the first one is still
+// recorded as a failure of its own, and a worker that would run on is
+// stopped once Settle has passed.
+func TestSettleKeepsEveryFailure(t *testing.T) {
+	spec := Spec{N: 3, Path: "/bin/sh", Grace: time.Second, Settle: 2 * time.Second,
+		Args: []string{"-c", `case "$RANK" in 0) sleep 0.3; echo cause >&2; exit 5;; 1) echo consequence >&2; exit 4;; *) sleep 60;; esac`}}
+	start := time.Now()
+	err := Run(context.Background(), spec)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 1 {
+		t.Fatalf("Run = %v; want rank 1 first", err)
+	}
+	if len(we.Failures) != 2 || we.Failures[1].Rank != 0 || !strings.Contains(we.Failures[1].Tail, "cause") {
+		t.Fatalf("Failures = %+v; want ranks 1 then 0 (with its tail), and not rank 2, which was stopped", we.Failures)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Run took %v; rank 2 should have been stopped after Settle", d)
+	}
+}
