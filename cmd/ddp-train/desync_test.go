@@ -66,7 +66,7 @@ func stopWorker(t *testing.T, victimRank string, survivors []string, want func(r
 	}
 	out := errOut.String()
 	// The launcher's last line repeats the failed worker's, culprit included.
-	last := regexp.MustCompile(`(?m)^ddp-train: worker rank \d failed: exit status 1: rank \d: .*$`).FindString(out)
+	last := regexp.MustCompile(`(?m)^ddp-train: worker rank \d failed: (exit status 1|it lost a peer or the store): rank \d: .*$`).FindString(out)
 	t.Logf("%s", last)
 	if !strings.Contains(last, "check rank "+victimRank+":") {
 		t.Fatalf("the launcher's last line does not name rank %s:\n%s\n\nall output:\n%s", victimRank, last, out)

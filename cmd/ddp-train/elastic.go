@@ -268,9 +268,13 @@ func launcherError(err error, c config) error {
 		}
 		what += fmt.Sprintf(" (after %d restart%s; --max-restarts %d)", we.Attempt, plural, c.maxRestarts)
 	}
-	err = fmt.Errorf("%s: %v", what, we.Err)
+	status := we.Err.Error()
+	if exitCode(we.Err) == exitPeerFailed { // every failure came from a peer: the line names the culprit
+		status = "it lost a peer or the store"
+	}
+	err = fmt.Errorf("%s: %s", what, status)
 	if line != "" {
-		err = fmt.Errorf("%s: %v: %s", what, we.Err, line)
+		err = fmt.Errorf("%s: %s: %s", what, status, line)
 	}
 	switch exitCode(we.Err) {
 	case 2:
