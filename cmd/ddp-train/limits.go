@@ -20,9 +20,12 @@ package main
 //   - --lr: finite (the sign is config.validate's).
 //   - --bucket-cap-mb, --first-bucket-mb: finite, at least one byte, at
 //     most maxBucketMiB (1 TiB).
-//   - --timeout: at most maxTimeout; --steps, --epochs, --grad-accum at
-//     most maxSteps, maxEpochs, maxGradAccum, so that steps·accumulation
-//     and epochs·batches stay far from overflowing int.
+//   - --timeout: at most maxTimeout (a week; timeouts are added to and
+//     scaled, and near 292 years overflow time.Duration).
+//   - --steps: at most maxSteps, the most a checkpoint's nine-digit
+//     directory name (step-NNNNNNNNN) holds; --epochs and --grad-accum at
+//     most maxEpochs and maxGradAccum, so that epochs·batches and
+//     steps·accumulation stay far from overflowing int.
 //   - --samples: the synthetic set within dataset.MaxValues values.
 //   - --classes: not negative (0 is the largest label plus one).
 //   - --metrics-addr, --listen-addr: host:port with a numeric port; the
@@ -52,7 +55,7 @@ const (
 	maxNproc     = 1024    // --nproc, even with --oversubscribe
 	maxBucketMiB = 1 << 20 // --bucket-cap-mb and --first-bucket-mb: 1 TiB
 	maxTimeout   = 7 * 24 * time.Hour
-	maxSteps     = 1 << 40
+	maxSteps     = 999_999_999
 	maxEpochs    = 1 << 30
 	maxGradAccum = 1 << 16
 	maxPort      = 65535

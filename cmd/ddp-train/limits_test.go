@@ -200,7 +200,7 @@ func TestCheckLimits(t *testing.T) {
 		{[]string{"--timeout", "168h"}, ""},
 		{[]string{"--timeout", "169h"}, "want at most 168h"},
 		{[]string{"--steps", strconv.Itoa(maxSteps)}, ""},
-		{[]string{"--steps", strconv.Itoa(maxSteps + 1)}, "--steps 1099511627777"},
+		{[]string{"--steps", strconv.Itoa(maxSteps + 1)}, "--steps 1000000000: want at most 999999999"},
 		{[]string{"--metrics-addr", "localhost:9400"}, ""},
 		{[]string{"--metrics-addr", "[::1]:65534"}, ""},
 		{[]string{"--metrics-addr", ":65534", "--nproc", "3"}, "ports 65534 to 65536"},
