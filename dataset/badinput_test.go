@@ -50,7 +50,7 @@ func TestBadInput(t *testing.T) {
 		{"empty file", Load, f("empty", nil), y, 0, "empty", "neither a .npy file", false},
 		{"IDX truncated pixels", Load, f("it", idx([]uint32{2, 2, 2}, make([]byte, 7))), labels, 0, "it", "truncated: the header promises 8 bytes of pixels but only 7", false},
 		{"IDX truncated gzip", Load, f("itg", gz(t, idx([]uint32{2, 2, 2}, make([]byte, 7)))), labels, 0, "itg", "truncated", false},
-		{"IDX truncated labels", Load, images, f("lt", idx([]uint32{3}, []byte{1, 2})), 0, "lt", "truncated", false},
+		{"IDX truncated labels", Load, images, f("lt", idx([]uint32{2}, []byte{1})), 0, "lt", "truncated", false},
 		{"IDX truncated header", Load, f("ih", []byte{0, 0, 8, 3, 0, 0}), labels, 0, "ih", "truncated inside its IDX header", false},
 		{"IDX trailing bytes", Load, images, f("lx", idx([]uint32{2}, []byte{1, 2, 3})), 0, "lx", "bytes after", false},
 		{"IDX element type", Load, f("if", []byte{0, 0, 0x0d, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0}), labels, 0, "if", "element type 0x0d", false},

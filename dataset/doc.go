@@ -11,4 +11,10 @@
 // feature and label counts that differ, truncated files) and return an
 // *InputError that names the file, says what to do, and matches
 // ErrBadInput. Files may be gzip-compressed.
+//
+// No file can exhaust memory by what it declares: both files' headers are
+// read first, and the sizes they declare checked against each other and
+// against MaxValues before any data is read; data then arrives in chunks,
+// so a compressed stream that declares more than it holds costs only what
+// it holds.
 package dataset

@@ -8,6 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/goddp/ddp/internal/bounded"
 )
 
 // Magic bytes that tell the formats apart.
@@ -90,22 +92,26 @@ func pathErrText(err error) string {
 
 // readFull reads exactly n bytes from f and checks that nothing follows.
 // A plain file's size is checked first; otherwise memory grows only as
-// data arrives, so a corrupt header cannot make it allocate much.
+// data arrives (bounded.ReadFull), so a corrupt header, or a small gzip
+// stream that declares gigabytes, cannot make it allocate much more than
+// it read.
 func (f *file) readFull(n int64, what string) ([]byte, error) {
+	sized := false
 	if osf, ok := f.r.(*os.File); ok {
 		if fi, err := osf.Stat(); err == nil && fi.Mode().IsRegular() {
-			if pos, err := osf.Seek(0, io.SeekCurrent); err == nil && fi.Size()-pos != n {
-				return nil, f.lengthErr(n, fi.Size()-pos, what)
+			if pos, err := osf.Seek(0, io.SeekCurrent); err == nil {
+				if fi.Size()-pos != n {
+					return nil, f.lengthErr(n, fi.Size()-pos, what)
+				}
+				sized = true
 			}
 		}
 	}
-	var buf bytes.Buffer
-	buf.Grow(int(min(n, 1<<20)))
-	got, err := buf.ReadFrom(io.LimitReader(f.r, n))
+	data, got, err := bounded.ReadFull(f.r, n, sized)
 	if err != nil {
 		return nil, &InputError{Path: f.path, Msg: "cannot read " + what + ": " + err.Error(), Err: err}
 	}
-	if got < n {
+	if data == nil {
 		return nil, f.lengthErr(n, got, what)
 	}
 	var one [1]byte
@@ -115,7 +121,7 @@ func (f *file) readFull(n int64, what string) ([]byte, error) {
 	case err != io.EOF: // such as a gzip checksum error
 		return nil, &InputError{Path: f.path, Msg: "cannot read " + what + ": " + err.Error(), Err: err}
 	}
-	return buf.Bytes(), nil
+	return data, nil
 }
 
 func (f *file) lengthErr(want, got int64, what string) error {

@@ -3,16 +3,14 @@ package dataset
 import (
 	"encoding/binary"
 	"io"
-	"math"
 )
 
 // IDX magic numbers: two zero bytes, the element type (0x08 = unsigned
 // byte), then the number of dimensions.
 const (
-	idxUbyte   = 0x08
-	idxImages  = 3 // dimensions of an idx3-ubyte file: N, rows, cols
-	idxLabels  = 1 // dimensions of an idx1-ubyte file: N
-	idxMaxSize = math.MaxInt32
+	idxUbyte  = 0x08
+	idxImages = 3 // dimensions of an idx3-ubyte file: N, rows, cols
+	idxLabels = 1 // dimensions of an idx1-ubyte file: N
 )
 
 // idxHeader reads an IDX header with ndims dimensions and returns them.
@@ -49,20 +47,28 @@ func (f *file) idxTruncated(err error) error {
 	return &InputError{Path: f.path, Msg: "cannot read the IDX header: " + err.Error(), Err: err}
 }
 
-// idxImages reads an idx3-ubyte file of images, scaling pixels to [0, 1].
-func (f *file) idxImages() (features, error) {
+// idxImagesHeader reads and checks an idx3-ubyte file's header.
+func (f *file) idxImagesHeader() (declared, error) {
 	dims, err := f.idxHeader(idxImages, "images")
 	if err != nil {
-		return features{}, err
+		return declared{}, err
 	}
 	n, rows, cols := dims[0], dims[1], dims[2]
 	if rows == 0 || cols == 0 {
-		return features{}, inputErr(f.path, "holds images of %d×%d pixels; the file is corrupt", rows, cols)
+		return declared{}, inputErr(f.path, "holds images of %d×%d pixels; the file is corrupt", rows, cols)
 	}
-	if rows > idxMaxSize/cols || n > idxMaxSize/(rows*cols) {
-		return features{}, inputErr(f.path, "claims %d images of %d×%d pixels, more than the %d bytes supported; the file is corrupt or too large", n, rows, cols, idxMaxSize)
+	if rows > MaxValues/cols || n > MaxValues/(rows*cols) {
+		return declared{}, inputErr(f.path, "claims %d images of %d×%d pixels, more than the %d bytes supported; the file is corrupt or too large", n, rows, cols, MaxValues)
 	}
-	pix, err := f.readFull(int64(n*rows*cols), "pixels")
+	if n == 0 {
+		return declared{}, inputErr(f.path, "has no samples; a data set needs at least one")
+	}
+	return declared{n: n, shape: []int{1, rows, cols}}, nil
+}
+
+// idxImages reads the images h describes, scaling pixels to [0, 1].
+func (f *file) idxImages(h declared) (features, error) {
+	pix, err := f.readFull(int64(h.n*h.shape[1]*h.shape[2]), "pixels")
 	if err != nil {
 		return features{}, err
 	}
@@ -70,16 +76,21 @@ func (f *file) idxImages() (features, error) {
 	for i, p := range pix {
 		x[i] = float64(p) / 255
 	}
-	return features{x: x, n: n, shape: []int{1, rows, cols}}, nil
+	return features{x: x, n: h.n, shape: h.shape}, nil
 }
 
-// idxLabels reads an idx1-ubyte file of labels.
-func (f *file) idxLabels() ([]int, error) {
+// idxLabelsHeader reads an idx1-ubyte file's header.
+func (f *file) idxLabelsHeader() (declared, error) {
 	dims, err := f.idxHeader(idxLabels, "labels")
 	if err != nil {
-		return nil, err
+		return declared{}, err
 	}
-	b, err := f.readFull(int64(dims[0]), "labels")
+	return declared{n: dims[0]}, nil // load checks n against the features
+}
+
+// idxLabels reads the labels h describes.
+func (f *file) idxLabels(h declared) ([]int, error) {
+	b, err := f.readFull(int64(h.n), "labels")
 	if err != nil {
 		return nil, err
 	}

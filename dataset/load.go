@@ -37,17 +37,49 @@ func LoadIDX(imagesPath, labelsPath string, classes int) (*Dataset, error) {
 	return load(imagesPath, labelsPath, classes, formatIDX)
 }
 
+// MaxValues is the most feature values, and the most labels, a data set
+// may hold: 2³¹−1, as many as an IDX file's pixels. In memory that is up
+// to 16 GiB of float64 features (plus, while a file is read, its raw
+// data). A header that declares more is refused before anything is read:
+// it is corrupt, or the data set is too large for one process to hold.
+const MaxValues = math.MaxInt32
+
 // load reads both files; want is the format both must have, or
-// formatUnknown to accept either.
+// formatUnknown to accept either. Note [headers first]: both files'
+// headers are read, and the sizes they declare checked against each
+// other and against MaxValues, before the data of either is read, so a
+// file that declares more than it holds (a small gzip stream that claims
+// gigabytes) or more than its partner fails at once.
 func load(xPath, yPath string, classes int, want format) (*Dataset, error) {
 	if yPath == "" {
 		return nil, inputErr(xPath, "has no labels file to go with it; give one")
 	}
-	f, err := readFeatures(xPath, want)
+	xf, err := open(xPath, want)
 	if err != nil {
 		return nil, err
 	}
-	labels, err := readLabels(yPath, want)
+	defer xf.close()
+	xh, err := xf.featuresHeader()
+	if err != nil {
+		return nil, err
+	}
+	yf, err := open(yPath, want)
+	if err != nil {
+		return nil, err
+	}
+	defer yf.close()
+	yh, err := yf.labelsHeader()
+	if err != nil {
+		return nil, err
+	}
+	if yh.n != xh.n {
+		return nil, inputErr(yPath, "has %d labels but %s has %d samples; give exactly one label per sample, in the same order", yh.n, xPath, xh.n)
+	}
+	f, err := xf.readFeatures(xh)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := yf.readLabels(yh)
 	if err != nil {
 		return nil, err
 	}
@@ -75,75 +107,90 @@ func open(path string, want format) (*file, error) {
 	return f, nil
 }
 
-func readFeatures(path string, want format) (features, error) {
-	f, err := open(path, want)
-	if err != nil {
-		return features{}, err
-	}
-	defer f.close()
-	if f.format == formatIDX {
-		return f.idxImages()
-	}
-	return f.npyFeatures()
+// declared is what a file's header says it holds: n samples (of shape,
+// for features) or n labels, and for .npy the header to read the data
+// with.
+type declared struct {
+	n     int
+	shape []int // per sample; features only
+	npy   npy.Header
 }
 
-func readLabels(path string, want format) ([]int, error) {
-	f, err := open(path, want)
-	if err != nil {
-		return nil, err
-	}
-	defer f.close()
+// featuresHeader reads and checks the features file's header.
+func (f *file) featuresHeader() (declared, error) {
 	if f.format == formatIDX {
-		return f.idxLabels()
+		return f.idxImagesHeader()
 	}
-	return f.npyLabels()
+	h, err := npy.ReadHeader(f.r)
+	if err != nil {
+		return declared{}, f.npyErr(err)
+	}
+	if len(h.Shape) < 2 {
+		return declared{}, inputErr(f.path, "holds features of shape %v, but they need shape [N, D], one row per sample; for one feature per sample use X.reshape(-1, 1)", h.Shape)
+	}
+	n, d := h.Shape[0], (npy.Header{Shape: h.Shape[1:]}).Len()
+	switch {
+	case d == 0:
+		return declared{}, inputErr(f.path, "holds features of shape %v: the samples have no features", h.Shape)
+	case n == 0:
+		return declared{}, inputErr(f.path, "has no samples; a data set needs at least one")
+	case d < 0 || n > MaxValues/d:
+		return declared{}, inputErr(f.path, "declares features of shape %v, more than the %d values a data set may hold; the file is corrupt, or too large to load at once", h.Shape, MaxValues)
+	}
+	return declared{n: n, shape: h.Shape[1:], npy: h}, nil
 }
 
-func (f *file) npyFeatures() (features, error) {
-	a, err := f.readNPY()
-	if err != nil {
-		return features{}, err
+// labelsHeader reads and checks the labels file's header.
+func (f *file) labelsHeader() (declared, error) {
+	if f.format == formatIDX {
+		return f.idxLabelsHeader()
 	}
-	if len(a.Shape) < 2 {
-		return features{}, inputErr(f.path, "holds features of shape %v, but they need shape [N, D], one row per sample; for one feature per sample use X.reshape(-1, 1)", a.Shape)
+	h, err := npy.ReadHeader(f.r)
+	if err != nil {
+		return declared{}, f.npyErr(err)
+	}
+	if len(h.Shape) != 1 {
+		return declared{}, inputErr(f.path, "holds labels of shape %v, but they need shape [N], one integer per sample; flatten them with y.reshape(-1)", h.Shape)
+	}
+	return declared{n: h.Shape[0], npy: h}, nil // load checks n against the features
+}
+
+// readFeatures reads the data of the features h describes.
+func (f *file) readFeatures(h declared) (features, error) {
+	if f.format == formatIDX {
+		return f.idxImages(h)
+	}
+	a, err := npy.ReadData(f.r, h.npy)
+	if err != nil {
+		return features{}, f.npyErr(err)
 	}
 	x, err := a.Float64s()
 	if err != nil {
 		return features{}, f.npyErr(err)
 	}
-	d := (&npy.Array{Shape: a.Shape[1:]}).Len()
-	if d == 0 {
-		return features{}, inputErr(f.path, "holds features of shape %v: the samples have no features", a.Shape)
-	}
+	d := len(x) / h.n
 	for i, v := range x {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return features{}, inputErr(f.path, "sample %d has the value %v in feature %d; remove or replace NaN and infinite values", i/d, v, i%d)
 		}
 	}
-	return features{x: x, n: a.Shape[0], shape: a.Shape[1:]}, nil
+	return features{x: x, n: h.n, shape: h.shape}, nil
 }
 
-func (f *file) npyLabels() ([]int, error) {
-	a, err := f.readNPY()
-	if err != nil {
-		return nil, err
+// readLabels reads the labels h describes.
+func (f *file) readLabels(h declared) ([]int, error) {
+	if f.format == formatIDX {
+		return f.idxLabels(h)
 	}
-	if len(a.Shape) != 1 {
-		return nil, inputErr(f.path, "holds labels of shape %v, but they need shape [N], one integer per sample; flatten them with y.reshape(-1)", a.Shape)
+	a, err := npy.ReadData(f.r, h.npy)
+	if err != nil {
+		return nil, f.npyErr(err)
 	}
 	y, err := a.Ints()
 	if err != nil {
 		return nil, f.npyErr(err)
 	}
 	return y, nil
-}
-
-func (f *file) readNPY() (*npy.Array, error) {
-	a, err := npy.Read(f.r)
-	if err != nil {
-		return nil, f.npyErr(err)
-	}
-	return a, nil
 }
 
 // npyErr rewraps an npy error to name the file and match ErrBadInput.

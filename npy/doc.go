@@ -9,7 +9,10 @@
 // errors that say how to re-save the array. The header dictionary is parsed
 // by a small hand-written parser of the Python literal numpy writes; it is
 // capped at MaxHeaderLen bytes, and the data must be exactly as long as the
-// shape and dtype say.
+// shape and dtype say. ReadHeader and ReadData split Read in two, so that
+// a caller can check the shape before any data is read. Memory follows
+// the data that arrives, never the size a header claims: a small gzip
+// stream that declares gigabytes costs what it holds.
 //
 // Write produces the same bytes as numpy's np.save for float32, float64,
 // int32 and int64 slices (version 1.0 header, padded with spaces to a

@@ -1,7 +1,6 @@
 package npy
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"math"
 	"os"
 	"strconv"
+
+	"github.com/goddp/ddp/internal/bounded"
 )
 
 const (
@@ -80,23 +81,58 @@ func ReadFile(path string) (*Array, error) {
 	return a, err
 }
 
+// Header is what a .npy file says of its array before the data: its
+// shape and dtype. ReadHeader returns it, so that a caller can check the
+// shape (against another file, or a limit of its own) before any data is
+// read.
+type Header struct {
+	Shape []int  // dimensions in C (row-major) order; empty for a scalar
+	Descr string // numpy dtype string as stored, e.g. "<f4"
+}
+
+// Len returns the number of elements, as Array.Len does: -1 if the
+// product overflows int.
+func (h Header) Len() int { return (&Array{Shape: h.Shape}).Len() }
+
 // Read reads one array from r, which must hold exactly one .npy file:
-// bytes after the array's data are an error. When r is a regular
-// *os.File, Read checks the file's size before allocating; otherwise it
-// allocates only as the data arrives, so a header that promises more data
-// than follows cannot make it allocate much.
+// bytes after the array's data are an error. It is ReadHeader, then
+// ReadData.
 func Read(r io.Reader) (*Array, error) {
-	h, dt, err := readHeader(r)
+	h, err := ReadHeader(r)
 	if err != nil {
 		return nil, err
 	}
-	a := &Array{Shape: h.shape, Descr: h.descr}
+	return ReadData(r, h)
+}
+
+// ReadHeader reads the magic, version and header of the .npy file at the
+// start of r, checks that Read supports the array, and leaves r at the
+// first byte of the data.
+func ReadHeader(r io.Reader) (Header, error) {
+	h, _, err := readHeader(r)
+	if err != nil {
+		return Header{}, err
+	}
+	return Header{Shape: h.shape, Descr: h.descr}, nil
+}
+
+// ReadData reads the data of the array that h, from ReadHeader(r),
+// describes, and checks that nothing follows it. When r is a regular
+// *os.File, ReadData checks the file's size before allocating; otherwise
+// memory follows the data as it arrives, never the size h claims, so a
+// header that promises more data than follows (a small gzip stream that
+// declares gigabytes) cannot make it allocate much more than it read.
+func ReadData(r io.Reader, h Header) (*Array, error) {
+	dt, err := parseDescr(h.Descr)
+	if err != nil {
+		return nil, err
+	}
+	a := &Array{Shape: h.Shape, Descr: h.Descr}
 	n := a.Len()
 	if n < 0 || n > maxInt/dt.size {
-		return nil, formatErr("shape %s of %s is too large for this machine", pyTuple(h.shape), h.descr)
+		return nil, formatErr("shape %s of %s is too large for this machine", pyTuple(h.Shape), h.Descr)
 	}
-	a.Data, err = readData(r, n*dt.size, a)
-	if err != nil {
+	if a.Data, err = readData(r, n*dt.size, a); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -148,16 +184,15 @@ func readHeader(r io.Reader) (header, dtype, error) {
 
 // readData reads exactly n bytes of data and checks that nothing follows.
 func readData(r io.Reader, n int, a *Array) ([]byte, error) {
-	if rem, ok := remaining(r); ok && rem != int64(n) {
+	rem, sized := remaining(r)
+	if sized && rem != int64(n) {
 		return nil, lengthErr(a, n, rem)
 	}
-	var buf bytes.Buffer
-	buf.Grow(min(n, 1<<20))
-	got, err := buf.ReadFrom(io.LimitReader(r, int64(n)))
+	data, got, err := bounded.ReadFull(r, int64(n), sized)
 	if err != nil {
 		return nil, ioErr("cannot read the data", err)
 	}
-	if got < int64(n) {
+	if data == nil {
 		return nil, lengthErr(a, n, got)
 	}
 	var one [1]byte
@@ -167,7 +202,7 @@ func readData(r io.Reader, n int, a *Array) ([]byte, error) {
 	case err != io.EOF: // such as a gzip checksum error in the caller's reader
 		return nil, ioErr("cannot read past the data", err)
 	}
-	return buf.Bytes(), nil
+	return data, nil
 }
 
 // remaining reports how many bytes are left in r when r is a regular file.

@@ -9,6 +9,18 @@ import (
 // gloo and c10d's default_pg_timeout.
 const DefaultTimeout = 30 * time.Minute
 
+// MaxWorldSize is the largest group any backend of this module accepts,
+// and the largest world size pg/env takes from a launcher: 65536 ranks.
+// Each rank of pg/tcp's full mesh holds Size-1 connections, so 65535
+// sockets per process, already beyond most hosts' open-file limits; the
+// state every backend keeps per peer (sequence numbers, addresses, the
+// desync wrapper's progress and fingerprints) then stays within a few
+// megabytes per rank. A larger value is a corrupt or mistyped launcher
+// variable (WORLD_SIZE=2000000000), and would otherwise be allocated
+// before any peer is met. pg/local's in-process worlds have a lower
+// bound of their own (local.MaxWorldSize).
+const MaxWorldSize = 1 << 16
+
 // ProcessGroup is a set of ranks that run collectives together, like c10d's
 // Backend. Every collective is asynchronous: it returns at once with a Work.
 //

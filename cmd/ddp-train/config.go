@@ -69,6 +69,7 @@ type config struct {
 	timeline    string // --timeline DIR: a Chrome trace per rank
 
 	elastic // --max-restarts, --restart-backoff; signal handling (elastic.go)
+	limits  // --oversubscribe; bounds on every number and address (limits.go)
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -132,6 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
 	c.elastic.register(fs)
+	c.limits.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -221,5 +223,5 @@ func (c config) validate() error {
 	if _, err := hookByName(c); err != nil {
 		return usageError{err}
 	}
-	return nil
+	return validateLimits(c)
 }

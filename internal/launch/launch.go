@@ -124,6 +124,9 @@ func StandaloneEnv(n int) ([]string, error) {
 // SIGKILL after spec.Grace), and the error names the first failed rank.
 // When ctx was cancelled with an *Interrupted cause, its signal is
 // forwarded to the workers instead of SIGTERM, and the error wraps it.
+// When ctx ends, or a worker cannot be started, before all of them have
+// been, Run starts no more, kills those it started and returns once they
+// are gone (Note [stopping mid-spawn]); the error wraps ctx's cause.
 //
 // Each worker runs in a session (and process group) of its own, as
 // torchrun's do, so that a Ctrl-C in the terminal reaches the launcher
@@ -144,16 +147,18 @@ func Run(ctx context.Context, spec Spec) error {
 	defer cancel()
 
 	var stderrMu sync.Mutex // the workers share spec.Stderr
-	workers := make([]*worker, spec.N)
-	for r := range workers {
+	workers := make([]*worker, 0, min(spec.N, 1024))
+	for r := range spec.N {
+		if ctx.Err() != nil { // a signal, mid-spawn: Note [stopping mid-spawn]
+			kill(workers)
+			return fmt.Errorf("launch: stopped after starting %d of %d workers: %w", r, spec.N, context.Cause(ctx))
+		}
 		w, err := start(spec, r, &stderrMu)
 		if err != nil {
-			for _, s := range workers[:r] {
-				s.stop(syscall.SIGTERM, spec.Grace)
-			}
+			kill(workers)
 			return &WorkerError{Rank: r, Err: err}
 		}
-		workers[r] = w
+		workers = append(workers, w)
 	}
 
 	type result struct {
@@ -219,6 +224,27 @@ func Run(ctx context.Context, spec Spec) error {
 		return first
 	}
 	return nil
+}
+
+// Note [stopping mid-spawn]: starting a worker is a fork and an exec,
+// milliseconds each, so a job of many workers takes a while to start, and
+// a signal must stop it at once rather than after the last one. Run checks
+// ctx before each start. Until every worker has started none can be past
+// its rendezvous, which needs every rank, so no work can be lost: the ones
+// started are killed (SIGKILL, to their process groups) without a grace
+// period, and reaped before Run returns, so that none outlives the
+// launcher.
+
+// kill ends workers that were started before the job could begin, and
+// waits for them.
+func kill(workers []*worker) {
+	for _, w := range workers {
+		w.signalGroup(syscall.SIGKILL)
+	}
+	for _, w := range workers {
+		_ = w.cmd.Wait() // killed: the error says so
+		w.exited.Store(true)
+	}
 }
 
 type worker struct {

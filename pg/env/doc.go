@@ -45,7 +45,9 @@
 // of several tasks running the program instead of srun), and launchers
 // that are peers but disagree (RANK and WORLD_SIZE set by hand that
 // differ from Open MPI's or Slurm's), are errors that name the variable
-// and what to do, never a job of one process.
+// and what to do, never a job of one process. So is a world size (or a
+// local one) above pg.MaxWorldSize, which a launcher never sets: it would
+// otherwise be sized into memory before any peer is met.
 //
 // Under torchrun, Open MPI and hand-set variables the store is at
 // MASTER_ADDR:MASTER_PORT (port 29500 when unset, as torch). MASTER_ADDR

@@ -3,6 +3,8 @@ package env
 import (
 	"strconv"
 	"strings"
+
+	"github.com/goddp/ddp/pg"
 )
 
 // reader reads variables through a lookup function.
@@ -48,6 +50,9 @@ func (r reader) pair(index, count string) (i, n int, set bool, err error) {
 	}
 	if n < 1 {
 		return 0, 0, false, invalid("%s=%d must be at least 1", count, n)
+	}
+	if n > pg.MaxWorldSize {
+		return 0, 0, false, invalid("%s=%d is more than the %d ranks goddp supports (pg.MaxWorldSize); check the launcher's settings", count, n, pg.MaxWorldSize)
 	}
 	if i < 0 || i >= n {
 		return 0, 0, false, invalid("%s=%d is not below %s=%d", index, i, count, n)

@@ -55,11 +55,18 @@ var (
 	_ pg.Extended           = (*Group)(nil)
 )
 
+// MaxWorldSize is the largest world New makes: 4096 ranks. Every rank
+// keeps two sequence numbers per peer, so a world holds 16·n² bytes of
+// them (256 MiB at 4096), besides a goroutine per rank; a larger n is a
+// mistake that would exhaust memory rather than run.
+const MaxWorldSize = 1 << 12
+
 // New starts a world of n ranks in this process and returns them, rank i
-// at index i. Each rank runs one worker goroutine until it is closed.
+// at index i. Each rank runs one worker goroutine until it is closed. n
+// is at most MaxWorldSize.
 func New(n int, opts Options) ([]*Group, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("local: %w: world size %d, want at least 1", pg.ErrInvalidArgument, n)
+	if n < 1 || n > MaxWorldSize {
+		return nil, fmt.Errorf("local: %w: world size %d, want 1 to %d", pg.ErrInvalidArgument, n, MaxWorldSize)
 	}
 	if opts.Timeout < 0 {
 		return nil, fmt.Errorf("local: %w: negative timeout %v", pg.ErrInvalidArgument, opts.Timeout)

@@ -37,7 +37,7 @@ const (
 type Options struct {
 	// Rank is this process's rank in [0, Size).
 	Rank int
-	// Size is the number of ranks.
+	// Size is the number of ranks, at most pg.MaxWorldSize.
 	Size int
 	// Secret is the job's shared secret, at least 16 bytes. Every
 	// connection, in both directions, proves it holds it.
@@ -102,6 +102,9 @@ type Options struct {
 func (o Options) withDefaults() (Options, error) {
 	if o.Size < 1 || o.Rank < 0 || o.Rank >= o.Size {
 		return o, fmt.Errorf("%w: rank %d is not a rank of a group of size %d", pg.ErrInvalidArgument, o.Rank, o.Size)
+	}
+	if o.Size > pg.MaxWorldSize {
+		return o, fmt.Errorf("%w: a group of size %d is larger than pg.MaxWorldSize, %d", pg.ErrInvalidArgument, o.Size, pg.MaxWorldSize)
 	}
 	if len(o.Secret) < wire.MinSecret {
 		return o, fmt.Errorf("%w: %w", pg.ErrInvalidArgument, wire.ErrNoSecret)

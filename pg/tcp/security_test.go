@@ -151,3 +151,19 @@ func TestOptionsValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestWorldSizeBounded: a size above 65536 (a corrupt
+// WORLD_SIZE, say) is refused at once, before anything is allocated per
+// peer or anyone is waited for.
+func TestWorldSizeBounded(t *testing.T) {
+	st := store.NewHashStore(store.HashStoreOptions{})
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, size := range []int{65536 + 1, 2_000_000_000} {
+		o := Options{Rank: 0, Size: size, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Second}
+		if _, err := New(ctx, st, o); !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "MaxWorldSize") {
+			t.Errorf("New with Size %d: got %v, want pg.ErrInvalidArgument naming MaxWorldSize", size, err)
+		}
+	}
+}
