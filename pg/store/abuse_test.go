@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,8 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/goddp/ddp/pg/internal/wire"
 )
 
 // floodEnv makes the test binary an idle flood (see TestMain): the value
@@ -241,4 +244,122 @@ func waitHeard(t *testing.T, srv *Server, n int) {
 		}
 	}
 	t.Fatalf("%d pending connections, %d heard from; want %d", srv.Stats().Pending, heard(), n)
+}
+
+// heapAfterGC is the live heap.
+func heapAfterGC() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// TestTCPLargeFrameClaimsCostWhatArrives: 40 authenticated connections
+// each announce a 16 MiB set. Announcing costs the server a 16 KiB chunk
+// each, not 16 MiB (on main before issue 21, 640 MiB); sending 1 MiB each
+// (40 MiB) fills the 16 MiB budget (the oldest frame may go past it), the
+// others wait; a small
+// request still goes through meanwhile; and once they hang up every byte
+// is released.
+func TestTCPLargeFrameClaimsCostWhatArrives(t *testing.T) {
+	const (
+		conns  = 40
+		claim  = 16 << 20
+		send   = 1 << 20
+		budget = 16 << 20 // the least there is: MaxFrame
+	)
+	srv, _ := startServer(t, ServerOptions{MaxInflight: budget})
+	good := dial(t, srv.Addr())
+	checkWorks(t, good)
+	base := heapAfterGC()
+
+	hdr := make([]byte, wire.HeaderSize)
+	wire.Header{Kind: uint8(opSet), Seq: 1, Len: claim}.Put(hdr)
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		cs[i] = rawConn(t, srv, []byte(helloStore))
+		cs[i].Write(hdr)
+	}
+	waitInflight(t, srv, func(n int64) bool { return n == conns*firstChunk })
+	claimed := heapAfterGC() - base
+	t.Logf("%d connections announcing %d MiB each: the live heap grew by %.1f MiB", conns, claim>>20, float64(claimed)/(1<<20))
+	if claimed > 4<<20 {
+		t.Errorf("announcing %d frames of %d MiB grew the live heap by %d bytes; want under 4 MiB", conns, claim>>20, claimed)
+	}
+
+	body := make([]byte, send)
+	var writers sync.WaitGroup
+	for _, c := range cs {
+		writers.Go(func() {
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			c.Write(body) // blocks once the server stops reading it
+		})
+	}
+	waitInflight(t, srv, func(n int64) bool { return n >= budget/2 })
+	time.Sleep(200 * time.Millisecond) // let every connection read what it can
+	checkWorks(t, good)
+	st := srv.Stats()
+	sent := heapAfterGC() - base
+	t.Logf("then sending %d MiB each: %.1f MiB in flight (peak %.1f MiB, budget %d MiB), the live heap grew by %.1f MiB",
+		send>>20, float64(st.InflightBytes)/(1<<20), float64(st.PeakInflightBytes)/(1<<20), budget>>20, float64(sent)/(1<<20))
+	if limit := int64(budget + claim + conns*firstChunk); st.PeakInflightBytes > limit {
+		t.Errorf("peak of %d bytes in flight; want at most the budget, a frame and a first chunk per connection, %d", st.PeakInflightBytes, limit)
+	}
+	if sent > 3*budget {
+		t.Errorf("the live heap grew by %d bytes with a budget of %d", sent, budget)
+	}
+
+	for _, c := range cs {
+		c.Close()
+	}
+	writers.Wait()
+	waitInflight(t, srv, func(n int64) bool { return n == 0 })
+	checkWorks(t, good)
+}
+
+// waitInflight waits until the server's bytes in flight satisfy ok.
+func waitInflight(t *testing.T, srv *Server, ok func(int64) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if ok(srv.Stats().InflightBytes) {
+			return
+		}
+	}
+	t.Fatalf("%d bytes in flight after 5 s", srv.Stats().InflightBytes)
+}
+
+// TestTCPFrameOverBudgetIsDropped: while the oldest frame holds the whole
+// budget, a younger one that needs room waits, and is dropped with a
+// warning saying why when none comes in time; the oldest completes.
+func TestTCPFrameOverBudgetIsDropped(t *testing.T) {
+	const size = 16 << 20
+	srv, logs := startServer(t, ServerOptions{MaxInflight: size})
+	srv.mu.Lock()
+	srv.budget.wait = 300 * time.Millisecond
+	srv.mu.Unlock()
+	key := wire.AppendString(nil, "big")
+	value := make([]byte, size-len(key)-4)
+	payload := wire.AppendBytes(key, value)
+	hdr := make([]byte, wire.HeaderSize)
+	wire.Header{Kind: uint8(opSet), Seq: 1, Len: size}.Put(hdr)
+
+	old := rawConn(t, srv, []byte(helloStore))
+	old.Write(hdr)
+	old.Write(payload[:size-1<<20])
+	waitInflight(t, srv, func(n int64) bool { return n == size })
+	young := rawConn(t, srv, []byte(helloStore))
+	young.Write(hdr)
+	young.Write(payload[:1<<20])
+
+	e := waitLog(t, logs, zapcore.WarnLevel, "memory budget")
+	if err, _ := e.ContextMap()["error"].(string); !strings.Contains(err, "MaxInflight is 16777216") {
+		t.Errorf("the warning does not say what was full: %q", err)
+	}
+	checkHungUp(t, young)
+	old.Write(payload[size-1<<20:])
+	h, err := wire.ReadHeader(old, new([wire.HeaderSize]byte), 1<<20)
+	if err != nil || h.Kind != statusOK {
+		t.Fatalf("the oldest frame's set: %+v, %v", h, err)
+	}
+	waitInflight(t, srv, func(n int64) bool { return n == 0 })
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -70,6 +69,10 @@ type ServerOptions struct {
 	// MaxUnauthenticatedPerHost caps the connections from one remote host
 	// still in the handshake; zero means DefaultMaxUnauthenticatedPerHost.
 	MaxUnauthenticatedPerHost int
+	// MaxInflight is the budget for the bytes of the request frames read
+	// at once, across every connection; zero means DefaultMaxInflight.
+	// It is raised to MaxFrame if lower (Note [frame budget]).
+	MaxInflight int64
 	// WarnInterval is how often, at most, refused connections are
 	// summarised in the log after the first is logged; zero means
 	// DefaultWarnInterval.
@@ -88,6 +91,7 @@ type Server struct {
 	maxFrame  uint32
 	handshake time.Duration
 	shed      *shedLog
+	budget    *budget
 
 	wg        sync.WaitGroup // the accept loop and every connection
 	closeOnce sync.Once
@@ -131,6 +135,11 @@ func NewServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if s.maxFrame == 0 {
 		s.maxFrame = DefaultMaxFrame
 	}
+	inflight := opts.MaxInflight
+	if inflight <= 0 {
+		inflight = DefaultMaxInflight
+	}
+	s.budget = newBudget(max(inflight, int64(s.maxFrame)), s.done)
 	s.wg.Add(1)
 	go s.acceptLoop()
 	s.log.Info("store: server listening", zap.String("addr", s.Addr()))
@@ -145,13 +154,18 @@ type ServerStats struct {
 	// Shed counts the connections closed before they authenticated:
 	// evicted or refused at a cap, timed out, or failed the handshake.
 	Shed int64
+	// InflightBytes is the memory held now by request frames being read
+	// or handled, and PeakInflightBytes the most it has been.
+	InflightBytes, PeakInflightBytes int64
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
+	used, peak := s.budget.stats()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return ServerStats{Open: len(s.conns), Pending: s.adm.queue.Len(), Shed: s.shed.count.Load()}
+	return ServerStats{Open: len(s.conns), Pending: s.adm.queue.Len(), Shed: s.shed.count.Load(),
+		InflightBytes: used, PeakInflightBytes: peak}
 }
 
 // Addr returns the address the server listens on, with the port it got.
@@ -269,15 +283,22 @@ func (s *Server) serve(p *pending) {
 	var hb [wire.HeaderSize]byte
 	for {
 		h, err := wire.ReadHeader(br, &hb, s.maxFrame)
-		var req request
-		if err == nil {
-			req, err = s.readRequest(br, h)
-		}
 		if err != nil {
 			s.drop(conn, log, h.Seq, err)
 			return
 		}
+		charge := s.budget.open(int64(min(h.Len, firstChunk)))
+		req, err := s.readRequest(conn, br, h, charge)
+		if err != nil {
+			charge.close()
+			s.drop(conn, log, h.Seq, err)
+			return
+		}
+		if req.blocks() { // its keys were copied out of the frame
+			charge.close()
+		}
 		status, body, keep := s.handle(conn, br, req)
+		charge.close()
 		if !keep || s.reply(conn, h.Seq, status, body) != nil {
 			return
 		}
@@ -309,11 +330,16 @@ func (s *Server) authenticate(p *pending) bool {
 	return true
 }
 
-func (s *Server) readRequest(br *bufio.Reader, h wire.Header) (request, error) {
-	payload := make([]byte, h.Len)
-	if _, err := io.ReadFull(br, payload); err != nil {
+// readRequest reads and decodes the payload of the request whose header
+// is h, charging its bytes to c (Note [frame budget]).
+func (s *Server) readRequest(conn net.Conn, br *bufio.Reader, h wire.Header, c *charge) (request, error) {
+	payload, err := readFrame(stallReader{conn, br}, int(h.Len), func(delta int) error {
+		return c.grow(int64(delta))
+	})
+	if err != nil {
 		return request{}, err
 	}
+	conn.SetReadDeadline(time.Time{})
 	return decodeRequest(h.Kind, payload)
 }
 
@@ -321,6 +347,11 @@ func (s *Server) readRequest(br *bufio.Reader, h wire.Header) (request, error) {
 // (pg.ErrComm from wire or decodeRequest) is answered and logged; a peer
 // that merely hung up is not.
 func (s *Server) drop(conn net.Conn, log *zap.Logger, seq uint64, err error) {
+	if errors.Is(err, errOverBudget) && !s.closing() {
+		s.shed.note("a request frame found no room in the memory budget", conn.RemoteAddr().String(), err)
+		s.reply(conn, seq, statusError, []byte(err.Error()))
+		return
+	}
 	if !errors.Is(err, pg.ErrComm) || s.closing() {
 		log.Debug("store: connection ended", zap.Error(err))
 		return
