@@ -17,8 +17,11 @@ import (
 )
 
 const (
-	// DefaultMaxConns caps a Server's open connections unless set.
-	DefaultMaxConns = 1024
+	// DefaultMaxConns caps a Server's open connections unless set. A rank
+	// of a TCP process group holds two during its rendezvous (one parked
+	// on its peers' addresses, one on the job's failure key), so this
+	// fits jobs of 2,000 ranks with room for the unauthenticated ones.
+	DefaultMaxConns = 4096
 	// DefaultMaxFrame caps a store frame's payload, and so a key plus its
 	// value, unless set.
 	DefaultMaxFrame = 16 << 20
