@@ -23,7 +23,8 @@ import (
 func isUsage(err error) bool {
 	var u usageError
 	return errors.As(err, &u) || errors.Is(err, dataset.ErrBadInput) || errors.Is(err, model.ErrBadInit) ||
-		errors.Is(err, model.ErrBadSpec) || errors.Is(err, checkpoint.ErrIncompatible) || errors.Is(err, checkpoint.ErrBadCheckpoint)
+		errors.Is(err, model.ErrBadSpec) || errors.Is(err, checkpoint.ErrIncompatible) || errors.Is(err, checkpoint.ErrBadCheckpoint) ||
+		isBadRendezvous(err)
 }
 
 // runWorker is one rank of a multi-process job: rendezvous through the

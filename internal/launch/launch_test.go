@@ -28,6 +28,8 @@ func TestMain(m *testing.M) {
 		}
 		time.Sleep(time.Minute) // the launcher must stop us
 		os.Exit(0)
+	case "join":
+		joinWorker()
 	default:
 		if elasticWorker(os.Getenv(workerEnv)) {
 			return

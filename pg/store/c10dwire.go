@@ -168,11 +168,8 @@ func (d *c10dDecoder) bytes() ([]byte, error) {
 	if n > d.max {
 		return nil, fmt.Errorf("%w: the server sent a value of %d bytes, over the cap of %d (C10dOptions.MaxValue)", pg.ErrComm, n, d.max)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(d.r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
+	b, err := readFrame(d.r, int(n), unlimited) // as it arrives: n is the server's claim
+	return b, err
 }
 
 // c10dAnswer is a decoded answer: n for add, numKeys and delete; ready

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
@@ -107,8 +106,8 @@ func (c *Client) exchange(conn net.Conn, o op, payload []byte) (status uint8, bo
 	if err != nil {
 		return 0, nil, err
 	}
-	body = make([]byte, h.Len)
-	if _, err := io.ReadFull(conn, body); err != nil {
+	body, err = readFrame(conn, int(h.Len), unlimited) // as it arrives: h.Len is the server's claim
+	if err != nil {
 		return 0, nil, err
 	}
 	if h.Seq != seq {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -71,7 +72,7 @@ func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error)
 	if err != nil {
 		return nil, err
 	}
-	c.pool = newConnPool(conn, c.dialOnce)
+	c.pool = newConnPool(conn, c.dialPooled)
 	return c, nil
 }
 
@@ -118,6 +119,33 @@ func retryable(err error) bool {
 	}
 	var ne net.Error
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+}
+
+// dialPooled opens one more connection for a call. A server that sheds
+// load (Note [admission]) hangs up during the handshake: that is retried
+// with backoff while ctx allows. A refused connection is not, so a call
+// to a dead server fails at once.
+func (c *Client) dialPooled(ctx context.Context) (net.Conn, error) {
+	backoff := 5 * time.Millisecond
+	for {
+		conn, err := c.dialOnce(ctx)
+		if err == nil || !hungUp(err) {
+			return conn, err
+		}
+		c.log.Debug("store: the server hung up during the handshake; retrying", zap.String("addr", c.addr), zap.Error(err))
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 250*time.Millisecond)
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// hungUp reports whether the peer closed the connection.
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // dialOnce opens and authenticates one connection.

@@ -8,7 +8,14 @@
 //     Every connection first proves it holds the job's shared secret
 //     (wire's HMAC handshake); frames have a length cap and requests are
 //     decoded field by field, never reflectively. Get and Wait park on the
-//     server until their keys are set.
+//     server until their keys are set. Idle or unauthenticated connections
+//     cannot delay a rendezvous: a handshake has HandshakeTimeout (3 s),
+//     connections in it are capped overall and per host, and over a cap
+//     the oldest one that has sent nothing is closed (Note [admission]);
+//     refusals are logged once and then summarised every WarnInterval
+//     (Note [rate-limited refusals]). A request is read as its bytes
+//     arrive, never at the size its header claims, against a server-wide
+//     budget, MaxInflight (Note [frame budget]); Server.Stats reports it.
 //   - FileStore: a file that the processes of one machine append to under
 //     flock(2), in c10d's record format.
 //   - HashStore: in memory, for ranks that share a process.

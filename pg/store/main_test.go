@@ -1,9 +1,15 @@
 package store
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(floodEnv); spec != "" {
+		runIdleFlood(spec)
+	}
+	goleak.VerifyTestMain(m)
+}

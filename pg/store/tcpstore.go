@@ -31,6 +31,12 @@ type TCPStoreOptions struct {
 	Logger *zap.Logger
 	// MaxConns caps the server's connections; zero means DefaultMaxConns.
 	MaxConns int
+	// HandshakeTimeout bounds the server's wait for a new connection to
+	// authenticate; zero means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// MaxInflight is the server's budget for the request frames it reads
+	// at once; zero means DefaultMaxInflight.
+	MaxInflight int64
 }
 
 // TCPStore is a Client that may also own the Server it talks to, so that
@@ -52,7 +58,8 @@ func NewTCPStore(ctx context.Context, opts TCPStoreOptions) (*TCPStore, error) {
 		if listen == "" {
 			listen = opts.Addr
 		}
-		srv, err := NewServer(ctx, ServerOptions{Addr: listen, Secret: opts.Secret, Logger: opts.Logger, MaxConns: opts.MaxConns})
+		srv, err := NewServer(ctx, ServerOptions{Addr: listen, Secret: opts.Secret, Logger: opts.Logger, MaxConns: opts.MaxConns,
+			HandshakeTimeout: opts.HandshakeTimeout, MaxInflight: opts.MaxInflight})
 		if err != nil {
 			return nil, err
 		}

@@ -14,8 +14,12 @@
 // # Mesh and rendezvous
 //
 // Every pair of ranks shares one TCP connection. Each rank listens on
-// Options.ListenAddr, publishes its address in the store under
-// "tcp/addr/<rank>", dials every higher rank and accepts every lower one.
+// Options.ListenAddr, claims its rank in the store ("tcp/rank/<rank>",
+// compare-and-set), publishes its address under "tcp/addr/<rank>", dials
+// every higher rank and accepts every lower one. Two processes claiming
+// one rank make every rank fail at once with a *DuplicateRankError
+// (ErrDuplicateRank) naming the rank and both processes, instead of
+// timing out (Note [duplicate ranks], claim.go).
 // Groups sharing a store must use a store.PrefixStore each. Connections
 // get TCP_NODELAY, and kernel buffers that autotune to several MiB (or
 // the size Options.SocketBuffer pins).
@@ -47,7 +51,9 @@
 // is read straight into it (the output tensor, with no copy); any other
 // is kept in a pooled buffer in the connection's mailbox until its
 // collective asks for it, which is how frames of a later collective that
-// arrive early wait. A writer goroutine per connection sends queued frames
+// arrive early wait. That buffer grows as the bytes arrive, unless the
+// pool has one of the size to spare, so a peer that announces a large
+// frame and sends little costs what it sent. A writer goroutine per connection sends queued frames
 // with writev, several at a time, so the executor reduces one chunk while
 // the next is on the wire.
 //

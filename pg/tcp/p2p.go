@@ -397,9 +397,8 @@ func (l *link) p2pFrame(h wire.Header, r io.Reader) error {
 	if o != nil {
 		_, err = io.ReadFull(r, o.t.Data[lo:lo+uint64(n)])
 	} else {
-		buf = l.g.pool.get(n)
+		buf, err = l.g.pool.readFull(r, n)
 		defer l.g.pool.put(buf)
-		_, err = io.ReadFull(r, buf)
 	}
 
 	s.mu.Lock()
@@ -419,7 +418,7 @@ func (l *link) p2pFrame(h wire.Header, r io.Reader) error {
 		case m.recv != nil: // matched while the chunk was read
 			copy(m.recv.t.Data[lo:], buf)
 		case !m.dropped:
-			m.buf = append(m.buf, buf...)
+			m.buf = appendGrow(m.buf, buf, m.total)
 		}
 	}
 	m.got += uint64(n)
@@ -454,7 +453,6 @@ func (l *link) messageLocked(h wire.Header) (*p2pMsg, error) {
 				s.early = make(map[uint32][]*p2pMsg)
 			}
 			s.early[h.Tag] = append(s.early[h.Tag], m)
-			m.buf = make([]byte, 0, min(m.total, 64<<20))
 		}
 	} else if m.tag != h.Tag || m.total != h.Seq {
 		return nil, &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d (tag %d, %d bytes) interrupted by a frame of tag %d and length %d", m.id, m.tag, m.total, h.Tag, h.Seq), l.peer}
@@ -489,4 +487,16 @@ func (l *link) p2pAck(h wire.Header, p []byte) error {
 	}
 	o.resolveLocked(err)
 	return nil
+}
+
+// appendGrow appends b to an early message's buffer, doubling its
+// capacity as needed, up to the message's total: the total is the
+// sender's claim, so the buffer grows with the bytes that arrive.
+func appendGrow(buf, b []byte, total uint64) []byte {
+	if need := len(buf) + len(b); need > cap(buf) {
+		grown := make([]byte, len(buf), min(max(2*cap(buf), need), int(min(total, math.MaxInt))))
+		copy(grown, buf)
+		buf = grown
+	}
+	return append(buf, b...)
 }

@@ -110,7 +110,8 @@ func (l *link) handle(h wire.Header, r *bufio.Reader) error {
 }
 
 // deliver reads a data frame of n bytes: straight into its posted
-// destination, or into a pool buffer until one is posted.
+// destination, or into a pool buffer until one is posted, which grows as
+// the bytes arrive (pool.readFull).
 func (l *link) deliver(k key, n int, r io.Reader) error {
 	l.mu.Lock()
 	if l.shut {
@@ -138,9 +139,8 @@ func (l *link) deliver(k key, n int, r io.Reader) error {
 		l.g.signal()
 		return nil
 	}
-	buf := l.g.pool.get(n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		l.g.pool.put(buf)
+	buf, err := l.g.pool.readFull(r, n)
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()

@@ -24,11 +24,12 @@ func connectErr(o Options, peer int, kind, err error) error {
 	return &pg.CollectiveError{Op: "connect", Rank: o.Rank, Peer: peer, Kind: kind, Err: err}
 }
 
-// rendezvous builds this rank's row of the full mesh: it publishes its
-// address, dials every higher rank and accepts every lower one. Every
-// connection passes the HMAC handshake both ways; the hello names the
-// dialer's rank and the accepting side answers with its own. It returns
-// the connections by peer rank.
+// rendezvous builds this rank's row of the full mesh: it claims its rank
+// (Note [duplicate ranks]), publishes its address, dials every higher
+// rank and accepts every lower one. Every connection passes the HMAC
+// handshake both ways; the hello names the dialer's rank and the
+// accepting side answers with its own. It returns the connections by peer
+// rank.
 func rendezvous(ctx context.Context, st store.Store, o Options, log *zap.Logger) ([]net.Conn, error) {
 	conns := make([]net.Conn, o.Size)
 	if o.Size == 1 {
@@ -50,20 +51,35 @@ func rendezvous(ctx context.Context, st store.Store, o Options, log *zap.Logger)
 	if err != nil {
 		return nil, connectErr(o, pg.NoPeer, pg.ErrInvalidArgument, err)
 	}
-	if err := st.Set(ctx, addrKey(o.Rank), []byte(adv)); err != nil {
-		return nil, connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing this rank's address: %w", err))
+	if err := claimRank(ctx, st, o, whoAmI(adv)); err != nil {
+		return nil, err
 	}
-	for j := o.Rank + 1; j < o.Size; j++ {
-		if conns[j], err = dialPeer(ctx, st, o, j); err != nil {
-			return nil, err
-		}
+	wctx, watch := watchFailure(ctx, st, o)
+	err = mesh(wctx, st, o, adv, acc, conns)
+	if ferr := watch.stop(ctx); ferr != nil {
+		return nil, ferr
 	}
-	if err := acc.wait(ctx, conns); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	ok = true
 	log.Debug("mesh connected", zap.String("addr", adv))
 	return conns, nil
+}
+
+// mesh publishes this rank's address adv, dials the higher ranks and
+// waits for acc to admit the lower ones, filling conns.
+func mesh(ctx context.Context, st store.Store, o Options, adv string, acc *acceptor, conns []net.Conn) error {
+	if err := st.Set(ctx, addrKey(o.Rank), []byte(adv)); err != nil {
+		return connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing this rank's address: %w", err))
+	}
+	for j := o.Rank + 1; j < o.Size; j++ {
+		var err error
+		if conns[j], err = dialPeer(ctx, st, o, j); err != nil {
+			return err
+		}
+	}
+	return acc.wait(ctx, conns)
 }
 
 func storeKind(err error) error {
