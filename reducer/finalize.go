@@ -16,8 +16,8 @@ import (
 func (r *Reducer) Finalize(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.broken != nil {
-		return r.broken
+	if err := r.usable(); err != nil {
+		return err
 	}
 	if !r.it.active {
 		return errors.New("reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
@@ -39,7 +39,7 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	if !r.t.allLaunched() {
 		return r.fail(r.unfinishedError(r.t.missing()))
 	}
-	if err := r.wait(ctx); err != nil {
+	if err := r.unlockedWait(func() error { return r.wait(ctx) }); err != nil { // Note [no lock across a wait]
 		return r.fail(err)
 	}
 	globalUsed, err := r.globalUsed(ctx)
@@ -66,6 +66,46 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	return nil
 }
 
+// Note [no lock across a wait]
+//
+// Finalize waits for the buckets' Works and the used map's allreduce,
+// which take as long as the slowest peer, up to the group timeout when
+// one stalls. It waits with r.mu released, so that the read-only methods
+// (Buckets, Gradient, CopyStats, GloballyUnused, DeviceBuckets, ...) and
+// Fail answer at once meanwhile. While it waits, r.waiting is set and the
+// calls that change an iteration (Prepare, MarkReady, Finalize,
+// RegisterCommHook, BroadcastParams) are refused rather than interleaved:
+// the caller broke the contract that they do not overlap. The wait
+// touches nothing the lock guards except what it was handed (the Works,
+// which the layout keeps until the next Prepare) and the observer's wait
+// stamps, which it collects and records once it holds the lock again. A
+// Fail that came in meanwhile wins.
+
+// unlockedWait runs wait with r.mu released: Note [no lock across a wait].
+// r.mu must be held; it is held again on return.
+func (r *Reducer) unlockedWait(wait func() error) error {
+	r.waiting = true
+	r.mu.Unlock()
+	err := wait()
+	r.mu.Lock()
+	r.waiting = false
+	if r.broken != nil {
+		return r.broken // Fail was called meanwhile
+	}
+	return err
+}
+
+// usable reports why an iteration-changing call cannot run now.
+func (r *Reducer) usable() error {
+	if r.broken != nil {
+		return r.broken
+	}
+	if r.waiting {
+		return errors.New("reducer: Finalize is waiting for communication; Prepare, MarkReady and Finalize must not overlap it")
+	}
+	return nil
+}
+
 // endLocalIteration closes a no-sync iteration. The first iteration of an
 // accumulation window copied gradients into the buckets; parameters it
 // did not reach are zeroed so later iterations can add to them.
@@ -81,12 +121,25 @@ func (r *Reducer) endLocalIteration() {
 	r.it.active, r.it.ctx = false, nil
 }
 
-// wait waits for every bucket in launch order.
+// wait waits for every bucket in launch order, with r.mu released: it
+// reads only what no one changes while r.waiting is set, and collects the
+// observer's stamps to record them under the lock.
 func (r *Reducer) wait(ctx context.Context) error {
-	for b, w := range r.layout.works {
-		start := r.obs.waitStart() // observe.go
+	works := r.layout.works
+	stamps := make([]span, len(works))
+	defer func() { // under r.mu again, or racing with nothing: see unlockedWait
+		r.mu.Lock()
+		for b, s := range stamps {
+			if s.start != 0 {
+				r.obs.waited(b, s)
+			}
+		}
+		r.mu.Unlock()
+	}()
+	for b, w := range works {
+		start := r.obs.waitStart() // observe.go: the clock only
 		err := w.Wait(ctx)
-		r.obs.waited(b, start)
+		stamps[b] = span{start, r.obs.waitStart()}
 		if err != nil {
 			if ctx.Err() != nil {
 				// The collectives are still running and own the buffers.
@@ -116,7 +169,7 @@ func (r *Reducer) globalUsed(ctx context.Context) ([]int32, error) {
 	}
 	w := r.usedWork
 	r.usedWork = nil
-	if err := w.Wait(ctx); err != nil {
+	if err := r.unlockedWait(func() error { return w.Wait(ctx) }); err != nil { // Note [no lock across a wait]
 		return nil, fmt.Errorf("reducer: allreduce of the used-parameter map failed: %w", err)
 	}
 	return pg.View[int32](r.localUsed), nil

@@ -30,8 +30,8 @@ type Iteration struct {
 func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.broken != nil {
-		return r.broken
+	if err := r.usable(); err != nil {
+		return err
 	}
 	if r.it.active && r.it.sync {
 		if missing := r.t.missing(); len(missing) > 0 {
@@ -85,8 +85,8 @@ func (r *Reducer) checkUnused(unused []int) error {
 func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.broken != nil {
-		return r.broken
+	if err := r.usable(); err != nil {
+		return err
 	}
 	if !r.it.active {
 		return fmt.Errorf("reducer: gradient for parameter %d (%s) arrived outside an iteration; call Prepare before backward", i, r.nameOf(i))

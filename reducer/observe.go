@@ -272,9 +272,9 @@ func (o *observer) waitStart() int64 {
 	return o.now()
 }
 
-func (o *observer) waited(b int, start int64) {
+func (o *observer) waited(b int, s span) {
 	if o.on {
-		o.buckets[b].wait = span{start, o.now()}
+		o.buckets[b].wait = s
 	}
 }
 

@@ -48,6 +48,7 @@ type Reducer struct {
 	spans      []memSpan   // scratch of checkDisjoint: Note [one memory per result]
 	usedWork   pg.Work
 	broken     error // a fatal error; every later call returns it
+	waiting    bool  // Finalize waits with r.mu released: Note [no lock across a wait]
 
 	rebuild rebuildState
 	static  staticState
@@ -144,6 +145,9 @@ func (r *Reducer) describe() error {
 func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.usable(); err != nil {
+		return err
+	}
 	if h == nil {
 		return fmt.Errorf("%w: the hook is nil", ErrHookRegistration)
 	}
