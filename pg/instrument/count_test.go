@@ -10,6 +10,8 @@ import (
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/local"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // counted is a local world of n ranks, each behind a Counter.
@@ -139,4 +141,36 @@ func TestCounterClaimsNothingItsGroupLacks(t *testing.T) {
 		}
 		return ext.Barrier(ctx).Wait(ctx)
 	})
+}
+
+// seeThrough hides every ability of a group but says what it wraps.
+type seeThrough struct{ pg.ProcessGroup }
+
+func (s seeThrough) Inner() pg.ProcessGroup { return s.ProcessGroup }
+
+// Wrap finds completion hooks behind a wrapper with pg.As: it measures
+// by hook and returns the group it was given, not a watcher.
+func TestWrapFindsHooksBehindAWrapper(t *testing.T) {
+	groups, err := local.New(1, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := seeThrough{groups[0]}
+	reg := prometheus.NewRegistry()
+	g, err := instrument.Wrap(in, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g != pg.ProcessGroup(in) {
+		t.Fatalf("Wrap returned a %T, want the group itself", g)
+	}
+	ctx := context.Background()
+	if err := g.AllReduce(ctx, pg.Float32s([]float32{1}), pg.Op(pg.Sum)).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Close() // delivers the hook
+	if n, err := testutil.GatherAndCount(reg, "ddp_collective_queue_seconds"); err != nil || n != 1 {
+		t.Errorf("ddp_collective_queue_seconds (measured only by hook): %d series, %v", n, err)
+	}
 }
