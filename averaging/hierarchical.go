@@ -83,8 +83,8 @@ func NewHierarchicalModelAverager(ctx context.Context, g pg.ProcessGroup, o Hier
 			a.Close()
 			return nil, fmt.Errorf("averaging: group size %d must divide the world size %d", l.GroupSize, g.Size())
 		}
-		sp, ok := g.(pg.Splitter)
-		if !ok {
+		var sp pg.Splitter
+		if !pg.As(g, &sp) {
 			a.Close()
 			return nil, fmt.Errorf("averaging: a %s group cannot make subgroups (no pg.Splitter)", pg.BackendName(g))
 		}

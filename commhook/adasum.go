@@ -90,7 +90,8 @@ func checkAdasum(g pg.ProcessGroup, b *GradBucket) error {
 	default:
 		return fmt.Errorf("commhook: Adasum reduces float16, float32 and float64 gradients, as Horovod's does, not %v", b.Buffer.Dtype)
 	}
-	if _, ok := g.(pg.PointToPoint); !ok && g.Size() > 1 {
+	var p2p pg.PointToPoint
+	if !pg.As(g, &p2p) && g.Size() > 1 {
 		return fmt.Errorf("commhook: Adasum needs Send and Recv (pg.PointToPoint), which a %s group lacks", pg.BackendName(g))
 	}
 	return nil
@@ -155,7 +156,10 @@ func (a *Adasum) chain(ctx context.Context, g pg.ProcessGroup, b *GradBucket, pr
 // of buf's tensors, back to back; recv is scratch of buf's size. The
 // point-to-point tags count up from tag.
 func adasumVHDD(ctx context.Context, g pg.ProcessGroup, buf, recv pg.Tensor, counts []int, tag int) error {
-	p2p := g.(pg.PointToPoint)
+	var p2p pg.PointToPoint
+	if !pg.As(g, &p2p) {
+		return fmt.Errorf("commhook: Adasum needs Send and Recv (pg.PointToPoint), which a %s group lacks", pg.BackendName(g))
+	}
 	rank, size := g.Rank(), g.Size()
 	lo, mine := 0, buf.Len() // this rank's slice of buf: [lo, lo+mine)
 	var given [][]int        // per level, the part of each tensor handed to the neighbor

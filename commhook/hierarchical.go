@@ -59,6 +59,7 @@ type hostTopology struct {
 	rank, size int
 	hosts      int             // number of hosts
 	local      pg.ProcessGroup // this host's ranks, leader first
+	rooted     pg.Rooted       // local's Reduce (pg.As); nil if local has one rank
 	cross      pg.ProcessGroup // the leaders, one per host; nil on other ranks
 	layout     []int           // host index of each rank
 }
@@ -145,8 +146,8 @@ func (h *Hierarchical) topology(ctx context.Context, g pg.ProcessGroup) (*hostTo
 // newHostTopology learns every rank's host (hostLayout) and splits g into
 // one group per host and one of the host leaders.
 func newHostTopology(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptions) (*hostTopology, error) {
-	sp, ok := g.(pg.Splitter)
-	if !ok {
+	var sp pg.Splitter
+	if !pg.As(g, &sp) {
 		return nil, fmt.Errorf("commhook: hierarchical allreduce needs subgroups, and a %s group cannot split (no pg.Splitter)", pg.BackendName(g))
 	}
 	rank, size := g.Rank(), g.Size()
@@ -175,16 +176,15 @@ func newHostTopology(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptio
 		local.Close()
 		return nil, fmt.Errorf("commhook: hierarchical: making the group of host leaders: %w", err)
 	}
-	if local.Size() > 1 {
-		if _, ok := local.(pg.Rooted); !ok {
-			local.Close()
-			if cross != nil {
-				cross.Close()
-			}
-			return nil, fmt.Errorf("commhook: hierarchical: a %s subgroup has no Reduce (pg.Rooted)", pg.BackendName(local))
+	var rooted pg.Rooted
+	if local.Size() > 1 && !pg.As(local, &rooted) {
+		local.Close()
+		if cross != nil {
+			cross.Close()
 		}
+		return nil, fmt.Errorf("commhook: hierarchical: a %s subgroup has no Reduce (pg.Rooted)", pg.BackendName(local))
 	}
-	return &hostTopology{rank: rank, size: size, hosts: hosts, local: local, cross: cross, layout: layout}, nil
+	return &hostTopology{rank: rank, size: size, hosts: hosts, local: local, rooted: rooted, cross: cross, layout: layout}, nil
 }
 
 // hostLayout learns every rank's host with one allgather of a host key:
@@ -250,7 +250,7 @@ func (h *Hierarchical) chain(ctx context.Context, g pg.ProcessGroup, buf pg.Tens
 		}
 	}()
 	if t.local.Size() > 1 {
-		if err := t.local.(pg.Rooted).Reduce(ctx, buf, 0, pg.Op(pg.Sum)).Wait(ctx); err != nil {
+		if err := t.rooted.Reduce(ctx, buf, 0, pg.Op(pg.Sum)).Wait(ctx); err != nil {
 			return fmt.Errorf("commhook: hierarchical: reduce within host %d: %w", t.layout[t.rank], err)
 		}
 	}

@@ -24,6 +24,9 @@ type jittery struct {
 	rng *rand.Rand
 }
 
+// Inner is the delayed group, for pg.As.
+func (j *jittery) Inner() pg.ProcessGroup { return j.ProcessGroup }
+
 func (j *jittery) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
 	w := j.ProcessGroup.AllReduce(ctx, t, op)
 	j.mu.Lock()

@@ -67,8 +67,8 @@ func NewPostLocalSGD(ctx context.Context, g pg.ProcessGroup, o PostLocalSGDOptio
 	if p.subgroup != nil {
 		return p, nil
 	}
-	sp, ok := g.(pg.Splitter)
-	if !ok {
+	var sp pg.Splitter
+	if !pg.As(g, &sp) {
 		return nil, fmt.Errorf("commhook: post-local SGD needs an intra-host subgroup, and a %s group cannot split (no pg.Splitter); pass PostLocalSGDOptions.Subgroup", pg.BackendName(g))
 	}
 	h := HierarchicalOptions{Host: o.Host, RanksPerHost: o.RanksPerHost}

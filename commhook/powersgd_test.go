@@ -505,6 +505,9 @@ type dtypeSpy struct {
 	seen *[]pg.Dtype
 }
 
+// Inner is the watched group, for pg.As.
+func (s *dtypeSpy) Inner() pg.ProcessGroup { return s.ProcessGroup }
+
 func (s *dtypeSpy) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
 	*s.seen = append(*s.seen, t.Dtype)
 	return s.ProcessGroup.AllReduce(ctx, t, op)

@@ -10,6 +10,7 @@ import (
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // reducerParams are an MLP's parameters as the reducer sees them.
@@ -25,12 +26,21 @@ var reducerParams = []reducer.Param{
 // into a hook's chained collectives) and returns each rank's final
 // gradients, concatenated.
 func trainThroughReducer(t *testing.T, gs []pg.ProcessGroup, hook func() commhook.Hook, iters int) [][]float32 {
+	return trainObserved(t, gs, hook, iters, nil)
+}
+
+// trainObserved is trainThroughReducer with each rank's reducer metrics
+// on regs[rank]; nil regs means metrics off.
+func trainObserved(t *testing.T, gs []pg.ProcessGroup, hook func() commhook.Hook, iters int, regs []*prometheus.Registry) [][]float32 {
 	out := make([][]float32, len(gs))
 	ctx := testCtx(t)
 	onRanks(t, gs, func(rank int, g pg.ProcessGroup) error {
 		opts := reducer.Options{BucketCapBytes: 6000, FirstBucketBytes: 2000, FindUnusedParameters: true}
 		if hook != nil {
 			opts.Hook = hook()
+		}
+		if regs != nil {
+			opts.Registerer = regs[rank]
 		}
 		red, err := reducer.New(ctx, g, reducerParams, opts)
 		if err != nil {

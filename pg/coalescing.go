@@ -25,7 +25,8 @@ type Coalescing struct {
 	err       error
 }
 
-// StartCoalescing begins a batch on g. g must implement Coalescer.
+// StartCoalescing begins a batch on g. g, or a group behind it (see As),
+// must implement Coalescer.
 func StartCoalescing(g ProcessGroup) *Coalescing { return &Coalescing{g: g} }
 
 func (c *Coalescing) add(kind OpType, op ReduceOp, out *Tensor, in Tensor) {
@@ -64,8 +65,8 @@ func (c *Coalescing) End(ctx context.Context) Work {
 	if c.kind == 0 {
 		return Completed(nil)
 	}
-	co, ok := c.g.(Coalescer)
-	if !ok {
+	var co Coalescer
+	if !As(c.g, &co) {
 		return Completed(fmt.Errorf("%w: %s groups cannot coalesce: %w", ErrInvalidArgument, BackendName(c.g), ErrUnsupported))
 	}
 	switch c.kind {

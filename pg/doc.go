@@ -6,9 +6,28 @@
 //
 // [ProcessGroup] has the collectives AllReduce, Broadcast, AllGather,
 // ReduceScatter and Barrier, plus Rank, Size, Abort and Close. Optional
-// abilities are found by type assertion rather than by growing the
+// abilities are separate small interfaces rather than a growing
 // interface: [MonitoredBarrierer] (a barrier that names the ranks that did
-// not arrive) and [Backender] (the backend's name, see [BackendName]).
+// not arrive), [Backender] (the backend's name, see [BackendName]), and
+// the rest of c10d's Backend ([Rooted], [AllToAller], [PointToPoint],
+// [Coalescer], [Splitter], [CompletionHooker]; [Extended] is all of them).
+//
+// # Wrappers and abilities
+//
+// Ask a group for an ability with [As], never with a type assertion: a
+// group is often a wrapper (pg/desync, pg/instrument, the reducer's view
+// of a comm hook's group), and As looks behind it as errors.As does,
+// through each wrapper's Inner ([Wrapper]):
+//
+//	var p2p pg.PointToPoint
+//	if !pg.As(g, &p2p) { return fmt.Errorf("need Send and Recv, which a %s group lacks", pg.BackendName(g)) }
+//
+// A wrapper never hides an ability of the group inside it. An ability the
+// wrapper does not implement is found on the group inside, and calls
+// through it bypass the wrapper; so a wrapper that must see every call
+// (one that counts bytes or checks collectives) implements the ability
+// itself or hands out a forwarding view from an As method. Note [wrappers
+// keep abilities] in as.go has the rules.
 //
 // Every collective is asynchronous: it returns at once with a [Work], whose
 // Done channel closes when the collective has finished and whose Err is

@@ -7,9 +7,10 @@ import (
 
 // The optional abilities of a process group. ProcessGroup holds only what
 // DDP needs; the rest of c10d's Backend is split into the small interfaces
-// below, found by type assertion as io.Copy finds io.WriterTo:
+// below, found with As, which looks behind wrappers as errors.As does:
 //
-//	if r, ok := g.(pg.Rooted); ok { w := r.Reduce(ctx, t, 0, pg.Op(pg.Sum)) }
+//	var r pg.Rooted
+//	if pg.As(g, &r) { w := r.Reduce(ctx, t, 0, pg.Op(pg.Sum)) }
 //
 // Every backend in this module (local, tcp, and mpi and nccl) implements
 // all of them; Extended names the whole set. Each collective keeps

@@ -76,9 +76,11 @@ type Backender interface {
 	Backend() string
 }
 
-// BackendName returns g's backend name, or "unknown".
+// BackendName returns the backend name of g, or of the first group in
+// its chain of wrappers that has one (see As), or "unknown".
 func BackendName(g ProcessGroup) string {
-	if b, ok := g.(Backender); ok {
+	var b Backender
+	if As(g, &b) {
 		return b.Backend()
 	}
 	return "unknown"

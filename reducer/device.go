@@ -91,24 +91,15 @@ func deviceHook(h commhook.Hook, d pg.Dtype) (deviceKind, pg.Dtype, error) {
 }
 
 // initDevice, from New, notes whether the group offers device buckets,
-// itself or behind wrappers that expose what they wrap (Inner, as
-// pg/desync and pg/instrument do); the collectives still go through the
-// wrappers.
+// itself or behind wrappers (pg.As); the collectives still go through
+// the wrappers.
 func (r *Reducer) initDevice() {
 	if r.opts.HostBuckets {
 		return
 	}
-	g := r.g
-	for range 16 {
-		if a, ok := g.(pg.DeviceBucketAllocator); ok {
-			r.dev.alloc = a
-			return
-		}
-		w, ok := g.(interface{ Inner() pg.ProcessGroup })
-		if !ok {
-			return
-		}
-		g = w.Inner()
+	var a pg.DeviceBucketAllocator
+	if pg.As(r.g, &a) {
+		r.dev.alloc = a
 	}
 }
 

@@ -256,12 +256,15 @@ func (o *observer) launched(b int, start int64, w pg.Work) {
 	}
 }
 
-// hookGroup is the group the comm hook is given.
+// hookGroup is the group the comm hook is given: with metrics, g behind
+// a Counter of the bytes the hook hands over. The Counter hides none of
+// g's abilities and counts through them (pg.As finds counting views of
+// Send, Split and the rest), so a hook runs as it would on g itself.
 func (o *observer) hookGroup(g pg.ProcessGroup) pg.ProcessGroup {
 	if o.m == nil {
 		return g
 	}
-	return &o.m.sent
+	return o.m.sent
 }
 
 // waitStart and waited bracket Finalize's wait for bucket b.

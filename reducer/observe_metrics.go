@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/instrument"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,7 +32,7 @@ type metrics struct {
 	perBucket      []prometheus.Observer
 	hookBytes      prometheus.Counter
 	hookRatio      prometheus.Gauge
-	sent           countingGroup // the group hooks see, counting their bytes
+	sent           *instrument.Counter // the group hooks see, counting their bytes
 	sentAtLastStep int64
 	copiedIn       prometheus.Counter
 	copiedOut      prometheus.Counter
@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, g pg.ProcessGroup) (*metrics, error) 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	m.sent.ProcessGroup = g
+	m.sent = instrument.Count(g)
 	m.copiedIn, m.copiedOut, m.inPlace = m.copyBytes.WithLabelValues("in"), m.copyBytes.WithLabelValues("out"), m.copyBytes.WithLabelValues("in_place")
 	return m, nil
 }
@@ -130,7 +130,7 @@ func (m *metrics) setLayout(bytes []int) {
 // commStep adds the bytes the hook sent since the last call and sets the
 // compression ratio against the buckets' bytes.
 func (m *metrics) commStep(bucketBytes int64) {
-	sent := m.sent.n.Load()
+	sent := m.sent.Bytes()
 	d := sent - m.sentAtLastStep
 	m.sentAtLastStep = sent
 	m.hookBytes.Add(float64(d))
@@ -166,36 +166,4 @@ func errorType(err error) string {
 		return "canceled"
 	}
 	return "other"
-}
-
-// countingGroup is the process group a comm hook sees when metrics are
-// on: the reducer's, counting the bytes of the tensors the hook hands to
-// collectives (the input of each), so compressing hooks show their ratio
-// without declaring it. It forwards Backend; a hook that needs another
-// optional interface of the group should not rely on it being there.
-type countingGroup struct {
-	pg.ProcessGroup
-	n atomic.Int64
-}
-
-func (g *countingGroup) Backend() string { return pg.BackendName(g.ProcessGroup) }
-
-func (g *countingGroup) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	g.n.Add(int64(len(t.Data)))
-	return g.ProcessGroup.AllReduce(ctx, t, op)
-}
-
-func (g *countingGroup) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	g.n.Add(int64(len(t.Data)))
-	return g.ProcessGroup.Broadcast(ctx, t, root)
-}
-
-func (g *countingGroup) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	g.n.Add(int64(len(in.Data)))
-	return g.ProcessGroup.AllGather(ctx, out, in)
-}
-
-func (g *countingGroup) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	g.n.Add(int64(len(in.Data)))
-	return g.ProcessGroup.ReduceScatter(ctx, out, in, op)
 }

@@ -113,11 +113,14 @@ func (c collective) check(g pg.ProcessGroup) error {
 	ok := true
 	switch c.iface {
 	case "pg.AllToAller":
-		_, ok = g.(pg.AllToAller)
+		var x pg.AllToAller
+		ok = pg.As(g, &x)
 	case "pg.Rooted":
-		_, ok = g.(pg.Rooted)
+		var x pg.Rooted
+		ok = pg.As(g, &x)
 	case "pg.PointToPoint":
-		_, ok = g.(pg.PointToPoint)
+		var x pg.PointToPoint
+		ok = pg.As(g, &x)
 	}
 	if !ok {
 		return unsupported(g, c.name, c.iface)
@@ -160,8 +163,8 @@ func prepReduceScatter(g pg.ProcessGroup, d pg.Dtype, count, _ int) (func(contex
 }
 
 func prepAllToAll(g pg.ProcessGroup, d pg.Dtype, count, _ int) (func(context.Context) error, error) {
-	a, ok := g.(pg.AllToAller)
-	if !ok {
+	var a pg.AllToAller
+	if !pg.As(g, &a) {
 		return nil, unsupported(g, "alltoall", "pg.AllToAller")
 	}
 	out, in := pg.NewTensor(d, count*g.Size()), pg.NewTensor(d, count*g.Size())
@@ -169,8 +172,8 @@ func prepAllToAll(g pg.ProcessGroup, d pg.Dtype, count, _ int) (func(context.Con
 }
 
 func prepReduce(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Context) error, error) {
-	r, ok := g.(pg.Rooted)
-	if !ok {
+	var r pg.Rooted
+	if !pg.As(g, &r) {
 		return nil, unsupported(g, "reduce", "pg.Rooted")
 	}
 	t := pg.NewTensor(d, count)
@@ -180,8 +183,8 @@ func prepReduce(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Co
 // prepGather gives only the root the gathered buffer, as pg.Rooted
 // allows.
 func prepGather(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Context) error, error) {
-	r, ok := g.(pg.Rooted)
-	if !ok {
+	var r pg.Rooted
+	if !pg.As(g, &r) {
 		return nil, unsupported(g, "gather", "pg.Rooted")
 	}
 	in, out := pg.NewTensor(d, count), pg.NewTensor(d, 0)
@@ -193,8 +196,8 @@ func prepGather(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Co
 
 // prepScatter gives only the root the buffer to scatter.
 func prepScatter(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Context) error, error) {
-	r, ok := g.(pg.Rooted)
-	if !ok {
+	var r pg.Rooted
+	if !pg.As(g, &r) {
 		return nil, unsupported(g, "scatter", "pg.Rooted")
 	}
 	out, in := pg.NewTensor(d, count), pg.NewTensor(d, 0)
@@ -207,8 +210,8 @@ func prepScatter(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.C
 // prepSendRecv is nccl-tests' sendrecv: a ring in which every rank sends
 // count elements to rank+1 and receives as many from rank-1 at once.
 func prepSendRecv(g pg.ProcessGroup, d pg.Dtype, count, _ int) (func(context.Context) error, error) {
-	p, ok := g.(pg.PointToPoint)
-	if !ok {
+	var p pg.PointToPoint
+	if !pg.As(g, &p) {
 		return nil, unsupported(g, "sendrecv", "pg.PointToPoint")
 	}
 	n, r := g.Size(), g.Rank()

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/reducer"
 )
@@ -54,7 +54,7 @@ type row struct {
 	label       string
 	gradBytes   int     // the gradients, in bytes
 	bytes       int64   // handed to allreduce per step, per rank
-	collectives int64   // allreduce calls per step, per rank
+	collectives int64   // calls per step, per rank: all allreduces for these hooks
 	torchRate   float64 // torch's compression_stats rate; 0 if none
 	cpuPerMiB   time.Duration
 }
@@ -79,18 +79,6 @@ func measure(ctx context.Context, o options, h hookSpec) (row, error) {
 	return r, timeCPU(ctx, o, h, plan, &r)
 }
 
-// counting counts the bytes handed to AllReduce.
-type counting struct {
-	pg.ProcessGroup
-	bytes, calls atomic.Int64
-}
-
-func (c *counting) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	c.bytes.Add(int64(len(t.Data)))
-	c.calls.Add(1)
-	return c.ProcessGroup.AllReduce(ctx, t, op)
-}
-
 // countBytes trains random gradients through the reducer on nproc local
 // ranks and counts rank 0's bytes in the step after warmup. It returns
 // the bucket plan.
@@ -105,9 +93,10 @@ func countBytes(ctx context.Context, o options, h hookSpec, r *row) ([][]int, er
 		}
 	}()
 	ps := params(o.sizes)
-	counter := &counting{ProcessGroup: gs[0]}
+	counter := instrument.Count(gs[0]) // the reducer's count of hook bytes (ddp_comm_bytes_total) is one too
 	var plan [][]int
 	var hook0 commhook.Hook
+	var bytes0, calls0 int64 // rank 0's counts before the measured step
 	errs := make([]error, len(gs))
 	var wg sync.WaitGroup
 	for rank := range gs {
@@ -130,8 +119,7 @@ func countBytes(ctx context.Context, o options, h hookSpec, r *row) ([][]int, er
 			rng := rand.New(rand.NewPCG(uint64(rank), 1))
 			for step := range warmup + 1 {
 				if step == warmup && rank == 0 {
-					counter.bytes.Store(0)
-					counter.calls.Store(0)
+					bytes0, calls0 = counter.Bytes(), counter.Calls()
 				}
 				if errs[rank] = reducerStep(ctx, red, grads, rng); errs[rank] != nil {
 					return
@@ -148,7 +136,7 @@ func countBytes(ctx context.Context, o options, h hookSpec, r *row) ([][]int, er
 			return nil, err
 		}
 	}
-	r.bytes, r.collectives = counter.bytes.Load(), counter.calls.Load()
+	r.bytes, r.collectives = counter.Bytes()-bytes0, counter.Calls()-calls0
 	for _, p := range ps {
 		r.gradBytes += 4 * p.Numel()
 	}
@@ -193,6 +181,9 @@ func reducerStep(ctx context.Context, red *reducer.Reducer, grads [][]float32, r
 // solo is a group of one rank whose allreduce does nothing (a sum over
 // one rank is the identity), so that only the hook's own work is timed.
 type solo struct{ pg.ProcessGroup }
+
+// Inner is the group of one rank, for pg.As.
+func (s solo) Inner() pg.ProcessGroup { return s.ProcessGroup }
 
 func (solo) AllReduce(context.Context, pg.Tensor, pg.ReduceOp) pg.Work { return pg.Completed(nil) }
 

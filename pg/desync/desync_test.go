@@ -291,6 +291,62 @@ func TestUnsupported(t *testing.T) {
 	}
 }
 
+// seeThrough hides every optional ability of a group but says what it
+// wraps, as wrappers do (pg.Wrapper).
+type seeThrough struct{ pg.ProcessGroup }
+
+func (s seeThrough) Inner() pg.ProcessGroup { return s.ProcessGroup }
+
+// Over a group behind another wrapper, the Group finds the abilities
+// with pg.As, and reports completions through the group that has them.
+func TestAbilitiesBehindAWrapper(t *testing.T) {
+	inner, err := local.New(1, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := store.NewHashStore(store.HashStoreOptions{})
+	defer hs.Close()
+	g, err := Wrap(seeThrough{inner[0]}, hs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var mu sync.Mutex
+	var seen []pg.OpType
+	g.OnCompletion(func(info pg.WorkInfo) {
+		mu.Lock()
+		seen = append(seen, info.Op)
+		mu.Unlock()
+	})
+	ctx := context.Background()
+	t1 := pg.Float32s(make([]float32, 1))
+	for name, w := range map[string]pg.Work{
+		"reduce":   g.Reduce(ctx, t1, 0, pg.Op(pg.Sum)),
+		"alltoall": g.AllToAll(ctx, t1, t1, nil, nil),
+		"coalesce": g.AllReduceCoalesced(ctx, []pg.Tensor{t1}, pg.Op(pg.Sum)),
+	} {
+		if err := w.Wait(ctx); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	sub, err := g.NewGroup(ctx, []int{0})
+	if err != nil {
+		t.Fatalf("NewGroup: %v", err)
+	}
+	sub.Close()
+	if err := g.MonitoredBarrier(ctx, time.Second, false); err != nil {
+		t.Errorf("MonitoredBarrier: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 3 {
+		t.Errorf("completion hooks saw %v, want the three collectives", seen)
+	}
+}
+
 func TestFingerprints(t *testing.T) {
 	a := withOp(fpOf(pg.OpAllReduce, pg.Float32s(make([]float32, 5)), noRoot), pg.Op(pg.Avg))
 	if b := decodeFingerprint(a.encode()); b != a {

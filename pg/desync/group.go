@@ -43,8 +43,12 @@ type Options struct {
 }
 
 // Group is a process group wrapped for desync diagnosis. It implements
-// pg.Extended by delegating to the wrapped group; abilities the wrapped
-// group lacks fail with pg.ErrUnsupported.
+// pg.Extended itself, so that every collective passes its checks, by
+// delegating to what pg.As finds in the wrapped group (through any
+// wrappers of it); abilities the wrapped group lacks fail with
+// pg.ErrUnsupported. Inner returns the wrapped group, for pg.As to find
+// what a Group does not implement (pg.DeviceBucketAllocator). See pg's
+// Note [wrappers keep abilities].
 type Group struct {
 	inner pg.ProcessGroup
 	base  store.Store // the store Wrap was given, for subgroups
@@ -132,7 +136,7 @@ func Wrap(g pg.ProcessGroup, st store.Store, opts Options) (*Group, error) {
 	return w, nil
 }
 
-// Inner returns the wrapped group.
+// Inner returns the wrapped group (pg.Wrapper).
 func (g *Group) Inner() pg.ProcessGroup { return g.inner }
 
 // Rank is this process's rank.
@@ -172,7 +176,8 @@ func (g *Group) Close() error {
 // own numbering and without the checks' allgathers, and passes hooks for
 // Send and Recv to the wrapped group.
 func (g *Group) OnCompletion(hook func(pg.WorkInfo)) {
-	h, ok := g.inner.(pg.CompletionHooker)
+	var h pg.CompletionHooker
+	ok := pg.As(g.inner, &h)
 	if !g.opts.CheckCollectives {
 		if ok {
 			h.OnCompletion(hook)
@@ -247,8 +252,8 @@ func (g *Group) Barrier(ctx context.Context) pg.Work {
 
 // Reduce implements pg.Rooted.
 func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
-	r, ok := g.inner.(pg.Rooted)
-	if !ok {
+	var r pg.Rooted
+	if !pg.As(g.inner, &r) {
 		return g.unsupported(pg.OpReduce)
 	}
 	if err := pg.CheckReduce(t, root, op, g.size, pg.AcceptDevice); err != nil {
@@ -261,8 +266,8 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 
 // Gather implements pg.Rooted.
 func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	r, ok := g.inner.(pg.Rooted)
-	if !ok {
+	var r pg.Rooted
+	if !pg.As(g.inner, &r) {
 		return g.unsupported(pg.OpGather)
 	}
 	if err := pg.CheckGather(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
@@ -275,8 +280,8 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 
 // Scatter implements pg.Rooted.
 func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	r, ok := g.inner.(pg.Rooted)
-	if !ok {
+	var r pg.Rooted
+	if !pg.As(g.inner, &r) {
 		return g.unsupported(pg.OpScatter)
 	}
 	if err := pg.CheckScatter(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
@@ -289,8 +294,8 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 
 // AllToAll implements pg.AllToAller.
 func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
-	a, ok := g.inner.(pg.AllToAller)
-	if !ok {
+	var a pg.AllToAller
+	if !pg.As(g.inner, &a) {
 		return g.unsupported(pg.OpAllToAll)
 	}
 	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size, pg.AcceptDevice)
@@ -305,8 +310,8 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 // Send implements pg.PointToPoint. Point-to-point calls are passed
 // through: they are neither fingerprinted nor diagnosed.
 func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
-	p, ok := g.inner.(pg.PointToPoint)
-	if !ok {
+	var p pg.PointToPoint
+	if !pg.As(g.inner, &p) {
 		return g.unsupported(pg.OpSend)
 	}
 	return p.Send(ctx, t, dst, tag)
@@ -314,8 +319,8 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 
 // Recv implements pg.PointToPoint, passed through as Send.
 func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
-	p, ok := g.inner.(pg.PointToPoint)
-	if !ok {
+	var p pg.PointToPoint
+	if !pg.As(g.inner, &p) {
 		return g.unsupported(pg.OpRecv)
 	}
 	return p.Recv(ctx, t, src, tag)
@@ -323,8 +328,8 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 
 // AllReduceCoalesced implements pg.Coalescer.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	c, ok := g.inner.(pg.Coalescer)
-	if !ok {
+	var c pg.Coalescer
+	if !pg.As(g.inner, &c) {
 		return g.unsupported(pg.OpAllReduceCoalesced)
 	}
 	if err := pg.CheckAllReduceCoalesced(ts, op, pg.AcceptDevice); err != nil {
@@ -337,8 +342,8 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 
 // AllGatherCoalesced implements pg.Coalescer.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	c, ok := g.inner.(pg.Coalescer)
-	if !ok {
+	var c pg.Coalescer
+	if !pg.As(g.inner, &c) {
 		return g.unsupported(pg.OpAllGatherCoalesced)
 	}
 	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size, pg.AcceptDevice); err != nil {
@@ -351,8 +356,8 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 
 // ReduceScatterCoalesced implements pg.Coalescer.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	c, ok := g.inner.(pg.Coalescer)
-	if !ok {
+	var c pg.Coalescer
+	if !pg.As(g.inner, &c) {
 		return g.unsupported(pg.OpReduceScatterCoalesced)
 	}
 	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size, pg.AcceptDevice); err != nil {
@@ -408,8 +413,8 @@ func coalescedSize(outs, ins []pg.Tensor) sizes {
 // passed the check), it runs the wrapped group's monitored barrier. It is
 // not fingerprinted: it already names missing ranks.
 func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
-	m, ok := g.inner.(pg.MonitoredBarrierer)
-	if !ok {
+	var m pg.MonitoredBarrierer
+	if !pg.As(g.inner, &m) {
 		return g.unsupported(pg.OpMonitoredBarrier).Err()
 	}
 	g.issueMu.Lock()
@@ -424,8 +429,8 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 // this Group's options and its own store prefix; its diagnoses name
 // ranks with their rank in this group.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
-	s, ok := g.inner.(pg.Splitter)
-	if !ok {
+	var s pg.Splitter
+	if !pg.As(g.inner, &s) {
 		return nil, g.unsupported(pg.OpAllGather).Err()
 	}
 	return g.split(ctx, ranks, func(ctx context.Context) (pg.ProcessGroup, error) { return s.NewGroup(ctx, ranks) })
@@ -436,8 +441,8 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, err
 // (color, key) through this Group: one more collective, with its own
 // sequence number.
 func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, error) {
-	s, ok := g.inner.(pg.Splitter)
-	if !ok {
+	var s pg.Splitter
+	if !pg.As(g.inner, &s) {
 		return nil, g.unsupported(pg.OpAllGather).Err()
 	}
 	all := make([]int64, 2*g.size)

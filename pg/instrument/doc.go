@@ -14,16 +14,31 @@
 // Failed collectives count their bytes but are not timed.
 //
 // For a group that reports completions (a pg.CompletionHooker, as every
-// backend in this module is) the measurements come from a completion
-// hook, which also observes ddp_collective_queue_seconds{op}: how long
-// each collective waited behind earlier ones before the backend started
-// it. Wrap then returns the group itself, so all its optional interfaces
-// (pg.Extended) remain, and Works issued on it directly are measured too.
+// backend in this module is, found with pg.As) the measurements come
+// from a completion hook, which also observes
+// ddp_collective_queue_seconds{op}: how long each collective waited
+// behind earlier ones before the backend started it. Wrap then returns
+// the group itself, so all its optional interfaces (pg.Extended) remain,
+// and Works issued on it directly are measured too.
 //
 // Any other group is wrapped: only its ProcessGroup collectives are
 // measured, by one goroutine per wrapped group that waits on the Works
 // in issue order, which is the order every backend completes them (each
 // runs its collectives one at a time). Close stops it. The wrapper is a
 // pg.Backender, and a pg.MonitoredBarrierer exactly when the wrapped
-// group is one.
+// group has one; pg.As finds the wrapped group's other abilities through
+// the wrapper's Inner, unmeasured.
+//
+// # Counting bytes
+//
+// A [Counter] counts the calls and bytes issued through it, without
+// Prometheus: the reducer counts a comm hook's bytes with one
+// (ddp_comm_bytes_total{hook}). Unlike the watcher's wrapper it counts
+// through every ability that communicates: pg.As on a Counter finds
+// counting views of pg.Rooted, pg.PointToPoint, pg.Splitter and the
+// rest, and subgroups it makes count into the same totals.
+//
+//	c := instrument.Count(g)
+//	hook.Run(ctx, c, bucket)
+//	sent := c.Bytes()
 package instrument

@@ -40,3 +40,21 @@ func Example() {
 	// ddp_collective_queue_seconds count 1
 	// ddp_collective_seconds count 1
 }
+
+// A Counter counts what a hook hands over, also through the abilities
+// the hook finds with pg.As.
+func ExampleCount() {
+	groups, _ := local.New(1, local.Options{})
+	c := instrument.Count(groups[0])
+	defer c.Close()
+	ctx := context.Background()
+	var r pg.Rooted
+	if !pg.As(c, &r) {
+		panic("no Reduce")
+	}
+	if err := r.Reduce(ctx, pg.Float32s([]float32{1, 2, 3}), 0, pg.Op(pg.Sum)).Wait(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(c.Bytes(), "bytes in", c.Calls(), "call")
+	// Output: 12 bytes in 1 call
+}

@@ -2,7 +2,6 @@ package instrument
 
 import "github.com/goddp/ddp/pg"
 
-// Inner is the wrapped group, so that callers can find what it
-// implements beyond pg.ProcessGroup (the reducer looks for
-// pg.DeviceBucketAllocator through wrappers).
+// Inner is the wrapped group, so that pg.As finds what it implements
+// beyond what the wrapper measures (see Wrap).
 func (g *group) Inner() pg.ProcessGroup { return g.ProcessGroup }

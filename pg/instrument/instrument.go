@@ -100,16 +100,17 @@ func (m monitored) MonitoredBarrier(ctx context.Context, timeout time.Duration, 
 // g itself.
 //
 // A group that reports its Works (a pg.CompletionHooker, as every backend
-// in this module) is measured by a completion hook, and Wrap returns g
-// itself, so every optional interface of g (pg.Extended included) stays
-// reachable by type assertion. Every Work g finishes is measured, also
-// those issued on g directly. Wrap such a group once per registry: each
-// Wrap adds a hook.
+// in this module, itself or behind wrappers: see pg.As) is measured by a
+// completion hook, and Wrap returns g itself, so every optional interface
+// of g (pg.Extended included) stays as it was. Every Work the reporting
+// group finishes is measured, also those issued on it directly. Wrap such
+// a group once per registry: each Wrap adds a hook.
 //
 // Any other group is wrapped: its five ProcessGroup collectives are
-// timed by a goroutine that Close stops, and the wrapper is a
-// pg.Backender, and a pg.MonitoredBarrierer exactly when g is one; g's
-// other optional interfaces are not reachable through it.
+// timed by a goroutine that Close stops. The wrapper is a pg.Backender,
+// and a pg.MonitoredBarrierer exactly when pg.As finds one in g; pg.As
+// finds g's other abilities through its Inner, and calls through them
+// are not measured.
 //
 // Registering twice on one registry for the same rank and backend shares
 // the series.
@@ -141,7 +142,8 @@ func Wrap(g pg.ProcessGroup, reg prometheus.Registerer) (pg.ProcessGroup, error)
 	m := &metrics{seconds: seconds, bytes: bytes, ops: map[string]opMetrics{}}
 	// The five ProcessGroup collectives have series from the start, at
 	// zero until used.
-	if h, ok := g.(pg.CompletionHooker); ok {
+	var h pg.CompletionHooker
+	if pg.As(g, &h) {
 		if queued, err = register(reg, queued); err != nil {
 			return nil, err
 		}
@@ -158,7 +160,8 @@ func Wrap(g pg.ProcessGroup, reg prometheus.Registerer) (pg.ProcessGroup, error)
 	}
 	w := &group{ProcessGroup: g, m: m, queue: make(chan pending, queueLen), quit: make(chan struct{}), exited: make(chan struct{})}
 	go w.watch()
-	if mb, ok := g.(pg.MonitoredBarrierer); ok {
+	var mb pg.MonitoredBarrierer
+	if pg.As(g, &mb) {
 		return monitored{w, mb}, nil
 	}
 	return w, nil
