@@ -85,7 +85,7 @@ func TestTwoSetsDoNotShareNodes(t *testing.T) {
 	if s1.Node(0) == s2.Node(0) {
 		t.Fatal("two Sets over one parameter share a wrapper, and so a callback")
 	}
-	if s1.Node(0) != s1.Node(0) {
+	if first := s1.Node(0); s1.Node(0) != first {
 		t.Fatal("Node(0) created a second wrapper")
 	}
 }

@@ -178,9 +178,8 @@ func adasumVHDD(ctx context.Context, g pg.ProcessGroup, buf, recv pg.Tensor, cou
 		peer := rank ^ level
 		right := rank&level != 0
 		first := mine / 2
-		var keep, give int // elements kept and handed over
-		var split []int    // per tensor, the part of the slice's first `first` elements
-		split = prefixSplit(counts, first)
+		var keep, give int                  // elements kept and handed over
+		split := prefixSplit(counts, first) // per tensor, the part of the slice's first `first` elements
 		gave := make([]int, len(counts))
 		if right { // keep the second half
 			keep, give = mine-first, first

@@ -56,7 +56,6 @@ const (
 type deviceState struct {
 	alloc      pg.DeviceBucketAllocator // nil: host buckets only
 	kind       deviceKind
-	wire       pg.Dtype // the dtype on the device: the bucket's, or fp16/bf16 for compression
 	buckets    []*devBucket
 	registered bool    // the installed twins are registered
 	layout     *layout // the plan the twins were made for

@@ -659,18 +659,6 @@ func TestExtendedCompletionHookSeesFailuresAndPointToPoint(t *testing.T) {
 	}
 }
 
-// sub asserts that g is a *local.Group.
-func sub(t *testing.T, g pg.ProcessGroup, err error) *local.Group {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g == nil {
-		return nil
-	}
-	return g.(*local.Group)
-}
-
 // makeSubgroups calls make on every rank at once and returns the subgroups
 // by parent rank, closing them when the test ends.
 func makeSubgroups(t *testing.T, groups []*local.Group, mk func(r int, g *local.Group) (pg.ProcessGroup, error)) []*local.Group {

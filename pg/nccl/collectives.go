@@ -78,7 +78,7 @@ func (s *stager) bitwiseReduce(in pg.Tensor, out []byte, op pg.ReduceOp, write b
 					if prev != nil {
 						prev()
 					}
-					reduceBytes(out[:len(out)], all, n, size, op.Kind)
+					reduceBytes(out, all, n, size, op.Kind)
 				}
 			}
 			return err

@@ -18,9 +18,9 @@ import (
 // point on the copy stream has run. trace records, in the order they
 // ran, the calls tests check the order of.
 type fakeDevice struct {
-	caps                                       regCaps
-	failMemAlloc, failWindow, failRegister     atomic.Bool
-	memAllocs, mallocs, windows, registrations atomic.Int64 // made, ever
+	caps                                   regCaps
+	failMemAlloc, failWindow, failRegister atomic.Bool
+	memAllocs, windows, registrations      atomic.Int64 // made, ever
 
 	mu      sync.Mutex
 	regs    map[uintptr]string // live handle -> "window" or "register"

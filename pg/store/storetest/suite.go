@@ -378,7 +378,7 @@ func testBlockedGetDoesNotBlockSet(t *testing.T, f Factory) {
 	go func() {
 		v, err := s.Get(ctxLong(t), "handoff")
 		if err == nil && string(v) != "ok" {
-			err = fmt.Errorf("Get = %q, want \"ok\"", v)
+			err = fmt.Errorf("got %q from Get, want \"ok\"", v)
 		}
 		got <- err
 	}()
