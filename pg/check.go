@@ -13,8 +13,8 @@ import (
 
 // CheckContext refuses a nil ctx, which every method that takes one
 // would otherwise panic on. Backends call it before taking any lock or
-// sequence number, so a nil ctx fails the call alone (Note [bad calls]
-// in pg's doc).
+// sequence number, so a nil ctx fails the call alone (see Bad calls in
+// the package documentation).
 func CheckContext(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context.Context; pass context.Background() or one with a deadline", ErrInvalidArgument)
