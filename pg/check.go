@@ -1,12 +1,26 @@
 package pg
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // The Check functions validate a collective's arguments. Backends call
 // them before doing any work, so every backend rejects the same inputs
 // with the same errors. They refuse device tensors with ErrDeviceTensor
 // unless given AcceptDevice, and with it refuse a call mixing host and
 // device tensors.
+
+// CheckContext refuses a nil ctx, which every method that takes one
+// would otherwise panic on. Backends call it before taking any lock or
+// sequence number, so a nil ctx fails the call alone (see Bad calls in
+// the package documentation).
+func CheckContext(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context.Context; pass context.Background() or one with a deadline", ErrInvalidArgument)
+	}
+	return nil
+}
 
 // CheckAllReduce validates AllReduce's arguments.
 func CheckAllReduce(t Tensor, op ReduceOp, opts ...CheckOption) error {

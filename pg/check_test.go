@@ -1,6 +1,7 @@
 package pg_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -45,6 +46,8 @@ func TestChecks(t *testing.T) {
 		"reducescatter":             {pg.CheckReduceScatter(f32(3), f32(6), sum, 2), true},
 		"reducescatter wrong size":  {pg.CheckReduceScatter(f32(3), f32(7), sum, 2), false},
 		"reducescatter bad op":      {pg.CheckReduceScatter(f32(3), f32(6), pg.Op(pg.Bor), 2), false},
+		"context":                   {pg.CheckContext(context.Background()), true},
+		"nil context":               {pg.CheckContext(nil), false},
 	} {
 		if c.valid != (c.err == nil) || c.err != nil && !errors.Is(c.err, pg.ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want valid=%v", name, c.err, c.valid)

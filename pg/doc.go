@@ -68,6 +68,18 @@
 // ([DefaultTimeout], 30 minutes, unless the backend is told otherwise) and
 // by its ctx.
 //
+// # Bad calls
+//
+// A call with a nil ctx ([CheckContext]), tensors without a dtype or
+// without the data it needs, or a root, peer, tag, op, color or rank list
+// that does not exist fails with [ErrInvalidArgument] on the rank that
+// made it, before the backend takes a sequence number or a lock, so the
+// group stays in step and goes on working. After Close every call fails,
+// a well-formed one with [ErrClosed]; Abort and a second Close return. No
+// backend in this module panics or hangs on a bad call, and their issue
+// paths unlock by defer, so that a panic below them cannot leave the
+// group wedged; pg/pgtest holds every backend to this.
+//
 // # Backends
 //
 //   - pg/local: N ranks as goroutines in one process, sharing memory. Each

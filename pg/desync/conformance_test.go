@@ -24,8 +24,11 @@ func TestConformanceThroughTheWrapper(t *testing.T) {
 	}
 }
 
-func conform(t *testing.T, check bool) {
-	pgtest.Run(t, func(t testing.TB, n int, timeout time.Duration) []pg.ProcessGroup {
+func conform(t *testing.T, check bool) { pgtest.Run(t, wrappedWorld(check)) }
+
+// wrappedWorld is the pgtest.World of wrapped pg/local groups.
+func wrappedWorld(check bool) pgtest.World {
+	return func(t testing.TB, n int, timeout time.Duration) []pg.ProcessGroup {
 		groups, err := local.New(n, local.Options{Timeout: timeout})
 		if err != nil {
 			t.Fatal(err)
@@ -39,5 +42,15 @@ func conform(t *testing.T, check bool) {
 			}
 		}
 		return out
-	})
+	}
+}
+
+// Bad calls (pgtest.RunMisuse) fail through the wrapper as through the
+// group it wraps, with and without the check, and run by default.
+func TestMisuseThroughTheWrapper(t *testing.T) {
+	for _, check := range []bool{false, true} {
+		t.Run(map[bool]string{false: "diagnosis", true: "checked"}[check], func(t *testing.T) {
+			pgtest.RunMisuse(t, wrappedWorld(check))
+		})
+	}
 }

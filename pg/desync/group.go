@@ -417,6 +417,9 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 	if !pg.As(g.inner, &m) {
 		return g.unsupported(pg.OpMonitoredBarrier).Err()
 	}
+	if err := pg.CheckContext(ctx); err != nil {
+		return err
+	}
 	g.issueMu.Lock()
 	defer g.issueMu.Unlock()
 	if err := g.drain(ctx); err != nil {
@@ -445,6 +448,12 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 	if !pg.As(g.inner, &s) {
 		return nil, g.unsupported(pg.OpAllGather).Err()
 	}
+	if color < pg.NoColor { // refused here, before the allgather
+		return nil, fmt.Errorf("desync: %w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument, color)
+	}
+	if err := pg.CheckContext(ctx); err != nil {
+		return nil, err
+	}
 	all := make([]int64, 2*g.size)
 	if err := g.AllGather(ctx, pg.Int64s(all), pg.Int64s([]int64{int64(color), int64(key)})).Wait(ctx); err != nil {
 		return nil, err
@@ -462,6 +471,9 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 // split makes a subgroup whose members are parent ranks members (in
 // subgroup rank order) and wraps it.
 func (g *Group) split(ctx context.Context, members []int, create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
+	if err := pg.CheckContext(ctx); err != nil {
+		return nil, err
+	}
 	g.issueMu.Lock()
 	defer g.issueMu.Unlock()
 	if err := g.drain(ctx); err != nil {

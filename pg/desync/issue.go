@@ -93,8 +93,11 @@ type job struct {
 // records that this rank entered it, and issues it: at once (the caller
 // gets a work), or, with CheckCollectives, through the checker once the
 // ranks' fingerprints agree (the caller gets a Future that the monitor
-// completes).
+// completes). A nil ctx is refused before anything is numbered.
 func (g *Group) issue(ctx context.Context, fp fingerprint, sz sizes, call func(context.Context) pg.Work) pg.Work {
+	if err := pg.CheckContext(ctx); err != nil {
+		return pg.Completed(err)
+	}
 	g.issueMu.Lock()
 	defer g.issueMu.Unlock()
 	if g.opts.CheckCollectives {

@@ -92,6 +92,21 @@ func TestConformanceThroughTheWrapper(t *testing.T) {
 	})
 }
 
+// Bad calls (pgtest.RunMisuse) fail through the wrapper as through the
+// group it wraps, without a panic or a hang, and run by default: with
+// hooks the wrapper is the group itself; without, the watcher's wrapper,
+// a pg.ProcessGroup only, is held to the suite's ProcessGroup calls.
+func TestMisuseThroughTheWrapper(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for _, hooks := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hooks=%v", hooks), func(t *testing.T) {
+			pgtest.RunMisuse(t, func(t testing.TB, n int, timeout time.Duration) []pg.ProcessGroup {
+				return wrapped(t, n, timeout, reg, hooks)
+			})
+		})
+	}
+}
+
 // reextended is a watcher-wrapped group given back the optional
 // interfaces the wrapper hides: the ProcessGroup collectives,
 // MonitoredBarrier, Abort and Close go through the wrapper, the others

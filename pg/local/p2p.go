@@ -75,8 +75,8 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 
 // post numbers the call, enters it in the mailbox and starts its waiter.
 func (g *Group) post(ctx context.Context, op opKind, t pg.Tensor, key p2pKey) pg.Work {
-	if ctx == nil {
-		return g.invalid(op, fmt.Errorf("%w: nil context", pg.ErrInvalidArgument))
+	if err := pg.CheckContext(ctx); err != nil {
+		return g.invalid(op, err)
 	}
 	e := &p2pEntry{g: g, op: op, key: key, t: t, issued: time.Now(), settled: make(chan struct{})}
 	g.mu.Lock()

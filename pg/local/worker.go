@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,8 +30,8 @@ type task struct {
 
 // submit numbers t in issue order and queues it for the worker.
 func (g *Group) submit(ctx context.Context, t *task) pg.Work {
-	if ctx == nil {
-		return g.invalid(t.desc.kind, fmt.Errorf("%w: nil context", pg.ErrInvalidArgument))
+	if err := pg.CheckContext(ctx); err != nil {
+		return g.invalid(t.desc.kind, err)
 	}
 	t.ctx, t.issued, t.size, t.rank = ctx, time.Now(), g.Size(), g.rank
 	g.mu.Lock()

@@ -168,7 +168,8 @@ func (g *Group) complete(o *mpiWork, err error) {
 }
 
 // submit numbers o (a collective when p2p is nil), and queues it on the
-// engine. It returns o's Work.
+// engine. It returns o's Work. A nil ctx is refused before anything is
+// numbered.
 func (g *Group) submit(ctx context.Context, o *mpiWork, dtype pg.Dtype, inBytes, outBytes int, p2p *p2pKey) pg.Work {
 	o.g = g
 	o.ctx = ctx
@@ -176,12 +177,29 @@ func (g *Group) submit(ctx context.Context, o *mpiWork, dtype pg.Dtype, inBytes,
 		o.peer = pg.NoPeer
 	}
 	o.info = pg.WorkInfo{Op: o.kind, Rank: g.rank, Dtype: dtype, InBytes: int64(inBytes), OutBytes: int64(outBytes), Issued: time.Now()}
-	g.mu.Lock()
-	if g.state != nil {
-		err := g.state
-		g.mu.Unlock()
+	if err := pg.CheckContext(ctx); err != nil {
+		o.runRelease()
+		return pg.Completed(g.opErr(o, pg.ErrInvalidArgument, err))
+	}
+	posted, err := g.enqueue(o, p2p)
+	if err != nil {
 		o.runRelease()
 		return pg.Completed(err)
+	}
+	if !posted {
+		g.complete(o, g.opErr(o, pg.ErrClosed, errors.New("MPI has been finalised in this process")))
+		o.runRelease()
+	}
+	return o.fut
+}
+
+// enqueue numbers o and posts it to the engine, or returns the group's
+// state error. posted is false when the engine has stopped.
+func (g *Group) enqueue(o *mpiWork, p2p *p2pKey) (posted bool, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != nil {
+		return false, g.state
 	}
 	if p2p != nil {
 		g.p2pSeq[*p2p]++
@@ -193,13 +211,7 @@ func (g *Group) submit(ctx context.Context, o *mpiWork, dtype pg.Dtype, inBytes,
 	o.info.Seq = o.seq
 	o.fut = pg.NewSeqFuture(o.seq)
 	g.inflight[o] = struct{}{}
-	ok := g.e.post(func() { g.e.issue(o) })
-	g.mu.Unlock()
-	if !ok {
-		g.complete(o, g.opErr(o, pg.ErrClosed, errors.New("MPI has been finalised in this process")))
-		o.runRelease()
-	}
-	return o.fut
+	return g.e.post(func() { g.e.issue(o) }), nil
 }
 
 // stop fails every Work in flight with err and refuses later ones. The

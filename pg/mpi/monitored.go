@@ -22,15 +22,15 @@ import (
 // naming the ranks that did not arrive. Unlike a collective timeout, this
 // does not abort the job.
 func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
+	if err := pg.CheckContext(ctx); err != nil {
+		return err
+	}
 	if timeout <= 0 {
 		return fmt.Errorf("%w: monitored barrier timeout %v is not positive", pg.ErrInvalidArgument, timeout)
 	}
-	g.mu.Lock()
-	g.monSeq++
-	tag := g.monSeq % (g.tagUB + 1)
-	g.mu.Unlock()
-	if g.size == 1 {
-		return nil
+	tag, err := g.nextMonitored()
+	if err != nil || g.size == 1 {
+		return err
 	}
 	deadline := time.Now().Add(timeout)
 	step := func(send bool, peers []int) error {
@@ -78,6 +78,18 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 		return err
 	}
 	return step(true, others)
+}
+
+// nextMonitored numbers a monitored barrier and returns its tag, or the
+// group's state error once it is closed or aborted.
+func (g *Group) nextMonitored() (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != nil {
+		return 0, g.state
+	}
+	g.monSeq++
+	return g.monSeq % (g.tagUB + 1), nil
 }
 
 // submitMonitored queues o without taking a sequence number.

@@ -40,6 +40,9 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 }
 
 func (g *Group) split(ctx context.Context, color, key int) (pg.ProcessGroup, error) {
+	if err := pg.CheckContext(ctx); err != nil {
+		return nil, err
+	}
 	mine := []int64{int64(color), int64(key)}
 	all := make([]int64, 2*g.size)
 	if err := g.AllGather(ctx, pg.Int64s(all), pg.Int64s(mine)).Wait(ctx); err != nil {

@@ -75,13 +75,42 @@ func (s *stager) download(b *buf, off int, n int, dst []byte) ([]byte, error) {
 // issue runs build under the issue lock, enqueues its parts and returns
 // the Work. build may return parts; an error from build is the caller's
 // (bad arguments found late) and fails only this Work, an error while
-// enqueueing fails the group, since the ranks are now out of step.
+// enqueueing fails the group, since the ranks are now out of step. A nil
+// ctx is refused before anything is numbered.
 func (g *Group) issue(ctx context.Context, d desc, build func(s *stager) ([]part, error)) pg.Work {
+	if err := pg.CheckContext(ctx); err != nil {
+		return g.invalid(d.op, d.peer, err)
+	}
+	w, refused, err := g.stage(ctx, d, build)
+	switch {
+	case w == nil: // the group has failed
+		return pg.Completed(refused)
+	case refused != nil:
+		g.pool.put(w.bufs...)
+		ce := &pg.CollectiveError{Op: d.op.String(), Rank: g.rank, Peer: d.peer, Kind: kindOf(refused), Err: refused}
+		w.finish(g, ce, time.Now(), time.Time{})
+		return w.fut
+	case err != nil:
+		g.fail(kindOf(err), err, w)
+		return w.fut
+	}
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+	return w.fut
+}
+
+// stage numbers the Work of d and, under the issue lock, builds and
+// enqueues its parts. It returns a nil Work and the group's failure if
+// the group has failed; else the Work, build's error if build refused the
+// arguments, and the error of enqueueing it.
+func (g *Group) stage(ctx context.Context, d desc, build func(s *stager) ([]part, error)) (w *work, refused, err error) {
 	now := time.Now()
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if err := g.failedLocked(); err != nil {
-		g.mu.Unlock()
-		return pg.Completed(&pg.CollectiveError{Op: d.op.String(), Rank: g.rank, Peer: d.peer, Kind: kindOfFailure(err), Err: err})
+		return nil, &pg.CollectiveError{Op: d.op.String(), Rank: g.rank, Peer: d.peer, Kind: kindOfFailure(err), Err: err}, nil
 	}
 	var seq uint64
 	if d.op.IsPointToPoint() {
@@ -92,31 +121,17 @@ func (g *Group) issue(ctx context.Context, d desc, build func(s *stager) ([]part
 		g.seq++
 		seq = g.seq
 	}
-	w := &work{fut: pg.NewSeqFuture(seq), op: d.op, seq: seq, peer: d.peer, dtype: d.dtype, inBytes: d.inBytes,
+	w = &work{fut: pg.NewSeqFuture(seq), op: d.op, seq: seq, peer: d.peer, dtype: d.dtype, inBytes: d.inBytes,
 		outBytes: d.outBytes, issued: now, deadline: now.Add(g.opts.Timeout), ctx: ctx}
 	g.flight.add(FlightEntry{Seq: seq, Op: d.op, Peer: d.peer, Dtype: d.dtype, InBytes: d.inBytes, OutBytes: d.outBytes,
 		State: stateScheduled, Issued: now})
 	s := &stager{g: g, w: w}
 	parts, err := build(s)
 	if err != nil {
-		g.mu.Unlock()
-		g.pool.put(w.bufs...)
-		ce := &pg.CollectiveError{Op: d.op.String(), Rank: g.rank, Peer: d.peer, Kind: kindOf(err), Err: err}
-		w.finish(g, ce, time.Now(), time.Time{})
-		return w.fut
+		return w, err, nil
 	}
 	g.pending = append(g.pending, w)
-	err = g.enqueue(s, parts)
-	g.mu.Unlock()
-	if err != nil {
-		g.fail(kindOf(err), err, w)
-		return w.fut
-	}
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
-	return w.fut
+	return w, nil, g.enqueue(s, parts)
 }
 
 // enqueue runs the three phases and records the Work's event.

@@ -19,6 +19,9 @@ import (
 // only, unless waitAll); the others with one naming rank 0 if the verdict
 // does not come.
 func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
+	if err := pg.CheckContext(ctx); err != nil {
+		return &pg.CollectiveError{Op: "monitored_barrier", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+	}
 	if g.st == nil {
 		return &pg.CollectiveError{Op: "monitored_barrier", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
 			Err: errors.New("this group has no store")}

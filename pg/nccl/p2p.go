@@ -78,13 +78,17 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 	return g.issueP2P(ctx, laneKey{send: false, peer: src}, t)
 }
 
-// issueP2P numbers the call and queues it on its lane.
+// issueP2P numbers the call and queues it on its lane. A nil ctx is
+// refused before anything is numbered.
 func (g *Group) issueP2P(ctx context.Context, k laneKey, t pg.Tensor) pg.Work {
 	op := pg.OpRecv
 	d := desc{op: op, peer: k.peer, dtype: t.Dtype, outBytes: int64(t.Bytes())}
 	if k.send {
 		op = pg.OpSend
 		d = desc{op: op, peer: k.peer, dtype: t.Dtype, inBytes: int64(t.Bytes())}
+	}
+	if err := pg.CheckContext(ctx); err != nil {
+		return g.invalid(op, k.peer, err)
 	}
 	now := time.Now()
 	g.mu.Lock()

@@ -16,20 +16,18 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
 			Err: fmt.Errorf("color %d is negative and not pg.NoColor", color)}
 	}
+	if err := pg.CheckContext(ctx); err != nil {
+		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.opts.Timeout)
 		defer cancel()
 	}
-	g.mu.Lock()
-	if err := g.failedLocked(); err != nil {
-		g.mu.Unlock()
-		return nil, err
+	seq, child, failed, err := g.splitComm(ctx, color, key)
+	if failed != nil {
+		return nil, failed
 	}
-	g.seq++ // a collective of the parent, numbered like one
-	seq := g.seq
-	child, err := g.be.split(ctx, color, key)
-	g.mu.Unlock()
 	if err != nil {
 		err = &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: kindOf(err), Err: err}
 		g.fail(kindOf(err), err, nil)
@@ -47,6 +45,21 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 	opts.Rank, opts.Size = rank, size
 	opts.StoreKey = fmt.Sprintf("%s/split%d/color%d", g.storeKey, seq, color)
 	return newGroup(child, opts, g.st), nil
+}
+
+// splitComm numbers the split as a collective of the parent and, in
+// issue order, splits the communicator. It returns the group's failure
+// if the group has failed, else the split's sequence number, the child
+// communicator (nil for pg.NoColor) and the error of splitting.
+func (g *Group) splitComm(ctx context.Context, color, key int) (seq uint64, child backend, failed, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.failedLocked(); err != nil {
+		return 0, nil, err, nil
+	}
+	g.seq++ // a collective of the parent, numbered like one
+	child, err = g.be.split(ctx, color, key)
+	return g.seq, child, nil, err
 }
 
 // NewGroup is c10d's new_group(ranks), a Split in which the listed ranks

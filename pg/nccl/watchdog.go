@@ -85,24 +85,26 @@ func (g *Group) poll(lastFinish time.Time) time.Time {
 // checkDeadlines fails the group if a pending Work is past the group
 // timeout or its ctx has ended.
 func (g *Group) checkDeadlines(now time.Time) {
-	g.mu.Lock()
-	var late *work
-	var cause error
-	for _, w := range g.pending {
-		if now.After(w.deadline) {
-			late, cause = w, fmt.Errorf("%v seq %d did not finish within the group timeout %v (issued %v ago)",
-				w.op, w.seq, g.opts.Timeout, now.Sub(w.issued).Round(time.Millisecond))
-			break
-		}
-		if w.ctx.Err() != nil {
-			late, cause = w, fmt.Errorf("%v seq %d: its context ended: %w", w.op, w.seq, context.Cause(w.ctx))
-			break
-		}
-	}
-	g.mu.Unlock()
-	if late != nil {
+	if late, cause := g.overdue(now); late != nil {
 		g.fail(pg.ErrTimeout, cause, late)
 	}
+}
+
+// overdue returns the first pending Work past the group timeout or whose
+// ctx has ended, and why, or nil.
+func (g *Group) overdue(now time.Time) (*work, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, w := range g.pending {
+		if now.After(w.deadline) {
+			return w, fmt.Errorf("%v seq %d did not finish within the group timeout %v (issued %v ago)",
+				w.op, w.seq, g.opts.Timeout, now.Sub(w.issued).Round(time.Millisecond))
+		}
+		if w.ctx.Err() != nil {
+			return w, fmt.Errorf("%v seq %d: its context ended: %w", w.op, w.seq, context.Cause(w.ctx))
+		}
+	}
+	return nil, nil
 }
 
 // checkAsync asks NCCL whether the communicator broke asynchronously.

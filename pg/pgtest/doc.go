@@ -23,8 +23,13 @@
 // coalesced collectives, Work.Seq, completion hooks, NewGroup and Split
 // with subgroups in flight beside their parent, 16 MiB cases, 32 mixed
 // collectives in flight) and their failures: a rank that leaves a
-// subgroup, a sender that dies under a Recv, invalid arguments. The suite
-// only calls the pg interfaces, so it runs as well over sockets as over
+// subgroup, a sender that dies under a Recv, invalid arguments.
+// [RunMisuse], part of Run, makes bad calls (a nil ctx, tensors without
+// a dtype or the data a collective needs, every call after Close), each
+// in a goroutine of its own and bounded in time: each must fail with an
+// error, never panic or hang, and leave the group working. Wrappers of a
+// backend (pg/desync, pg/instrument) run RunMisuse alone. The suite only
+// calls the pg interfaces, so it runs as well over sockets as over
 // shared memory.
 //
 // Backends that hold one rank per process, as MPI launches them, run

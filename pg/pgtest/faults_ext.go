@@ -217,7 +217,7 @@ func outlivesParent(t *testing.T, w *world) {
 	s := makeSubs(t, w, "NewGroup([2 0])", [][]int{{2, 0}}, func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
 		return sp.NewGroup(ctx, []int{2, 0})
 	})[0]
-	closeAll(t, w.groups)
+	closeAll(t, w.groups, w.limit)
 	tr := allReduceTrial(s.w, pg.Float64, pg.Op(pg.Max), 500, 2)
 	tr.what = "world=3, parent closed: " + tr.what + " on subgroup [2 0]"
 	s.w.try(t, tr)

@@ -22,6 +22,9 @@ type world struct {
 	// RunRank exchanges result digests through, so that the exchange
 	// adds no collective to the groups under test.
 	ctl []pg.ProcessGroup
+	// hung is set once a call has hung (Note [bad calls]): the groups
+	// may hold their locks, and later calls would hang too.
+	hung bool
 }
 
 // open makes a world of n ranks with newWorld and closes it when t ends.
@@ -31,13 +34,14 @@ func open(t *testing.T, newWorld World, n int, timeout time.Duration) *world {
 	if len(groups) != n {
 		t.Fatalf("World(%d) returned %d groups", n, len(groups))
 	}
-	t.Cleanup(func() { closeAll(t, groups) })
+	w := &world{groups: groups, n: n, timeout: timeout, limit: timeout + 30*time.Second}
+	t.Cleanup(func() { closeAll(t, groups, w.limit) })
 	for i, g := range groups {
 		if g == nil || g.Rank() != i || g.Size() != n {
 			t.Fatalf("World(%d): group %d is %v", n, i, describe(g))
 		}
 	}
-	return &world{groups: groups, n: n, timeout: timeout, limit: timeout + 30*time.Second}
+	return w
 }
 
 func describe(g pg.ProcessGroup) string {
@@ -47,8 +51,11 @@ func describe(g pg.ProcessGroup) string {
 	return fmt.Sprintf("rank %d of size %d", g.Rank(), g.Size())
 }
 
-// closeAll closes every group at once, as the ranks of a job would.
-func closeAll(t testing.TB, groups []pg.ProcessGroup) {
+// closeAll closes every group at once, as the ranks of a job would. A
+// Close that has not returned within limit fails t rather than hang it.
+func closeAll(t testing.TB, groups []pg.ProcessGroup, limit time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, g := range groups {
 		if g == nil {
@@ -60,7 +67,15 @@ func closeAll(t testing.TB, groups []pg.ProcessGroup) {
 			}
 		})
 	}
-	wg.Wait()
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Errorf("Close did not return within %v on every rank: hung", limit)
+	}
 }
 
 // issue runs f for every rank in ranks (all of them when nil) that this

@@ -40,7 +40,8 @@ type RankOptions struct {
 // NewGroup and Split with subgroups in flight beside the parent, the
 // refusals of invalid arguments, which must come on every rank without a
 // hang, and (on a fresh NewGroup of every rank) Work.Seq and completion
-// hooks. Under -short the lengths stop at 4099. The failures of Run's
+// hooks; then RunMisuse's bad calls on g, and its calls after Close on a
+// fresh NewGroup of every rank, which it closes. Under -short the lengths stop at 4099. The failures of Run's
 // fault suite need a rank to close, abort or stay away, which ends an MPI
 // job; see RunRankFault.
 //
@@ -59,6 +60,10 @@ func RunRank(t *testing.T, g pg.ProcessGroup, opts RankOptions) {
 	t.Run("Extended/Seq", func(t *testing.T) {
 		requireExtended(t, w)
 		seqAndHooks(t, freshWorld(t, w))
+	})
+	t.Run("Misuse", func(t *testing.T) {
+		misuse(t, w)
+		afterClose(t, freshWorld(t, w))
 	})
 }
 

@@ -45,7 +45,7 @@ func makeSubs(t *testing.T, parent *world, name string, members [][]int,
 	for r, x := range res {
 		got[r] = x.g
 	}
-	t.Cleanup(func() { closeAll(t, got) })
+	t.Cleanup(func() { closeAll(t, got, parent.limit) })
 	for r, x := range res {
 		if x.err != nil {
 			t.Fatalf("world=%d %s: rank %d: %v", parent.n, name, r, x.err)
@@ -306,7 +306,7 @@ func newGroupAmidCollectives(t *testing.T, w *world) {
 	for r, x := range res {
 		subs[len(ranks)-1-r] = x.sub
 	}
-	t.Cleanup(func() { closeAll(t, subs) })
+	t.Cleanup(func() { closeAll(t, subs, w.limit) })
 	for i, tr := range []trial{before, after} {
 		works := make([]pg.Work, w.n)
 		for r, x := range res {

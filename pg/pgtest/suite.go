@@ -65,6 +65,13 @@ const (
 //     sides; alltoall splits that disagree between ranks fail the
 //     receiver; a gather whose root refuses its arguments hangs no one.
 //
+// Under "Misuse" (RunMisuse) it makes bad calls on worlds of 1 to 3
+// ranks: a nil ctx on every method, tensors without a dtype or the data
+// the collective needs, roots, ops, colors and rank lists that do not
+// exist, and every call after Close. Each must fail at once, with
+// pg.ErrInvalidArgument (pg.ErrClosed once closed), without a panic or a
+// hang, and leave the group working.
+//
 // Point-to-point checks come last in each world, so that a backend that
 // hangs in them still gets its other results. RunWith relaxes the suite
 // for backends with documented departures from the contracts.
@@ -117,7 +124,33 @@ func RunWith(t *testing.T, newWorld World, opts Options) {
 		}
 	})
 	t.Run("Faults", func(t *testing.T) { runFaults(t, newWorld) })
+	t.Run("Misuse", func(t *testing.T) { RunMisuse(t, newWorld) })
 	t.Run("Extended", func(t *testing.T) { runExtended(t, newWorld, g) })
+}
+
+// RunMisuse is the part of Run that checks bad calls, for wrappers of a
+// backend (pg/desync, pg/instrument) that run it without the rest. On
+// worlds of 1, 2 and 3 ranks, every call with a nil ctx, tensors without
+// a dtype or without the data the collective needs, or a root, op, color
+// or rank list that does not exist must fail at once with
+// pg.ErrInvalidArgument and Seq 0 on every rank, and the group must then
+// still work; once every rank is closed, every call must fail with
+// pg.ErrClosed, and Abort and a second Close must return. No call may
+// panic or hang: each is made in a goroutine of its own and bounded by
+// the group timeout plus 30 seconds. Groups that implement pg.Extended
+// get every call; others (a wrapper that is only a pg.ProcessGroup) get
+// the calls of pg.ProcessGroup.
+func RunMisuse(t *testing.T, newWorld World) {
+	for _, n := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("world=%d", n), func(t *testing.T) {
+			w := open(t, newWorld, n, faultTimeout)
+			t.Run("open", func(t *testing.T) { misuse(t, w) })
+			if w.hung {
+				t.Fatal("not checking the calls after Close: a call hung, and Close would too")
+			}
+			t.Run("closed", func(t *testing.T) { afterClose(t, w) })
+		})
+	}
 }
 
 func runCollectives(t *testing.T, w *world, g grid) {

@@ -2,6 +2,7 @@ package pgtest_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -32,6 +33,8 @@ func TestSuiteCatchesPlantedBugs(t *testing.T) {
 		{"ext-hook-drops-sends", "Extended/Seq/world=2", "completion hook: rank 0: never saw send #1"},
 		{"ext-subgroup-ignores-close", "Extended/Faults/Subgroup/Close", "is a timeout; want the departure of rank 2 noticed"},
 		{"ext-recv-swaps-tags", "Extended/world=2/SendRecv", "rank 1 receives 2 then 1: tag 2: element 0 is"},
+		{"nil-ctx-panics", "Misuse/world=2/open", "world=2 allreduce nil ctx: rank 1: panicked: planted: nil ctx"},
+		{"closed-allreduce-succeeds", "Misuse/world=2/closed", "world=2 after Close: allreduce: rank 0: got error <nil>, want one wrapping pg.ErrClosed"},
 	} {
 		t.Run(c.bug, func(t *testing.T) { wantCaught(t, "TestPlantedBug", c.bug, c.run, c.want) })
 	}
@@ -83,9 +86,16 @@ type planted struct {
 }
 
 // AllReduce flips a high bit of the result on every rank, or on rank 1
-// only; or (lsb-rank-1) the lowest bit of rank 1's first element.
+// only; or (lsb-rank-1) the lowest bit of rank 1's first element; or
+// panics on a nil ctx; or succeeds on a closed group.
 func (p planted) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
+	if ctx == nil && p.bug == "nil-ctx-panics" {
+		panic("planted: nil ctx")
+	}
 	w := p.ProcessGroup.AllReduce(ctx, t, op)
+	if p.bug == "closed-allreduce-succeeds" && errors.Is(w.Err(), pg.ErrClosed) {
+		return pg.Completed(nil)
+	}
 	lsb := p.bug == "lsb-rank-1" && p.Rank() == 1
 	if t.Len() == 0 || !(lsb || p.bug == "corrupt-all" || p.bug == "corrupt-rank-1" && p.Rank() == 1) {
 		return w

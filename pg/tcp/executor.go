@@ -54,30 +54,41 @@ func (g *Group) invalid(typ pg.OpType, err error) pg.Work {
 }
 
 // submit issues a collective: it takes the next sequence number and
-// queues do for the executor.
+// queues do for the executor. A nil ctx is refused before anything is
+// taken.
 func (g *Group) submit(ctx context.Context, typ pg.OpType, m meta, do func(*run) error) pg.Work {
-	name := typ.String()
-	o := &op{typ: typ, name: name, ctx: ctx, issued: time.Now(), meta: m, do: do}
-	g.mu.Lock()
-	if f := g.failure.Load(); f != nil || g.exited {
-		g.mu.Unlock()
-		return pg.Completed(g.annotate(g.failure.Load().errorFor(name, g.rank))) // exited implies failed
+	if err := pg.CheckContext(ctx); err != nil {
+		return g.invalid(typ, err)
 	}
-	o.seq = g.nextSeq
-	g.nextSeq++
-	o.fut = pg.NewSeqFuture(o.seq + 1)
-	if ctx.Done() != nil {
-		// The ranks are out of step once a collective is abandoned, so
-		// the caller's ctx ending aborts the whole group (pg's contract).
-		o.stop = context.AfterFunc(ctx, func() { g.cancelled(o) })
+	o := &op{typ: typ, name: typ.String(), ctx: ctx, issued: time.Now(), meta: m, do: do}
+	if err := g.enqueue(o); err != nil {
+		return pg.Completed(g.annotate(err))
 	}
-	g.queue = append(g.queue, o)
-	g.mu.Unlock()
 	select {
 	case g.opKick <- struct{}{}:
 	default:
 	}
 	return o.fut
+}
+
+// enqueue numbers o and queues it, or returns the error of the group's
+// failure (exited implies failed).
+func (g *Group) enqueue(o *op) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f := g.failure.Load(); f != nil || g.exited {
+		return f.errorFor(o.name, g.rank)
+	}
+	o.seq = g.nextSeq
+	g.nextSeq++
+	o.fut = pg.NewSeqFuture(o.seq + 1)
+	if o.ctx.Done() != nil {
+		// The ranks are out of step once a collective is abandoned, so
+		// the caller's ctx ending aborts the whole group (pg's contract).
+		o.stop = context.AfterFunc(o.ctx, func() { g.cancelled(o) })
+	}
+	g.queue = append(g.queue, o)
+	return nil
 }
 
 // cancelled aborts the group because o's ctx ended.

@@ -44,7 +44,11 @@ func newGroups(t testing.TB, n int, timeout time.Duration, tweak func(*Options))
 		})
 	}
 	wg.Wait()
-	t.Cleanup(func() { closeGroups(gs) })
+	t.Cleanup(func() {
+		if !closeGroupsWithin(gs, closeBound) {
+			t.Errorf("Close did not return within %v on every rank: hung", closeBound)
+		}
+	})
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: New: %v", i, err)
@@ -61,6 +65,26 @@ func closeGroups(gs []*Group) {
 		}
 	}
 	wg.Wait()
+}
+
+// closeBound is how long the test worlds' cleanup waits for Close: a
+// hung Close fails the test rather than hang it.
+const closeBound = time.Minute
+
+// closeGroupsWithin is closeGroups, giving up after d; it reports whether
+// every Close returned.
+func closeGroupsWithin(gs []*Group, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		closeGroups(gs)
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // world is the pgtest.World of this backend.

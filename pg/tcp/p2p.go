@@ -86,8 +86,11 @@ type p2pOp struct {
 // with the same tag; see pg.PointToPoint. The Work finishes once that
 // Recv has taken the message; t must stay untouched until then.
 func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
-	if err := checkP2P("send", t, dst, tag, g.rank, g.size); err != nil {
+	if err := checkP2P(ctx, "send", t, dst, tag, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpSend, err)
+	}
+	if err := g.stopped(pg.OpSend); err != nil {
+		return pg.Completed(err)
 	}
 	l := g.links[dst]
 	o := &p2pOp{l: l, typ: pg.OpSend, t: t, tag: uint32(tag), issued: time.Now()}
@@ -100,10 +103,9 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 	}
 	s := &l.p2p
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.dead != nil {
-		err := s.dead(pg.OpSend.String())
-		s.mu.Unlock()
-		return pg.Completed(g.annotate(err))
+		return pg.Completed(g.annotate(s.dead(pg.OpSend.String())))
 	}
 	s.sent++
 	o.seq = s.sent
@@ -117,19 +119,20 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 		delete(s.sends, o.seq)
 		o.frames = 0
 		o.resolveLocked(l.opErr(pg.OpSend.String(), err))
-		s.mu.Unlock()
 		return o.fut
 	}
 	o.watchLocked(ctx)
-	s.mu.Unlock()
 	return o.fut
 }
 
 // Recv receives the next message rank src sends this rank with tag into
 // t, whose length must be the message's; see pg.PointToPoint.
 func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
-	if err := checkP2P("recv", t, src, tag, g.rank, g.size); err != nil {
+	if err := checkP2P(ctx, "recv", t, src, tag, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpRecv, err)
+	}
+	if err := g.stopped(pg.OpRecv); err != nil {
+		return pg.Completed(err)
 	}
 	l := g.links[src]
 	o := &p2pOp{l: l, typ: pg.OpRecv, t: t, tag: uint32(tag), issued: time.Now()}
@@ -158,7 +161,21 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 	return o.fut
 }
 
-func checkP2P(what string, t pg.Tensor, peer, tag, rank, size int) error {
+// stopped is the error of a Send or Recv on a group that has failed, was
+// aborted or closed: the group's own state comes first, before that of
+// the link to the peer, which may have died earlier (a peer that closed
+// first).
+func (g *Group) stopped(typ pg.OpType) error {
+	if f := g.failure.Load(); f != nil {
+		return g.annotate(f.errorFor(typ.String(), g.rank))
+	}
+	return nil
+}
+
+func checkP2P(ctx context.Context, what string, t pg.Tensor, peer, tag, rank, size int) error {
+	if err := pg.CheckContext(ctx); err != nil {
+		return err
+	}
 	if err := pg.CheckPeer(what, t, peer, tag, rank, size); err != nil {
 		return err
 	}

@@ -37,6 +37,9 @@ import (
 // done with it: closing the parent does not.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
 	me, err := pg.CheckNewGroup(ranks, g.rank, g.size)
+	if err == nil {
+		err = pg.CheckContext(ctx)
+	}
 	if err != nil {
 		return nil, &pg.CollectiveError{Op: "new_group", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
 	}
@@ -68,6 +71,9 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 	if color < 0 && color != pg.NoColor {
 		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
 			Err: fmt.Errorf("%w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument, color)}
+	}
+	if err := pg.CheckContext(ctx); err != nil {
+		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
 	}
 	all, seq, err := g.exchange(ctx, "split", int64(color), int64(key))
 	if err != nil {
