@@ -107,6 +107,22 @@ func TestMisuseThroughTheWrapper(t *testing.T) {
 	}
 }
 
+// The byte Counter of comm hooks (instrument.Count) is a wrapper too:
+// bad calls through it fail like the group's own, without a panic.
+func TestMisuseThroughTheCounter(t *testing.T) {
+	pgtest.RunMisuse(t, func(t testing.TB, n int, timeout time.Duration) []pg.ProcessGroup {
+		groups, err := local.New(n, local.Options{Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]pg.ProcessGroup, n)
+		for r, g := range groups {
+			out[r] = instrument.Count(g)
+		}
+		return out
+	})
+}
+
 // reextended is a watcher-wrapped group given back the optional
 // interfaces the wrapper hides: the ProcessGroup collectives,
 // MonitoredBarrier, Abort and Close go through the wrapper, the others
