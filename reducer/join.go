@@ -200,7 +200,9 @@ func (j *Join) shadow(ctx context.Context) error {
 			return fmt.Errorf("reducer: join: shadowing an iteration: %w", err)
 		}
 	}
-	if err := r.Finalize(ctx); err != nil {
+	// A NonFiniteError leaves the iteration complete; the training ranks
+	// decide what to do about it (CheckFinite).
+	if err := r.Finalize(ctx); err != nil && !errors.Is(err, ErrNonFinite) {
 		return fmt.Errorf("reducer: join: shadowing an iteration: %w", err)
 	}
 	return nil

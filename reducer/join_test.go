@@ -222,6 +222,30 @@ func TestJoinStaticGraphUnusedOnJoinedRank(t *testing.T) {
 	}
 }
 
+// TestJoinNonFiniteWhileJoined: with CheckFinite, rank 0's first average
+// is not finite while rank 1 has already joined. Both ranks see the
+// NonFiniteError, which leaves the iteration complete: rank 0 skips that
+// step and trains on, and rank 1's shadowing must go on too. Before the
+// fix rank 1's Finish failed with it, and rank 0 waited for rank 1 until
+// the group timeout.
+func TestJoinNonFiniteWhileJoined(t *testing.T) {
+	grad := func(r, t, i int, w []float64) []float64 {
+		g := joinGrad(r, t, i, w)
+		if r == 0 && t == 0 && i == 0 {
+			g[1] = math.NaN()
+		}
+		return g
+	}
+	batches := []int{3, 0}
+	gs := groupsOf(t, "local", len(batches))
+	got := make([][][]float64, len(gs))
+	noErrors(t, onGroups(gs, func(rank int, g pg.ProcessGroup) (err error) {
+		got[rank], err = trainJoinedWith(testCtx(t), g, batches, Options{CheckFinite: true}, JoinOptions{}, grad)
+		return err
+	}))
+	checkJoined(t, got, joinReferenceWith(batches, false, grad))
+}
+
 // checkJoined checks every rank's final values against want, torch's
 // rule, and against rank 0's.
 func checkJoined(t *testing.T, got [][][]float64, want [][]float64) {
