@@ -69,7 +69,7 @@ func drawCombo(seed uint64) *combo {
 		FirstBucketBytes:     pick(rng, comboCaps...),
 		CheckFinite:          rng.IntN(3) == 0,
 	}
-	if rng.IntN(3) == 0 {
+	if rng.IntN(3) == 0 || c.hook == "post-localsgd" && rng.IntN(2) == 0 { // which the check sees diverge
 		c.opts.CheckReplicasEvery = 1 + rng.IntN(3)
 	}
 	c.micro = 1
