@@ -53,6 +53,7 @@ var branchNames = []string{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "
 
 type branchModel struct {
 	head   string
+	dt     tensor.Dtype // tensor.Float64, or tensor.Float32
 	g      *G.ExprGraph
 	x, y   *G.Node
 	params G.Nodes
@@ -63,22 +64,71 @@ type branchModel struct {
 }
 
 func newBranchModel(t testing.TB, head string, seed uint64) *branchModel {
+	return newBranchModelOf(t, head, seed, tensor.Float64)
+}
+
+// newBranchModelOf is newBranchModel in dtype dt. Its values, inputs and
+// gradients go in and out as float64 (values, feed, localGrads), which
+// holds float32 exactly.
+func newBranchModelOf(t testing.TB, head string, seed uint64, dt tensor.Dtype) *branchModel {
 	t.Helper()
-	m := &branchModel{head: head, g: G.NewGraph()}
+	m := &branchModel{head: head, dt: dt, g: G.NewGraph()}
 	rows := branchRows
-	m.x = G.NewMatrix(m.g, tensor.Float64, G.WithShape(rows, branchIn), G.WithName("x"), G.WithValue(tensor.New(tensor.WithShape(rows, branchIn), tensor.Of(tensor.Float64))))
+	m.x = G.NewMatrix(m.g, dt, G.WithShape(rows, branchIn), G.WithName("x"), G.WithValue(tensor.New(tensor.WithShape(rows, branchIn), tensor.Of(dt))))
 	yRows := rows
 	if head == headConcat {
 		yRows = 2 * rows
 	}
-	m.y = G.NewMatrix(m.g, tensor.Float64, G.WithShape(yRows, branchClasses), G.WithName("y"), G.WithValue(tensor.New(tensor.WithShape(yRows, branchClasses), tensor.Of(tensor.Float64))))
+	m.y = G.NewMatrix(m.g, dt, G.WithShape(yRows, branchClasses), G.WithName("y"), G.WithValue(tensor.New(tensor.WithShape(yRows, branchClasses), tensor.Of(dt))))
 	shapes := [][2]int{{branchIn, branchHidden}, {1, branchHidden}, {branchHidden, branchClasses}, {1, branchClasses}, {branchHidden, branchClasses}, {1, branchClasses}}
 	for i, s := range shapes {
 		v := uniform[float64](s[0]*s[1], seed, uint64(i), 0.7)
-		m.params = append(m.params, G.NewMatrix(m.g, tensor.Float64, G.WithShape(s[0], s[1]), G.WithName(branchNames[i]),
-			G.WithValue(tensor.New(tensor.WithShape(s[0], s[1]), tensor.WithBacking(v)))))
+		m.params = append(m.params, G.NewMatrix(m.g, dt, G.WithShape(s[0], s[1]), G.WithName(branchNames[i]),
+			G.WithValue(tensor.New(tensor.WithShape(s[0], s[1]), tensor.WithBacking(asDtype(dt, v))))))
 	}
 	return m
+}
+
+// asDtype is v as the backing of a tensor of dtype dt: v itself for
+// float64, a rounded copy for float32.
+func asDtype(dt tensor.Dtype, v []float64) any {
+	if dt != tensor.Float32 {
+		return v
+	}
+	out := make([]float32, len(v))
+	for k, x := range v {
+		out[k] = float32(x)
+	}
+	return out
+}
+
+// float64s copies a tensor's []float64 or []float32 data as float64.
+func float64s(data any) []float64 {
+	switch d := data.(type) {
+	case []float64:
+		return append([]float64(nil), d...)
+	case []float32:
+		out := make([]float64, len(d))
+		for k, x := range d {
+			out[k] = float64(x)
+		}
+		return out
+	}
+	panic(fmt.Sprintf("float64s: data of type %T", data))
+}
+
+// setFloat64s copies v into a tensor's []float64 or []float32 data.
+func setFloat64s(data any, v []float64) {
+	switch d := data.(type) {
+	case []float64:
+		copy(d, v)
+	case []float32:
+		for k := range d {
+			d[k] = float32(v[k])
+		}
+	default:
+		panic(fmt.Sprintf("setFloat64s: data of type %T", data))
+	}
 }
 
 // build adds the forward graph of m's head, the loss and the backward
@@ -110,7 +160,12 @@ func (m *branchModel) build(t testing.TB) error {
 	case headSum:
 		logits = must(G.Add(fc(2, h), fc(3, h)))
 	case headSumX1:
-		one := G.NewConstant(float64(1))
+		var one *G.Node
+		if m.dt == tensor.Float32 {
+			one = G.NewConstant(float32(1))
+		} else {
+			one = G.NewConstant(float64(1))
+		}
 		logits = must(G.Add(fc(2, h), must(G.Mul(fc(3, h), one))))
 	case headFC2:
 		logits = fc(2, h)
@@ -159,23 +214,23 @@ func (m *branchModel) feed(step, rank int) error {
 		y = append(y, y...)
 	}
 	yRows := len(y) / branchClasses
-	if err := G.Let(m.x, tensor.New(tensor.WithShape(branchRows, branchIn), tensor.WithBacking(x))); err != nil {
+	if err := G.Let(m.x, tensor.New(tensor.WithShape(branchRows, branchIn), tensor.WithBacking(asDtype(m.dt, x)))); err != nil {
 		return err
 	}
-	return G.Let(m.y, tensor.New(tensor.WithShape(yRows, branchClasses), tensor.WithBacking(y)))
+	return G.Let(m.y, tensor.New(tensor.WithShape(yRows, branchClasses), tensor.WithBacking(asDtype(m.dt, y))))
 }
 
 func (m *branchModel) values() [][]float64 {
 	out := make([][]float64, len(m.params))
 	for i, p := range m.params {
-		out[i] = append([]float64(nil), p.Value().Data().([]float64)...)
+		out[i] = float64s(p.Value().Data())
 	}
 	return out
 }
 
 func (m *branchModel) setValues(v [][]float64) {
 	for i, p := range m.params {
-		copy(p.Value().Data().([]float64), v[i])
+		setFloat64s(p.Value().Data(), v[i])
 	}
 }
 
@@ -193,9 +248,10 @@ func (m *branchModel) localGrads(values [][]float64, step, rank int) ([][]float6
 	}
 	out := make([][]float64, len(m.params))
 	for i, g := range m.grads {
-		out[i] = make([]float64, len(values[i]))
 		if g != nil {
-			copy(out[i], g.Value().Data().([]float64))
+			out[i] = float64s(g.Value().Data())
+		} else {
+			out[i] = make([]float64, len(values[i]))
 		}
 	}
 	return out, nil
@@ -216,14 +272,14 @@ func steppedGrads(d *DDP) (map[string][]float64, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", n2.Name(), err)
 			}
-			out[n2.Name()] = append([]float64(nil), g.Data().([]float64)...)
+			out[n2.Name()] = float64s(g.Data())
 			continue
 		}
 		g, err := n.Grad()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n.Name(), err)
 		}
-		out[n.Name()] = append([]float64(nil), g.Data().([]float64)...)
+		out[n.Name()] = float64s(g.Data())
 	}
 	return out, nil
 }
@@ -407,9 +463,15 @@ func referenceGrads(t *testing.T, heads []string, values [][][]float64, step int
 
 func plainModels(t *testing.T, heads []string) []*branchModel {
 	t.Helper()
+	return plainModelsOf(t, heads, tensor.Float64)
+}
+
+// plainModelsOf is plainModels in dtype dt.
+func plainModelsOf(t *testing.T, heads []string, dt tensor.Dtype) []*branchModel {
+	t.Helper()
 	out := make([]*branchModel, len(heads))
 	for r, h := range heads {
-		out[r] = newBranchModel(t, h, 0)
+		out[r] = newBranchModelOf(t, h, 0, dt)
 		if err := out[r].build(t); err != nil {
 			t.Fatal(err)
 		}

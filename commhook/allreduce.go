@@ -28,6 +28,16 @@ func (Allreduce) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.W
 	return g.AllReduce(ctx, b.Buffer, pg.Op(pg.Sum))
 }
 
+// allreduceBySize is Allreduce dividing by g's size whatever b.Divisor
+// says: torch's default._allreduce_fut, which the plain paths of the
+// other hooks call (PowerSGD before StartIter, post-local SGD), while
+// only allreduce_hook honours a Join's divisor.
+func allreduceBySize(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.Work {
+	whole := *b
+	whole.Divisor = 0
+	return Allreduce{}.Run(ctx, g, &whole)
+}
+
 // Divide divides every element of a floating-point tensor by n, in place,
 // with true division as torch's div_ does. float16 and bfloat16 elements
 // are divided in float32 and rounded back to nearest even, as torch

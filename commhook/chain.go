@@ -63,7 +63,7 @@ func (c *core) run(ctx context.Context, g pg.ProcessGroup, b *GradBucket, plan f
 func (c *core) allreduce(ctx context.Context, g pg.ProcessGroup, b *GradBucket, prev, mine *turn) pg.Work {
 	if prev.ready() && prev.wait(ctx) == nil {
 		defer mine.pass(nil)
-		return Allreduce{}.Run(ctx, g, b)
+		return allreduceBySize(ctx, g, b)
 	}
 	f := pg.NewFuture()
 	go func() {
@@ -72,7 +72,7 @@ func (c *core) allreduce(ctx context.Context, g pg.ProcessGroup, b *GradBucket, 
 			f.Complete(err)
 			return
 		}
-		w := Allreduce{}.Run(ctx, g, b)
+		w := allreduceBySize(ctx, g, b)
 		mine.pass(nil)
 		f.Complete(w.Wait(ctx))
 	}()

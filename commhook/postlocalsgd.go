@@ -115,11 +115,11 @@ func (p *PostLocalSGD) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket
 	p.mu.Unlock()
 	switch {
 	case global:
-		return Allreduce{}.Run(ctx, g, b)
+		return allreduceBySize(ctx, g, b)
 	case p.opts.NoPostLocalGradientAllreduce:
 		return pg.Completed(nil) // the bucket keeps this rank's own gradients
 	}
-	return Allreduce{}.Run(ctx, p.subgroup, b)
+	return allreduceBySize(ctx, p.subgroup, b)
 }
 
 // State is the iteration count.

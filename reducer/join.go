@@ -193,14 +193,27 @@ func (j *Join) shadow(ctx context.Context) error {
 		return fmt.Errorf("reducer: join: shadowing an iteration: %w", err)
 	}
 	for i := len(j.zeros) - 1; i >= 0; i-- { // the order backward produces them
+		if r.staticUnused(i) {
+			continue // Prepare marks StaticGraph's unused set ready, as in this rank's own iterations
+		}
 		if err := r.MarkReady(i, j.zeros[i]); err != nil {
 			return fmt.Errorf("reducer: join: shadowing an iteration: %w", err)
 		}
 	}
-	if err := r.Finalize(ctx); err != nil {
+	// A NonFiniteError leaves the iteration complete; the training ranks
+	// decide what to do about it (CheckFinite).
+	if err := r.Finalize(ctx); err != nil && !errors.Is(err, ErrNonFinite) {
 		return fmt.Errorf("reducer: join: shadowing an iteration: %w", err)
 	}
 	return nil
+}
+
+// staticUnused reports whether parameter i is in this rank's StaticGraph
+// unused set, which its first iteration found.
+func (r *Reducer) staticUnused(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.static.unused != nil && r.static.unused[i]
 }
 
 // syncFinalModel agrees on the authoritative rank, the highest among the

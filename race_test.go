@@ -1,0 +1,5 @@
+//go:build race
+
+package ddp
+
+func init() { raceEnabled = true }
