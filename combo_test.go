@@ -16,9 +16,10 @@ import (
 // world sizes, the dtypes and the per-rank graphs of replica_test.go must
 // train as a plain reference says, and keep the replicas bitwise equal
 // where DDP promises it. Each combination is drawn from a seed
-// (combo_draw_test.go), trained for a few steps on every rank, and
-// checked step by step afterwards (combo_run_test.go) against references
-// computed in float64 from Gorgonia's own gradients (combo_ref_test.go).
+// (combo_draw_test.go), trained for a few steps on every rank
+// (combo_run_test.go), and checked step by step afterwards
+// (combo_check_test.go) against references computed in float64 from
+// Gorgonia's own gradients (combo_ref_test.go, combo_powersgd_test.go).
 //
 //	go test -count=1 -run TestCombinations .                          # the default budget, seeds 1..N
 //	go test -count=1 -run TestCombinations -combo.seed=417 -v .       # replay one seed
