@@ -83,6 +83,8 @@ func (c *combo) checkEnd(t *testing.T, logs []*rankLog) int {
 		switch {
 		case want == nil && l.err != nil:
 			t.Errorf("rank %d, step %d: %v", r, l.errStep, l.err)
+		case want != nil && l.err == nil:
+			t.Errorf("rank %d ran to the end; want %v at step %d", r, want, end)
 		case want != nil && (!errors.Is(l.err, want) || l.errStep != end && want == reducer.ErrReplicasDiverged):
 			t.Errorf("rank %d ended at step %d with %v; want %v at step %d", r, l.errStep, l.err, want, end)
 		}

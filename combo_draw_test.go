@@ -154,8 +154,8 @@ func (c *combo) refusal() string {
 		return "mixed-precision" // Wrap: Gorgonia has no float16 gradients
 	case missing && !c.opts.FindUnusedParameters && !c.opts.StaticGraph:
 		return "unused-parameters" // Grad: names them, asks for FindUnusedParameters
-	case c.hook == "adasum" && bits.OnesCount(uint(len(c.heads))) != 1 && c.steps > 0:
-		return "adasum-world-size" // the first bucket: a power-of-two world, as Horovod's
+	case c.hook == "adasum" && bits.OnesCount(uint(len(c.heads))) != 1 && c.steps > 0 && c.throwAt != 0:
+		return "adasum-world-size" // the first bucket (if any runs): a power-of-two world, as Horovod's
 	}
 	return ""
 }

@@ -16,9 +16,10 @@ import (
 // world sizes, the dtypes and the per-rank graphs of replica_test.go must
 // train as a plain reference says, and keep the replicas bitwise equal
 // where DDP promises it. Each combination is drawn from a seed
-// (combo_draw_test.go), trained for a few steps on every rank, and
-// checked step by step afterwards (combo_run_test.go) against references
-// computed in float64 from Gorgonia's own gradients (combo_ref_test.go).
+// (combo_draw_test.go), trained for a few steps on every rank
+// (combo_run_test.go), and checked step by step afterwards
+// (combo_check_test.go) against references computed in float64 from
+// Gorgonia's own gradients (combo_ref_test.go, combo_powersgd_test.go).
 //
 //	go test -count=1 -run TestCombinations .                          # the default budget, seeds 1..N
 //	go test -count=1 -run TestCombinations -combo.seed=417 -v .       # replay one seed
@@ -36,12 +37,14 @@ var (
 var raceEnabled bool
 
 // The default budget: seeds 1..comboBudget(). Without the race detector
-// it takes 25–35 s on a shared 2-core machine; the race detector makes
-// each combination about three times slower, and CI (go test -race ./...)
-// runs every other test of the package too, so it draws fewer.
+// it takes 25–35 s on a shared 2-core machine. The race detector makes
+// each combination four to five times slower, and CI (go test -race
+// ./...) runs the package's other tests too, so it draws 150 (about
+// 12 s); each bug planted to prove the test was caught within the first
+// 46 seeds (docs/reducer.md).
 const (
 	comboBudgetPlain = 1500
-	comboBudgetRace  = 250
+	comboBudgetRace  = 150
 )
 
 func comboBudget() int {
