@@ -71,24 +71,9 @@ func TestGPUBranchHeadsOnNCCL(t *testing.T) {
 // reducer timeline is written there (timeline-nccl.json). Skipped without
 // a GPU or NCCL (nccl/testdata/gpu/run.sh runs it).
 func TestGPUDDPOnNCCLMatchesLocal(t *testing.T) {
-	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	if n, err := cu.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no GPU: %d devices, %v", n, err)
-	}
-	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
-	if err != nil {
-		t.Skipf("no NCCL: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	g, err := pgnccl.New(ctx, store.NewHashStore(store.HashStoreOptions{}), pgnccl.Options{Rank: 0, Size: 1, Library: lib, CUDA: cu})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g, version := gpuGroup(t, ctx)
 	opts := fewBuckets()
 	if dir := os.Getenv("GODDP_GPU_OUT"); dir != "" {
 		w, err := timeline.Create(filepath.Join(dir, "timeline-nccl.json"), 0)
@@ -110,7 +95,7 @@ func TestGPUDDPOnNCCLMatchesLocal(t *testing.T) {
 	host := train(groupsOf(t, "local", 1)[0], fewBuckets())
 	dev := train(g, opts)
 	regs := dev.ddp.Reducer().DeviceBuckets()
-	t.Logf("GPU-FACT DDP on NCCL %v: device buckets %v", lib.Version(), regs)
+	t.Logf("GPU-FACT DDP on NCCL %v: device buckets %v", version, regs)
 	if len(regs) == 0 {
 		t.Error("DDP on an NCCL group kept its buckets on the host")
 	}

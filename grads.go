@@ -167,11 +167,11 @@ func (d *DDP) StepTensors() (params, grads []pg.Tensor, err error) {
 	if !d.graded {
 		return nil, nil, fmt.Errorf("ddp: call Grad(cost) and RunAll before StepTensors")
 	}
-	params, grads = make([]pg.Tensor, len(d.params)), make([]pg.Tensor, len(d.params))
+	if params, err = d.ParamTensors(); err != nil {
+		return nil, nil, err
+	}
+	grads = make([]pg.Tensor, len(d.params))
 	for i, p := range d.params {
-		if params[i], err = TensorOf(p.Value()); err != nil {
-			return nil, nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, p.Name(), err)
-		}
 		g := d.own[i]
 		if d.local[i] {
 			if g, err = p.Grad(); err != nil {

@@ -262,20 +262,11 @@ func (m *branchModel) localGrads(values [][]float64, step, rank int) ([][]float6
 func steppedGrads(d *DDP) (map[string][]float64, error) {
 	out := map[string][]float64{}
 	for _, vg := range d.ValueGrads() {
-		n, ok := vg.(*G.Node)
+		n, ok := vg.(interface{ Name() string }) // a *G.Node or DDP's own
 		if !ok {
-			n2, ok2 := vg.(interface{ Name() string })
-			if !ok2 {
-				return nil, fmt.Errorf("ValueGrads gave a %T", vg)
-			}
-			g, err := vg.Grad()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", n2.Name(), err)
-			}
-			out[n2.Name()] = float64s(g.Data())
-			continue
+			return nil, fmt.Errorf("ValueGrads gave a %T", vg)
 		}
-		g, err := n.Grad()
+		g, err := vg.Grad()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n.Name(), err)
 		}

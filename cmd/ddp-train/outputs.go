@@ -218,6 +218,9 @@ func joinInts(v []int) string {
 // runMeta is what a checkpoint records of the run (Note [resume that
 // cannot lie]), beside "comm_hook", which restoreHookState reads.
 func (t *trainer) runMeta() map[string]string {
+	if t.dataSum == "" { // once: it reads the whole training set
+		t.dataSum = dataDigest(t.ds)
+	}
 	c := t.c
 	hidden := make([]string, len(c.hidden))
 	for i, h := range c.hidden {
@@ -234,7 +237,7 @@ func (t *trainer) runMeta() map[string]string {
 		"powersgd_start_iter": strconv.Itoa(c.powersgdStartIter),
 		"model":               fmt.Sprintf("%s hidden=%s activation=%s dtype=%s", c.model, strings.Join(hidden, ","), c.activation, c.dtype),
 		"shuffle":             strconv.FormatBool(c.shuffle),
-		"data":                dataDigest(t.ds),
+		"data":                t.dataSum,
 	}
 }
 

@@ -37,6 +37,7 @@ type trainer struct {
 	metrics *trainingMetrics      // nil: no metrics
 	reg     prometheus.Registerer // the reducer's metrics; nil: none
 	buildMu *sync.Mutex           // held while building Gorgonia graphs
+	dataSum string                // dataDigest of ds, computed once: runMeta
 }
 
 func specFor(c config, ds *dataset.Dataset) model.Spec {
