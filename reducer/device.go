@@ -31,31 +31,25 @@ import (
 //     into host gradients as before, and into device gradients on the
 //     device.
 //
-// Hooks: allreduce and noop run on the device; fp16_compress and
-// bf16_compress (and the compress wrappers around allreduce) compress on
-// the host before the upload, so half the bytes cross PCIe, and reduce in
-// half precision on the device. PowerSGD, which needs matrix products, is
-// refused with an error saying to set HostBuckets. Every other hook
-// (Adasum, hierarchical, mixed precision's, custom hooks) keeps the
-// buckets on the host, logged.
+// Hooks: a hook says whether and how it runs on device buckets by
+// implementing commhook.DeviceHook; the reducer never looks at its name.
+// allreduce and noop run on the device; fp16_compress and bf16_compress
+// (and the compress wrappers around allreduce) compress on the host
+// before the upload, so half the bytes cross PCIe, and reduce in half
+// precision on the device. PowerSGD, which needs matrix products, refuses
+// with an error saying to set HostBuckets. Every other hook (Adasum,
+// hierarchical, mixed precision's, a custom hook that does not implement
+// DeviceHook) keeps the buckets on the host, logged.
 //
 // The twins of the first plan are plain device memory; at the rebuild
 // after the first iteration they are replaced, once, by buckets registered
 // with NCCL as the group's policy says (symmetric windows on NCCL 2.27+).
 // Close releases them.
 
-// deviceKind is what a hook does on device buckets.
-type deviceKind int
-
-const (
-	deviceSum  deviceKind = iota + 1 // allreduce: divide on the host, SUM on the device
-	deviceNoop                       // noop
-)
-
 // deviceState is the reducer's device buckets.
 type deviceState struct {
 	alloc      pg.DeviceBucketAllocator // nil: host buckets only
-	kind       deviceKind
+	kind       commhook.DeviceKind
 	buckets    []*devBucket
 	registered bool    // the installed twins are registered
 	layout     *layout // the plan the twins were made for
@@ -67,26 +61,6 @@ type devBucket struct {
 	scratch  pg.Tensor // host, in the wire dtype: a gradient prepared for upload
 	uploaded []bool    // per slot, this iteration
 	onDevice []bool    // per slot: the gradient came from the device (not divided yet)
-}
-
-// deviceHook says how hook runs on device buckets, or why it cannot.
-func deviceHook(h commhook.Hook, d pg.Dtype) (deviceKind, pg.Dtype, error) {
-	switch h.(type) {
-	case commhook.Allreduce, *commhook.Allreduce:
-		return deviceSum, d, nil
-	case commhook.Noop, *commhook.Noop:
-		return deviceNoop, d, nil
-	case *commhook.PowerSGD, *commhook.BatchedPowerSGD:
-		return 0, 0, fmt.Errorf("reducer: comm hook %q needs matrix products on the host and cannot run on device buckets; set Options.HostBuckets to keep the buckets on the host", commhook.Name(h))
-	}
-	switch name := commhook.Name(h); name { // commhook's compression hooks: see compress.go there
-	case "fp16_compress", "fp16_compress_wrapper(allreduce)":
-		return deviceSum, pg.Float16, nil
-	case "bf16_compress", "bf16_compress_wrapper(allreduce)":
-		return deviceSum, pg.BFloat16, nil
-	default:
-		return 0, 0, nil // no device form: the buckets stay on the host
-	}
 }
 
 // initDevice, from New, notes whether the group offers device buckets,
@@ -104,48 +78,67 @@ func (r *Reducer) initDevice() {
 
 // prepareDevice, from Prepare of a synchronised iteration after any
 // rebuild, installs the device twins of the current plan: plain ones
-// while a rebuild is still to come, registered ones from then on.
-func (r *Reducer) prepareDevice(ctx context.Context) error {
+// while a rebuild is still to come, registered ones (final) from then on.
+// The hook says whether and how it runs on device buckets
+// (commhook.DeviceHook). It allocates and frees with r.mu released: the
+// machine is busy, and DeviceBuckets sees the old twins or none meanwhile.
+func (r *Reducer) prepareDevice(final bool) error {
 	s := &r.dev
-	if s.alloc == nil {
+	if s.alloc == nil || (s.layout == r.layout && (s.registered || !final)) {
 		return nil
 	}
-	final := r.rebuild.done || !r.opts.rebuilds()
-	if s.layout == r.layout && (s.registered || !final) {
-		return nil
-	}
-	kind, _, err := deviceHook(r.hook, r.dtypes[0])
+	form, err := commhook.FormOf(r.hook, r.dtypes[0])
 	if err != nil {
 		return err
 	}
-	if kind == 0 {
-		r.log.Info("reducer: the comm hook has no device-bucket form; buckets stay on the host",
-			zap.String("hook", commhook.Name(r.hook)))
+	r.mu.Lock()
+	old := s.buckets
+	if form.Kind == commhook.OnHost {
 		s.alloc = nil
-		return nil
 	}
-	if err := r.closeDevice(); err != nil {
+	s.buckets, s.registered, s.layout = nil, false, nil
+	r.mu.Unlock()
+	if err := closeTwins(old); err != nil {
 		return err
 	}
-	var wire pg.Dtype
-	for b, bk := range r.layout.buckets {
-		kind, w, _ := deviceHook(r.hook, bk.Buffer.Dtype)
-		s.kind, wire = kind, w
-		db, err := s.alloc.NewDeviceBucket(ctx, w, bk.Buffer.Len(), final)
-		if err != nil {
-			return fmt.Errorf("reducer: allocating device bucket %d (%d bytes): %w", b, bk.Bytes(), err)
-		}
-		s.buckets = append(s.buckets, &devBucket{db: db, scratch: pg.NewTensor(w, bk.Buffer.Len()),
-			uploaded: make([]bool, len(bk.Params)), onDevice: make([]bool, len(bk.Params))})
+	if form.Kind == commhook.OnHost {
+		r.log.Info("reducer: the comm hook has no device-bucket form; buckets stay on the host",
+			zap.String("hook", commhook.Name(r.hook)))
+		return nil
 	}
-	s.registered, s.layout = final, r.layout
+	twins, err := r.newTwins(final)
+	if err != nil {
+		return errors.Join(err, closeTwins(twins))
+	}
+	r.mu.Lock()
+	s.kind, s.buckets, s.registered, s.layout = form.Kind, twins, final, r.layout
+	r.mu.Unlock()
 	regs := map[string]int{}
-	for _, d := range s.buckets {
+	for _, d := range twins {
 		regs[d.db.Registration()]++
 	}
-	r.log.Info("reducer: buckets in device memory", zap.Int("buckets", len(s.buckets)), zap.Bool("final", final),
-		zap.Stringer("wire_dtype", wire), zap.Any("registration", regs))
+	r.log.Info("reducer: buckets in device memory", zap.Int("buckets", len(twins)), zap.Bool("final", final),
+		zap.Stringer("wire_dtype", twins[0].scratch.Dtype), zap.Any("registration", regs))
 	return nil
+}
+
+// newTwins allocates a device twin for every bucket of the current plan,
+// in the wire dtype the hook asks for.
+func (r *Reducer) newTwins(final bool) ([]*devBucket, error) {
+	var twins []*devBucket
+	for b, bk := range r.layout.buckets {
+		form, err := commhook.FormOf(r.hook, bk.Buffer.Dtype)
+		if err != nil {
+			return twins, err
+		}
+		db, err := r.dev.alloc.NewDeviceBucket(r.iter.ctx, form.Wire, bk.Buffer.Len(), final)
+		if err != nil {
+			return twins, fmt.Errorf("reducer: allocating device bucket %d (%d bytes): %w", b, bk.Bytes(), err)
+		}
+		twins = append(twins, &devBucket{db: db, scratch: pg.NewTensor(form.Wire, bk.Buffer.Len()),
+			uploaded: make([]bool, len(bk.Params)), onDevice: make([]bool, len(bk.Params))})
+	}
+	return twins, nil
 }
 
 // deviceActive reports whether the installed twins serve this iteration.
@@ -171,7 +164,7 @@ func (r *Reducer) deviceGrad(i int, grad pg.Tensor) error {
 	switch {
 	case r.dev.alloc == nil:
 		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets (use an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, r.params[i].Name)
-	case !r.it.sync || r.accumulate:
+	case !r.m.syncing() || r.m.window:
 		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; accumulate on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, r.params[i].Name)
 	case !r.deviceActive():
 		return fmt.Errorf("%w: parameter %d (%s): a device gradient before the device buckets exist (in the first static-graph iteration?)", ErrBadGradient, i, r.params[i].Name)
@@ -182,10 +175,11 @@ func (r *Reducer) deviceGrad(i int, grad pg.Tensor) error {
 // uploadGrad, from MarkReady of a synchronised iteration, sends parameter
 // i's gradient to its device twin: the host bucket's view prepared for the
 // wire, or the device gradient as it is.
-func (r *Reducer) uploadGrad(i int, grad pg.Tensor) error {
+func (r *Reducer) uploadGrad(i int) error {
 	if !r.deviceActive() {
 		return nil
 	}
+	grad := r.dst[i]
 	b, j := r.layout.bucketOf[i], r.layout.slotOf[i]
 	d := r.dev.buckets[b]
 	if grad.IsDevice() && grad.Dtype == d.scratch.Dtype {
@@ -218,7 +212,7 @@ func (r *Reducer) prepareWire(wire, src pg.Tensor) error {
 	if err := pg.Convert(wire, src); err != nil {
 		return err
 	}
-	if r.dev.kind == deviceSum {
+	if r.dev.kind == commhook.DeviceAverage {
 		return commhook.Divide(wire, r.g.Size())
 	}
 	return nil
@@ -230,7 +224,7 @@ func (r *Reducer) prepareWire(wire, src pg.Tensor) error {
 // in the host bucket.
 func (r *Reducer) launchDevice(b int) pg.Work {
 	d, bk := r.dev.buckets[b], r.layout.buckets[b]
-	ctx, g := r.it.ctx, r.obs.hookGroup(r.g)
+	ctx, g := r.iter.ctx, r.obs.hookGroup(r.g)
 	fail := func(err error) pg.Work {
 		return pg.Completed(fmt.Errorf("reducer: device bucket %d: %w", b, err))
 	}
@@ -250,7 +244,7 @@ func (r *Reducer) launchDevice(b int) pg.Work {
 		return fail(err)
 	}
 	var w pg.Work = pg.Completed(nil)
-	if r.dev.kind == deviceSum {
+	if r.dev.kind == commhook.DeviceAverage {
 		w = g.AllReduce(ctx, d.db.Tensor(), pg.Op(pg.Sum))
 	}
 	f := pg.NewFuture()
@@ -270,7 +264,7 @@ func (r *Reducer) launchDevice(b int) pg.Work {
 func (r *Reducer) fixDeviceSlots(ctx context.Context, b int) error {
 	d, bk := r.dev.buckets[b], r.layout.buckets[b]
 	for j, dev := range d.onDevice {
-		if !dev || r.dev.kind != deviceSum {
+		if !dev || r.dev.kind != commhook.DeviceAverage {
 			continue
 		}
 		off := bk.Offsets[j]
@@ -325,13 +319,12 @@ func (r *Reducer) deviceWriteBack(ctx context.Context, globalUsed []int32) error
 	return nil
 }
 
-// closeDevice releases the device twins.
-func (r *Reducer) closeDevice() error {
+// closeTwins releases device twins.
+func closeTwins(twins []*devBucket) error {
 	var errs []error
-	for _, d := range r.dev.buckets {
+	for _, d := range twins {
 		errs = append(errs, d.db.Close())
 	}
-	r.dev.buckets, r.dev.registered, r.dev.layout = nil, false, nil
 	return errors.Join(errs...)
 }
 
@@ -356,12 +349,11 @@ func (r *Reducer) DeviceBuckets() []string {
 // It does not close the process group.
 func (r *Reducer) Close() error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	err := r.closeDevice()
-	if r.broken == nil {
-		r.broken = errors.New("reducer: closed")
-	}
-	if err != nil {
+	twins := r.dev.buckets
+	r.dev.buckets, r.dev.registered, r.dev.layout = nil, false, nil
+	r.m.fail(errors.New("reducer: closed"))
+	r.mu.Unlock()
+	if err := closeTwins(twins); err != nil {
 		return fmt.Errorf("reducer: releasing device buckets: %w", err)
 	}
 	return nil

@@ -33,4 +33,4 @@ func (r *Reducer) MarkBackwardEnd() { r.markBackwardEnd() }
 // Fail puts the reducer in its failed state with err, which every later
 // call returns, and returns err. An engine calls it when backward itself
 // fails mid-iteration, leaving this rank out of step with its peers.
-func (r *Reducer) Fail(err error) error { return r.failLocked(err) }
+func (r *Reducer) Fail(err error) error { return r.fatal(err) }

@@ -32,32 +32,35 @@ var ErrGraphChanged = errors.New("reducer: your training graph has changed in th
 // ErrHookRegistration: a comm hook was registered twice, or after training began.
 var ErrHookRegistration = errors.New("reducer: a comm hook can only be registered once, before the first backward")
 
-func (r *Reducer) names(indices []int) string {
+func (r *Reducer) names(indices []int) string { return names(r.params, indices) }
+
+// names lists the parameters' names, comma-separated.
+func names(params []Param, indices []int) string {
 	parts := make([]string, len(indices))
 	for i, idx := range indices {
-		parts[i] = r.params[idx].Name
+		parts[i] = params[idx].Name
 	}
 	return strings.Join(parts, ", ")
 }
 
 // unfinishedError names the parameters that got no gradient, with the
 // advice torch gives for each configuration.
-func (r *Reducer) unfinishedError(missing []int) error {
+func (m *machine) unfinishedError(missing []int) error {
 	var b strings.Builder
 	switch {
-	case r.opts.StaticGraph:
+	case m.static:
 		b.WriteString("This error indicates that your training graph has changed in this iteration, e.g., one parameter is used in the first iteration but unused in the second. This is not compatible with StaticGraph.")
-	case r.opts.FindUnusedParameters:
+	case m.findUnused:
 		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. Since FindUnusedParameters is enabled, this likely means that not all forward outputs participate in computing the loss. You can fix this by making sure all forward outputs participate in calculating the loss.")
 	default:
 		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. You can enable unused parameter detection by setting Options.FindUnusedParameters (ddp-train --find-unused-parameters), and by making sure all forward outputs participate in calculating the loss.")
 	}
-	fmt.Fprintf(&b, "\nParameter indices which did not receive grad for rank %d: %v", r.g.Rank(), missing)
-	fmt.Fprintf(&b, "\nParameters which did not receive grad for rank %d: %s", r.g.Rank(), r.names(missing))
+	fmt.Fprintf(&b, "\nParameter indices which did not receive grad for rank %d: %v", m.rank, missing)
+	fmt.Fprintf(&b, "\nParameters which did not receive grad for rank %d: %s", m.rank, names(m.params, missing))
 	return fmt.Errorf("%w. %s", ErrUnfinishedReduction, b.String())
 }
 
-func (r *Reducer) markedTwiceError(i int) error {
+func (m *machine) markedTwiceError(i int) error {
 	return fmt.Errorf("%w. This error is caused by one of the following reasons: 1) use of a module parameter outside the forward graph, so that its gradient hook fires more than once; 2) reused parameters in multiple backward passes within one iteration; 3) incorrect unused parameter detection (a parameter passed as unused also produced a gradient).\nParameter at index %d with name %s has been marked as ready twice. This means that multiple gradient hooks have fired for this particular parameter during this iteration",
-		ErrMarkedTwice, i, r.params[i].Name)
+		ErrMarkedTwice, i, m.params[i].Name)
 }

@@ -2,7 +2,6 @@ package reducer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
@@ -14,54 +13,82 @@ import (
 // to MarkReady. Parameters that no rank used keep their gradients
 // untouched. It fails, naming the parameters, if some got no gradient.
 func (r *Reducer) Finalize(ctx context.Context) error {
+	if err := pg.CheckContext(ctx); err != nil {
+		return fmt.Errorf("reducer: Finalize: %w", err)
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.usable(); err != nil {
-		return err
+	local := r.m.phase == phaseLocal
+	acts, err := r.m.finish()
+	if err != nil {
+		return r.unlockWith(err)
 	}
-	if !r.it.active {
-		return errors.New("reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
-	}
+	todo := append(r.spare[:0], acts...)
+	r.spare = nil // todo's until the iteration ends; nothing drains meanwhile (busy, or idle after a no-sync one)
+	num := r.m.num
+	r.mu.Unlock()
 	r.obs.backwardEnded() // observe.go
-	if !r.it.sync {
-		r.endLocalIteration()
-		r.obs.finish(r, false)
-		return nil
-	}
-	if r.static.first {
-		if err := r.launchStaticFirst(ctx); err != nil {
-			return r.fail(err)
+	var wait action
+	for _, a := range todo {
+		if a.kind == actWait {
+			wait = a
+			continue
+		}
+		if err := r.perform(a); err != nil {
+			return r.fatal(err)
 		}
 	}
-	if !r.it.markedUnused {
-		r.markUnused()
+	if local {
+		r.endIteration(todo)
+		r.obs.finish(r, false, num) // observe.go
+		return nil
 	}
-	if !r.t.allLaunched() {
-		return r.fail(r.unfinishedError(r.t.missing()))
-	}
-	if err := r.unlockedWait(func() error { return r.wait(ctx) }); err != nil { // Note [no lock across a wait]
-		return r.fail(err)
-	}
-	globalUsed, err := r.globalUsed(ctx)
+	globalUsed, err := r.waitAll(ctx, wait.add) // Note [no lock across a wait]
 	if err != nil {
-		return r.fail(err)
+		return r.fatal(err)
 	}
-	r.recordUnused(globalUsed)
+	return r.finishSync(ctx, todo, globalUsed)
+}
+
+// finishSync closes a synchronised iteration whose communication is done:
+// the machine records it, the results are written back, and the observer
+// and the finiteness check see the result.
+func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []int32) error {
+	r.mu.Lock()
+	if r.m.phase == phaseFailed {
+		err := r.m.err // Fail was called meanwhile
+		r.mu.Unlock()
+		return err
+	}
+	acts := r.m.waited(globalUsed)
+	writeBack, num, unusedAll := acts[0], r.m.num, r.m.globalUnused
+	r.mu.Unlock()
 	if err := r.checkDisjoint(); err != nil { // Note [one memory per result]
-		return r.fail(err)
+		return r.fatal(err)
 	}
 	r.writeBack(globalUsed)
 	if err := r.deviceWriteBack(ctx, globalUsed); err != nil { // device.go
-		return r.fail(err)
+		return r.fatal(err)
 	}
-	r.accumulate = false
-	r.it.active, r.it.ctx = false, nil
-	r.it.num++
-	r.static.first = false
-	r.rebuild.finishRecording()
-	r.obs.finish(r, true) // observe.go
-	if r.opts.CheckFinite {
-		return r.checkFinite() // finite.go
+	if err := r.endIteration(todo); err != nil {
+		return err
+	}
+	r.obs.finish(r, true, num) // observe.go
+	if writeBack.add {
+		return r.checkFinite(num, unusedAll) // finite.go
+	}
+	return nil
+}
+
+// endIteration leaves Finalize's busy phase and drops the iteration's
+// context; todo's memory goes back to the queue.
+func (r *Reducer) endIteration(todo []action) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m.done()
+	r.iter.ctx = nil
+	r.spare = todo[:0]
+	if r.m.phase == phaseFailed {
+		return r.m.err
 	}
 	return nil
 }
@@ -70,85 +97,33 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 //
 // Finalize waits for the buckets' Works and the used map's allreduce,
 // which take as long as the slowest peer, up to the group timeout when
-// one stalls. It waits with r.mu released, so that the read-only methods
-// (Buckets, Gradient, CopyStats, GloballyUnused, DeviceBuckets, ...) and
-// Fail answer at once meanwhile. While it waits, r.waiting is set and the
-// calls that change an iteration (Prepare, MarkReady, Finalize,
-// RegisterCommHook, BroadcastParams) are refused rather than interleaved:
-// the caller broke the contract that they do not overlap. The wait
-// touches nothing the lock guards except what it was handed (the Works,
-// which the layout keeps until the next Prepare) and the observer's wait
-// stamps, which it collects and records once it holds the lock again. A
-// Fail that came in meanwhile wins.
+// one stalls; Prepare's rebuild broadcasts, and the device twins are
+// allocated and copied. All of it runs with r.mu released, so that the
+// read-only methods (Buckets, Gradient, CopyStats, GloballyUnused,
+// DeviceBuckets, ...) and Fail answer at once meanwhile. The machine is
+// busy all that time: the calls that change an iteration (Prepare,
+// MarkReady, Finalize, RegisterCommHook) are refused rather than
+// interleaved, since the caller broke the contract that they do not
+// overlap. What the actions touch (the Works, the buckets, the used map,
+// the observer's stamps) belongs to the one goroutine performing them
+// until the machine leaves busy. A Fail that came in meanwhile wins.
 
-// unlockedWait runs wait with r.mu released: Note [no lock across a wait].
-// r.mu must be held; it is held again on return.
-func (r *Reducer) unlockedWait(wait func() error) error {
-	r.waiting = true
-	r.mu.Unlock()
-	err := wait()
-	r.mu.Lock()
-	r.waiting = false
-	if r.broken != nil {
-		return r.broken // Fail was called meanwhile
-	}
-	return err
-}
-
-// usable reports why an iteration-changing call cannot run now.
-func (r *Reducer) usable() error {
-	if r.broken != nil {
-		return r.broken
-	}
-	if r.waiting {
-		return errors.New("reducer: Finalize is waiting for communication; Prepare, MarkReady and Finalize must not overlap it")
-	}
-	return nil
-}
-
-// endLocalIteration closes a no-sync iteration. The first iteration of an
-// accumulation window copied gradients into the buckets; parameters it
-// did not reach are zeroed so later iterations can add to them.
-func (r *Reducer) endLocalIteration() {
-	if !r.accumulate {
-		for i := range r.params {
-			if !r.t.isReady(i) {
-				clear(r.layout.view(i).Data)
-			}
-		}
-	}
-	r.accumulate = true
-	r.it.active, r.it.ctx = false, nil
-}
-
-// wait waits for every bucket in launch order, with r.mu released: it
-// reads only what no one changes while r.waiting is set, and collects the
-// observer's stamps to record them under the lock.
-func (r *Reducer) wait(ctx context.Context) error {
-	works := r.layout.works
-	stamps := make([]span, len(works))
-	defer func() { // under r.mu again, or racing with nothing: see unlockedWait
-		r.mu.Lock()
-		for b, s := range stamps {
-			if s.start != 0 {
-				r.obs.waited(b, s)
-			}
-		}
-		r.mu.Unlock()
-	}()
-	for b, w := range works {
+// waitAll waits for every bucket in launch order, then for the used map:
+// Note [used map after the buckets].
+func (r *Reducer) waitAll(ctx context.Context, reduceUsed bool) ([]int32, error) {
+	for b, w := range r.layout.works {
 		start := r.obs.waitStart() // observe.go: the clock only
 		err := w.Wait(ctx)
-		stamps[b] = span{start, r.obs.waitStart()}
+		r.obs.waited(b, span{start, r.obs.waitStart()})
 		if err != nil {
 			if ctx.Err() != nil {
 				// The collectives are still running and own the buffers.
 				r.g.Abort(err)
 			}
-			return fmt.Errorf("reducer: communication of bucket %d (parameters %s) failed: %w", b, r.names(r.layout.buckets[b].Params), err)
+			return nil, fmt.Errorf("reducer: communication of bucket %d (parameters %s) failed: %w", b, r.names(r.layout.buckets[b].Params), err)
 		}
 	}
-	return nil
+	return r.globalUsed(ctx, reduceUsed)
 }
 
 // globalUsed returns, with FindUnusedParameters or in the first static
@@ -160,41 +135,30 @@ func (r *Reducer) wait(ctx context.Context) error {
 // summed); a collective of the reducer's own issued in between would sit
 // at a different position on each rank. The map is a few bytes, so
 // sending it last costs one small collective's latency.
-func (r *Reducer) globalUsed(ctx context.Context) ([]int32, error) {
-	if r.opts.FindUnusedParameters && !r.opts.StaticGraph {
-		r.usedWork = r.g.AllReduce(ctx, r.localUsed, pg.Op(pg.Sum))
+func (r *Reducer) globalUsed(ctx context.Context, reduceNow bool) ([]int32, error) {
+	if reduceNow {
+		r.usedWork = r.g.AllReduce(ctx, r.usedMap, pg.Op(pg.Sum))
 	}
 	if r.usedWork == nil {
 		return nil, nil
 	}
 	w := r.usedWork
 	r.usedWork = nil
-	if err := r.unlockedWait(func() error { return w.Wait(ctx) }); err != nil { // Note [no lock across a wait]
+	if err := w.Wait(ctx); err != nil {
 		return nil, fmt.Errorf("reducer: allreduce of the used-parameter map failed: %w", err)
 	}
-	return pg.View[int32](r.localUsed), nil
+	return pg.View[int32](r.usedMap), nil
 }
 
-// recordUnused keeps which parameters no rank used, for GloballyUnused.
-// globalUsed is nil when the iteration did not allreduce the used map: then
-// every parameter was used, or (StaticGraph after its first iteration) the
-// first iteration's set still holds.
-func (r *Reducer) recordUnused(globalUsed []int32) {
-	if globalUsed == nil {
-		if !r.opts.StaticGraph {
-			r.unusedAll = nil
-		}
-		return
+// reduceUsedFirst starts the used map's allreduce of StaticGraph's first
+// iteration, before its buckets launch (c10d's order there), and warns
+// about the unused set the run is now held to.
+func (r *Reducer) reduceUsedFirst(unused []int) {
+	if len(unused) > 0 {
+		r.log.Warn("parameters are unused during the first iteration; with StaticGraph this set must stay the same on this rank for the whole run",
+			zap.Ints("unused", unused))
 	}
-	r.unusedAll = nil
-	for i, n := range globalUsed {
-		if n == 0 {
-			if r.unusedAll == nil {
-				r.unusedAll = make([]bool, len(r.params))
-			}
-			r.unusedAll[i] = true
-		}
-	}
+	r.usedWork = r.g.AllReduce(r.iter.ctx, r.usedMap, pg.Op(pg.Sum))
 }
 
 // writeBack copies each result from its bucket into the gradient it came
@@ -212,45 +176,7 @@ func (r *Reducer) writeBack(globalUsed []int32) {
 		if sameMemory(dst, v) {
 			continue // the gradient is its bucket view: Note [gradient as bucket view]
 		}
-		r.copies.Out += int64(len(v.Data))
+		r.copies.out.Add(int64(len(v.Data)))
 		copy(dst.Data, v.Data)
 	}
-}
-
-// staticState is StaticGraph's memory of the first iteration.
-type staticState struct {
-	first      bool   // the first synchronised iteration has not finished
-	unused     []bool // after it: parameters that got no gradient locally
-	unusedList []int
-}
-
-// launchStaticFirst is c10d's delay_all_reduce: the first static
-// iteration communicates nothing during backward. At its end the unused
-// set is known: those parameters are marked ready with zero gradients and
-// every bucket launches, along with the allreduce of the used map.
-func (r *Reducer) launchStaticFirst(ctx context.Context) error {
-	used := pg.View[int32](r.localUsed)
-	r.static.unused = make([]bool, len(r.params))
-	r.static.unusedList = nil
-	for i, u := range used {
-		if u == 0 {
-			r.static.unused[i] = true
-			r.static.unusedList = append(r.static.unusedList, i)
-		}
-	}
-	if len(r.static.unusedList) > 0 {
-		r.log.Warn("parameters are unused during the first iteration; with StaticGraph this set must stay the same on this rank for the whole run",
-			zap.Ints("unused", r.static.unusedList))
-	}
-	r.usedWork = r.g.AllReduce(ctx, r.localUsed, pg.Op(pg.Sum))
-	r.t.reset()
-	r.it.markedUnused = true
-	for i := range r.params {
-		if r.static.unused[i] {
-			clear(r.layout.view(i).Data)
-		}
-		from, to, _ := r.t.markReady(i)
-		r.launch(from, to)
-	}
-	return nil
 }

@@ -33,10 +33,10 @@ func (e *NonFiniteError) Unwrap() error { return ErrNonFinite }
 
 // checkFinite returns a NonFiniteError naming every parameter, used by some
 // rank, whose result holds a NaN or an infinity; nil when all are finite.
-func (r *Reducer) checkFinite() error {
+func (r *Reducer) checkFinite(num int, usedByNone []bool) error {
 	var bad []int
 	for i := range r.params {
-		if r.unusedAll != nil && r.unusedAll[i] {
+		if usedByNone != nil && usedByNone[i] {
 			continue // untouched: not a result
 		}
 		v := r.layout.view(i)
@@ -50,7 +50,7 @@ func (r *Reducer) checkFinite() error {
 	if bad == nil {
 		return nil
 	}
-	e := &NonFiniteError{Iteration: r.it.num, Params: bad}
+	e := &NonFiniteError{Iteration: num, Params: bad}
 	for _, i := range bad {
 		e.Names = append(e.Names, r.params[i].Name)
 	}

@@ -28,51 +28,31 @@ type Iteration struct {
 // gradient-ready order, it rebuilds the buckets in that order, which is a
 // collective.
 func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
+	if err := pg.CheckContext(ctx); err != nil {
+		return fmt.Errorf("reducer: Prepare: %w", err)
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.usable(); err != nil {
-		return err
-	}
-	if r.it.active && r.it.sync {
-		if missing := r.t.missing(); len(missing) > 0 {
-			return r.fail(r.unfinishedError(missing))
-		}
-		return r.fail(fmt.Errorf("%w: Finalize was not called after the previous backward; call it after every backward pass", ErrUnfinishedReduction))
-	}
-	if err := r.checkUnused(it.Unused); err != nil {
-		return err
+	acts, err := r.m.begin(it.Sync, it.Unused)
+	if err != nil {
+		return r.unlockWith(err)
 	}
 	r.started = true
-	if it.Sync {
-		if err := r.maybeRebuild(ctx); err != nil {
-			return r.fail(err)
-		}
-		if err := r.prepareDevice(ctx); err != nil { // device.go
-			return r.fail(err)
-		}
-	}
-	r.t.reset()
 	clear(r.dst)
-	if !r.accumulate {
-		clear(r.localUsed.Data)
-	}
-	unused := it.Unused
-	if r.opts.StaticGraph {
-		unused = r.static.unusedList
-	}
-	r.it = iteration{active: true, sync: it.Sync, ctx: ctx, unused: unused, num: r.it.num}
-	r.obs.prepare(r, it.Sync) // observe.go
-	return nil
-}
-
-func (r *Reducer) checkUnused(unused []int) error {
-	if len(unused) > 0 && !r.opts.FindUnusedParameters && !r.opts.StaticGraph {
-		return fmt.Errorf("reducer: %d unused parameters (%s) were given but FindUnusedParameters is off; turn it on, or make every parameter take part in the loss", len(unused), r.names(unused))
-	}
-	for _, i := range unused {
-		if i < 0 || i >= len(r.params) {
-			return fmt.Errorf("reducer: unused parameter index %d is out of range [0, %d)", i, len(r.params))
+	r.iter = iterCtx{ctx: ctx, divisor: r.divisor}
+	var buf [2]action // a rebuild and the device twins at most
+	todo := append(buf[:0], acts...)
+	r.mu.Unlock()
+	for _, a := range todo {
+		if err := r.perform(a); err != nil {
+			return r.fatal(err)
 		}
+	}
+	r.obs.prepare(r, it.Sync) // observe.go
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m.began()
+	if r.m.phase == phaseFailed {
+		return r.m.err // Fail was called meanwhile
 	}
 	return nil
 }
@@ -84,59 +64,89 @@ func (r *Reducer) checkUnused(unused []int) error {
 // anyone else, until Finalize returns: Finalize writes the result into it.
 func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.usable(); err != nil {
+	if err := r.m.accepts(i); err != nil {
+		r.mu.Unlock()
 		return err
-	}
-	if !r.it.active {
-		return fmt.Errorf("reducer: gradient for parameter %d (%s) arrived outside an iteration; call Prepare before backward", i, r.nameOf(i))
 	}
 	if err := r.checkGrad(i, grad); err != nil {
+		r.mu.Unlock()
 		return err
-	}
-	if r.static.unused != nil && r.static.unused[i] && r.it.sync {
-		return r.fail(fmt.Errorf("%w, e.g., one parameter is unused in the first iteration but then got used in the second (parameter %d, %s). This is not compatible with StaticGraph", ErrGraphChanged, i, r.params[i].Name))
-	}
-	if r.t.isReady(i) {
-		return r.fail(r.markedTwiceError(i))
 	}
 	if err := r.deviceGrad(i, grad); err != nil { // device.go
+		r.mu.Unlock()
 		return err
 	}
-	pg.View[int32](r.localUsed)[i] = 1
+	acts, err := r.m.ready(i)
+	if err != nil {
+		return r.unlockWith(err)
+	}
 	r.dst[i] = grad
-	copyStart := r.obs.copyStart() // observe.go
-	r.store(i, grad)
-	r.obs.copied(i, copyStart)
-	if !r.it.sync || r.static.first {
-		r.t.markOnly(i) // no communication now: see Finalize
+	r.queue = append(r.queue, acts...)
+	return r.unlockWith(r.drain())
+}
+
+// drain performs the queued actions in order, with r.mu released while
+// they run. One goroutine drains at a time: a MarkReady that finds another
+// draining leaves its actions to it, so actions run in the order the
+// machine gave them, and buckets launch in index order on every rank
+// (Note [launch order]), without a lock held across a comm hook. r.mu is
+// held on entry and on return.
+func (r *Reducer) drain() error {
+	if r.draining {
 		return nil
 	}
-	if !r.it.markedUnused {
-		r.markUnused()
+	r.draining = true
+	for len(r.queue) > 0 {
+		batch := r.queue
+		r.queue = r.spare[:0]
+		r.mu.Unlock()
+		err := r.performAll(batch)
+		r.mu.Lock()
+		r.spare = batch[:0]
+		if err != nil {
+			r.queue = r.queue[:0]
+			r.draining = false
+			return r.m.fail(err)
+		}
 	}
-	if r.rebuild.recording {
-		r.rebuild.order = append(r.rebuild.order, i)
-	}
-	if err := r.uploadGrad(i, grad); err != nil { // device.go
-		return r.fail(err)
-	}
-	from, to, _ := r.t.markReady(i)
-	r.launch(from, to)
+	r.draining = false
 	return nil
 }
 
-func (r *Reducer) nameOf(i int) string {
-	if i < 0 || i >= len(r.params) {
-		return fmt.Sprintf("no such parameter; the model has %d", len(r.params))
+func (r *Reducer) performAll(acts []action) error {
+	for _, a := range acts {
+		if err := r.perform(a); err != nil {
+			return err
+		}
 	}
-	return r.params[i].Name
+	return nil
+}
+
+// perform carries out one of the machine's actions, without r.mu. The
+// machine's phase keeps everything else away from what it touches.
+func (r *Reducer) perform(a action) error {
+	switch a.kind {
+	case actRebuild:
+		return r.rebuildBuckets(a.order, a.add) // rebuild.go
+	case actDevice:
+		return r.prepareDevice(a.add) // device.go
+	case actStore:
+		r.store(a.index, a.add)
+	case actZero:
+		clear(r.layout.view(a.index).Data)
+	case actUpload:
+		return r.uploadGrad(a.index) // device.go
+	case actLaunch:
+		r.launch(a.index)
+	case actReduceUsed:
+		r.reduceUsedFirst(a.list) // finalize.go
+	default:
+		return fmt.Errorf("reducer: internal error: action %d has no performer here", a.kind)
+	}
+	return nil
 }
 
 func (r *Reducer) checkGrad(i int, grad pg.Tensor) error {
-	if i < 0 || i >= len(r.params) {
-		return fmt.Errorf("%w: parameter index %d is out of range [0, %d)", ErrBadGradient, i, len(r.params))
-	}
 	if grad.Dtype != r.dtypes[i] || grad.Len() != r.numel[i] || len(grad.Data)%max(grad.Dtype.Size(), 1) != 0 {
 		return fmt.Errorf("%w: parameter %d (%s) expects a %v gradient of %d elements (shape %v), got %v with %d elements",
 			ErrBadGradient, i, r.params[i].Name, r.dtypes[i], r.numel[i], r.params[i].Shape, grad.Dtype, grad.Len())
@@ -144,57 +154,34 @@ func (r *Reducer) checkGrad(i int, grad pg.Tensor) error {
 	return nil
 }
 
-// store puts a gradient into its bucket: a copy, or a sum while an
-// accumulation window is open.
-func (r *Reducer) store(i int, grad pg.Tensor) {
-	v := r.layout.view(i)
+// store puts a gradient into its bucket: a copy, or a sum inside an
+// accumulation window (add).
+func (r *Reducer) store(i int, add bool) {
+	grad, v := r.dst[i], r.layout.view(i)
+	start := r.obs.copyStart() // observe.go
+	defer r.obs.copied(i, start)
 	if sameMemory(v, grad) { // Note [gradient as bucket view]
-		r.copies.InPlace += int64(len(v.Data))
+		r.copies.inPlace.Add(int64(len(v.Data)))
 		return
 	}
 	if r.opts.GradientAsBucketView {
-		r.copies.Fallbacks++
+		r.copies.fallbacks.Add(1)
 	}
-	r.copies.In += int64(len(v.Data))
-	if !r.accumulate {
+	r.copies.in.Add(int64(len(v.Data)))
+	if !add {
 		copy(v.Data, grad.Data)
 		return
 	}
 	addInto(v, grad)
 }
 
-// markUnused marks this iteration's unused parameters ready, with zero
-// gradients (or, while accumulating, with what they hold so far).
-func (r *Reducer) markUnused() {
-	r.it.markedUnused = true
-	for _, i := range r.it.unused {
-		if r.t.isReady(i) {
-			continue // it produced a gradient after all; MarkReady reports that
-		}
-		if !r.accumulate {
-			clear(r.layout.view(i).Data)
-		}
-		from, to, _ := r.t.markReady(i)
-		r.launch(from, to)
-	}
-}
-
-// launch runs the comm hook on buckets [from, to).
-//
-// Note [launching under the lock]: c10d holds its one mutex while
-// collectives launch, and STYLE.md warns against copying that. Here the
-// lock is held across launch on purpose but cheaply: a hook must not
-// block (it starts its collectives and returns a Work), so the critical
-// section is the bookkeeping plus a few non-blocking calls. Releasing the
-// lock between "bucket b is next" and "launch b" would let a misbehaving
-// caller interleave two launches and break the in-order guarantee every
-// rank relies on (Note [launch order]).
-func (r *Reducer) launch(from, to int) {
-	for b := from; b < to; b++ {
-		start := r.obs.launchStart() // observe.go
-		r.layout.works[b] = r.launchBucket(b)
-		r.obs.launched(b, start, r.layout.works[b])
-	}
+// launch runs the comm hook on bucket b. Only the draining goroutine, or
+// Finalize, calls it, in the machine's order.
+func (r *Reducer) launch(b int) {
+	start := r.obs.launchStart() // observe.go
+	w := r.launchBucket(b)
+	r.layout.works[b] = w
+	r.obs.launched(b, start, w)
 }
 
 // runHook calls the hook, turning a panic into a failed Work: a panic on
@@ -207,28 +194,42 @@ func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
 		}
 	}()
 	// join.go: the active ranks, when a Join does not divide by the world size.
-	b.Divisor = r.divisor
-	w = r.hook.Run(r.it.ctx, r.obs.hookGroup(r.g), b) // observe.go: with metrics, a group that counts bytes
+	b.Divisor = r.iter.divisor
+	w = r.hook.Run(r.iter.ctx, r.obs.hookGroup(r.g), b) // observe.go: with metrics, a group that counts bytes
 	if w == nil {
 		w = pg.Completed(fmt.Errorf("reducer: comm hook %q returned no Work for bucket %d", commhook.Name(r.hook), b.Index))
 	}
 	return w
 }
 
-// fail records a fatal error: the ranks are out of step, so every later
-// call returns it.
-func (r *Reducer) fail(err error) error {
-	r.broken = err
-	r.it.active = false
-	r.it.ctx = nil
-	r.obs.failed(err) // observe.go
-	r.log.Error("reducer failed", zap.Error(err))
+// unlockWith releases r.mu and returns err, reporting it first when it is
+// the machine's fatal error (logged, counted, the watcher let go).
+func (r *Reducer) unlockWith(err error) error {
+	fatal := r.m.failed(err)
+	if fatal {
+		r.iter.ctx = nil
+	}
+	r.mu.Unlock()
+	if fatal {
+		r.report(err)
+	}
 	return err
 }
 
-// failLocked is fail for callers that do not hold the lock.
-func (r *Reducer) failLocked(err error) error {
+// fatal fails the reducer from outside the lock: the ranks are out of
+// step, so every later call returns the first fatal error, which fatal
+// returns (a Fail that came in meanwhile wins).
+func (r *Reducer) fatal(err error) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.fail(err)
+	r.m.fail(err)
+	err = r.m.err
+	r.iter.ctx = nil
+	r.mu.Unlock()
+	r.report(err)
+	return err
+}
+
+func (r *Reducer) report(err error) {
+	r.obs.failed(err) // observe.go
+	r.log.Error("reducer failed", zap.Error(err))
 }

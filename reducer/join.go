@@ -213,7 +213,7 @@ func (j *Join) shadow(ctx context.Context) error {
 func (r *Reducer) staticUnused(i int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.static.unused != nil && r.static.unused[i]
+	return r.m.staticUnused != nil && r.m.staticUnused[i]
 }
 
 // syncFinalModel agrees on the authoritative rank, the highest among the

@@ -44,8 +44,8 @@ func (r *Reducer) assign(order []int, limits []int, ordered bool) ([][]int, []in
 	return plan, lims, nil
 }
 
-// install makes plan the current layout and resets the tracker.
-func (r *Reducer) install(plan [][]int, limits []int) {
+// newLayout makes plan concrete: buckets, their buffers and hook views.
+func (r *Reducer) newLayout(plan [][]int, limits []int) *layout {
 	l := &layout{
 		bucketOf: make([]int, len(r.params)),
 		slotOf:   make([]int, len(r.params)),
@@ -61,8 +61,7 @@ func (r *Reducer) install(plan [][]int, limits []int) {
 		}
 		l.grads = append(l.grads, commhook.GradBucket{Index: b, Buffer: bk.Buffer, Params: views, IsLast: b == len(plan)-1})
 	}
-	r.layout = l
-	r.t = newTracker(plan, len(r.params))
+	return l
 }
 
 // view is parameter i's slice of its bucket.

@@ -129,6 +129,6 @@ func (r *Reducer) writeBackMixed(globalUsed []int32) {
 		}
 		src := r.mixed.hook.result(r.layout, i)
 		_ = pg.Convert(r.mixed.master[i], src) // float to float of one length: cannot fail
-		r.copies.Out += int64(len(r.mixed.master[i].Data))
+		r.copies.out.Add(int64(len(r.mixed.master[i].Data)))
 	}
 }

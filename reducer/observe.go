@@ -1,6 +1,7 @@
 package reducer
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,11 +45,12 @@ type observer struct {
 	// ns since origin; 0 is "not recorded".
 	bwdStart    atomic.Int64 // written by the tape's goroutine
 	fwdStart    int64
-	bwdEnd      int64
+	bwdEnd      atomic.Int64 // written by the tape's goroutine (MarkBackwardEnd) or Finalize
 	firstLaunch int64
 	buckets     []bucketTimes
 	copies      []span // per parameter
 
+	wmu      sync.Mutex // watching and the sends on watchCh: a Fail may end the watch from another goroutine
 	watching bool
 	watchCh  chan watchItem
 	watchEnd chan struct{}
@@ -146,12 +148,15 @@ func (o *observer) prepare(r *Reducer, sync bool) {
 	if o.layout != r.layout {
 		o.setLayout(r)
 	}
-	o.fwdStart, o.bwdEnd, o.firstLaunch = o.now(), 0, 0
+	o.fwdStart, o.firstLaunch = o.now(), 0
+	o.bwdEnd.Store(0)
 	o.bwdStart.Store(0)
 	clear(o.buckets)
 	clear(o.copies)
 	if sync && (o.m != nil || o.tl != nil) {
+		o.wmu.Lock()
 		o.watching = true
+		o.wmu.Unlock()
 		go o.watch()
 	}
 }
@@ -188,11 +193,14 @@ func (o *observer) watch() {
 // endWatch ends the watcher and, when wait is set, waits for it to have
 // recorded every launched bucket.
 func (o *observer) endWatch(wait bool) {
+	o.wmu.Lock()
 	if !o.watching {
+		o.wmu.Unlock()
 		return
 	}
 	o.watching = false
 	o.watchCh <- watchItem{b: -1} // never blocks: the channel holds a plan's buckets and this
+	o.wmu.Unlock()
 	if wait {
 		<-o.watchEnd
 	}
@@ -204,18 +212,13 @@ func (o *observer) backwardStarted() { o.bwdStart.CompareAndSwap(0, o.now()) }
 
 // backwardEnded stamps the end of backward, if nothing did before.
 func (o *observer) backwardEnded() {
-	if o.on && o.bwdEnd == 0 {
-		o.bwdEnd = o.now()
+	if o.on {
+		o.bwdEnd.CompareAndSwap(0, o.now())
 	}
 }
 
 // markBackwardEnd is called by the DDP wrapper when the tape finishes.
 func (r *Reducer) markBackwardEnd() {
-	if !r.obs.on {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.obs.backwardEnded()
 }
 
@@ -251,9 +254,11 @@ func (o *observer) launched(b int, start int64, w pg.Work) {
 	}
 	o.buckets[b].launch = span{start, o.now()}
 	o.buckets[b].launched = true
+	o.wmu.Lock()
 	if o.watching {
 		o.watchCh <- watchItem{b, w}
 	}
+	o.wmu.Unlock()
 }
 
 // hookGroup is the group the comm hook is given: with metrics, g behind
@@ -315,9 +320,9 @@ func (r *Reducer) unusedBytes() int64 {
 	return n
 }
 
-// finish publishes a completed iteration. r.mu is held; r.it.num already
-// counts it when it was synchronised.
-func (o *observer) finish(r *Reducer, sync bool) {
+// finish publishes a completed iteration; num, the synchronised
+// iterations so far, already counts it when it was synchronised.
+func (o *observer) finish(r *Reducer, sync bool, num int) {
 	if !o.on {
 		return
 	}
@@ -331,13 +336,13 @@ func (o *observer) finish(r *Reducer, sync bool) {
 	}
 	if o.m != nil {
 		o.observeMetrics(bwdStart, end, sync)
-		o.m.copies(r.copies) // view.go
+		o.m.copies(r.copies.stats()) // view.go
 	}
-	if sync && o.log.ShouldSample(r.it.num) {
+	if sync && o.log.ShouldSample(num) {
 		o.log.Record(logger.Sample{
-			Iteration: r.it.num, UnusedParameterBytes: r.unusedBytes(),
+			Iteration: num, UnusedParameterBytes: r.unusedBytes(),
 			ForwardStart: o.at(o.fwdStart), BackwardComputeStart: o.at(bwdStart), BackwardCommStart: o.at(o.firstLaunch),
-			BackwardComputeEnd: o.at(o.bwdEnd), BackwardCommEnd: o.at(end), LastBucketWait: o.lastWait(),
+			BackwardComputeEnd: o.at(o.bwdEnd.Load()), BackwardCommEnd: o.at(end), LastBucketWait: o.lastWait(),
 		})
 	}
 	if o.tl != nil {
@@ -370,12 +375,13 @@ func (o *observer) observeMetrics(bwdStart, end int64, sync bool) {
 	if s := o.bwdStart.Load(); s != 0 {
 		m.forward.Observe(seconds(s - o.fwdStart))
 	}
-	m.backwardCompute.Observe(seconds(o.bwdEnd - bwdStart))
+	bwdEnd := o.bwdEnd.Load()
+	m.backwardCompute.Observe(seconds(bwdEnd - bwdStart))
 	if !sync || o.firstLaunch == 0 {
 		return
 	}
 	comm := end - o.firstLaunch
-	overlap := max(o.bwdEnd-o.firstLaunch, 0)
+	overlap := max(bwdEnd-o.firstLaunch, 0)
 	m.backwardComm.Observe(seconds(comm))
 	m.commExposed.Observe(seconds(comm - overlap))
 	m.lastBucketWait.Observe(o.lastWait().Seconds())

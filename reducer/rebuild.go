@@ -1,53 +1,19 @@
 package reducer
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )
 
-// rebuildState follows c10d's bucket rebuild: record the order in which
-// gradients became ready during one synchronised iteration, then, before
-// the next one, rebuild the buckets in that order. Once per run.
-type rebuildState struct {
-	done      bool
-	recording bool
-	haveOrder bool
-	order     []int
-}
-
-// finishRecording is called when a synchronised iteration completes.
-func (s *rebuildState) finishRecording() {
-	if s.recording {
-		s.recording = false
-		s.haveOrder = true
-	}
-}
-
-// maybeRebuild runs at the start of a synchronised iteration. It either
-// starts recording the ready order or, when one was recorded, rebuilds.
-// The first static-graph iteration records nothing: its hooks only count.
-func (r *Reducer) maybeRebuild(ctx context.Context) error {
-	s := &r.rebuild
-	switch {
-	case s.done || !r.opts.rebuilds():
-		return nil
-	case s.haveOrder:
-		return r.rebuildBuckets(ctx)
-	case !r.static.first:
-		s.recording = true
-		s.order = s.order[:0]
-	}
-	return nil
-}
-
-// rebuildBuckets replans the buckets in rank 0's gradient-ready order.
-// Every rank uses rank 0's order, broadcast, so the plans agree even when
-// ranks saw gradients arrive in different orders.
-func (r *Reducer) rebuildBuckets(ctx context.Context) error {
-	order := r.completeOrder(r.rebuild.order)
+// rebuildBuckets replans the buckets in rank 0's gradient-ready order
+// (the machine's rebuild: it recorded order, this rank's). Every rank
+// uses rank 0's order, broadcast, so the plans agree even when ranks saw
+// gradients arrive in different orders. Inside an accumulation window
+// (carry) the sums so far move into the new buckets.
+func (r *Reducer) rebuildBuckets(order []int, carry bool) error {
+	ctx := r.iter.ctx
 	wire := make([]int64, len(order))
 	for i, p := range order {
 		wire[i] = int64(p)
@@ -62,38 +28,20 @@ func (r *Reducer) rebuildBuckets(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reducer: rank 0's gradient-ready order %v is not usable here: %w", order, err)
 	}
-	old := r.layout
-	r.install(plan, limits)
-	if r.accumulate {
+	l := r.newLayout(plan, limits)
+	if carry {
 		for i := range r.params {
-			copy(r.layout.view(i).Data, old.view(i).Data)
+			copy(l.view(i).Data, r.layout.view(i).Data)
 		}
 	}
-	r.rebuild.done, r.rebuild.order = true, nil
+	r.mu.Lock()
+	r.layout = l
+	r.m.replan(plan)
+	r.mu.Unlock()
 	r.obs.rebuilt(r, order) // observe.go
 	r.log.Info("Reducer buckets have been rebuilt in this iteration.",
-		zap.Ints("ready_order", order), zap.Ints("bucket_bytes", r.layout.bucketBytes()))
+		zap.Ints("ready_order", order), zap.Ints("bucket_bytes", l.bucketBytes()))
 	return nil
-}
-
-// completeOrder appends, last index first, any parameter the recording
-// missed (one that got no gradient, under StaticGraph), so the order
-// covers every parameter.
-func (r *Reducer) completeOrder(recorded []int) []int {
-	seen := make([]bool, len(r.params))
-	order := make([]int, 0, len(r.params))
-	for _, p := range recorded {
-		if !seen[p] {
-			seen[p] = true
-			order = append(order, p)
-		}
-	}
-	for p := len(r.params) - 1; p >= 0; p-- {
-		if !seen[p] {
-			order = append(order, p)
-		}
-	}
-	return order
 }
 
 // ReadyOrder returns the gradient-ready order recorded for the rebuild,
@@ -101,8 +49,5 @@ func (r *Reducer) completeOrder(recorded []int) []int {
 func (r *Reducer) ReadyOrder() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.rebuild.haveOrder {
-		return nil
-	}
-	return r.completeOrder(r.rebuild.order)
+	return r.m.readyOrder()
 }

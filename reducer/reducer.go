@@ -24,8 +24,12 @@ import (
 // ranks (or, with a custom hook, whatever the hook produced).
 //
 // MarkReady may be called from a goroutine other than the one calling
-// Prepare and Finalize (Gorgonia's TapeMachine runs hooks on its own), but
-// calls must not overlap Prepare or Finalize.
+// Prepare and Finalize (Gorgonia's TapeMachine runs hooks on its own), and
+// from several at once, but calls must not overlap Prepare or Finalize.
+//
+// Inside, a pure state machine decides (machine.go, Note [events in,
+// actions out]) and the Reducer performs what it decides, never holding
+// its lock across a wait, a comm hook, a device copy or an observer call.
 type Reducer struct {
 	g      pg.ProcessGroup
 	opts   Options
@@ -34,44 +38,37 @@ type Reducer struct {
 	numel  []int
 	log    *zap.Logger
 
+	// mu guards the fields below, and only for bookkeeping: it is never
+	// held across a wait, a hook, a device copy or an observer call.
 	mu      sync.Mutex
+	m       *machine // every decision: machine.go
 	hook    commhook.Hook
 	layout  *layout
-	t       *tracker
 	started bool // the first Prepare has run; hooks can no longer change
 
-	it         iteration
-	accumulate bool        // an accumulation window is open (a no-sync iteration ran)
-	dst        []pg.Tensor // gradients to write results back into
-	localUsed  pg.Tensor   // int32 per parameter: got a gradient this window
-	unusedAll  []bool      // per parameter: no rank produced a gradient in the last synchronised iteration (c10d's global_unused); nil: all used
-	spans      []memSpan   // scratch of checkDisjoint: Note [one memory per result]
-	usedWork   pg.Work
-	broken     error // a fatal error; every later call returns it
-	waiting    bool  // Finalize waits with r.mu released: Note [no lock across a wait]
+	iter     iterCtx     // Note [iteration context]
+	dst      []pg.Tensor // gradients to write results back into
+	usedMap  pg.Tensor   // int32 per parameter, over m.used: the tensor the used map is allreduced in
+	usedWork pg.Work     // StaticGraph's first iteration: the used map's allreduce, started before the buckets
+	spans    []memSpan   // scratch of checkDisjoint: Note [one memory per result]
 
-	rebuild rebuildState
-	static  staticState
+	queue, spare []action // MarkReady's actions, performed in order by one goroutine: see drain
+	draining     bool
 
-	copies CopyStats   // see view.go
-	mixed  *mixedState // MixedPrecision; nil when off: see mixed.go
-
-	dev deviceState // device buckets: device.go
+	mixed *mixedState // MixedPrecision; nil when off: see mixed.go
+	dev   deviceState // device buckets: device.go
 
 	divisor      int  // what the default allreduce divides by under a Join; 0: the world size (join.go)
 	othersJoined bool // under a Join, some rank has run out of inputs: replicas differ until Finish (replicas.go)
 
-	obs observer // metrics, logging data and timeline: see observe.go
+	copies copyCounters // see view.go; atomic, read without the lock
+	obs    observer     // metrics, logging data and timeline: see observe.go
 }
 
-// iteration is the state of the backward pass in progress.
-type iteration struct {
-	active       bool
-	sync         bool
-	ctx          context.Context // see Note [iteration context]
-	unused       []int
-	markedUnused bool
-	num          int // completed synchronised iterations
+// iterCtx is what an iteration's actions run with.
+type iterCtx struct {
+	ctx     context.Context // see Note [iteration context]
+	divisor int             // Join's divisor for this iteration; 0: the world size
 }
 
 // Note [iteration context]: gradient hooks fire inside Gorgonia's
@@ -84,6 +81,9 @@ type iteration struct {
 // shapes and dtypes), then plans the buckets. It is collective: every rank
 // must call it.
 func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (*Reducer, error) {
+	if err := pg.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("reducer: New: %w", err)
+	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -103,11 +103,11 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if err != nil {
 		return nil, err
 	}
-	r.install(plan, limits)
+	r.layout = r.newLayout(plan, limits)
+	r.m = newMachine(params, g.Rank(), opts, plan)
 	r.initDevice() // device.go
 	r.dst = make([]pg.Tensor, len(params))
-	r.localUsed = pg.NewTensor(pg.Int32, len(params))
-	r.static.first = opts.StaticGraph
+	r.usedMap = pg.Int32s(r.m.used)
 	r.hook = opts.Hook
 	if r.hook == nil {
 		r.hook = commhook.Allreduce{}
@@ -145,7 +145,7 @@ func (r *Reducer) describe() error {
 func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.usable(); err != nil {
+	if err := r.m.usable(); err != nil {
 		return err
 	}
 	if h == nil {
@@ -169,10 +169,10 @@ func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 func (r *Reducer) GloballyUnused() []bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.unusedAll == nil {
+	if r.m.globalUnused == nil {
 		return nil
 	}
-	return append([]bool(nil), r.unusedAll...)
+	return append([]bool(nil), r.m.globalUnused...)
 }
 
 // Buckets returns the current bucket plan: parameter indices per bucket,

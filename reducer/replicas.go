@@ -115,7 +115,7 @@ func (r *Reducer) CheckReplicaWords(ctx context.Context, words []int64, values [
 	}
 	all := make([]int64, n*len(values))
 	if err := r.g.AllGather(ctx, pg.Int64s(all), pg.Int64s(mine)).Wait(ctx); err != nil {
-		return r.failLocked(fmt.Errorf("%w: parameter %d (%s) differs, and gathering the digests to name the ranks failed: %v", ErrReplicasDiverged, first, r.params[first].Name, err))
+		return r.fatal(fmt.Errorf("%w: parameter %d (%s) differs, and gathering the digests to name the ranks failed: %v", ErrReplicasDiverged, first, r.params[first].Name, err))
 	}
 	groups := map[int64][]int{}
 	var order []int64
@@ -130,7 +130,7 @@ func (r *Reducer) CheckReplicaWords(ctx context.Context, words []int64, values [
 	for k, d := range order {
 		parts[k] = fmt.Sprintf("ranks %s hold %015x", rankList(groups[d]), d)
 	}
-	return r.failLocked(fmt.Errorf("%w: parameter %d (%s) is the first that differs (%s); every rank stops, since training on would average gradients of different models. Look for rank-dependent code between steps (the optimizer must step every parameter on every rank: ddp.DDP.StepTensors or ValueGrads), a NaN on one rank, or writes to parameters outside the optimizer",
+	return r.fatal(fmt.Errorf("%w: parameter %d (%s) is the first that differs (%s); every rank stops, since training on would average gradients of different models. Look for rank-dependent code between steps (the optimizer must step every parameter on every rank: ddp.DDP.StepTensors or ValueGrads), a NaN on one rank, or writes to parameters outside the optimizer",
 		ErrReplicasDiverged, first, r.params[first].Name, strings.Join(parts, "; ")))
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goddp/ddp/pg"
@@ -39,10 +40,14 @@ type CopyStats struct {
 }
 
 // CopyStats returns the copy counters.
-func (r *Reducer) CopyStats() CopyStats {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.copies
+func (r *Reducer) CopyStats() CopyStats { return r.copies.stats() }
+
+// copyCounters are CopyStats as the reducer counts them: atomically, since
+// the copies run without its lock.
+type copyCounters struct{ in, out, inPlace, fallbacks atomic.Int64 }
+
+func (c *copyCounters) stats() CopyStats {
+	return CopyStats{In: c.in.Load(), Out: c.out.Load(), InPlace: c.inPlace.Load(), Fallbacks: c.fallbacks.Load()}
 }
 
 // GradientBuffer returns parameter i's slice of its bucket, in the
@@ -62,7 +67,7 @@ func (r *Reducer) GradientBuffer(i int) pg.Tensor {
 func (r *Reducer) Accumulating() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.accumulate
+	return r.m.window
 }
 
 // sameMemory reports whether a and b are the same bytes.
