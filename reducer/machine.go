@@ -78,15 +78,15 @@ const (
 type actionKind uint8
 
 const (
-	actRebuild   actionKind = iota + 1 // replan the buckets in rank 0's ready order (order: this rank's, complete); copy the window's sums over (add)
-	actDevice                          // install the device twins of the current plan, registered ones when add (no rebuild to come)
-	actStore                           // put parameter index's gradient into its bucket: a copy, or a sum inside a window (add)
-	actZero                            // zero parameter index's slot: a gradient that never came
-	actUpload                          // send parameter index's slot to its device twin
-	actLaunch                          // run the comm hook on bucket index
-	actReduceUsed                      // start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
-	actWait                            // wait for every bucket in order, then for the used map, allreducing it first when add
-	actWriteBack                       // write every result into its gradient, then check finiteness when add
+	actRebuild    actionKind = iota + 1 // replan the buckets in rank 0's ready order (order: this rank's, complete); copy the window's sums over (add)
+	actDevice                           // install the device twins of the current plan, registered ones when add (no rebuild to come)
+	actStore                            // put parameter index's gradient into its bucket: a copy, or a sum inside a window (add)
+	actZero                             // zero parameter index's slot: a gradient that never came
+	actUpload                           // send parameter index's slot to its device twin
+	actLaunch                           // run the comm hook on bucket index
+	actReduceUsed                       // start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
+	actWait                             // wait for every bucket in order, then for the used map, allreducing it first when add
+	actWriteBack                        // write every result into its gradient, then check finiteness when add
 )
 
 // action is one thing to do. The fields beyond kind depend on it.
