@@ -70,8 +70,18 @@ func (f *Future) Err() error {
 }
 
 // Wait blocks until the collective finishes or ctx ends, and returns the
-// collective's error or ctx's.
+// collective's error or ctx's. A nil ctx is refused as an ended one is:
+// the result if the collective has finished, otherwise an error wrapping
+// ErrInvalidArgument while the collective still owns its buffers.
 func (f *Future) Wait(ctx context.Context) error {
+	if err := CheckContext(ctx); err != nil {
+		select {
+		case <-f.done:
+			return f.err
+		default:
+			return err
+		}
+	}
 	select {
 	case <-f.done:
 		return f.err

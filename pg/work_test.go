@@ -56,3 +56,19 @@ func TestBackendName(t *testing.T) {
 		t.Error("a group without a Backend method should be unknown")
 	}
 }
+
+// Wait(nil) does not panic: it is refused as an ended context is, and
+// still returns the result of a finished collective.
+func TestFutureWaitNilContext(t *testing.T) {
+	f := pg.NewFuture()
+	//lint:ignore SA1012 a nil context is the point of the test
+	if err := f.Wait(nil); !errors.Is(err, pg.ErrInvalidArgument) {
+		t.Fatalf("Wait(nil) on a running collective: %v, want ErrInvalidArgument", err)
+	}
+	boom := errors.New("boom")
+	f.Complete(boom)
+	//lint:ignore SA1012 a nil context is the point of the test
+	if err := f.Wait(nil); err != boom {
+		t.Fatalf("Wait(nil) on a finished collective: %v, want its result", err)
+	}
+}
