@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 11's Slurm proof, run by scripts/test.sh (MPI section) as root:
 # a one-node Slurm (Debian's slurm-wlm and munge, configured in a temporary
-# directory through SLURM_CONF) runs `srun --mpi=pmix -n 2 ddp-train
+# directory through SLURM_CONF, with a private munged whose key and socket
+# live there too; installed only with GODDP_TEST_INSTALL=1) runs `srun --mpi=pmix -n 2 ddp-train
 # --backend mpi`, which must end with bitwise the parameters of
 # `ddp-train --backend tcp` on the same flags. Exit 0 ok, 1 mismatch or
 # failure, 3 Slurm could not be set up here (the caller skips, saying so).
@@ -18,16 +19,19 @@ trap cleanup EXIT
 setup_fail() { echo "srun-check: $*" >&2; exit 3; }
 
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+	[ "${GODDP_TEST_INSTALL:-0}" = 1 ] || setup_fail "slurm-wlm and munge are not installed (apt-get install slurm-wlm munge, or run scripts/test.sh with GODDP_TEST_INSTALL=1)"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y slurm-wlm munge >/dev/null 2>&1 ||
 		{ apt-get update >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y slurm-wlm munge >/dev/null 2>&1; } ||
 		setup_fail "could not install slurm-wlm and munge"
 fi
-[ -f /etc/munge/munge.key ] || /usr/sbin/mungekey -c >/dev/null 2>&1 || setup_fail "no munge key"
-chown munge:munge /etc/munge/munge.key 2>/dev/null || true
-mkdir -p /run/munge && chown munge:munge /run/munge
-if ! pgrep -x munged >/dev/null; then
-	su -s /bin/sh munge -c /usr/sbin/munged || setup_fail "munged did not start"
-fi
+# A private munged: its key and socket live in $dir, so nothing under /etc
+# or /run changes and the daemon stops with the check (the cleanup above).
+mungekey -c -k "$dir/munge.key" >/dev/null 2>&1 || setup_fail "mungekey could not create a key"
+munged -F --force --key-file="$dir/munge.key" --socket="$dir/munge.sock" --pid-file="$dir/munged.pid" \
+	--log-file="$dir/munged.log" --seed-file="$dir/munged.seed" >/dev/null 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do [ -S "$dir/munge.sock" ] && break; sleep 0.1; done
+[ -S "$dir/munge.sock" ] || setup_fail "munged did not start ($(tail -2 "$dir/munged.log" 2>/dev/null | tr '\n' ' '))"
 
 host=$(hostname -s)
 cpus=$(nproc)
@@ -38,6 +42,7 @@ SlurmctldHost=$host
 SlurmctldPort=16817
 SlurmdPort=16818
 AuthType=auth/munge
+AuthInfo=socket=$dir/munge.sock
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
