@@ -354,7 +354,7 @@ func TestLayers(t *testing.T) {
 	}
 	for _, v := range knownLayerViolations() {
 		if !known[[2]string{v.from, v.to}] {
-			t.Errorf("knownLayerViolations lists %s importing %s, which it no longer does (or may now); delete the row",
+			t.Errorf("knownLayerViolations lists %s importing %s, which it no longer does; delete the row",
 				pkgPath(modPath, v.from), pkgPath(modPath, v.to))
 		}
 	}
