@@ -63,11 +63,11 @@ func TestFuncLimits(t *testing.T) {
 	for _, e := range funcLimitExceptions() {
 		excused[e.file+" "+e.fn] = e.reason
 	}
-	seen := map[string]bool{}
+	exists := map[string]bool{}
 	for _, s := range stats {
+		exists[s.key()] = true
 		over := s.lines > maxFuncLines || s.complexity > maxComplexity
 		reason, ok := excused[s.key()]
-		seen[s.key()] = ok
 		switch {
 		case over && !ok:
 			t.Errorf("%s:%d: %s is %d lines (limit %d) with cyclomatic complexity %d (limit %d): split it into named steps, or add it to funcLimitExceptions with a reason",
@@ -78,7 +78,7 @@ func TestFuncLimits(t *testing.T) {
 		}
 	}
 	for _, e := range funcLimitExceptions() {
-		if _, ok := seen[e.file+" "+e.fn]; !ok {
+		if !exists[e.file+" "+e.fn] {
 			t.Errorf("funcLimitExceptions names %s in %s, which no longer exists; delete the row", e.fn, e.file)
 		}
 	}
@@ -277,40 +277,46 @@ type layer struct {
 	// one, so that a package moved or added under a placed tree lands with
 	// its parent, and one placed nowhere fails the test until it is placed.
 	pkgs []string
+	// gorgonia is whether the layer's packages may import Gorgonia: the
+	// reducer and everything below it know no autodiff engine
+	// (docs/architecture.md), so that any engine can drive them.
+	gorgonia bool
 }
 
 // layerTable draws the module's packages from the bottom up, after
 // docs/architecture.md. To move a package, edit its pattern; a pattern that
 // matches no package fails the test, so a rename cannot leave a stale row.
 func layerTable() []layer {
+	const engineFree, gorgonia = false, true
 	return []layer{
 		{"leaf helpers: kernels, bounds, the NCCL/CUDA binding, log and trace formats", []string{
 			"internal/vec", "internal/bounded", "nccl", "logger", "timeline",
-		}},
-		{"the process-group interface", []string{"pg"}},
-		{"what backends share: reduction kernels, the wire format", []string{"pg/internal/..."}},
-		{"rendezvous: stores and launcher conventions", []string{"pg/store/...", "pg/env/..."}},
+		}, engineFree},
+		{"the process-group interface", []string{"pg"}, engineFree},
+		{"what backends share: reduction kernels, the wire format", []string{"pg/internal/..."}, engineFree},
+		{"rendezvous: stores and launcher conventions", []string{"pg/store/...", "pg/env/..."}, engineFree},
 		{"backends, group wrappers, the conformance suite", []string{
 			"pg/local/...", "pg/tcp/...", "pg/mpi/...", "pg/nccl/...",
 			"pg/desync/...", "pg/instrument/...", "pg/pgtest/...",
-		}},
-		{"engine-free DDP parts: buckets and comm hooks", []string{"bucket/...", "commhook/..."}},
-		{"the reducer", []string{"reducer/..."}},
-		{"Gorgonia glue", []string{"autogradhooks/..."}},
+		}, engineFree},
+		{"engine-free DDP parts: buckets and comm hooks", []string{"bucket/...", "commhook/..."}, engineFree},
+		{"the reducer", []string{"reducer/..."}, engineFree},
+		{"Gorgonia glue", []string{"autogradhooks/..."}, gorgonia},
 		{"training packages", []string{
 			"averaging/...", "optim/...", "checkpoint/...", "sampler/...", "dataset/...", "npy/...",
-		}},
-		{"the front door, package ddp", []string{"."}},
+		}, gorgonia},
+		{"the front door, package ddp", []string{"."}, gorgonia},
 		{"wiring: the launcher, test worlds, the model zoo", []string{
 			"internal/launch/...", "internal/testworld/...", "internal/model/...",
-		}},
-		{"programs", []string{"cmd/...", "bench/...", "examples/..."}},
+		}, gorgonia},
+		{"programs", []string{"cmd/...", "bench/...", "examples/..."}, gorgonia},
 	}
 }
 
-// layerViolation is an import that breaks the layering today and is known:
-// the test fails while it is unlisted, and fails once it is gone so that its
-// row is deleted with the fix.
+// layerViolation is an import that breaks the layering today, listed so
+// that it is known rather than allowed: the test fails for any violation not
+// listed, and for a listed one that is gone, so that its row goes with the
+// fix.
 type layerViolation struct {
 	from, to string // directories from the module root
 	reason   string
@@ -324,9 +330,14 @@ func knownLayerViolations() []layerViolation {
 
 func TestLayers(t *testing.T) {
 	modPath := modulePath(t)
-	imports := moduleImports(t, modPath)
+	all := moduleImports(t)
+	imports := map[string][]string{}
+	for dir, paths := range all {
+		imports[dir] = moduleDirs(modPath, paths)
+	}
 	table := layerTable()
 	checkLayerTable(t, table, imports)
+	checkEngineFree(t, modPath, table, all)
 
 	known := map[[2]string]bool{}
 	for _, v := range knownLayerViolations() {
@@ -354,8 +365,25 @@ func TestLayers(t *testing.T) {
 	}
 	for _, v := range knownLayerViolations() {
 		if !known[[2]string{v.from, v.to}] {
-			t.Errorf("knownLayerViolations lists %s importing %s, which it no longer does; delete the row",
+			t.Errorf("knownLayerViolations lists %s importing %s, which no longer breaks the layering; delete the row",
 				pkgPath(modPath, v.from), pkgPath(modPath, v.to))
+		}
+	}
+}
+
+// checkEngineFree fails for a package of a layer drawn below the Gorgonia
+// line that imports Gorgonia.
+func checkEngineFree(t *testing.T, modPath string, table []layer, all map[string][]string) {
+	t.Helper()
+	for _, dir := range sortedKeys(all) {
+		l, ok := layerOf(table, dir)
+		if !ok || table[l].gorgonia {
+			continue
+		}
+		for _, p := range all[dir] {
+			if p == "gorgonia.org" || strings.HasPrefix(p, "gorgonia.org/") {
+				t.Errorf("%s (layer %d, %s) imports %s, but the layers marked engineFree (the reducer and below) know no autodiff engine", pkgPath(modPath, dir), l, table[l].name, p)
+			}
 		}
 	}
 }
@@ -416,9 +444,9 @@ func matchPattern(pattern, dir string) (int, bool) {
 }
 
 // moduleImports maps each package directory (from the module root) that has
-// non-test files to the module directories those files import, whatever
-// their build tags.
-func moduleImports(t *testing.T, modPath string) map[string][]string {
+// non-test files to the import paths of those files, whatever their build
+// tags.
+func moduleImports(t *testing.T) map[string][]string {
 	t.Helper()
 	fset := token.NewFileSet()
 	sets := map[string]map[string]bool{}
@@ -432,13 +460,7 @@ func moduleImports(t *testing.T, modPath string) map[string][]string {
 			sets[dir] = map[string]bool{}
 		}
 		for _, imp := range f.Imports {
-			p := strings.Trim(imp.Path.Value, `"`)
-			switch {
-			case p == modPath:
-				sets[dir]["."] = true
-			case strings.HasPrefix(p, modPath+"/"):
-				sets[dir][strings.TrimPrefix(p, modPath+"/")] = true
-			}
+			sets[dir][strings.Trim(imp.Path.Value, `"`)] = true
 		}
 	}
 	imports := map[string][]string{}
@@ -446,6 +468,21 @@ func moduleImports(t *testing.T, modPath string) map[string][]string {
 		imports[dir] = sortedKeys(set)
 	}
 	return imports
+}
+
+// moduleDirs keeps the module's packages among paths, as directories from
+// the module root.
+func moduleDirs(modPath string, paths []string) []string {
+	var dirs []string
+	for _, p := range paths {
+		switch {
+		case p == modPath:
+			dirs = append(dirs, ".")
+		case strings.HasPrefix(p, modPath+"/"):
+			dirs = append(dirs, strings.TrimPrefix(p, modPath+"/"))
+		}
+	}
+	return dirs
 }
 
 func modulePath(t *testing.T) string {
