@@ -81,121 +81,165 @@ func perStep(end, start copyBytes, steps int) copyBytes {
 // alternately, warmup+steps times each: plain step, DDP step, plain step...
 // so that drift in the machine's speed moves both alike.
 func measure(ctx context.Context, g pg.ProcessGroup, c config) (rankResult, error) {
-	var res rankResult
-	inner, err := newHook(c)
-	if err != nil {
-		return res, err
+	t := &trial{g: g, c: c}
+	defer t.close()
+	if err := t.setup(ctx); err != nil {
+		return rankResult{}, err
 	}
-	timer := &commTimer{inner: inner}
-	data := makeBatch(c.sizes, c.rows, uint64(100+g.Rank()))
+	return t.alternate(ctx)
+}
 
-	plain := newModel(c.sizes, c.rows, 1)
-	defer plain.close()
-	replica := newModel(c.sizes, c.rows, 1)
-	defer replica.close()
-	d, err := ddp.Wrap(ctx, g, replica.params, reducer.Options{
-		Hook: timer, BucketCapBytes: c.bucketCapBytes, FirstBucketBytes: c.firstBucketBytes,
-		GradientAsBucketView: c.bucketView,
+// trial is one rank's measurement: the plain model, the DDP replica and,
+// with --compare-bucket-view, a third model wrapped with bucket views, each
+// with the clock its backward hook stamps.
+type trial struct {
+	g pg.ProcessGroup
+	c config
+
+	plain, replica, view *model
+	pc, dc, vc           stepClock
+	timer, viewTimer     *commTimer
+}
+
+// setup builds, wraps and feeds the models; every model has the same
+// parameters and the same batch.
+func (t *trial) setup(ctx context.Context) error {
+	inner, err := newHook(t.c)
+	if err != nil {
+		return err
+	}
+	t.timer = &commTimer{inner: inner}
+	data := makeBatch(t.c.sizes, t.c.rows, uint64(100+t.g.Rank()))
+
+	t.plain = newModel(t.c.sizes, t.c.rows, 1)
+	t.replica = newModel(t.c.sizes, t.c.rows, 1)
+	d, err := ddp.Wrap(ctx, t.g, t.replica.params, reducer.Options{
+		Hook: t.timer, BucketCapBytes: t.c.bucketCapBytes, FirstBucketBytes: t.c.firstBucketBytes,
+		GradientAsBucketView: t.c.bucketView,
 	})
 	if err != nil {
-		return res, err
+		return err
 	}
-	// --compare-bucket-view: a third model, wrapped with bucket views, run
-	// next to the copying replica on the same data.
-	var view *model
-	var viewTimer *commTimer
-	var vc stepClock
-	if c.compareView {
-		viewInner, err := newHook(c)
-		if err != nil {
-			return res, err
-		}
-		viewTimer = &commTimer{inner: viewInner}
-		view = newModel(c.sizes, c.rows, 1)
-		defer view.close()
-		vd, err := ddp.Wrap(ctx, g, view.params, reducer.Options{
-			Hook: viewTimer, BucketCapBytes: c.bucketCapBytes, FirstBucketBytes: c.firstBucketBytes,
-			GradientAsBucketView: true,
-		})
-		if err != nil {
-			return res, err
-		}
-		view.backward = func() { vc.bwd = vc.now() }
-		if err := view.build(vd); err != nil {
-			return res, err
-		}
-		if err := view.feed(data); err != nil {
-			return res, err
+	if t.c.compareView {
+		if err := t.setupView(ctx, data); err != nil {
+			return err
 		}
 	}
-	var pc, dc stepClock
-	plain.backward = func() { pc.bwd = pc.now() }
-	replica.backward = func() { dc.bwd = dc.now() }
-	if err := plain.build(nil); err != nil {
-		return res, err
+	t.plain.backward = func() { t.pc.bwd = t.pc.now() }
+	t.replica.backward = func() { t.dc.bwd = t.dc.now() }
+	if err := t.plain.build(nil); err != nil {
+		return err
 	}
-	if err := replica.build(d); err != nil {
-		return res, err
+	if err := t.replica.build(d); err != nil {
+		return err
 	}
-	if err := plain.feed(data); err != nil {
-		return res, err
+	if err := t.plain.feed(data); err != nil {
+		return err
 	}
-	if err := replica.feed(data); err != nil {
-		return res, err
-	}
+	return t.replica.feed(data)
+}
 
+// setupView is --compare-bucket-view: a third model, wrapped with bucket
+// views, run next to the copying replica on the same data.
+func (t *trial) setupView(ctx context.Context, data batch) error {
+	viewInner, err := newHook(t.c)
+	if err != nil {
+		return err
+	}
+	t.viewTimer = &commTimer{inner: viewInner}
+	t.view = newModel(t.c.sizes, t.c.rows, 1)
+	vd, err := ddp.Wrap(ctx, t.g, t.view.params, reducer.Options{
+		Hook: t.viewTimer, BucketCapBytes: t.c.bucketCapBytes, FirstBucketBytes: t.c.firstBucketBytes,
+		GradientAsBucketView: true,
+	})
+	if err != nil {
+		return err
+	}
+	t.view.backward = func() { t.vc.bwd = t.vc.now() }
+	if err := t.view.build(vd); err != nil {
+		return err
+	}
+	return t.view.feed(data)
+}
+
+// close closes the models built, the last built first.
+func (t *trial) close() {
+	for _, m := range []*model{t.view, t.replica, t.plain} {
+		if m != nil {
+			m.close()
+		}
+	}
+}
+
+// alternate runs the steps, and samples those after the warmup.
+func (t *trial) alternate(ctx context.Context) (rankResult, error) {
+	var res rankResult
 	var copied0, viewCopied0 copyBytes
-	for i := range c.warmup + c.steps {
-		if err := align(ctx, g, c.noAlign); err != nil {
-			return res, err
-		}
-		if err := plainStep(plain, &pc); err != nil {
-			return res, fmt.Errorf("plain step %d: %w", i, err)
-		}
-		// The two replicas take turns going first, so neither always runs
-		// right after the plain model.
-		viewFirst := view != nil && i%2 == 1
-		if viewFirst {
-			if err := align(ctx, g, c.noAlign); err != nil {
-				return res, err
-			}
-			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
-				return res, fmt.Errorf("DDP step %d with bucket views: %w", i, err)
-			}
-		}
-		if err := align(ctx, g, c.noAlign); err != nil {
-			return res, err
-		}
-		spans, err := ddpStep(ctx, replica, &dc, timer)
+	for i := range t.c.warmup + t.c.steps {
+		spans, err := t.step(ctx, i)
 		if err != nil {
-			return res, fmt.Errorf("DDP step %d: %w", i, err)
+			return res, err
 		}
-		if view != nil && !viewFirst {
-			if err := align(ctx, g, c.noAlign); err != nil {
-				return res, err
-			}
-			if _, err := ddpStep(ctx, view, &vc, viewTimer); err != nil {
-				return res, fmt.Errorf("DDP step %d with bucket views: %w", i, err)
-			}
-		}
-		if i == c.warmup-1 { // the buckets were rebuilt before step 1
-			res.plan = planOf(replica)
-			copied0 = copiesOf(replica.ddp)
-			if view != nil {
-				viewCopied0 = copiesOf(view.ddp)
+		if i == t.c.warmup-1 { // the buckets were rebuilt before step 1
+			res.plan = planOf(t.replica)
+			copied0 = copiesOf(t.replica.ddp)
+			if t.view != nil {
+				viewCopied0 = copiesOf(t.view.ddp)
 			}
 		}
-		if i >= c.warmup {
-			s := sampleOf(pc, dc, spans)
-			s.viewStep = vc.end
+		if i >= t.c.warmup {
+			s := sampleOf(t.pc, t.dc, spans)
+			s.viewStep = t.vc.end
 			res.samples = append(res.samples, s)
 		}
 	}
-	res.copied = perStep(copiesOf(replica.ddp), copied0, c.steps)
-	if view != nil {
-		res.viewCopied = perStep(copiesOf(view.ddp), viewCopied0, c.steps)
+	res.copied = perStep(copiesOf(t.replica.ddp), copied0, t.c.steps)
+	if t.view != nil {
+		res.viewCopied = perStep(copiesOf(t.view.ddp), viewCopied0, t.c.steps)
 	}
 	return res, nil
+}
+
+// step is step i of every model: the plain one, then the two replicas,
+// which take turns going first so that neither always runs right after the
+// plain model. It returns the DDP replica's bucket spans.
+func (t *trial) step(ctx context.Context, i int) ([]span, error) {
+	if err := align(ctx, t.g, t.c.noAlign); err != nil {
+		return nil, err
+	}
+	if err := plainStep(t.plain, &t.pc); err != nil {
+		return nil, fmt.Errorf("plain step %d: %w", i, err)
+	}
+	viewFirst := t.view != nil && i%2 == 1
+	if viewFirst {
+		if err := t.viewStep(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	if err := align(ctx, t.g, t.c.noAlign); err != nil {
+		return nil, err
+	}
+	spans, err := ddpStep(ctx, t.replica, &t.dc, t.timer)
+	if err != nil {
+		return nil, fmt.Errorf("DDP step %d: %w", i, err)
+	}
+	if t.view != nil && !viewFirst {
+		if err := t.viewStep(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	return spans, nil
+}
+
+// viewStep is step i of the replica with bucket views.
+func (t *trial) viewStep(ctx context.Context, i int) error {
+	if err := align(ctx, t.g, t.c.noAlign); err != nil {
+		return err
+	}
+	if _, err := ddpStep(ctx, t.view, &t.vc, t.viewTimer); err != nil {
+		return fmt.Errorf("DDP step %d with bucket views: %w", i, err)
+	}
+	return nil
 }
 
 // align is an untimed barrier before every step, so that each step, plain

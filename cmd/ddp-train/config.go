@@ -169,7 +169,29 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
+// validate checks the flags in a fixed order and reports the first problem,
+// so that a command line with several mistakes always gets the same message.
 func (c config) validate() error {
+	checks := []func() error{
+		c.validateRun,
+		c.validateRecovery,
+		c.validateTuning,
+		func() error { return c.elastic.validate(c.backend) },
+		c.validateOptimizer,
+		c.validateHook,
+		func() error { return validateLimits(c) },
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateRun checks what the run is: backend, sizes, dtype, log format and
+// input files.
+func (c config) validateRun() error {
 	switch {
 	case c.backend != "tcp" && c.backend != "local" && c.backend != "nccl" && c.backend != "mpi":
 		return usagef("--backend %q: want tcp, local, nccl or mpi", c.backend)
@@ -189,6 +211,14 @@ func (c config) validate() error {
 		return usagef("--log-format %q: want console or json", c.logFormat)
 	case (c.data == "") != (c.labels == ""):
 		return usagef("--data and --labels go together")
+	}
+	return nil
+}
+
+// validateRecovery checks how a run guards and recovers itself:
+// checkpoints, resume, non-finite gradients and replica checks.
+func (c config) validateRecovery() error {
+	switch {
 	case c.checkpointEvery < 0 || (c.checkpointEvery > 0 && c.checkpointDir == ""):
 		return usagef("--checkpoint-every needs --checkpoint DIR")
 	case c.resumeAllow != "" && !c.resume:
@@ -205,6 +235,13 @@ func (c config) validate() error {
 		return usagef("--checkpoint-keep needs --checkpoint DIR")
 	case c.resume && c.checkpointDir == "":
 		return usagef("--resume needs --checkpoint DIR")
+	}
+	return nil
+}
+
+// validateTuning checks the knobs that change speed and output, not results.
+func (c config) validateTuning() error {
+	switch {
 	case c.bucketCapMB <= 0 || c.firstBucketMB <= 0:
 		return usagef("--bucket-cap-mb and --first-bucket-mb must be positive")
 	case c.timeout <= 0:
@@ -214,14 +251,19 @@ func (c config) validate() error {
 	case c.samples < 1:
 		return usagef("--samples %d: want at least 1", c.samples)
 	}
-	if err := c.elastic.validate(c.backend); err != nil {
-		return err
-	}
+	return nil
+}
+
+func (c config) validateOptimizer() error {
 	if !slices.Contains(optim.Names(), c.optimizer) {
 		return usagef("--optimizer %q: want one of %s", c.optimizer, strings.Join(optim.Names(), ", "))
 	}
+	return nil
+}
+
+func (c config) validateHook() error {
 	if _, err := hookByName(c); err != nil {
 		return usageError{err}
 	}
-	return validateLimits(c)
+	return nil
 }

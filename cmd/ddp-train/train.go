@@ -145,32 +145,42 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	if t.c.resume {
 		// Every rank loads the same checkpoint, so the values set after
 		// Wrap's broadcast are the same everywhere.
-		ck, err := t.loadCheckpoint(ctx) // ckpt.go
-		if err == nil {
-			err = t.checkResume(ck.Meta) // outputs.go: Note [resume that cannot lie]
+		if err := t.resumeSession(ctx, s); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			err = ck.Restore(p, s.opt)
-		}
-		if err == nil {
-			err = restoreHookState(ck, t.g.Rank(), t.g.Size(), hook, hookLabel(t.c)) // hooks.go
-		}
-		if err == nil {
-			if name, ferr := s.paramsFinite(); ferr != nil || name != "" {
-				err = ferr
-				if name != "" {
-					err = usagef("the checkpoint's parameter %s holds a NaN or an infinity; resume from an earlier checkpoint (--checkpoint-keep) or start again", name)
-				}
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
-		}
-		s.start = ck.Step
-		t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step), zap.String("checkpoint", t.c.checkpointDir))
 	}
 	s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed)
 	return s, err
+}
+
+// resumeSession loads the newest checkpoint into s's parameters, optimizer
+// and comm hook, and refuses one that does not match this run or holds a
+// non-finite parameter.
+func (t *trainer) resumeSession(ctx context.Context, s *session) error {
+	ck, err := t.loadCheckpoint(ctx) // ckpt.go
+	if err == nil {
+		err = t.checkResume(ck.Meta) // outputs.go: Note [resume that cannot lie]
+	}
+	if err == nil {
+		err = ck.Restore(s.params, s.opt)
+	}
+	if err == nil {
+		err = restoreHookState(ck, t.g.Rank(), t.g.Size(), s.hook, hookLabel(t.c)) // hooks.go
+	}
+	if err == nil {
+		if name, ferr := s.paramsFinite(); ferr != nil || name != "" {
+			err = ferr
+			if name != "" {
+				err = usagef("the checkpoint's parameter %s holds a NaN or an infinity; resume from an earlier checkpoint (--checkpoint-keep) or start again", name)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
+	}
+	s.start = ck.Step
+	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step), zap.String("checkpoint", t.c.checkpointDir))
+	return nil
 }
 
 // totalSteps is --steps, or the optimizer steps in --epochs epochs.

@@ -145,85 +145,116 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	workers, err := spawn(ctx, spec)
+	if err != nil {
+		return err
+	}
+	return supervise(ctx, spec, workers)
+}
 
+// spawn starts spec.N workers, or none: when ctx ends or a worker cannot be
+// started, it kills those it started (Note [stopping mid-spawn]).
+func spawn(ctx context.Context, spec Spec) ([]*worker, error) {
 	var stderrMu sync.Mutex // the workers share spec.Stderr
 	workers := make([]*worker, 0, min(spec.N, 1024))
 	for r := range spec.N {
 		if ctx.Err() != nil { // a signal, mid-spawn: Note [stopping mid-spawn]
 			kill(workers)
-			return fmt.Errorf("launch: stopped after starting %d of %d workers: %w", r, spec.N, context.Cause(ctx))
+			return nil, fmt.Errorf("launch: stopped after starting %d of %d workers: %w", r, spec.N, context.Cause(ctx))
 		}
 		w, err := start(spec, r, &stderrMu)
 		if err != nil {
 			kill(workers)
-			return &WorkerError{Rank: r, Err: err}
+			return nil, &WorkerError{Rank: r, Err: err}
 		}
 		workers = append(workers, w)
 	}
+	return workers, nil
+}
 
-	type result struct {
-		rank int
-		err  error
-	}
-	results := make(chan result, spec.N)
+// exit is one worker's end: its rank and what Wait returned.
+type exit struct {
+	rank int
+	err  error
+}
+
+// supervisor is Run's state while it waits for its workers.
+type supervisor struct {
+	spec    Spec
+	workers []*worker
+	first   *WorkerError
+	settle  <-chan time.Time // after the first failure: Note [first is not the cause]
+	stopped bool             // every worker has been told to stop
+}
+
+// supervise waits for every worker. The first failure stops the rest
+// (after spec.Settle), and so does ctx's end, with the signal it carries.
+func supervise(ctx context.Context, spec Spec, workers []*worker) error {
+	exits := make(chan exit, spec.N)
 	for r, w := range workers {
 		go func() {
 			err := w.cmd.Wait()
 			w.exited.Store(true)
-			results <- result{r, err}
+			exits <- exit{r, err}
 		}()
 	}
-	var first *WorkerError
-	var settle <-chan time.Time // after the first failure: Note [first is not the cause]
-	stopAll := func() {
-		for _, w := range workers {
-			w.stop(syscall.SIGTERM, spec.Grace)
-		}
-	}
-	stopped := false
+	s := &supervisor{spec: spec, workers: workers}
 	for range spec.N {
-		var res result
 		select {
-		case res = <-results:
-		case <-settle:
-			settle, stopped = nil, true
-			stopAll()
-			res = <-results
+		case e := <-exits:
+			s.exited(e)
+		case <-s.settle:
+			s.settle, s.stopped = nil, true
+			s.stopAll(syscall.SIGTERM)
+			s.exited(<-exits)
 		case <-ctx.Done():
-			sig := syscall.SIGTERM
-			var in *Interrupted
-			if errors.As(context.Cause(ctx), &in) {
-				sig = in.Signal
-			}
-			for _, w := range workers {
-				w.stop(sig, spec.Grace)
-			}
-			stopped = true
-			res = <-results
-			if first == nil {
-				first = &WorkerError{Rank: res.rank, Err: context.Cause(ctx), Tail: workers[res.rank].tail.String()}
-			}
-			continue
-		}
-		if res.err == nil || stopped {
-			continue
-		}
-		f := Failure{Rank: res.rank, Err: res.err, Tail: workers[res.rank].tail.String()}
-		if first == nil {
-			first = &WorkerError{Rank: f.Rank, Err: f.Err, Tail: f.Tail}
-			if spec.Settle > 0 {
-				settle = time.After(spec.Settle)
-			} else {
-				stopped = true
-				stopAll()
+			s.stopAll(interruptSignal(ctx))
+			s.stopped = true
+			e := <-exits
+			if s.first == nil {
+				s.first = &WorkerError{Rank: e.rank, Err: context.Cause(ctx), Tail: s.workers[e.rank].tail.String()}
 			}
 		}
-		first.Failures = append(first.Failures, f)
 	}
-	if first != nil {
-		return first
+	if s.first != nil {
+		return s.first
 	}
 	return nil
+}
+
+// exited records a worker's end. Once the workers are being stopped, how
+// each ends is a consequence, not a failure.
+func (s *supervisor) exited(e exit) {
+	if e.err == nil || s.stopped {
+		return
+	}
+	f := Failure{Rank: e.rank, Err: e.err, Tail: s.workers[e.rank].tail.String()}
+	if s.first == nil {
+		s.first = &WorkerError{Rank: f.Rank, Err: f.Err, Tail: f.Tail}
+		if s.spec.Settle > 0 {
+			s.settle = time.After(s.spec.Settle)
+		} else {
+			s.stopped = true
+			s.stopAll(syscall.SIGTERM)
+		}
+	}
+	s.first.Failures = append(s.first.Failures, f)
+}
+
+func (s *supervisor) stopAll(sig syscall.Signal) {
+	for _, w := range s.workers {
+		w.stop(sig, s.spec.Grace)
+	}
+}
+
+// interruptSignal is the signal an *Interrupted cause of ctx carries, else
+// SIGTERM.
+func interruptSignal(ctx context.Context) syscall.Signal {
+	var in *Interrupted
+	if errors.As(context.Cause(ctx), &in) {
+		return in.Signal
+	}
+	return syscall.SIGTERM
 }
 
 // Note [stopping mid-spawn]: starting a worker is a fork and an exec,

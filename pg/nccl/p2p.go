@@ -143,74 +143,28 @@ func (l *lane) run() {
 // carry carries out one call; on return op is finished (here or by
 // Group.fail).
 func (l *lane) carry(op *p2pOp) {
-	g, w := l.g, op.w
+	w := op.w
 	ctx, cancel := l.opContext(w)
 	defer cancel()
-	g.mu.Lock()
-	be := l.be
-	g.mu.Unlock()
-	if be == nil {
-		var err error
-		if be, err = l.connect(ctx, w); err != nil {
-			l.fail(w, err)
-			return
-		}
-	}
-	n, dev := op.t.Bytes(), op.t.IsDevice()
-	hdr, err := g.pool.get(16)
+	be, err := l.comm(ctx, w)
 	if err != nil {
 		l.fail(w, err)
 		return
 	}
-	w.bufs = append(w.bufs, hdr)
-	var b *buf
-	if n > 0 && !dev { // a device tensor is sent and received in place
-		if b, err = g.pool.get(n); err != nil {
-			l.fail(w, err)
-			return
-		}
-		w.bufs = append(w.bufs, b)
+	hdr, b, err := l.buffers(op)
+	if err != nil {
+		l.fail(w, err)
+		return
 	}
 	// 1. The byte counts, both ways (and the payload's upload).
-	binary.LittleEndian.PutUint64(hdr.host[:8], uint64(n))
-	pairPeer := 1
-	if !l.key.send {
-		pairPeer = 0
-	}
-	err = be.h2d(hdr.dev, hdr.host[:8])
-	if err == nil && l.key.send && n > 0 && !dev {
-		copy(b.host[:n], op.t.Data)
-		err = be.h2d(b.dev, b.host[:n])
-	}
-	if err == nil {
-		err = be.group(func() error {
-			if err := be.send(hdr.dev, 8, nccl.Uint8, pairPeer); err != nil {
-				return err
-			}
-			return be.recv(hdr.dev+8, 8, nccl.Uint8, pairPeer)
-		})
-	}
-	if err == nil {
-		err = be.d2h(hdr.host[8:16], hdr.dev+8)
-	}
-	if err == nil {
-		err = l.await(ctx, be, w)
-	}
+	theirs, err := l.exchangeSizes(ctx, be, op, hdr, b)
 	if err != nil {
 		l.fail(w, err)
 		return
 	}
-	if theirs := binary.LittleEndian.Uint64(hdr.host[8:16]); theirs != uint64(n) {
-		sends, recvs := uint64(n), theirs
-		sender, receiver := g.rank, l.key.peer
-		if !l.key.send {
-			sends, recvs, sender, receiver = theirs, uint64(n), l.key.peer, g.rank
-		}
-		g.pool.put(w.bufs...) // the lane's stream is idle: the buffers may be reused
-		w.bufs = nil
-		l.finish(w, &pg.CollectiveError{Op: w.op.String(), Rank: g.rank, Peer: l.key.peer, Kind: pg.ErrInvalidArgument,
-			Err: fmt.Errorf("seq %d: rank %d sends %d bytes and rank %d receives %d: a Recv must be the size of its Send",
-				w.seq, sender, sends, receiver, recvs)})
+	n := op.t.Bytes()
+	if theirs != uint64(n) {
+		l.sizeMismatch(w, uint64(n), theirs)
 		return
 	}
 	if n == 0 {
@@ -218,28 +172,122 @@ func (l *lane) carry(op *p2pOp) {
 		return
 	}
 	// 2. The payload.
-	switch {
-	case dev && l.key.send:
-		err = be.send(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
-	case dev:
-		err = be.recv(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
-	case l.key.send:
-		err = be.send(b.dev, n, nccl.Uint8, pairPeer)
-	default:
-		err = be.recv(b.dev, n, nccl.Uint8, pairPeer)
-		if err == nil {
-			err = be.d2h(b.host[:n], b.dev)
-			w.copies = append(w.copies, copyBack{dst: op.t.Data, src: b.host[:n]})
-		}
-	}
-	if err == nil {
-		err = l.await(ctx, be, w)
-	}
-	if err != nil {
+	if err := l.payload(ctx, be, op, b); err != nil {
 		l.fail(w, err)
 		return
 	}
 	l.finish(w, nil)
+}
+
+// comm returns the lane's communicator, making it on first use.
+func (l *lane) comm(ctx context.Context, w *work) (backend, error) {
+	l.g.mu.Lock()
+	be := l.be
+	l.g.mu.Unlock()
+	if be != nil {
+		return be, nil
+	}
+	return l.connect(ctx, w)
+}
+
+// buffers takes op's staging buffers from the pool and hands them to op's
+// work, which returns them: hdr holds the two byte counts, b the payload of
+// a host tensor (nil for a device tensor, sent and received in place, or an
+// empty one).
+func (l *lane) buffers(op *p2pOp) (hdr, b *buf, err error) {
+	g, w := l.g, op.w
+	n, dev := op.t.Bytes(), op.t.IsDevice()
+	if hdr, err = g.pool.get(16); err != nil {
+		return nil, nil, err
+	}
+	w.bufs = append(w.bufs, hdr)
+	if n > 0 && !dev {
+		if b, err = g.pool.get(n); err != nil {
+			return nil, nil, err
+		}
+		w.bufs = append(w.bufs, b)
+	}
+	return hdr, b, nil
+}
+
+// pairPeer is the other side's rank in the lane's two-rank communicator,
+// in which the sender is rank 0.
+func (l *lane) pairPeer() int {
+	if l.key.send {
+		return 1
+	}
+	return 0
+}
+
+// exchangeSizes sends this side's byte count and returns the other side's,
+// uploading a host payload to send on the way.
+func (l *lane) exchangeSizes(ctx context.Context, be backend, op *p2pOp, hdr, b *buf) (uint64, error) {
+	n, dev := op.t.Bytes(), op.t.IsDevice()
+	binary.LittleEndian.PutUint64(hdr.host[:8], uint64(n))
+	err := be.h2d(hdr.dev, hdr.host[:8])
+	if err == nil && l.key.send && n > 0 && !dev {
+		copy(b.host[:n], op.t.Data)
+		err = be.h2d(b.dev, b.host[:n])
+	}
+	if err == nil {
+		err = be.group(func() error {
+			if err := be.send(hdr.dev, 8, nccl.Uint8, l.pairPeer()); err != nil {
+				return err
+			}
+			return be.recv(hdr.dev+8, 8, nccl.Uint8, l.pairPeer())
+		})
+	}
+	if err == nil {
+		err = be.d2h(hdr.host[8:16], hdr.dev+8)
+	}
+	if err == nil {
+		err = l.await(ctx, be, op.w)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(hdr.host[8:16]), nil
+}
+
+// sizeMismatch fails w, whose side counts n bytes where the other counts
+// theirs, saying which rank sends how much; the lane stays usable.
+func (l *lane) sizeMismatch(w *work, n, theirs uint64) {
+	g := l.g
+	sends, recvs := n, theirs
+	sender, receiver := g.rank, l.key.peer
+	if !l.key.send {
+		sends, recvs, sender, receiver = theirs, n, l.key.peer, g.rank
+	}
+	g.pool.put(w.bufs...) // the lane's stream is idle: the buffers may be reused
+	w.bufs = nil
+	l.finish(w, &pg.CollectiveError{Op: w.op.String(), Rank: g.rank, Peer: l.key.peer, Kind: pg.ErrInvalidArgument,
+		Err: fmt.Errorf("seq %d: rank %d sends %d bytes and rank %d receives %d: a Recv must be the size of its Send",
+			w.seq, sender, sends, receiver, recvs)})
+}
+
+// payload sends or receives op's bytes, a device tensor in place and a
+// host one through b, and waits for the lane's stream.
+func (l *lane) payload(ctx context.Context, be backend, op *p2pOp, b *buf) error {
+	n, dev := op.t.Bytes(), op.t.IsDevice()
+	var err error
+	switch {
+	case dev && l.key.send:
+		err = be.send(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
+	case dev:
+		err = be.recv(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
+	case l.key.send:
+		err = be.send(b.dev, n, nccl.Uint8, l.pairPeer())
+	default:
+		err = be.recv(b.dev, n, nccl.Uint8, l.pairPeer())
+		if err == nil {
+			err = be.d2h(b.host[:n], b.dev)
+			op.w.copies = append(op.w.copies, copyBack{dst: op.t.Data, src: b.host[:n]})
+		}
+	}
+	if err == nil {
+		err = l.await(ctx, be, op.w)
+	}
+	return err
 }
 
 // opContext ends at w's deadline, when w's ctx ends, or when the group

@@ -14,20 +14,36 @@ import (
 // NewGroup refuses bad rank lists; and that the group still works after.
 func invalidExtended(t *testing.T, w *world) {
 	n := w.n
-	f32 := func(k int) pg.Tensor { return pg.NewTensor(pg.Float32, k) }
-	i32 := func(k int) pg.Tensor { return pg.NewTensor(pg.Int32, k) }
-	equal := func(k int) []int {
-		s := make([]int, n)
-		for i := range s {
-			s[i] = k
-		}
-		return s
+	var cases []refusal
+	cases = append(cases, rootRefusals(n)...)
+	cases = append(cases, allToAllRefusals(n)...)
+	cases = append(cases, p2pRefusals(n)...)
+	cases = append(cases, coalescedRefusals(n)...)
+	if n > 1 {
+		cases = append(cases, refusal{"alltoall without splits, length not a multiple of the size", func(ctx context.Context, r int, x pg.Extended) pg.Work {
+			return x.AllToAll(ctx, f32(2*n+1), f32(2*n+1), nil, nil)
+		}})
 	}
-	type call = func(ctx context.Context, r int, x pg.Extended) pg.Work
-	cases := []struct {
-		name string
-		f    call
-	}{
+	for _, c := range cases {
+		wantRefused(t, w, fmt.Sprintf("world=%d %s", n, c.name), c.f)
+	}
+	refusedNewGroups(t, w)
+	// Refusals must leave the group in step.
+	w.try(t, allReduceTrial(w, pg.Float32, pg.Op(pg.Sum), 17, 1))
+	w.try(t, reduceTrial(w, pg.Int32, pg.Op(pg.Sum), 0, 17, 1))
+}
+
+// refusal is a pg.Extended call that every rank makes alike and that every
+// rank must refuse.
+type refusal struct {
+	name string
+	f    func(ctx context.Context, r int, x pg.Extended) pg.Work
+}
+
+// rootRefusals are reduce, gather and scatter calls with a root that does
+// not exist, or an op or tensor reduce cannot use, on a world of n ranks.
+func rootRefusals(n int) []refusal {
+	return []refusal{
 		{"reduce root -1", func(ctx context.Context, r int, x pg.Extended) pg.Work {
 			return x.Reduce(ctx, f32(4), -1, pg.Op(pg.Sum))
 		}},
@@ -38,7 +54,7 @@ func invalidExtended(t *testing.T, w *world) {
 			return x.Reduce(ctx, f32(4), 0, pg.Op(pg.Band))
 		}},
 		{"reduce PREMUL_SUM on int32", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.Reduce(ctx, i32(4), 0, pg.PremulSumOp(2))
+			return x.Reduce(ctx, pg.NewTensor(pg.Int32, 4), 0, pg.PremulSumOp(2))
 		}},
 		{"reduce ragged bytes", func(ctx context.Context, r int, x pg.Extended) pg.Work {
 			return x.Reduce(ctx, pg.Tensor{Dtype: pg.Float32, Data: make([]byte, 5)}, 0, pg.Op(pg.Sum))
@@ -47,26 +63,40 @@ func invalidExtended(t *testing.T, w *world) {
 		{"gather root -1", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), f32(2), -1) }},
 		{"scatter root -1", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), -1) }},
 		{"scatter root = size", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), n) }},
+	}
+}
+
+// allToAllRefusals are all-to-all calls whose dtypes or splits do not fit
+// their tensors, on a world of n ranks.
+func allToAllRefusals(n int) []refusal {
+	return []refusal{
 		{"alltoall dtypes differ", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.AllToAll(ctx, i32(2*n), f32(2*n), nil, nil)
+			return x.AllToAll(ctx, pg.NewTensor(pg.Int32, 2*n), f32(2*n), nil, nil)
 		}},
 		{"alltoall one split too many", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.AllToAll(ctx, f32(2*n), f32(2*n+2), equal(2), append(equal(2), 2))
+			return x.AllToAll(ctx, f32(2*n), f32(2*n+2), equalSplits(n, 2), append(equalSplits(n, 2), 2))
 		}},
 		{"alltoall splits sum to more than the input", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.AllToAll(ctx, f32(2*n), f32(2*n), equal(2), equal(3))
+			return x.AllToAll(ctx, f32(2*n), f32(2*n), equalSplits(n, 2), equalSplits(n, 3))
 		}},
 		{"alltoall output splits sum to less than the output", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.AllToAll(ctx, f32(2*n+1), f32(2*n), equal(2), equal(2))
+			return x.AllToAll(ctx, f32(2*n+1), f32(2*n), equalSplits(n, 2), equalSplits(n, 2))
 		}},
 		{"alltoall negative split", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			s := equal(2)
+			s := equalSplits(n, 2)
 			s[0], s[n-1] = -1, s[n-1]+3
 			if n == 1 {
 				s[0] = -1
 			}
-			return x.AllToAll(ctx, f32(2*n), f32(2*n), equal(2), s)
+			return x.AllToAll(ctx, f32(2*n), f32(2*n), equalSplits(n, 2), s)
 		}},
+	}
+}
+
+// p2pRefusals are sends and receives with a peer that does not exist or
+// is the caller, or a negative tag, on a world of n ranks.
+func p2pRefusals(n int) []refusal {
+	return []refusal{
 		{"send to itself", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Send(ctx, f32(2), r, 0) }},
 		{"send to rank = size", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Send(ctx, f32(2), n, 0) }},
 		{"recv from rank -1", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Recv(ctx, f32(2), -1, 0) }},
@@ -76,6 +106,13 @@ func invalidExtended(t *testing.T, w *world) {
 		{"recv with a negative tag", func(ctx context.Context, r int, x pg.Extended) pg.Work {
 			return x.Recv(ctx, f32(2), (r+1)%n, -1)
 		}},
+	}
+}
+
+// coalescedRefusals are coalesced calls whose lists do not pair up, or
+// whose op or tensors the collective cannot use, on a world of n ranks.
+func coalescedRefusals(n int) []refusal {
+	return []refusal{
 		{"allgather_coalesced 2 outputs for 1 input", func(ctx context.Context, r int, x pg.Extended) pg.Work {
 			return x.AllGatherCoalesced(ctx, []pg.Tensor{f32(n), f32(n)}, []pg.Tensor{f32(1)})
 		}},
@@ -89,23 +126,18 @@ func invalidExtended(t *testing.T, w *world) {
 			return x.ReduceScatterCoalesced(ctx, []pg.Tensor{f32(1)}, []pg.Tensor{f32(n)}, pg.Op(pg.Bxor))
 		}},
 		{"allreduce_coalesced BAND on int32 and float32", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.AllReduceCoalesced(ctx, []pg.Tensor{i32(3), f32(3)}, pg.Op(pg.Band))
+			return x.AllReduceCoalesced(ctx, []pg.Tensor{pg.NewTensor(pg.Int32, 3), f32(3)}, pg.Op(pg.Band))
 		}},
 		{"allreduce_coalesced ragged tensor 1", func(ctx context.Context, r int, x pg.Extended) pg.Work {
 			return x.AllReduceCoalesced(ctx, []pg.Tensor{f32(3), {Dtype: pg.Int64, Data: make([]byte, 12)}}, pg.Op(pg.Sum))
 		}},
 	}
-	if n > 1 {
-		cases = append(cases, struct {
-			name string
-			f    call
-		}{"alltoall without splits, length not a multiple of the size", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.AllToAll(ctx, f32(2*n+1), f32(2*n+1), nil, nil)
-		}})
-	}
-	for _, c := range cases {
-		wantRefused(t, w, fmt.Sprintf("world=%d %s", n, c.name), c.f)
-	}
+}
+
+// refusedNewGroups wants NewGroup to refuse, on every rank, rank lists that
+// are empty, repeat a rank or name one that does not exist.
+func refusedNewGroups(t *testing.T, w *world) {
+	n := w.n
 	for _, ranks := range [][]int{{}, {0, 0}, {n}, {-1}} {
 		what := fmt.Sprintf("world=%d NewGroup(%v)", n, ranks)
 		ctx, cancel := context.WithTimeout(context.Background(), w.limit)
@@ -131,9 +163,6 @@ func invalidExtended(t *testing.T, w *world) {
 			}
 		}
 	}
-	// Refusals must leave the group in step.
-	w.try(t, allReduceTrial(w, pg.Float32, pg.Op(pg.Sum), 17, 1))
-	w.try(t, reduceTrial(w, pg.Int32, pg.Op(pg.Sum), 0, 17, 1))
 }
 
 // wantRefused is wantInvalid for pg.Extended calls: every rank's Work

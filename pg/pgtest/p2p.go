@@ -32,6 +32,14 @@ func (o p2pOp) issue(ctx context.Context, x pg.PointToPoint) pg.Work {
 	return x.Recv(ctx, o.buf, o.peer, o.tag)
 }
 
+// op is the op o's Work reports.
+func (o p2pOp) op() pg.OpType {
+	if o.send {
+		return pg.OpSend
+	}
+	return pg.OpRecv
+}
+
 // ringMessage is message m of tag ti from src to dst, forward (dir 0, to
 // src+1) or backward (dir 1, to src-1).
 func ringMessage(ti, m, src, dst, dir int) pg.Tensor {

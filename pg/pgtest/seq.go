@@ -73,6 +73,21 @@ func seqSteps(w *world) []seqStep {
 // completion hook must see every one of them once, with its op, sequence
 // number, rank, dtype and sizes.
 func seqAndHooks(t *testing.T, w *world) {
+	recs := installRecorders(w)
+	steps := seqSteps(w)
+	p2p := seqP2PPlan(w)
+	what := fmt.Sprintf("world=%d sequence numbers", w.n)
+	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+	defer cancel()
+	works := issueSeq(ctx, w, steps, p2p, recs)
+	seq := checkSeqCollectives(t, w, what, steps, works)
+	checkSeqP2P(t, w, what, p2p, works)
+	checkSeqHooks(t, w, steps, p2p, recs, seq)
+	slowHook(t, w)
+}
+
+// installRecorders gives each rank's group a completion hook that records.
+func installRecorders(w *world) []*recorder {
 	recs := make([]*recorder, w.n)
 	for r, g := range w.groups {
 		if g == nil {
@@ -81,31 +96,42 @@ func seqAndHooks(t *testing.T, w *world) {
 		recs[r] = newRecorder()
 		g.(pg.CompletionHooker).OnCompletion(recs[r].hook)
 	}
-	steps := seqSteps(w)
-	var p2p [][]p2pOp
-	if w.n > 1 {
-		for r := range w.n {
-			next, prev := (r+1)%w.n, (r+w.n-1)%w.n
-			var plan []p2pOp
-			for m := range 2 {
-				out := randomBytes(pg.Float32, 3, uint64(m), uint64(r))
-				in := randomBytes(pg.Float32, 3, uint64(m), uint64(prev))
-				send := p2pOp{send: true, peer: next, tag: 4, buf: out, want: clone(out), what: fmt.Sprintf("send #%d to rank %d", m, next)}
-				recv := p2pOp{peer: prev, tag: 4, buf: pg.NewTensor(pg.Float32, 3), want: in, what: fmt.Sprintf("recv #%d from rank %d", m, prev)}
-				if r%2 == 1 { // as ringTrial, odd ranks receive first
-					send, recv = recv, send
-				}
-				plan = append(plan, send, recv)
-			}
-			p2p = append(p2p, plan)
-		}
+	return recs
+}
+
+// seqP2PPlan is, for each rank, two sends to the next rank and two
+// receives from the previous, interleaved; nil in a world of one.
+func seqP2PPlan(w *world) [][]p2pOp {
+	if w.n <= 1 {
+		return nil
 	}
-	what := fmt.Sprintf("world=%d sequence numbers", w.n)
-	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
-	defer cancel()
-	type issued struct{ coll, p2p []pg.Work }
-	works := issue(w, nil, func(r int, g pg.ProcessGroup) issued {
-		var is issued
+	var p2p [][]p2pOp
+	for r := range w.n {
+		next, prev := (r+1)%w.n, (r+w.n-1)%w.n
+		var plan []p2pOp
+		for m := range 2 {
+			out := randomBytes(pg.Float32, 3, uint64(m), uint64(r))
+			in := randomBytes(pg.Float32, 3, uint64(m), uint64(prev))
+			send := p2pOp{send: true, peer: next, tag: 4, buf: out, want: clone(out), what: fmt.Sprintf("send #%d to rank %d", m, next)}
+			recv := p2pOp{peer: prev, tag: 4, buf: pg.NewTensor(pg.Float32, 3), want: in, what: fmt.Sprintf("recv #%d from rank %d", m, prev)}
+			if r%2 == 1 { // as ringTrial, odd ranks receive first
+				send, recv = recv, send
+			}
+			plan = append(plan, send, recv)
+		}
+		p2p = append(p2p, plan)
+	}
+	return p2p
+}
+
+// seqIssued is what one rank issued in seqAndHooks.
+type seqIssued struct{ coll, p2p []pg.Work }
+
+// issueSeq issues every step, then the rank's sends and receives, on every
+// rank at once, and tells each rank's recorder what it issued.
+func issueSeq(ctx context.Context, w *world, steps []seqStep, p2p [][]p2pOp, recs []*recorder) []seqIssued {
+	return issue(w, nil, func(r int, g pg.ProcessGroup) seqIssued {
+		var is seqIssued
 		for _, s := range steps {
 			wk := s.tr.issue(ctx, r, g)
 			if s.tr.verify != nil {
@@ -116,17 +142,17 @@ func seqAndHooks(t *testing.T, w *world) {
 		if p2p != nil {
 			for _, o := range p2p[r] {
 				wk := o.issue(ctx, g.(pg.PointToPoint))
-				op := pg.OpRecv
-				if o.send {
-					op = pg.OpSend
-				}
-				recs[r].issued(op, wk) // one peer each way: (op, seq) is unique
+				recs[r].issued(o.op(), wk) // one peer each way: (op, seq) is unique
 				is.p2p = append(is.p2p, wk)
 			}
 		}
 		return is
 	})
-	// The collectives: results, errors and numbers.
+}
+
+// checkSeqCollectives checks the collectives' results, errors and numbers,
+// and returns the last number given.
+func checkSeqCollectives(t *testing.T, w *world, what string, steps []seqStep, works []seqIssued) uint64 {
 	seq := uint64(0)
 	for i, s := range steps {
 		col := make([]pg.Work, w.n)
@@ -162,7 +188,12 @@ func seqAndHooks(t *testing.T, w *world) {
 			s.tr.verify(t)
 		}
 	}
-	// The sends and receives: each peer and direction numbered from 1.
+	return seq
+}
+
+// checkSeqP2P checks the sends and receives: each peer and direction
+// numbered from 1.
+func checkSeqP2P(t *testing.T, w *world, what string, p2p [][]p2pOp, works []seqIssued) {
 	for r := range p2p {
 		if !w.holds(r) {
 			continue
@@ -180,7 +211,11 @@ func seqAndHooks(t *testing.T, w *world) {
 			}
 		}
 	}
-	// The hooks.
+}
+
+// checkSeqHooks waits for each rank's hook to see the seq numbered
+// collectives and the rank's sends and receives, and checks what it saw.
+func checkSeqHooks(t *testing.T, w *world, steps []seqStep, p2p [][]p2pOp, recs []*recorder, seq uint64) {
 	hookCtx, hookCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer hookCancel()
 	for r := range w.n {
@@ -198,7 +233,6 @@ func seqAndHooks(t *testing.T, w *world) {
 		}
 		recs[r].mu.Unlock()
 	}
-	slowHook(t, w)
 }
 
 // slowHook: a completion hook that blocks must not hold up collectives;
@@ -243,6 +277,21 @@ func slowHook(t *testing.T, w *world) {
 // send and receive exactly once, correctly.
 func checkHooks(t *testing.T, what string, r int, steps []seqStep, p2p [][]p2pOp, infos []pg.WorkInfo) {
 	t.Helper()
+	checkHookInfos(t, what, r, infos)
+	byKey := map[hookKey]pg.WorkInfo{}
+	for _, info := range infos {
+		byKey[hookKey{info.Op, info.Seq}] = info
+	}
+	checkHookSteps(t, what, r, steps, infos, byKey)
+	if p2p != nil {
+		checkHookP2P(t, what, r, p2p[r], infos, byKey)
+	}
+}
+
+// checkHookInfos wants each report once, from rank r, without an error
+// and with its times in order.
+func checkHookInfos(t *testing.T, what string, r int, infos []pg.WorkInfo) {
+	t.Helper()
 	seen := map[hookKey]int{}
 	for _, info := range infos {
 		if info.Seq == 0 && errors.Is(info.Err, pg.ErrInvalidArgument) {
@@ -263,10 +312,12 @@ func checkHooks(t *testing.T, what string, r int, steps []seqStep, p2p [][]p2pOp
 				what, r, info.Op, info.Seq, info.Issued, info.Started, info.Finished)
 		}
 	}
-	byKey := map[hookKey]pg.WorkInfo{}
-	for _, info := range infos {
-		byKey[hookKey{info.Op, info.Seq}] = info
-	}
+}
+
+// checkHookSteps wants every numbered step reported with its dtype and
+// sizes on rank r.
+func checkHookSteps(t *testing.T, what string, r int, steps []seqStep, infos []pg.WorkInfo, byKey map[hookKey]pg.WorkInfo) {
+	t.Helper()
 	seq := uint64(0)
 	for _, s := range steps {
 		if s.tr.verify == nil {
@@ -284,15 +335,14 @@ func checkHooks(t *testing.T, what string, r int, steps []seqStep, p2p [][]p2pOp
 				what, r, s.op, seq, info.Dtype, info.InBytes, info.OutBytes, s.dtype, in, out)
 		}
 	}
-	if p2p == nil {
-		return
-	}
-	for i, o := range p2p[r] {
-		op := pg.OpRecv
-		if o.send {
-			op = pg.OpSend
-		}
-		k := hookKey{op, uint64(i/2 + 1)}
+}
+
+// checkHookP2P wants each of rank r's sends and receives, plan, reported
+// with its dtype and size.
+func checkHookP2P(t *testing.T, what string, r int, plan []p2pOp, infos []pg.WorkInfo, byKey map[hookKey]pg.WorkInfo) {
+	t.Helper()
+	for i, o := range plan {
+		k := hookKey{o.op(), uint64(i/2 + 1)}
 		info, ok := byKey[k]
 		if !ok {
 			t.Errorf("%s: rank %d: never saw %v #%d (%s); saw %s", what, r, k.op, k.seq, o.what, describeInfos(infos))
