@@ -6,6 +6,8 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+
+	ddp "github.com/goddp/ddp"
 )
 
 // synopsis is what --help prints before the flags.
@@ -60,19 +62,23 @@ func (f *infoFlags) done() error {
 	return errVersion
 }
 
-// versionLine is "ddp-train VERSION (MODULE, vcs REVISION[, modified], GO)"
-// from the binary's build information: VERSION is the module's version,
-// "(devel)" when built from a work tree, and the VCS part is there when
-// the build recorded one (go build in a git checkout does).
+// versionLine is "ddp-train VERSION (MODULE[, source tree], vcs
+// REVISION[, modified], GO)" from the binary's build information:
+// VERSION is the module version the toolchain stamped (go install
+// module@version does), or, in a build inside the source tree, which the
+// toolchain stamps "(devel)", the version the source declares
+// (ddp.Version). The VCS part is there when the build recorded one (go
+// build in a git checkout does).
 func versionLine(info *debug.BuildInfo) string {
 	if info == nil {
-		return "ddp-train (unknown version: built without module information)"
+		return "ddp-train " + ddp.Version + " (no build information)"
 	}
 	version := info.Main.Version
-	if version == "" {
-		version = "(devel)"
-	}
 	details := []string{info.Main.Path}
+	if version == "" || version == "(devel)" {
+		version = ddp.Version
+		details = append(details, "source tree")
+	}
 	if info.Main.Path == "" {
 		details[0] = info.Path
 	}

@@ -4,6 +4,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/goddp/ddp"
 )
 
 // --help prints the synopsis (usage line, description, examples) before
@@ -33,11 +35,11 @@ func TestVersionLine(t *testing.T) {
 		info *debug.BuildInfo
 		want string
 	}{
-		{nil, "ddp-train (unknown version: built without module information)"},
+		{nil, "ddp-train " + ddp.Version + " (no build information)"},
 		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: main}, "ddp-train v1.2.3 (github.com/goddp/ddp, go1.26.8)"},
 		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/goddp/ddp"}, Settings: []debug.BuildSetting{
 			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-11-24T22:00:00Z"}, {Key: "vcs.modified", Value: "true"}}},
-			"ddp-train (devel) (github.com/goddp/ddp, git abc123 2026-11-24T22:00:00Z, modified, go1.26.8)"},
+			"ddp-train " + ddp.Version + " (github.com/goddp/ddp, source tree, git abc123 2026-11-24T22:00:00Z, modified, go1.26.8)"},
 		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: main, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "false"}}},
 			"ddp-train v1.2.3 (github.com/goddp/ddp, vcs abc123, go1.26.8)"},
 	} {
