@@ -36,6 +36,14 @@
 //     that share their first node must set MASTER_PORT apart. A one-task
 //     step, and the batch script or allocation shell of one task, are no
 //     job of several ranks: the program is the whole job, as below.
+//   - Kubeflow Trainer v2's Torch runtime (TrainJob) with the program as
+//     the container's command, one process per pod: PET_NODE_RANK (rank
+//     and GroupRank) of PET_NNODES, the store at PET_MASTER_ADDR and
+//     PET_MASTER_PORT unless MASTER_ADDR and MASTER_PORT are set.
+//     PET_NPROC_PER_NODE above 1 (or "auto") is refused: torchrun must be
+//     the container's command then, and its RANK wins.
+//   - an Indexed Job, or each Job of a JobSet: JOB_COMPLETION_INDEX is the
+//     rank where the pod template sets WORLD_SIZE and no RANK.
 //   - none of them: a single process, rank 0 of 1.
 //
 // No silent fallback. A launcher's environment cut short (RANK without

@@ -16,6 +16,8 @@ const (
 	SourceTorchrun = "torchrun" // RANK, WORLD_SIZE: torchrun, PyTorchJob
 	SourceMPI      = "mpirun"   // OMPI_COMM_WORLD_*
 	SourceSlurm    = "slurm"    // SLURM_PROCID, SLURM_NTASKS: a task of srun
+	SourceKubeflow = "kubeflow" // PET_NODE_RANK, PET_NNODES: Kubeflow Trainer v2, one process per pod
+	SourceIndexed  = "indexed"  // JOB_COMPLETION_INDEX and WORLD_SIZE: an Indexed Job or a JobSet
 	SourceNone     = "none"     // no launcher: a single process
 )
 
@@ -93,10 +95,13 @@ func FromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if lookup == nil {
 		return Config{}, invalid("FromLookup needs a lookup function, such as os.LookupEnv")
 	}
-	r := reader{lookup}
+	r, indexed := reader{lookup}.withIndexedJobRank()
 	c, err := r.ranks()
 	if err != nil {
 		return Config{}, err
+	}
+	if indexed && c.Source == SourceTorchrun {
+		c.Source = SourceIndexed
 	}
 	if err := r.master(&c); err != nil {
 		return Config{}, err
@@ -115,6 +120,9 @@ func invalid(format string, args ...any) error {
 // ones are derived: the first host of the step's node list, and
 // SlurmMasterPort of the job id.
 func (r reader) master(c *Config) error {
+	if c.Source == SourceKubeflow {
+		r = r.petMaster()
+	}
 	p, portSet, err := r.int("MASTER_PORT")
 	switch {
 	case err != nil:

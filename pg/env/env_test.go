@@ -98,6 +98,40 @@ func TestFromLookup(t *testing.T) {
 			storeAddr: "127.0.0.1:29500", listenAddr: "127.0.0.1:29500",
 		},
 		{
+			name: "Kubeflow Trainer v2 (TrainJob), one process per node",
+			vars: map[string]string{"PET_NNODES": "4", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "2",
+				"PET_MASTER_ADDR": "train-node-0-0.train", "PET_MASTER_PORT": "29400", "GODDP_SECRET": hexSecret},
+			want: Config{Rank: 2, WorldSize: 4, LocalRank: 0, LocalWorldSize: 1, GroupRank: 2, MasterAddr: "train-node-0-0.train",
+				MasterPort: 29400, Secret: decodedSecret, Source: SourceKubeflow},
+			storeAddr: "train-node-0-0.train:29400", listenAddr: ":29400",
+		},
+		{
+			name: "Kubeflow Trainer v2 with MASTER_ set by hand",
+			vars: map[string]string{"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "a", "PET_MASTER_PORT": "1",
+				"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "41001", "GODDP_SECRET": hexSecret},
+			want: Config{Rank: 0, WorldSize: 2, LocalWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: 41001, Secret: decodedSecret, Source: SourceKubeflow},
+			storeAddr: "127.0.0.1:41001", listenAddr: "127.0.0.1:41001",
+		},
+		{
+			name: "torchrun inside a TrainJob pod: torchrun's RANK wins",
+			vars: map[string]string{"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1", "RANK": "3", "WORLD_SIZE": "4",
+				"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "m", "GODDP_SECRET": hexSecret},
+			want: Config{Rank: 3, WorldSize: 4, LocalRank: 1, LocalWorldSize: 2, MasterAddr: "m", MasterPort: 29500, Secret: decodedSecret, Source: SourceTorchrun},
+			storeAddr: "m:29500", listenAddr: ":29500",
+		},
+		{
+			name: "Indexed Job or JobSet: JOB_COMPLETION_INDEX is the rank",
+			vars: map[string]string{"JOB_COMPLETION_INDEX": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "ddp-0.ddp", "MASTER_PORT": "29500", "GODDP_SECRET": hexSecret},
+			want: Config{Rank: 1, WorldSize: 3, LocalWorldSize: 1, MasterAddr: "ddp-0.ddp", MasterPort: 29500, Secret: decodedSecret, Source: SourceIndexed},
+			storeAddr: "ddp-0.ddp:29500", listenAddr: ":29500",
+		},
+		{
+			name: "an Indexed Job's RANK set by hand wins over the index",
+			vars: map[string]string{"JOB_COMPLETION_INDEX": "1", "RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "ddp-0.ddp", "GODDP_SECRET": hexSecret},
+			want: Config{Rank: 0, WorldSize: 3, LocalWorldSize: 1, MasterAddr: "ddp-0.ddp", MasterPort: 29500, Secret: decodedSecret, Source: SourceTorchrun},
+			storeAddr: "ddp-0.ddp:29500", listenAddr: ":29500",
+		},
+		{
 			name:      "empty values count as unset",
 			vars:      map[string]string{"RANK": "", "WORLD_SIZE": "", "MASTER_PORT": ""},
 			want:      Config{WorldSize: 1, LocalWorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: SourceNone},
@@ -167,6 +201,13 @@ func TestFromLookupErrors(t *testing.T) {
 		{"no secret", job("GODDP_SECRET", "<unset>"), "GODDP_SECRET is not set"},
 		{"short secret", job("GODDP_SECRET", "hunter2"), "GODDP_SECRET is 7 bytes; it must be at least 16"},
 		{"short secret alone", map[string]string{"GODDP_SECRET": "tiny"}, "GODDP_SECRET is 4 bytes"},
+		{"PET node rank alone", map[string]string{"PET_NODE_RANK": "0"}, "PET_NODE_RANK is set but PET_NNODES is not"},
+		{"PET several processes per pod", map[string]string{"PET_NODE_RANK": "0", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "4"}, "make torchrun the container's command"},
+		{"PET auto processes", map[string]string{"PET_NODE_RANK": "0", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "auto"}, "run the program under torchrun"},
+		{"PET node rank too big", map[string]string{"PET_NODE_RANK": "2", "PET_NNODES": "2"}, "PET_NODE_RANK=2 is not below PET_NNODES=2"},
+		{"PET without a master", map[string]string{"PET_NODE_RANK": "0", "PET_NNODES": "2", "GODDP_SECRET": hexSecret}, "MASTER_ADDR is not set"},
+		{"PET master alone", map[string]string{"PET_MASTER_ADDR": "m"}, "PET_MASTER_ADDR is set but no launcher variables"},
+		{"completion index too big", map[string]string{"JOB_COMPLETION_INDEX": "3", "WORLD_SIZE": "3", "MASTER_ADDR": "m", "GODDP_SECRET": hexSecret}, "RANK=3 is not below WORLD_SIZE=3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

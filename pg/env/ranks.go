@@ -112,6 +112,9 @@ func (r reader) ranks() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	if c, set, err := r.kubeflow(); err != nil || set {
+		return c, err
+	}
 	if slurm {
 		if name := r.firstSet([]string{"LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}); name != "" {
 			return Config{}, invalid("%s is set but RANK and WORLD_SIZE are not; under Slurm unset %s (SLURM_LOCALID is read), or set RANK and WORLD_SIZE too", name, name)
@@ -130,7 +133,7 @@ func (r reader) ranks() (Config, error) {
 // short, never a job of one process.
 var partialVars = []string{
 	"MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
-	"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+	"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE",
 }
 
 // firstSet returns the first of names that is set, or "".
