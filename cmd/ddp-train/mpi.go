@@ -47,6 +47,7 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer g.Close() // the wrapper closes mg; mg.Close after it is a no-op
+	metrics.setReady()
 
 	release, err := setupChecks(ctx, c, g, logger) // outputs.go
 	if err != nil {

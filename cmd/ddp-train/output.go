@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/goddp/ddp/pg"
@@ -53,11 +54,33 @@ func summaryOf(t *trainer, r figures, steps int, wall time.Duration) summary {
 		WallSeconds: wall.Seconds(), WorldSize: t.g.Size(), Backend: pg.BackendName(t.g), CommHook: t.c.commHook}
 }
 
-// metricsServer serves /metrics for one rank, or nothing.
+// metricsServer serves /metrics for one rank, and the probes Kubernetes
+// asks for: /healthz (the process is up) and /readyz (its process group
+// has formed), or nothing without --metrics-addr.
 type metricsServer struct {
-	m   *trainingMetrics // nil when off
-	reg *prometheus.Registry
-	srv *http.Server
+	m     *trainingMetrics // nil when off
+	reg   *prometheus.Registry
+	srv   *http.Server
+	ready *atomic.Bool // set once the process group has formed
+}
+
+// setReady makes /readyz answer 200: the process group has formed.
+func (m *metricsServer) setReady() {
+	if m.ready != nil {
+		m.ready.Store(true)
+	}
+}
+
+// probes adds /healthz and /readyz to mux.
+func probes(mux *http.ServeMux, ready *atomic.Bool) {
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "the process group has not formed yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 }
 
 // registerer is where the reducer and the process group register their
@@ -90,10 +113,12 @@ func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ready := new(atomic.Bool)
+	probes(mux, ready)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(l)
 	log.Info("serving metrics", zap.String("addr", "http://"+l.Addr().String()+"/metrics"))
-	return &metricsServer{m: &tm, reg: reg, srv: srv}, nil
+	return &metricsServer{m: &tm, reg: reg, srv: srv, ready: ready}, nil
 }
 
 func (m *metricsServer) Close() error {

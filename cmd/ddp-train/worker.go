@@ -40,6 +40,11 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
+	metrics, err := serveMetrics(c, e.Rank, logger) // /healthz now, /readyz once the group has formed
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
 	setup, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	m, err := joinGroup(setup, c, e, logger) // tcp, or nccl (nccl.go)
@@ -55,15 +60,11 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	}
 	defer dg.Close() // after the instrument wrapper's Close, which closes it first
 	var g pg.ProcessGroup = dg
-	metrics, err := serveMetrics(c, e.Rank, logger)
-	if err != nil {
-		return err
-	}
-	defer metrics.Close()
 	if g, err = instrument.Wrap(g, metrics.registerer()); err != nil { // ddp_collective_seconds
 		return err
 	}
 	defer g.Close() // before m.Close: it stops the wrapper's watcher
+	metrics.setReady()
 
 	if !c.ownLauncher { // ddp-train's own launcher checked and holds these
 		release, err := setupChecks(ctx, c, g, logger)
@@ -140,6 +141,7 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer metrics.Close()
+	metrics.setReady() // the goroutine ranks' groups exist
 	var buildMu sync.Mutex // Gorgonia's graph building is not safe in parallel
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
