@@ -55,7 +55,7 @@ func (d *DDP) placeGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 		return nil, d.r.MarkReady(i, src) // the copying path; MarkReady checks and counts it
 	}
 	if d.r.Accumulating() {
-		if err := addInto(buf, src); err != nil {
+		if err := pg.Add(buf, src); err != nil {
 			return nil, err
 		}
 	} else {
@@ -80,23 +80,3 @@ func (d *DDP) placeGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 // gradient that Gorgonia leaves (Note [bucket views in Gorgonia]). The
 // reducer's own copies are in Reducer().CopyStats().
 func (d *DDP) PlacedBytes() int64 { return d.placed.Load() }
-
-// addInto sets dst += src, both float32 or both float64 of one length.
-func addInto(dst, src pg.Tensor) error {
-	switch dst.Dtype {
-	case pg.Float32:
-		add(pg.View[float32](dst), pg.View[float32](src))
-	case pg.Float64:
-		add(pg.View[float64](dst), pg.View[float64](src))
-	default:
-		return fmt.Errorf("ddp: cannot accumulate %v gradients", dst.Dtype)
-	}
-	return nil
-}
-
-func add[T float32 | float64](dst, src []T) {
-	src = src[:len(dst)]
-	for i, v := range src {
-		dst[i] += v
-	}
-}

@@ -106,7 +106,9 @@ func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	pg.View[int32](r.localUsed)[i] = 1
 	r.dst[i] = grad
 	copyStart := r.obs.copyStart() // observe.go
-	r.store(i, grad)
+	if err := r.store(i, grad); err != nil {
+		return r.fail(err)
+	}
 	r.obs.copied(i, copyStart)
 	if !r.it.sync || r.static.first {
 		r.t.markOnly(i) // no communication now: see Finalize
@@ -146,11 +148,11 @@ func (r *Reducer) checkGrad(i int, grad pg.Tensor) error {
 
 // store puts a gradient into its bucket: a copy, or a sum while an
 // accumulation window is open.
-func (r *Reducer) store(i int, grad pg.Tensor) {
+func (r *Reducer) store(i int, grad pg.Tensor) error {
 	v := r.layout.view(i)
 	if sameMemory(v, grad) { // Note [gradient as bucket view]
 		r.copies.InPlace += int64(len(v.Data))
-		return
+		return nil
 	}
 	if r.opts.GradientAsBucketView {
 		r.copies.Fallbacks++
@@ -158,9 +160,9 @@ func (r *Reducer) store(i int, grad pg.Tensor) {
 	r.copies.In += int64(len(v.Data))
 	if !r.accumulate {
 		copy(v.Data, grad.Data)
-		return
+		return nil
 	}
-	addInto(v, grad)
+	return pg.Add(v, grad)
 }
 
 // markUnused marks this iteration's unused parameters ready, with zero
