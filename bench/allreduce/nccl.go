@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/store"

@@ -90,7 +90,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/pg/tcp"
