@@ -35,8 +35,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -46,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
@@ -65,27 +64,10 @@ type options struct {
 	shm     bool
 }
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0) // --help: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "allreduce:", err)
-		var usage usageError
-		if errors.As(err, &usage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-type usageError struct{ error }
-
-func (u usageError) Unwrap() error { return u.error }
+func main() { cli.Main("allreduce", run) }
 
 func parse(args []string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("allreduce", stderr)
 	var o options
 	var sizes, dtype, ops, format string
 	fs.Usage = func() {
@@ -105,17 +87,17 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
 	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
 	if err := fs.Parse(args); err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	var err error
 	if o.backend != "local" && o.backend != "tcp" && o.backend != "nccl" && o.backend != "mpi" {
-		return o, usageError{fmt.Errorf("--backend %q: want local, tcp, nccl or mpi", o.backend)}
+		return o, cli.Usage(fmt.Errorf("--backend %q: want local, tcp, nccl or mpi", o.backend))
 	}
 	if o.nproc < 1 {
-		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
+		return o, cli.Usage(fmt.Errorf("--nproc %d: want at least 1", o.nproc))
 	}
 	if o.cfg.ops, err = lookupOps(ops); err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	o.cfg.all = ops == "all"
 	switch format {
@@ -123,20 +105,20 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	case "table":
 		o.cfg.table = true
 	default:
-		return o, usageError{fmt.Errorf("--format %q: want csv or table", format)}
+		return o, cli.Usage(fmt.Errorf("--format %q: want csv or table", format))
 	}
 	if o.cfg.root < 0 || o.cfg.root >= o.nproc {
-		return o, usageError{fmt.Errorf("--root %d: want a rank in [0, %d)", o.cfg.root, o.nproc)}
+		return o, cli.Usage(fmt.Errorf("--root %d: want a rank in [0, %d)", o.cfg.root, o.nproc))
 	}
 	d, err := pg.ParseDtype(dtype)
 	if err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	o.cfg.dtype = d
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 0 {
-			return o, usageError{fmt.Errorf("--sizes: %q is not a byte count", s)}
+			return o, cli.Usage(fmt.Errorf("--sizes: %q is not a byte count", s))
 		}
 		o.cfg.sizes = append(o.cfg.sizes, n)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/goleak"
 )
@@ -49,8 +50,7 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		err := run(args, &out, &errOut)
-		var u usageError
-		if !errors.As(err, &u) {
+		if !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("%v: got %v, want a usage error", args, err)
 		}
 	}

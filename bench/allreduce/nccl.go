@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
@@ -18,7 +19,7 @@ import (
 func runNCCLWorker(ctx context.Context, o options, cfg env.Config) error {
 	lib, cu, err := launch.LoadNCCL(os.Getenv)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: cfg.StoreAddr(), ListenAddr: cfg.StoreListenAddr(),
 		IsServer: cfg.IsStoreHost(), Secret: cfg.Secret, Timeout: o.timeout})

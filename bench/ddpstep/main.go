@@ -79,7 +79,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +89,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
@@ -110,22 +110,10 @@ type options struct {
 	cpuProf string
 }
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "ddpstep:", err)
-		var usage usageError
-		if errors.As(err, &usage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-type usageError struct{ error }
+func main() { cli.Main("ddpstep", run) }
 
 func parse(args []string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("ddpstep", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("ddpstep", stderr)
 	o := options{cfg: config{sizes: []int{784, 512, 512, 512, 10}}}
 	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local or tcp")
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
@@ -146,24 +134,24 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cpuProf, "cpuprofile", "", "tcp only: each worker writes a CPU profile of its run to this path with .rank<N> appended")
 	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
 	if err := fs.Parse(args); err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	switch {
 	case o.backend != "local" && o.backend != "tcp":
-		return o, usageError{fmt.Errorf("--backend %q: want local or tcp", o.backend)}
+		return o, cli.Usage(fmt.Errorf("--backend %q: want local or tcp", o.backend))
 	case o.nproc < 1:
-		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
+		return o, cli.Usage(fmt.Errorf("--nproc %d: want at least 1", o.nproc))
 	case o.cfg.rows < 1 || o.cfg.steps < 1:
-		return o, usageError{fmt.Errorf("--batch %d, --steps %d: want at least 1", o.cfg.rows, o.cfg.steps)}
+		return o, cli.Usage(fmt.Errorf("--batch %d, --steps %d: want at least 1", o.cfg.rows, o.cfg.steps))
 	case o.cfg.warmup < 2:
-		return o, usageError{fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup)}
+		return o, cli.Usage(fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup))
 	case o.cfg.bucketView && o.cfg.compareView:
-		return o, usageError{fmt.Errorf("--gradient-as-bucket-view and --compare-bucket-view: choose one (the comparison runs both)")}
+		return o, cli.Usage(fmt.Errorf("--gradient-as-bucket-view and --compare-bucket-view: choose one (the comparison runs both)"))
 	case o.format != "table" && o.format != "csv":
-		return o, usageError{fmt.Errorf("--format %q: want table or csv", o.format)}
+		return o, cli.Usage(fmt.Errorf("--format %q: want table or csv", o.format))
 	}
 	if _, err := newHook(o.cfg); err != nil { // hooks.go
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	return o, nil
 }
