@@ -20,6 +20,12 @@ func BaseKind(op pg.ReduceOp) pg.ReduceKind {
 	return op.Kind
 }
 
+// Scales reports whether Prepare changes a tensor of dtype d under op: a
+// backend that must leave the caller's input as it was scales a copy.
+func Scales(op pg.ReduceOp, d pg.Dtype) bool {
+	return op.Kind == pg.PremulSum || op.Kind == pg.Avg && d.IsFloat()
+}
+
 // Prepare scales a rank's own contribution in place before the reduction:
 // by op.Factor for PREMUL_SUM and by 1/size for AVG on floats, as NCCL does.
 func Prepare(t pg.Tensor, op pg.ReduceOp, size int) {
