@@ -42,26 +42,19 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
-	"github.com/goddp/ddp/pg/tcp"
 )
-
-// workerEnv marks a process started by this command as one of its workers.
-const workerEnv = "GODDP_BENCH_WORKER"
 
 type options struct {
 	backend string
 	nproc   int
 	cfg     config
-	timeout time.Duration
-	linkBps int64
-	shm     bool
+	job     launch.Loopback // --timeout, --link-bytes-per-sec, --shm
 }
 
 func main() { cli.Main("allreduce", run) }
@@ -83,9 +76,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
-	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
-	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
+	o.job.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, cli.Usage(err)
 	}
@@ -137,7 +128,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runLocal(ctx, o, stdout, stderr)
 	case o.backend == "mpi": // mpi.go: MPI knows the ranks
 		return runMPI(ctx, o, stdout)
-	case os.Getenv(workerEnv) == "1":
+	case os.Getenv(launch.LoopbackWorkerEnv) == "1":
 		return runWorker(ctx, o, stdout)
 	default:
 		return runLauncher(ctx, o, args, stdout, stderr)
@@ -145,7 +136,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 func runLocal(ctx context.Context, o options, stdout, stderr io.Writer) error {
-	groups, err := local.New(o.nproc, local.Options{Timeout: o.timeout})
+	groups, err := local.New(o.nproc, local.Options{Timeout: o.job.Timeout})
 	if err != nil {
 		return err
 	}
@@ -176,7 +167,7 @@ func runLocal(ctx context.Context, o options, stdout, stderr io.Writer) error {
 }
 
 func runLauncher(ctx context.Context, o options, args []string, stdout, stderr io.Writer) error {
-	return launch.Self(ctx, o.nproc, args, workerEnv+"=1", stdout, stderr)
+	return o.job.Launch(ctx, o.nproc, args, stdout, stderr)
 }
 
 func runWorker(ctx context.Context, o options, stdout io.Writer) error {
@@ -184,12 +175,12 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.job.Timeout)
 	defer cancel()
 	if o.backend == "nccl" {
 		return runNCCLWorker(ctx, o, cfg)
 	}
-	m, err := launch.JoinTCP(ctx, cfg, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps, NoSharedMemory: !o.shm}, nil)
+	m, err := o.job.Join(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -22,13 +22,13 @@ func runNCCLWorker(ctx context.Context, o options, cfg env.Config) error {
 		return cli.Usage(err)
 	}
 	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: cfg.StoreAddr(), ListenAddr: cfg.StoreListenAddr(),
-		IsServer: cfg.IsStoreHost(), Secret: cfg.Secret, Timeout: o.timeout})
+		IsServer: cfg.IsStoreHost(), Secret: cfg.Secret, Timeout: o.job.Timeout})
 	if err != nil {
 		return fmt.Errorf("rank %d: rendezvous at %s: %w", cfg.Rank, cfg.StoreAddr(), err)
 	}
 	defer st.Close()
 	g, err := pgnccl.New(ctx, st, pgnccl.Options{Rank: cfg.Rank, Size: cfg.WorldSize, Device: cfg.LocalRank,
-		Library: lib, CUDA: cu, Timeout: o.timeout})
+		Library: lib, CUDA: cu, Timeout: o.job.Timeout})
 	if err != nil {
 		return fmt.Errorf("rank %d: NCCL %v on GPU %d: %w", cfg.Rank, lib.Version(), cfg.LocalRank, err)
 	}
