@@ -10,6 +10,7 @@ import (
 	"github.com/goddp/ddp/reducer"
 
 	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/pg"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -210,7 +211,7 @@ func TestMarkReadyAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := len(values) - 1; i >= 0; i-- {
-			g, err := TensorOf(values[i])
+			g, err := gtensor.TensorOf(values[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +232,7 @@ func TestMarkReadyAllocatesNothing(t *testing.T) {
 	if allocs := testing.AllocsPerRun(20, iteration); allocs != 0 {
 		t.Errorf("a steady-state iteration allocates %v times; want 0", allocs)
 	}
-	g, err := TensorOf(values[0])
+	g, err := gtensor.TensorOf(values[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func BenchmarkReducerOverhead(b *testing.B) {
 	grads := make([]pg.Tensor, len(params))
 	gradsOf := func() {
 		for i, g := range m.grads {
-			t, err := TensorOf(g.Value())
+			t, err := gtensor.TensorOf(g.Value())
 			if err != nil {
 				b.Fatal(err)
 			}

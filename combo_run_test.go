@@ -10,7 +10,7 @@ import (
 
 	"github.com/goddp/ddp/averaging"
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/testworld"
+	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"

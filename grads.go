@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 	"go.uber.org/zap"
@@ -76,7 +77,7 @@ func (d *DDP) hookGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 		return nil, fmt.Errorf("%w: parameter %d: %v", reducer.ErrBadGradient, i, err)
 	}
 	d.own[i] = own
-	t, err := TensorOf(own)
+	t, err := gtensor.TensorOf(own)
 	if err != nil {
 		return nil, fmt.Errorf("%w: parameter %d: %v", reducer.ErrBadGradient, i, err)
 	}
@@ -86,7 +87,7 @@ func (d *DDP) hookGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 // sharesMemory reports whether v overlaps a gradient handed over earlier in
 // this run, and records it.
 func (d *DDP) sharesMemory(i int, v gorgonia.Value) (bool, error) {
-	t, err := TensorOf(v)
+	t, err := gtensor.TensorOf(v)
 	if err != nil || len(t.Data) == 0 {
 		return false, err // the reducer reports a gradient it cannot take
 	}
@@ -181,7 +182,7 @@ func (d *DDP) StepTensors() (params, grads []pg.Tensor, err error) {
 			grads[i] = pg.Tensor{Dtype: params[i].Dtype}
 			continue
 		}
-		if grads[i], err = TensorOf(g); err != nil {
+		if grads[i], err = gtensor.TensorOf(g); err != nil {
 			return nil, nil, fmt.Errorf("ddp: gradient of parameter %d (%s): %w", i, p.Name(), err)
 		}
 	}
@@ -194,7 +195,7 @@ func (d *DDP) ParamTensors() ([]pg.Tensor, error) {
 	out := make([]pg.Tensor, len(d.params))
 	for i, p := range d.params {
 		var err error
-		if out[i], err = TensorOf(p.Value()); err != nil {
+		if out[i], err = gtensor.TensorOf(p.Value()); err != nil {
 			return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, p.Name(), err)
 		}
 	}
@@ -246,7 +247,7 @@ func copyValue(dst, src gorgonia.Value) (gorgonia.Value, error) {
 			return nil, err
 		}
 	}
-	t, err := TensorOf(src)
+	t, err := gtensor.TensorOf(src)
 	if err != nil {
 		return nil, err
 	}
@@ -257,13 +258,13 @@ func copyValue(dst, src gorgonia.Value) (gorgonia.Value, error) {
 // copyInto copies t's bytes into v's memory; both hold the same dtype and
 // number of elements.
 func copyInto(v gorgonia.Value, t pg.Tensor) {
-	if dst, err := TensorOf(v); err == nil {
+	if dst, err := gtensor.TensorOf(v); err == nil {
 		copy(dst.Data, t.Data)
 	}
 }
 
 func zeroValue(v gorgonia.Value) {
-	if t, err := TensorOf(v); err == nil {
+	if t, err := gtensor.TensorOf(v); err == nil {
 		clear(t.Data)
 	}
 }

@@ -3,6 +3,7 @@ package ddp
 import (
 	"fmt"
 
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 )
@@ -22,7 +23,7 @@ import (
 func (d *DDP) NewJoin(o reducer.JoinOptions) (*reducer.Join, error) {
 	values := make([]pg.Tensor, len(d.params))
 	for i, p := range d.params {
-		v, err := TensorOf(p.Value())
+		v, err := gtensor.TensorOf(p.Value())
 		if err != nil {
 			return nil, fmt.Errorf("ddp: join: parameter %d: %w", i, err)
 		}

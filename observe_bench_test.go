@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/ddp/reducer"
 
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/pg"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -54,7 +55,7 @@ func benchObservedReducer(b *testing.B) {
 	grads := make([]pg.Tensor, len(params))
 	gradsOf := func() {
 		for i, g := range m.grads {
-			t, err := TensorOf(g.Value())
+			t, err := gtensor.TensorOf(g.Value())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/goddp/ddp/internal/testworld"
+	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"

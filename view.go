@@ -2,8 +2,8 @@ package ddp
 
 import (
 	"fmt"
-	"unsafe"
 
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 	"gorgonia.org/gorgonia"
@@ -45,7 +45,7 @@ import (
 // parameter i's fresh gradient v into its bucket view, hands the view to
 // the reducer, and returns it as the gradient's Value from now on.
 func (d *DDP) placeGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
-	src, err := TensorOf(v)
+	src, err := gtensor.TensorOf(v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: parameter %d: %v", reducer.ErrBadGradient, i, err)
 	}
@@ -55,7 +55,7 @@ func (d *DDP) placeGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 		return nil, d.r.MarkReady(i, src) // the copying path; MarkReady checks and counts it
 	}
 	if d.r.Accumulating() {
-		if err := addInto(buf, src); err != nil {
+		if err := pg.Add(buf, src); err != nil {
 			return nil, err
 		}
 	} else {
@@ -63,8 +63,10 @@ func (d *DDP) placeGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 	}
 	d.placed.Add(int64(len(buf.Data)))
 	view := d.views[i]
-	if view == nil || !sameBacking(view, buf) || !view.Shape().Eq(dense.Shape()) {
-		view = tensor.New(tensor.WithShape(dense.Shape().Clone()...), tensor.WithBacking(backing(buf)))
+	if view == nil || !gtensor.SameMemory(view, buf) || !view.Shape().Eq(dense.Shape()) {
+		if view, err = gtensor.DenseOn(buf, dense.Shape()); err != nil {
+			return nil, err
+		}
 		d.views[i] = view
 	}
 	if err := d.r.MarkReady(i, buf); err != nil {
@@ -78,34 +80,3 @@ func (d *DDP) placeGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 // gradient that Gorgonia leaves (Note [bucket views in Gorgonia]). The
 // reducer's own copies are in Reducer().CopyStats().
 func (d *DDP) PlacedBytes() int64 { return d.placed.Load() }
-
-func backing(t pg.Tensor) any {
-	if t.Dtype == pg.Float32 {
-		return pg.View[float32](t)
-	}
-	return pg.View[float64](t)
-}
-
-func sameBacking(v *tensor.Dense, t pg.Tensor) bool {
-	return v.Uintptr() == uintptr(unsafe.Pointer(unsafe.SliceData(t.Data))) && int(v.MemSize()) == len(t.Data)
-}
-
-// addInto sets dst += src, both float32 or both float64 of one length.
-func addInto(dst, src pg.Tensor) error {
-	switch dst.Dtype {
-	case pg.Float32:
-		add(pg.View[float32](dst), pg.View[float32](src))
-	case pg.Float64:
-		add(pg.View[float64](dst), pg.View[float64](src))
-	default:
-		return fmt.Errorf("ddp: cannot accumulate %v gradients", dst.Dtype)
-	}
-	return nil
-}
-
-func add[T float32 | float64](dst, src []T) {
-	src = src[:len(dst)]
-	for i, v := range src {
-		dst[i] += v
-	}
-}

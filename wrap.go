@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/goddp/ddp/autogradhooks"
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 	"gorgonia.org/gorgonia"
@@ -66,7 +66,7 @@ func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Op
 		if p == nil || p.Value() == nil {
 			return nil, fmt.Errorf("ddp: parameter %d has no value; models with uninitialised parameters can't be wrapped: give every parameter a value (gorgonia.WithInit or WithValue) first", i)
 		}
-		dt, err := DtypeOf(p.Dtype())
+		dt, err := gtensor.DtypeOf(p.Dtype())
 		if err != nil {
 			return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, p.Name(), err)
 		}
@@ -74,7 +74,7 @@ func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Op
 		if descs[i].Name == "" {
 			descs[i].Name = fmt.Sprintf("param%d", i)
 		}
-		v, err := TensorOf(p.Value())
+		v, err := gtensor.TensorOf(p.Value())
 		if err != nil {
 			return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, descs[i].Name, err)
 		}
@@ -208,56 +208,9 @@ func (d *DDP) names(indices []int) string {
 }
 
 func (d *DDP) onGradient(i int, v gorgonia.Value) error {
-	t, err := TensorOf(v)
+	t, err := gtensor.TensorOf(v)
 	if err != nil {
 		return fmt.Errorf("%w: parameter %d: %v", reducer.ErrBadGradient, i, err)
 	}
 	return d.r.MarkReady(i, t)
-}
-
-// TensorOf views a Gorgonia value's memory as a pg.Tensor, without
-// copying: writing the tensor writes the value.
-func TensorOf(v gorgonia.Value) (pg.Tensor, error) {
-	if d, ok := v.(*tensor.Dense); ok && !d.IsScalar() {
-		// The typed views allocate nothing; Data() builds an interface
-		// through reflect on every call, twice per gradient per step.
-		switch d.Dtype() {
-		case tensor.Float32:
-			return pg.Float32s(d.Float32s()), nil
-		case tensor.Float64:
-			return pg.Float64s(d.Float64s()), nil
-		}
-	}
-	switch v := v.(type) {
-	case tensor.Tensor:
-		switch data := v.Data().(type) {
-		case []float32:
-			return pg.Float32s(data), nil
-		case []float64:
-			return pg.Float64s(data), nil
-		}
-		return pg.Tensor{}, fmt.Errorf("values of dtype %v can't be reduced; use float32 or float64", v.Dtype())
-	case *gorgonia.F32:
-		return pg.Float32s(unsafe.Slice((*float32)(v), 1)), nil
-	case *gorgonia.F64:
-		return pg.Float64s(unsafe.Slice((*float64)(v), 1)), nil
-	}
-	return pg.Tensor{}, fmt.Errorf("values of type %T can't be reduced; use float32 or float64 tensors", v)
-}
-
-// DtypeOf maps a Gorgonia dtype to the process-group dtype that carries it.
-func DtypeOf(dt tensor.Dtype) (pg.Dtype, error) {
-	switch dt {
-	case tensor.Float32:
-		return pg.Float32, nil
-	case tensor.Float64:
-		return pg.Float64, nil
-	case tensor.Int32:
-		return pg.Int32, nil
-	case tensor.Int64:
-		return pg.Int64, nil
-	case tensor.Uint8:
-		return pg.Uint8, nil
-	}
-	return 0, fmt.Errorf("dtype %v cannot be communicated; use float32 or float64 parameters", dt)
 }

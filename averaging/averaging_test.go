@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/averaging"
-	"github.com/goddp/ddp/internal/testworld"
+	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
 )
 

@@ -20,7 +20,7 @@
 //	}
 //
 // Parameters are given as pg.Tensor views of the model's memory
-// (ddp.TensorOf, optim.NodeTensors), which are averaged in place. As torch
+// (gtensor.TensorOf, optim.NodeTensors), which are averaged in place. As torch
 // averages only parameters that have a gradient, pass the parameters the
 // optimizer steps. The package knows no autodiff engine.
 package averaging

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goddp/ddp/internal/base/fsync"
 	"go.uber.org/zap"
 )
 
@@ -109,16 +110,7 @@ func writeLatest(dir, name string) error {
 	if err := os.Rename(f.Name(), filepath.Join(dir, latestName)); err != nil {
 		return err
 	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsync.Dir(dir)
 }
 
 // readLatest is the checkpoint directory name dir/latest points at. An

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/testworld"
+	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
 )
 

@@ -9,7 +9,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/goddp/ddp/internal/bounded"
+	"github.com/goddp/ddp/internal/base/bounded"
 )
 
 // Magic bytes that tell the formats apart.

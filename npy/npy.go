@@ -10,7 +10,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/goddp/ddp/internal/bounded"
+	"github.com/goddp/ddp/internal/base/bounded"
 )
 
 const (

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/goddp/ddp/internal/base/fsync"
 )
 
 // Write writes data as a .npy file with the given shape, byte for byte as
@@ -112,15 +114,5 @@ func WriteFile(path string, shape []int, data any) (err error) {
 	if err = os.Rename(f.Name(), path); err != nil {
 		return err
 	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsync.Dir(dir)
 }

@@ -7,8 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	ddp "github.com/goddp/ddp"
-
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/pg"
 	"gorgonia.org/gorgonia"
 )
@@ -16,7 +15,7 @@ import (
 // Optimizer updates parameters in place from their gradients.
 //
 // Step takes the parameters' and gradients' memory as float32 or float64
-// tensors (views, as ddp.TensorOf gives, or NodeTensors), the same
+// tensors (views, as gtensor.TensorOf gives, or NodeTensors), the same
 // list in the same order on every call, params[i] and grads[i] of one
 // dtype and length. It reads the gradients and never writes them. A
 // gradient with nil Data is no gradient, torch's None: that parameter and
@@ -59,14 +58,14 @@ func Names() []string { return []string{"sgd", "momentum", "adam"} }
 func NodeTensors(nodes gorgonia.Nodes) (params, grads []pg.Tensor, err error) {
 	params, grads = make([]pg.Tensor, len(nodes)), make([]pg.Tensor, len(nodes))
 	for i, n := range nodes {
-		if params[i], err = ddp.TensorOf(n.Value()); err != nil {
+		if params[i], err = gtensor.TensorOf(n.Value()); err != nil {
 			return nil, nil, fmt.Errorf("optim: parameter %d (%s): %w", i, n.Name(), err)
 		}
 		g, err := n.Grad()
 		if err != nil || g == nil {
 			return nil, nil, fmt.Errorf("optim: parameter %d (%s) has no gradient; run the graph (RunAll) before stepping, on a graph whose loss uses every parameter", i, n.Name())
 		}
-		if grads[i], err = ddp.TensorOf(g); err != nil {
+		if grads[i], err = gtensor.TensorOf(g); err != nil {
 			return nil, nil, fmt.Errorf("optim: gradient of parameter %d (%s): %w", i, n.Name(), err)
 		}
 	}

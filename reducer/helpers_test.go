@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/testworld"
+	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/prometheus/client_golang/prometheus"

@@ -131,7 +131,7 @@ func (r *Reducer) perform(a action) error {
 	case actDevice:
 		return r.prepareDevice(a.add) // device.go
 	case actStore:
-		r.store(a.index, a.add)
+		return r.store(a.index, a.add)
 	case actZero:
 		clear(r.layout.view(a.index).Data)
 	case actUpload:
@@ -156,13 +156,13 @@ func (r *Reducer) checkGrad(i int, grad pg.Tensor) error {
 
 // store puts a gradient into its bucket: a copy, or a sum inside an
 // accumulation window (add).
-func (r *Reducer) store(i int, add bool) {
+func (r *Reducer) store(i int, add bool) error {
 	grad, v := r.dst[i], r.layout.view(i)
 	start := r.obs.copyStart() // observe.go
 	defer r.obs.copied(i, start)
 	if sameMemory(v, grad) { // Note [gradient as bucket view]
 		r.copies.inPlace.Add(int64(len(v.Data)))
-		return
+		return nil
 	}
 	if r.opts.GradientAsBucketView {
 		r.copies.fallbacks.Add(1)
@@ -170,9 +170,9 @@ func (r *Reducer) store(i int, add bool) {
 	r.copies.in.Add(int64(len(v.Data)))
 	if !add {
 		copy(v.Data, grad.Data)
-		return
+		return nil
 	}
-	addInto(v, grad)
+	return pg.Add(v, grad)
 }
 
 // launch runs the comm hook on bucket b. Only the draining goroutine, or

@@ -51,7 +51,7 @@ func mixedReference(mp MixedPrecision, params []Param, n, step, micro int) [][]f
 		for r := range n {
 			local := lowGrad(mp.ParamDtype, p.Numel(), step, r, 0, i)
 			for m := 1; m < micro; m++ {
-				addInto(local, lowGrad(mp.ParamDtype, p.Numel(), step, r, m, i))
+				must(pg.Add(local, lowGrad(mp.ParamDtype, p.Numel(), step, r, m, i)))
 			}
 			cast := pg.NewTensor(reduce, p.Numel())
 			must(pg.Convert(cast, local))
@@ -124,7 +124,9 @@ func TestMixedPrecision(t *testing.T) {
 							if c.view { // the engine writes into the bucket (adds, while accumulating)
 								buf := r.GradientBuffer(i)
 								if r.Accumulating() {
-									addInto(buf, grad)
+									if err := pg.Add(buf, grad); err != nil {
+										return err
+									}
 								} else {
 									copy(buf.Data, grad.Data)
 								}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/testworld"
+	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"

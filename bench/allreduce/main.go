@@ -35,8 +35,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -44,48 +42,25 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
-	"github.com/goddp/ddp/pg/tcp"
 )
-
-// workerEnv marks a process started by this command as one of its workers.
-const workerEnv = "GODDP_BENCH_WORKER"
 
 type options struct {
 	backend string
 	nproc   int
 	cfg     config
-	timeout time.Duration
-	linkBps int64
-	shm     bool
+	job     launch.Loopback // --timeout, --link-bytes-per-sec, --shm
 }
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0) // --help: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "allreduce:", err)
-		var usage usageError
-		if errors.As(err, &usage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-type usageError struct{ error }
-
-func (u usageError) Unwrap() error { return u.error }
+func main() { cli.Main("allreduce", run) }
 
 func parse(args []string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("allreduce", stderr)
 	var o options
 	var sizes, dtype, ops, format string
 	fs.Usage = func() {
@@ -101,21 +76,19 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
-	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
-	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
+	o.job.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	var err error
 	if o.backend != "local" && o.backend != "tcp" && o.backend != "nccl" && o.backend != "mpi" {
-		return o, usageError{fmt.Errorf("--backend %q: want local, tcp, nccl or mpi", o.backend)}
+		return o, cli.Usage(fmt.Errorf("--backend %q: want local, tcp, nccl or mpi", o.backend))
 	}
 	if o.nproc < 1 {
-		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
+		return o, cli.Usage(fmt.Errorf("--nproc %d: want at least 1", o.nproc))
 	}
 	if o.cfg.ops, err = lookupOps(ops); err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	o.cfg.all = ops == "all"
 	switch format {
@@ -123,20 +96,20 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	case "table":
 		o.cfg.table = true
 	default:
-		return o, usageError{fmt.Errorf("--format %q: want csv or table", format)}
+		return o, cli.Usage(fmt.Errorf("--format %q: want csv or table", format))
 	}
 	if o.cfg.root < 0 || o.cfg.root >= o.nproc {
-		return o, usageError{fmt.Errorf("--root %d: want a rank in [0, %d)", o.cfg.root, o.nproc)}
+		return o, cli.Usage(fmt.Errorf("--root %d: want a rank in [0, %d)", o.cfg.root, o.nproc))
 	}
 	d, err := pg.ParseDtype(dtype)
 	if err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	o.cfg.dtype = d
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 0 {
-			return o, usageError{fmt.Errorf("--sizes: %q is not a byte count", s)}
+			return o, cli.Usage(fmt.Errorf("--sizes: %q is not a byte count", s))
 		}
 		o.cfg.sizes = append(o.cfg.sizes, n)
 	}
@@ -155,7 +128,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runLocal(ctx, o, stdout, stderr)
 	case o.backend == "mpi": // mpi.go: MPI knows the ranks
 		return runMPI(ctx, o, stdout)
-	case os.Getenv(workerEnv) == "1":
+	case os.Getenv(launch.LoopbackWorkerEnv) == "1":
 		return runWorker(ctx, o, stdout)
 	default:
 		return runLauncher(ctx, o, args, stdout, stderr)
@@ -163,7 +136,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 func runLocal(ctx context.Context, o options, stdout, stderr io.Writer) error {
-	groups, err := local.New(o.nproc, local.Options{Timeout: o.timeout})
+	groups, err := local.New(o.nproc, local.Options{Timeout: o.job.Timeout})
 	if err != nil {
 		return err
 	}
@@ -194,7 +167,7 @@ func runLocal(ctx context.Context, o options, stdout, stderr io.Writer) error {
 }
 
 func runLauncher(ctx context.Context, o options, args []string, stdout, stderr io.Writer) error {
-	return launch.Self(ctx, o.nproc, args, workerEnv+"=1", stdout, stderr)
+	return o.job.Launch(ctx, o.nproc, args, stdout, stderr)
 }
 
 func runWorker(ctx context.Context, o options, stdout io.Writer) error {
@@ -202,12 +175,12 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.job.Timeout)
 	defer cancel()
 	if o.backend == "nccl" {
 		return runNCCLWorker(ctx, o, cfg)
 	}
-	m, err := launch.JoinTCP(ctx, cfg, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps, NoSharedMemory: !o.shm}, nil)
+	m, err := o.job.Join(ctx, cfg)
 	if err != nil {
 		return err
 	}

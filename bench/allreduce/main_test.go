@@ -8,14 +8,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/goleak"
 )
 
 // TestMain is also the worker of the tcp test: launch.Self starts this
-// test binary again with the command's arguments and workerEnv set.
+// test binary again with the command's arguments and launch.LoopbackWorkerEnv set.
 func TestMain(m *testing.M) {
-	if os.Getenv(workerEnv) == "1" {
+	if os.Getenv(launch.LoopbackWorkerEnv) == "1" {
 		if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "allreduce worker:", err)
 			os.Exit(1)
@@ -49,8 +51,7 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		err := run(args, &out, &errOut)
-		var u usageError
-		if !errors.As(err, &u) {
+		if !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("%v: got %v, want a usage error", args, err)
 		}
 	}

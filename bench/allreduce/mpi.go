@@ -22,9 +22,9 @@ import (
 // whose port and secret rank 0 broadcasts over MPI, and prints the busbw
 // ratio mpi/tcp for every row.
 func runMPI(ctx context.Context, o options, stdout io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.job.Timeout)
 	defer cancel()
-	g, err := mpi.New(ctx, mpi.Options{Timeout: o.timeout})
+	g, err := mpi.New(ctx, mpi.Options{Timeout: o.job.Timeout})
 	if err != nil {
 		return fmt.Errorf("--backend mpi: %w (start the benchmark with mpirun -np N)", err)
 	}
@@ -84,11 +84,11 @@ func joinTCPOverMPI(ctx context.Context, g *mpi.Group, o options) (pg.ProcessGro
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(hello[0])<<8|int(hello[1])))
 	secret := hello[2:]
-	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: addr, IsServer: g.Rank() == 0, Secret: secret, Timeout: o.timeout})
+	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: addr, IsServer: g.Rank() == 0, Secret: secret, Timeout: o.job.Timeout})
 	if err != nil {
 		return nil, nil, fmt.Errorf("rank %d: tcp store at %s: %w", g.Rank(), addr, err)
 	}
-	tg, err := tcp.New(ctx, st, tcp.Options{Rank: g.Rank(), Size: g.Size(), Secret: secret, ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps})
+	tg, err := tcp.New(ctx, st, tcp.Options{Rank: g.Rank(), Size: g.Size(), Secret: secret, ListenAddr: "127.0.0.1:0", Timeout: o.job.Timeout, LinkBytesPerSec: o.job.LinkBytesPerSec})
 	if err != nil {
 		st.Close()
 		return nil, nil, err

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/store"
@@ -18,16 +19,16 @@ import (
 func runNCCLWorker(ctx context.Context, o options, cfg env.Config) error {
 	lib, cu, err := launch.LoadNCCL(os.Getenv)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: cfg.StoreAddr(), ListenAddr: cfg.StoreListenAddr(),
-		IsServer: cfg.IsStoreHost(), Secret: cfg.Secret, Timeout: o.timeout})
+		IsServer: cfg.IsStoreHost(), Secret: cfg.Secret, Timeout: o.job.Timeout})
 	if err != nil {
 		return fmt.Errorf("rank %d: rendezvous at %s: %w", cfg.Rank, cfg.StoreAddr(), err)
 	}
 	defer st.Close()
 	g, err := pgnccl.New(ctx, st, pgnccl.Options{Rank: cfg.Rank, Size: cfg.WorldSize, Device: cfg.LocalRank,
-		Library: lib, CUDA: cu, Timeout: o.timeout})
+		Library: lib, CUDA: cu, Timeout: o.job.Timeout})
 	if err != nil {
 		return fmt.Errorf("rank %d: NCCL %v on GPU %d: %w", cfg.Rank, lib.Version(), cfg.LocalRank, err)
 	}

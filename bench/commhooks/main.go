@@ -24,14 +24,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/goddp/ddp/internal/wiring/cli"
 )
 
 type options struct {
@@ -42,22 +39,10 @@ type options struct {
 	format string
 }
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "commhooks:", err)
-		var u usageError
-		if errors.As(err, &u) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-type usageError struct{ error }
+func main() { cli.Main("commhooks", run) }
 
 func parse(args []string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("commhooks", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("commhooks", stderr)
 	var o options
 	sizes, ranks := "784,512,512,512,10", "1,2,4"
 	fs.StringVar(&sizes, "sizes", sizes, "MLP layer widths, input first")
@@ -66,34 +51,22 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.steps, "steps", 20, "timed steps for the CPU figure")
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
 	if err := fs.Parse(args); err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	var err error
-	if o.sizes, err = parseInts(sizes); err != nil || len(o.sizes) < 2 {
-		return o, usageError{fmt.Errorf("--sizes %q: want at least two positive integers", sizes)}
+	if o.sizes, err = cli.ParseInts(sizes); err != nil || len(o.sizes) < 2 {
+		return o, cli.Usage(fmt.Errorf("--sizes %q: want at least two positive integers", sizes))
 	}
-	if o.ranks, err = parseInts(ranks); err != nil {
-		return o, usageError{fmt.Errorf("--rank %q: %v", ranks, err)}
+	if o.ranks, err = cli.ParseInts(ranks); err != nil || len(o.ranks) == 0 {
+		return o, cli.Usage(fmt.Errorf("--rank %q: want positive integers", ranks))
 	}
 	switch {
 	case o.nproc < 1 || o.steps < 1:
-		return o, usageError{fmt.Errorf("--nproc %d, --steps %d: want at least 1", o.nproc, o.steps)}
+		return o, cli.Usage(fmt.Errorf("--nproc %d, --steps %d: want at least 1", o.nproc, o.steps))
 	case o.format != "table" && o.format != "csv":
-		return o, usageError{fmt.Errorf("--format %q: want table or csv", o.format)}
+		return o, cli.Usage(fmt.Errorf("--format %q: want table or csv", o.format))
 	}
 	return o, nil
-}
-
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) error {

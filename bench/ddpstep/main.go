@@ -79,7 +79,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -88,44 +87,26 @@ import (
 	"runtime/pprof"
 	"sync"
 	"syscall"
-	"time"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
-	"github.com/goddp/ddp/pg/tcp"
 )
-
-// workerEnv marks a process started by this command as one of its workers.
-const workerEnv = "GODDP_BENCH_WORKER"
 
 type options struct {
 	backend string
 	nproc   int
 	format  string
 	cfg     config
-	timeout time.Duration
-	linkBps int64
-	shm     bool
+	job     launch.Loopback // --timeout, --link-bytes-per-sec, --shm
 	cpuProf string
 }
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "ddpstep:", err)
-		var usage usageError
-		if errors.As(err, &usage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-type usageError struct{ error }
+func main() { cli.Main("ddpstep", run) }
 
 func parse(args []string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("ddpstep", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("ddpstep", stderr)
 	o := options{cfg: config{sizes: []int{784, 512, 512, 512, 10}}}
 	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local or tcp")
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
@@ -141,29 +122,27 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.compareView, "compare-bucket-view", false, "also time a DDP replica with GradientAsBucketView, alternately with the copying one, and report both side by side")
 	fs.BoolVar(&o.cfg.noAlign, "no-align", false, "no untimed barrier before each step: DDP steps then also wait out the ranks' drift over the plain step before them")
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "group timeout")
-	fs.Int64Var(&o.linkBps, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
 	fs.StringVar(&o.cpuProf, "cpuprofile", "", "tcp only: each worker writes a CPU profile of its run to this path with .rank<N> appended")
-	fs.BoolVar(&o.shm, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
+	o.job.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	switch {
 	case o.backend != "local" && o.backend != "tcp":
-		return o, usageError{fmt.Errorf("--backend %q: want local or tcp", o.backend)}
+		return o, cli.Usage(fmt.Errorf("--backend %q: want local or tcp", o.backend))
 	case o.nproc < 1:
-		return o, usageError{fmt.Errorf("--nproc %d: want at least 1", o.nproc)}
+		return o, cli.Usage(fmt.Errorf("--nproc %d: want at least 1", o.nproc))
 	case o.cfg.rows < 1 || o.cfg.steps < 1:
-		return o, usageError{fmt.Errorf("--batch %d, --steps %d: want at least 1", o.cfg.rows, o.cfg.steps)}
+		return o, cli.Usage(fmt.Errorf("--batch %d, --steps %d: want at least 1", o.cfg.rows, o.cfg.steps))
 	case o.cfg.warmup < 2:
-		return o, usageError{fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup)}
+		return o, cli.Usage(fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup))
 	case o.cfg.bucketView && o.cfg.compareView:
-		return o, usageError{fmt.Errorf("--gradient-as-bucket-view and --compare-bucket-view: choose one (the comparison runs both)")}
+		return o, cli.Usage(fmt.Errorf("--gradient-as-bucket-view and --compare-bucket-view: choose one (the comparison runs both)"))
 	case o.format != "table" && o.format != "csv":
-		return o, usageError{fmt.Errorf("--format %q: want table or csv", o.format)}
+		return o, cli.Usage(fmt.Errorf("--format %q: want table or csv", o.format))
 	}
 	if _, err := newHook(o.cfg); err != nil { // hooks.go
-		return o, usageError{err}
+		return o, cli.Usage(err)
 	}
 	return o, nil
 }
@@ -178,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case o.backend == "local":
 		return runLocal(ctx, o, stdout)
-	case os.Getenv(workerEnv) == "1":
+	case os.Getenv(launch.LoopbackWorkerEnv) == "1":
 		return runWorker(ctx, o, stdout)
 	default:
 		return runLauncher(ctx, o, args, stdout, stderr)
@@ -187,7 +166,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 // runLocal runs nproc goroutine ranks in this process.
 func runLocal(ctx context.Context, o options, stdout io.Writer) error {
-	groups, err := local.New(o.nproc, local.Options{Timeout: o.timeout})
+	groups, err := local.New(o.nproc, local.Options{Timeout: o.job.Timeout})
 	if err != nil {
 		return err
 	}
@@ -213,7 +192,7 @@ func runLocal(ctx context.Context, o options, stdout io.Writer) error {
 // runLauncher starts nproc workers of this program on loopback, with a
 // fresh job secret, and waits for them; rank 0's output is ours.
 func runLauncher(ctx context.Context, o options, args []string, stdout, stderr io.Writer) error {
-	return launch.Self(ctx, o.nproc, args, workerEnv+"=1", stdout, stderr)
+	return o.job.Launch(ctx, o.nproc, args, stdout, stderr)
 }
 
 // runWorker is one TCP rank: rendezvous through the TCPStore that rank 0
@@ -223,9 +202,9 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.job.Timeout)
 	defer cancel()
-	m, err := launch.JoinTCP(ctx, cfg, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: o.timeout, LinkBytesPerSec: o.linkBps, NoSharedMemory: !o.shm}, nil)
+	m, err := o.job.Join(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -15,41 +15,32 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/goddp/ddp/internal/wiring/cli"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "plot:", err)
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	cli.Main("plot", func(args []string, _, stderr io.Writer) error { return run(args, stderr) })
 }
 
-var errUsage = errors.New("usage")
-
 func run(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("plot", stderr)
 	in := fs.String("in", "", "input: a trace .json (several, comma-separated, for several ranks) or a benchmark .csv")
 	out := fs.String("out", "", "output PNG (default: the first input with .png)")
 	steps := fs.Int("steps", 3, "traces: how many of the last steps to show")
 	y := fs.String("y", "", "CSV: the column to plot (default: the last)")
 	title := fs.String("title", "", "title (default: the input's name)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return cli.Usage(err)
 	}
 	if *in == "" || fs.NArg() > 0 || *steps < 1 {
 		fs.Usage()
-		return fmt.Errorf("%w: want -in FILE[,FILE...], no other arguments, and -steps of at least 1", errUsage)
+		return fmt.Errorf("%w: want -in FILE[,FILE...], no other arguments, and -steps of at least 1", cli.ErrUsage)
 	}
 	paths := strings.Split(*in, ",")
 	if *out == "" {
@@ -68,7 +59,7 @@ func run(args []string, stderr io.Writer) error {
 func draw(paths []string, steps int, y, title string) (*canvas, error) {
 	if strings.EqualFold(filepath.Ext(paths[0]), ".csv") {
 		if len(paths) > 1 {
-			return nil, fmt.Errorf("%w: one CSV at a time", errUsage)
+			return nil, fmt.Errorf("%w: one CSV at a time", cli.ErrUsage)
 		}
 		f, err := os.Open(paths[0])
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/timeline"
 )
 
@@ -124,11 +125,11 @@ func TestCSVToPNG(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{{}, {"-in", "x.csv", "extra"}, {"-in", "a.json", "-steps", "0"}} {
-		if err := run(args, io.Discard); !errors.Is(err, errUsage) {
+		if err := run(args, io.Discard); !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
 		}
 	}
-	if err := run([]string{"-in", filepath.Join(t.TempDir(), "missing.json")}, io.Discard); err == nil || errors.Is(err, errUsage) {
+	if err := run([]string{"-in", filepath.Join(t.TempDir(), "missing.json")}, io.Discard); err == nil || errors.Is(err, cli.ErrUsage) {
 		t.Errorf("a missing input gave %v, want a plain error", err)
 	}
 }

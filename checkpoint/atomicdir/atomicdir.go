@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/goddp/ddp/internal/base/fsync"
 )
 
 // errNoExchange means the platform or file system can't swap two paths
@@ -74,7 +76,7 @@ func replace(tmp, dir, parent, base string, swap func(a, b string) error) error 
 		if err := os.Rename(tmp, dir); err != nil {
 			return fmt.Errorf("atomicdir: %w", err)
 		}
-		return syncDir(parent)
+		return fsync.Dir(parent)
 	}
 	old := tmp // after an exchange, tmp holds the old contents
 	switch err := swap(tmp, dir); {
@@ -91,7 +93,7 @@ func replace(tmp, dir, parent, base string, swap func(a, b string) error) error 
 	case err != nil:
 		return fmt.Errorf("atomicdir: replacing %s: %w", dir, err)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := fsync.Dir(parent); err != nil {
 		return fmt.Errorf("atomicdir: %w", err)
 	}
 	// The new contents are in place; failing to delete the old ones
@@ -163,7 +165,7 @@ func syncTree(root string) error {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := syncDir(dirs[i]); err != nil {
+		if err := fsync.Dir(dirs[i]); err != nil {
 			return err
 		}
 	}
@@ -177,13 +179,4 @@ func syncFile(path string) error {
 	}
 	defer f.Close()
 	return f.Sync()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

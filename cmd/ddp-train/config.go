@@ -2,15 +2,15 @@ package main
 
 import (
 	"errors"
-	"slices"
-
 	"flag"
 	"fmt"
-	"github.com/goddp/ddp/optim"
 	"io"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/optim"
 )
 
 // config is every flag of ddp-train.
@@ -146,27 +146,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, usagef("unexpected arguments %q", fs.Args())
 	}
-	h, err := parseInts(hidden)
+	h, err := cli.ParseInts(hidden)
 	if err != nil {
 		return c, usagef("--hidden %q: %v", hidden, err)
 	}
 	c.hidden = h
 	return c, c.validate()
-}
-
-func parseInts(s string) ([]int, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // validate checks the flags in a fixed order and reports the first problem,

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/launch"
 )
 
 // Started by an external launcher, each process is one worker. This plays

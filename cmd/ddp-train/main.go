@@ -34,7 +34,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/launch"
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 

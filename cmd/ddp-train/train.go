@@ -14,7 +14,8 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/dataset"
-	"github.com/goddp/ddp/internal/model"
+	"github.com/goddp/ddp/gtensor"
+	"github.com/goddp/ddp/internal/wiring/model"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
@@ -352,7 +353,7 @@ func (v *timedVM) RunAll() error {
 func digest(p *model.Params) string {
 	h := sha256.New()
 	for _, n := range p.Nodes {
-		if t, err := ddp.TensorOf(n.Value()); err == nil {
+		if t, err := gtensor.TensorOf(n.Value()); err == nil {
 			h.Write(t.Data)
 		}
 	}

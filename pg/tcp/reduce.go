@@ -36,7 +36,7 @@ func (g *Group) reduce(r *run, t pg.Tensor, root int, op pg.ReduceOp) error {
 		}
 	}
 	acc := t
-	if me != root && (len(children) > 0 || scales(op, t.Dtype)) {
+	if me != root && (len(children) > 0 || kernel.Scales(op, t.Dtype)) {
 		acc = pg.NewTensor(t.Dtype, t.Len())
 		copy(acc.Data, t.Data)
 	}

@@ -3,7 +3,7 @@
 package kernel
 
 import (
-	"github.com/goddp/ddp/internal/vec"
+	"github.com/goddp/ddp/internal/base/vec"
 	"github.com/goddp/ddp/pg"
 )
 
@@ -18,6 +18,12 @@ func BaseKind(op pg.ReduceOp) pg.ReduceKind {
 		return pg.Sum
 	}
 	return op.Kind
+}
+
+// Scales reports whether Prepare changes a tensor of dtype d under op: a
+// backend that must leave the caller's input as it was scales a copy.
+func Scales(op pg.ReduceOp, d pg.Dtype) bool {
+	return op.Kind == pg.PremulSum || op.Kind == pg.Avg && d.IsFloat()
 }
 
 // Prepare scales a rank's own contribution in place before the reduction:

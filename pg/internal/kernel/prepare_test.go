@@ -55,6 +55,9 @@ func TestPrepareScalesOnlyWhatItShould(t *testing.T) {
 			if i := firstDiff(got, want); i >= 0 {
 				t.Errorf("Prepare %v %v: element %d differs", d, op, i)
 			}
+			if firstDiff(got, in) >= 0 && !Scales(op, d) { // the backends' inputs would change
+				t.Errorf("Prepare changes %v under %v, which Scales denies", d, op)
+			}
 		}
 	}
 }

@@ -3,7 +3,7 @@ package model_test
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/internal/model"
+	"github.com/goddp/ddp/internal/wiring/model"
 	"github.com/goddp/ddp/optim"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"

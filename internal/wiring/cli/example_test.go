@@ -1,0 +1,39 @@
+package cli_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/goddp/ddp/internal/wiring/cli"
+)
+
+// run is a program's body, as Main calls it.
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := cli.FlagSet("widths", stderr)
+	sizes := fs.String("sizes", "784,512,10", "layer widths, input first")
+	if err := fs.Parse(args); err != nil {
+		return cli.Usage(err)
+	}
+	widths, err := cli.ParseInts(*sizes)
+	if err != nil {
+		return cli.Usage(fmt.Errorf("--sizes: %v", err))
+	}
+	fmt.Fprintln(stdout, widths)
+	return nil
+}
+
+func Example() {
+	for _, args := range [][]string{{}, {"--sizes", "4, 2"}, {"--sizes", "4,0"}, {"--help"}} {
+		err := run(args, io.Discard, io.Discard)
+		fmt.Println(cli.Code(err), err, errors.Is(err, flag.ErrHelp))
+	}
+	fmt.Println(cli.Code(errors.New("disk full")))
+	// Output:
+	// 0 <nil> false
+	// 0 <nil> false
+	// 2 --sizes: "0" is not a positive integer false
+	// 0 flag: help requested true
+	// 1
+}
