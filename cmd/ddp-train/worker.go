@@ -141,7 +141,7 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer metrics.Close()
-	metrics.setReady() // the goroutine ranks' groups exist
+	metrics.setReady()     // the goroutine ranks' groups exist
 	var buildMu sync.Mutex // Gorgonia's graph building is not safe in parallel
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
