@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"time"
 
 	"github.com/goddp/ddp/nccl"
@@ -40,7 +41,7 @@ type lane struct {
 	key laneKey
 	// Guarded by g.mu: be is nil until the communicator is made; ops are
 	// the issued calls not yet finished, the first being carried out.
-	be   backend
+	be   binding.Backend
 	ops  []*p2pOp
 	kick chan struct{}
 	done chan struct{} // closed when run returns
@@ -177,21 +178,21 @@ func (l *lane) carry(op *p2pOp) {
 	if !l.key.send {
 		pairPeer = 0
 	}
-	err = be.h2d(hdr.dev, hdr.host[:8])
+	err = be.H2D(hdr.dev, hdr.host[:8])
 	if err == nil && l.key.send && n > 0 && !dev {
 		copy(b.host[:n], op.t.Data)
-		err = be.h2d(b.dev, b.host[:n])
+		err = be.H2D(b.dev, b.host[:n])
 	}
 	if err == nil {
-		err = be.group(func() error {
-			if err := be.send(hdr.dev, 8, nccl.Uint8, pairPeer); err != nil {
+		err = be.Group(func() error {
+			if err := be.Send(hdr.dev, 8, nccl.Uint8, pairPeer); err != nil {
 				return err
 			}
-			return be.recv(hdr.dev+8, 8, nccl.Uint8, pairPeer)
+			return be.Recv(hdr.dev+8, 8, nccl.Uint8, pairPeer)
 		})
 	}
 	if err == nil {
-		err = be.d2h(hdr.host[8:16], hdr.dev+8)
+		err = be.D2H(hdr.host[8:16], hdr.dev+8)
 	}
 	if err == nil {
 		err = l.await(ctx, be, w)
@@ -220,15 +221,15 @@ func (l *lane) carry(op *p2pOp) {
 	// 2. The payload.
 	switch {
 	case dev && l.key.send:
-		err = be.send(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
+		err = be.Send(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
 	case dev:
-		err = be.recv(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
+		err = be.Recv(dptr(op.t, 0), n, nccl.Uint8, pairPeer)
 	case l.key.send:
-		err = be.send(b.dev, n, nccl.Uint8, pairPeer)
+		err = be.Send(b.dev, n, nccl.Uint8, pairPeer)
 	default:
-		err = be.recv(b.dev, n, nccl.Uint8, pairPeer)
+		err = be.Recv(b.dev, n, nccl.Uint8, pairPeer)
 		if err == nil {
-			err = be.d2h(b.host[:n], b.dev)
+			err = be.D2H(b.host[:n], b.dev)
 			w.copies = append(w.copies, copyBack{dst: op.t.Data, src: b.host[:n]})
 		}
 	}
@@ -259,7 +260,7 @@ func (l *lane) opContext(w *work) (context.Context, context.CancelFunc) {
 
 // connect makes the lane's two-rank communicator: the sender publishes a
 // unique id, the receiver waits for it or for the sender's departure.
-func (l *lane) connect(ctx context.Context, w *work) (backend, error) {
+func (l *lane) connect(ctx context.Context, w *work) (binding.Backend, error) {
 	g := l.g
 	if g.st == nil {
 		return nil, &pg.CollectiveError{Op: w.op.String(), Rank: g.rank, Peer: l.key.peer, Kind: pg.ErrInvalidArgument,
@@ -273,7 +274,7 @@ func (l *lane) connect(ctx context.Context, w *work) (backend, error) {
 	var id nccl.UniqueID
 	if l.key.send {
 		var err error
-		if id, err = g.be.uniqueID(); err != nil {
+		if id, err = g.be.UniqueID(); err != nil {
 			return nil, err
 		}
 		if err := g.st.Set(ctx, key, id[:]); err != nil {
@@ -289,15 +290,15 @@ func (l *lane) connect(ctx context.Context, w *work) (backend, error) {
 		}
 		copy(id[:], b)
 	}
-	be, err := g.be.pair(ctx, id, rank)
+	be, err := g.be.Pair(ctx, id, rank)
 	if err != nil {
 		return nil, fmt.Errorf("making the point-to-point communicator with rank %d: %w", l.key.peer, err)
 	}
 	g.mu.Lock()
 	if g.failure != nil {
 		g.mu.Unlock()
-		_ = be.abort()
-		_ = be.close(context.Background())
+		_ = be.Abort()
+		_ = be.Close(context.Background())
 		return nil, g.failure
 	}
 	l.be = be
@@ -337,27 +338,27 @@ func (g *Group) getUnlessGone(ctx context.Context, key string, peer int) ([]byte
 
 // await records an event on be's stream and waits for it, polling be for
 // asynchronous errors; it fails when ctx ends.
-func (l *lane) await(ctx context.Context, be backend, w *work) error {
-	ev, err := be.record()
+func (l *lane) await(ctx context.Context, be binding.Backend, w *work) error {
+	ev, err := be.Record()
 	if err != nil {
 		return err
 	}
-	defer ev.destroy()
+	defer ev.Destroy()
 	opts := l.g.opts
 	tick := time.NewTicker(opts.PollInterval)
 	defer tick.Stop()
 	lastAsync := time.Now()
 	for {
-		err := ev.query()
+		err := ev.Query()
 		if !errors.Is(err, nccl.ErrNotReady) {
 			return err
 		}
 		if time.Since(lastAsync) >= opts.AsyncErrorInterval {
 			lastAsync = time.Now()
-			if r, err := be.asyncError(); err != nil || (r != nccl.Success && r != nccl.InProgress) {
+			if r, err := be.AsyncError(); err != nil || (r != nccl.Success && r != nccl.InProgress) {
 				if err == nil {
 					err = fmt.Errorf("ncclCommGetAsyncError: %w", r)
-					if d := be.lastError(); d != "" {
+					if d := be.LastError(); d != "" {
 						err = fmt.Errorf("ncclCommGetAsyncError: %w: %s", r, d)
 					}
 				}
