@@ -2,10 +2,10 @@ package nccl
 
 import (
 	"context"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // AllReduce reduces t across ranks in place (ncclAllReduce; BAND, BOR and

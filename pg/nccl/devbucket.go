@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"slices"
 	"sync"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Device buckets (pg.DeviceBucketAllocator): buffers in device memory,

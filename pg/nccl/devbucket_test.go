@@ -3,8 +3,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
-	"github.com/goddp/ddp/pg/nccl/internal/fake"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +13,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
+	"github.com/goddp/ddp/pg/nccl/internal/fake"
 )
 
 func TestChoosePolicy(t *testing.T) {

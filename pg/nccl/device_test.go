@@ -3,13 +3,13 @@ package nccl
 import (
 	"context"
 	"errors"
-	"github.com/goddp/ddp/pg/nccl/internal/fake"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/fake"
 )
 
 // fakeDev copies xs into the fake's device memory.

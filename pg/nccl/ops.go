@@ -2,10 +2,10 @@ package nccl
 
 import (
 	"fmt"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // bitwise reports whether op has no NCCL counterpart and is reduced on the

@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"time"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Point-to-point calls do not use the group's communicator. As c10d's

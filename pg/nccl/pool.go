@@ -1,11 +1,11 @@
 package nccl
 
 import (
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"math/bits"
 	"sync"
 
 	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // buf is a staging buffer: device memory and pinned host memory of the

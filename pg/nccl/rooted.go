@@ -2,10 +2,10 @@ package nccl
 
 import (
 	"context"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Reduce reduces t into root's t (ncclReduce; bitwise ops through an

@@ -3,9 +3,9 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Split makes subgroups with ncclCommSplit (2.18): every rank of the

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"time"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // watchdog is ProcessGroupNCCL's watchdog thread: it completes Works

@@ -2,10 +2,10 @@ package nccl
 
 import (
 	"context"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // work is one issued Work: its Future, what the flight recorder and the

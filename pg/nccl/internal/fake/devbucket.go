@@ -3,12 +3,12 @@ package fake
 import (
 	"context"
 	"fmt"
-	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // The fake's model of device buckets: ncclMemAlloc and cuMemAlloc hand
