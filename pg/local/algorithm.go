@@ -44,18 +44,13 @@ func prepare(d desc, a args, n, r int) args {
 // scaledCopy returns t, or a scaled copy of it if op scales its inputs,
 // so that the caller's t is left as it was.
 func scaledCopy(t pg.Tensor, op pg.ReduceOp, n int) pg.Tensor {
-	if !scales(op, t.Dtype) {
+	if !kernel.Scales(op, t.Dtype) {
 		return t
 	}
 	c := pg.NewTensor(t.Dtype, t.Len())
 	copy(c.Data, t.Data)
 	kernel.Prepare(c, op, n)
 	return c
-}
-
-// scales reports whether kernel.Prepare changes a tensor of dtype d.
-func scales(op pg.ReduceOp, d pg.Dtype) bool {
-	return op.Kind == pg.PremulSum || op.Kind == pg.Avg && d.IsFloat()
 }
 
 // compute does rank r's share of the ready slot s.

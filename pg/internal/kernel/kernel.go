@@ -31,6 +31,12 @@ func Prepare(t pg.Tensor, op pg.ReduceOp, size int) {
 	}
 }
 
+// Scales reports whether Prepare changes a tensor of dtype d: a caller
+// that must leave its input as it was copies it first.
+func Scales(op pg.ReduceOp, d pg.Dtype) bool {
+	return op.Kind == pg.PremulSum || op.Kind == pg.Avg && d.IsFloat()
+}
+
 // Finish completes the reduction in place: AVG on integers divides the sum
 // by size, truncating toward zero.
 func Finish(t pg.Tensor, op pg.ReduceOp, size int) {
