@@ -15,10 +15,10 @@ import (
 // rank adds its own. Chunks are pipelined as in the ring allreduce.
 func (g *Group) reduceScatter(r *run, out, in pg.Tensor, op pg.ReduceOp) error {
 	n, me := g.size, g.rank
-	if n > 1 && len(out.Data) > 0 && g.shm != nil && g.shm.full() {
-		return g.shmReduceScatter(r, out, in, op)
+	if n > 1 && len(out.Data) > 0 && g.shm != nil && g.shm.Full() {
+		return g.shm.ReduceScatter(r, out, in, op)
 	}
-	if scales(op, in.Dtype) { // scale a copy: the caller's input stays as it was
+	if kernel.Scales(op, in.Dtype) { // scale a copy: the caller's input stays as it was
 		c := pg.NewTensor(in.Dtype, in.Len())
 		copy(c.Data, in.Data)
 		kernel.Prepare(c, op, n)
@@ -82,9 +82,4 @@ func (g *Group) reduceScatter(r *run, out, in pg.Tensor, op pg.ReduceOp) error {
 	}
 	kernel.Finish(out, op, n)
 	return nil
-}
-
-// scales reports whether kernel.Prepare changes a tensor of dtype d.
-func scales(op pg.ReduceOp, d pg.Dtype) bool {
-	return op.Kind == pg.PremulSum || op.Kind == pg.Avg && d.IsFloat()
 }
