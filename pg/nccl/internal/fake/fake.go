@@ -46,7 +46,7 @@ type Backend struct {
 	self    *selfQueue
 	pairs   *pairTable // shared by the world: the two-rank communicators
 
-	dev device // device buckets: fake_devbucket.go
+	dev device // device buckets: devbucket.go
 }
 
 // pairTable makes the two-rank "communicators" of point-to-point lanes:
