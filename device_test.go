@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/pg"
-	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/goddp/ddp/pg/nccl/nccltest"
 )
 
 // DDP on an NCCL group keeps its buckets in device memory; through the
@@ -31,15 +31,11 @@ func TestDeviceBucketsTrainLikeLocal(t *testing.T) {
 					return replicas
 				}
 				host := train(groupsOf(t, "local", n))
-				fake, cleanup, err := pgnccl.NewFakeWorld(n, pgnccl.FakeOptions{})
+				fake, err := nccltest.NewWorld(n, nccltest.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				gs := make([]pg.ProcessGroup, n)
-				for r, g := range fake {
-					gs[r] = g
-				}
-				dev := train(gs)
+				dev := train(fake.ProcessGroups())
 				for r := range n {
 					regs := dev[r].ddp.Reducer().DeviceBuckets()
 					if len(regs) == 0 || slices.ContainsFunc(regs, func(s string) bool { return s != "window" }) {
@@ -54,14 +50,13 @@ func TestDeviceBucketsTrainLikeLocal(t *testing.T) {
 					if err := dev[r].ddp.Close(); err != nil {
 						t.Error(err)
 					}
-					if live, _, _ := pgnccl.FakeRegistrations(fake[r]); live != 0 {
+					if live, _ := fake.Registrations(r); live != 0 {
 						t.Errorf("rank %d: %d registrations left after DDP.Close", r, live)
 					}
 				}
-				for _, g := range fake {
-					_ = g.Close()
+				if err := fake.Close(); err != nil {
+					t.Error(err)
 				}
-				cleanup()
 			})
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/goddp/ddp/autogradhooks"
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
-	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/goddp/ddp/pg/nccl/nccltest"
 	"github.com/goddp/ddp/reducer"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -399,21 +399,12 @@ func branchGroups(t *testing.T, backend string, n int) []pg.ProcessGroup {
 	if backend != "nccl-fake" {
 		return groupsOf(t, backend, n)
 	}
-	fake, cleanup, err := pgnccl.NewFakeWorld(n, pgnccl.FakeOptions{})
+	fake, err := nccltest.NewWorld(n, nccltest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cleanup) // last: after the groups are closed
-	t.Cleanup(func() {
-		for _, g := range fake {
-			g.Close()
-		}
-	})
-	gs := make([]pg.ProcessGroup, n)
-	for r, g := range fake {
-		gs[r] = g
-	}
-	return gs
+	t.Cleanup(func() { _ = fake.Close() })
+	return fake.ProcessGroups()
 }
 
 // powerSGDForTests compresses from the first iteration, at rank 1.

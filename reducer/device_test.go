@@ -11,26 +11,21 @@ import (
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/instrument"
-	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/goddp/ddp/pg/nccl/nccltest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// fakeNCCL is a world of NCCL groups over pg/nccl's binding test double:
-// device memory is host memory behind opaque device pointers, streams
-// are goroutines, and every NCCL call is carried out by pg/local.
-func fakeNCCL(t testing.TB, n int, o pgnccl.FakeOptions) []*pgnccl.Group {
+// fakeNCCL is a world of NCCL groups over pg/nccl's binding test double
+// (nccltest): device memory is host memory behind opaque device pointers,
+// streams are goroutines, and every NCCL call is carried out by pg/local.
+func fakeNCCL(t testing.TB, n int, o nccltest.Options) *nccltest.World {
 	t.Helper()
-	gs, cleanup, err := pgnccl.NewFakeWorld(n, o)
+	w, err := nccltest.NewWorld(n, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, g := range gs {
-			_ = g.Close()
-		}
-		cleanup()
-	})
-	return gs
+	t.Cleanup(func() { _ = w.Close() })
+	return w
 }
 
 // deviceCase is one scripted run, done on pg/local with host buckets and
@@ -137,7 +132,7 @@ func TestDeviceBucketsEqualHostBuckets(t *testing.T) {
 				ps := deviceParams(dt)
 				host, hostRegs := runScript(t, groupsOf(t, "local", c.n), ps, c, uint64(k))
 				var dev []pg.ProcessGroup
-				for _, g := range fakeNCCL(t, c.n, pgnccl.FakeOptions{}) {
+				for _, g := range fakeNCCL(t, c.n, nccltest.Options{}).Groups {
 					dev = append(dev, g)
 				}
 				got, regs := runScript(t, dev, ps, c, uint64(k))
@@ -167,15 +162,16 @@ func TestDeviceBucketsEqualHostBuckets(t *testing.T) {
 // twins fall back to ncclCommRegister.
 func TestDeviceBucketsRegisterOnceAtRebuild(t *testing.T) {
 	for _, tc := range []struct {
-		o    pgnccl.FakeOptions
+		o    nccltest.Options
 		want string
 	}{
-		{pgnccl.FakeOptions{}, "window"},
-		{pgnccl.FakeOptions{Version: 22603, NoWindows: true}, "register"},
-		{pgnccl.FakeOptions{Version: 21805, NoWindows: true, NoRegister: true, NoMemAlloc: true}, "none"},
+		{nccltest.Options{}, "window"},
+		{nccltest.Options{Version: 22603, NoWindows: true}, "register"},
+		{nccltest.Options{Version: 21805, NoWindows: true, NoRegister: true, NoMemAlloc: true}, "none"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
-			gs := fakeNCCL(t, 2, tc.o)
+			world := fakeNCCL(t, 2, tc.o)
+			gs := world.Groups
 			ps := deviceParams(pg.Float32)
 			noErrors(t, parallel(2, func(rank int) error {
 				ctx := testCtx(t)
@@ -192,7 +188,7 @@ func TestDeviceBucketsRegisterOnceAtRebuild(t *testing.T) {
 						return err
 					}
 					regs := red.DeviceBuckets()
-					live, made, _ := pgnccl.FakeRegistrations(gs[rank])
+					live, made := world.Registrations(rank)
 					switch {
 					case iter == 0 && (slices.ContainsFunc(regs, func(s string) bool { return s != "none" }) || made != 0):
 						return fmt.Errorf("iteration 0: twins %v, %d registrations; want plain memory before the rebuild", regs, made)
@@ -205,7 +201,7 @@ func TestDeviceBucketsRegisterOnceAtRebuild(t *testing.T) {
 				if err := red.Close(); err != nil {
 					return err
 				}
-				if live, _, _ := pgnccl.FakeRegistrations(gs[rank]); live != 0 {
+				if live, _ := world.Registrations(rank); live != 0 {
 					return fmt.Errorf("%d registrations left after the reducer's Close", live)
 				}
 				if err := red.Prepare(ctx, Iteration{Sync: true}); err == nil {
@@ -222,7 +218,8 @@ func TestDeviceBucketsRegisterOnceAtRebuild(t *testing.T) {
 func TestDeviceGradients(t *testing.T) {
 	const n = 3
 	ps := deviceParams(pg.Float32)
-	gs := fakeNCCL(t, n, pgnccl.FakeOptions{})
+	world := fakeNCCL(t, n, nccltest.Options{})
+	gs := world.Groups
 	hosts := make([][][]float32, n)
 	devs := make([][][]float32, n)
 	noErrors(t, parallel(n, func(rank int) error {
@@ -294,7 +291,8 @@ func TestDeviceGradients(t *testing.T) {
 // gradients and device gradients on a host-only group are refused.
 func TestDeviceBucketRefusals(t *testing.T) {
 	ps := deviceParams(pg.Float32)
-	gs := fakeNCCL(t, 1, pgnccl.FakeOptions{})
+	world := fakeNCCL(t, 1, nccltest.Options{})
+	gs := world.Groups
 	ctx := testCtx(t)
 	psgd := func() commhook.Hook {
 		h, err := commhook.NewPowerSGD(commhook.PowerSGDOptions{MatrixApproximationRank: 1})
@@ -357,7 +355,8 @@ func TestDeviceBucketRefusals(t *testing.T) {
 func TestDeviceUploadsOverlapBackward(t *testing.T) {
 	const n = 2
 	ps := deviceParams(pg.Float32)
-	gs := fakeNCCL(t, n, pgnccl.FakeOptions{})
+	world := fakeNCCL(t, n, nccltest.Options{})
+	gs := world.Groups
 	count := func(tr []string, what string) int {
 		c := 0
 		for _, s := range tr {
@@ -390,7 +389,7 @@ func TestDeviceUploadsOverlapBackward(t *testing.T) {
 		if err := red.Prepare(ctx, Iteration{Sync: true}); err != nil {
 			return err
 		}
-		before := pgnccl.FakeTrace(gs[rank])
+		before := world.Trace(rank)
 		for _, i := range plan[0] {
 			if err := red.MarkReady(i, grads[i]); err != nil {
 				return err
@@ -398,7 +397,7 @@ func TestDeviceUploadsOverlapBackward(t *testing.T) {
 		}
 		// "Backward" pauses here; the first bucket's pipeline runs on.
 		for {
-			tr := pgnccl.FakeTrace(gs[rank])
+			tr := world.Trace(rank)
 			if count(tr, "allReduce") > count(before, "allReduce") && count(tr, "d2h") > count(before, "d2h") {
 				if got, want := count(tr, "h2d")-count(before, "h2d"), len(plan[0]); got != want {
 					return fmt.Errorf("%d uploads ran for the first bucket's %d gradients", got, want)
@@ -424,7 +423,8 @@ func TestDeviceUploadsOverlapBackward(t *testing.T) {
 // Device buckets are found behind wrappers (pg/instrument here), and the
 // collectives still go through the wrapper.
 func TestDeviceBucketsThroughWrappers(t *testing.T) {
-	gs := fakeNCCL(t, 1, pgnccl.FakeOptions{})
+	world := fakeNCCL(t, 1, nccltest.Options{})
+	gs := world.Groups
 	reg := prometheus.NewRegistry()
 	w, err := instrument.Wrap(gs[0], reg)
 	if err != nil {

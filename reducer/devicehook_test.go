@@ -7,7 +7,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
-	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/goddp/ddp/pg/nccl/nccltest"
 )
 
 // myAverage is a user's hook: the default allreduce under another name.
@@ -38,7 +38,7 @@ func TestDevicePathFollowsTheHooksInterface(t *testing.T) {
 	}{{myDeviceAverage{}, true}, {myAverage{}, false}} {
 		c.hook = func() commhook.Hook { return tc.hook }
 		var dev []pg.ProcessGroup
-		for _, g := range fakeNCCL(t, c.n, pgnccl.FakeOptions{}) {
+		for _, g := range fakeNCCL(t, c.n, nccltest.Options{}).Groups {
 			dev = append(dev, g)
 		}
 		got, regs := runScript(t, dev, ps, c, 5)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // AllReduce reduces t across ranks in place (ncclAllReduce; BAND, BOR and
@@ -30,7 +31,7 @@ func (s *stager) allReduce(t pg.Tensor, op pg.ReduceOp) (part, error) {
 		if err != nil {
 			return part{}, err
 		}
-		return part{comm: func() error { return s.g.be.allReduce(dptr(t, 0), dptr(t, 0), t.Len(), dataType(t.Dtype), r) }}, nil
+		return part{comm: func() error { return s.g.be.AllReduce(dptr(t, 0), dptr(t, 0), t.Len(), binding.DataType(t.Dtype), r) }}, nil
 	}
 	if bitwise(op) {
 		return s.bitwiseReduce(t, t.Data, op, true)
@@ -49,7 +50,7 @@ func (s *stager) allReduce(t pg.Tensor, op pg.ReduceOp) (part, error) {
 	}
 	return part{
 		upload:   func() error { return s.upload(b, 0, t.Data) },
-		comm:     func() error { return s.g.be.allReduce(b.dev, b.dev, t.Len(), dataType(t.Dtype), r) },
+		comm:     func() error { return s.g.be.AllReduce(b.dev, b.dev, t.Len(), binding.DataType(t.Dtype), r) },
 		download: func() error { _, err := s.download(b, 0, n, t.Data); return err },
 	}, nil
 }
@@ -65,7 +66,7 @@ func (s *stager) bitwiseReduce(in pg.Tensor, out []byte, op pg.ReduceOp, write b
 	return part{
 		upload: func() error { return s.upload(b, rank*n, in.Data) },
 		comm: func() error {
-			return s.g.be.allGather(b.dev+nccl.DevicePtr(rank*n), b.dev, n, nccl.Uint8)
+			return s.g.be.AllGather(b.dev+nccl.DevicePtr(rank*n), b.dev, n, nccl.Uint8)
 		},
 		download: func() error {
 			if !write {
@@ -104,7 +105,9 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 
 func (s *stager) broadcast(t pg.Tensor, root int) (part, error) {
 	if t.IsDevice() {
-		return part{comm: func() error { return s.g.be.broadcast(dptr(t, 0), dptr(t, 0), t.Len(), dataType(t.Dtype), root) }}, nil
+		return part{comm: func() error {
+			return s.g.be.Broadcast(dptr(t, 0), dptr(t, 0), t.Len(), binding.DataType(t.Dtype), root)
+		}}, nil
 	}
 	b, err := s.buffer(len(t.Data))
 	if err != nil {
@@ -117,7 +120,7 @@ func (s *stager) broadcast(t pg.Tensor, root int) (part, error) {
 			}
 			return s.upload(b, 0, t.Data)
 		},
-		comm: func() error { return s.g.be.broadcast(b.dev, b.dev, t.Len(), dataType(t.Dtype), root) },
+		comm: func() error { return s.g.be.Broadcast(b.dev, b.dev, t.Len(), binding.DataType(t.Dtype), root) },
 		download: func() error {
 			if s.g.rank == root {
 				return nil
@@ -146,7 +149,7 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 
 func (s *stager) allGather(out, in pg.Tensor) (part, error) {
 	if in.IsDevice() {
-		return part{comm: func() error { return s.g.be.allGather(dptr(in, 0), dptr(out, 0), in.Len(), dataType(in.Dtype)) }}, nil
+		return part{comm: func() error { return s.g.be.AllGather(dptr(in, 0), dptr(out, 0), in.Len(), binding.DataType(in.Dtype)) }}, nil
 	}
 	n := len(in.Data)
 	b, err := s.buffer(len(out.Data))
@@ -157,7 +160,7 @@ func (s *stager) allGather(out, in pg.Tensor) (part, error) {
 	return part{
 		upload: func() error { return s.upload(b, off, in.Data) },
 		comm: func() error {
-			return s.g.be.allGather(b.dev+nccl.DevicePtr(off), b.dev, in.Len(), dataType(in.Dtype))
+			return s.g.be.AllGather(b.dev+nccl.DevicePtr(off), b.dev, in.Len(), binding.DataType(in.Dtype))
 		},
 		download: func() error { _, err := s.download(b, 0, len(out.Data), out.Data); return err },
 	}, nil
@@ -193,13 +196,15 @@ func (s *stager) reduceScatter(out, in pg.Tensor, op pg.ReduceOp) (part, error) 
 					if out.Bytes() == 0 {
 						return nil
 					}
-					return s.g.be.d2d(dptr(out, 0), dptr(in, 0), out.Bytes())
+					return s.g.be.D2D(dptr(out, 0), dptr(in, 0), out.Bytes())
 				},
-				comm: func() error { return s.g.be.allReduce(dptr(out, 0), dptr(out, 0), out.Len(), dataType(in.Dtype), r) },
+				comm: func() error {
+					return s.g.be.AllReduce(dptr(out, 0), dptr(out, 0), out.Len(), binding.DataType(in.Dtype), r)
+				},
 			}, nil
 		}
 		return part{comm: func() error {
-			return s.g.be.reduceScatter(dptr(in, 0), dptr(out, 0), out.Len(), dataType(in.Dtype), r)
+			return s.g.be.ReduceScatter(dptr(in, 0), dptr(out, 0), out.Len(), binding.DataType(in.Dtype), r)
 		}}, nil
 	}
 	m := len(out.Data)
@@ -241,7 +246,7 @@ func (s *stager) reduceScatter(out, in pg.Tensor, op pg.ReduceOp) (part, error) 
 	return part{
 		upload: func() error { return s.upload(b, 0, in.Data) },
 		comm: func() error {
-			return s.g.be.reduceScatter(b.dev, b.dev+nccl.DevicePtr(off), out.Len(), dataType(in.Dtype), r)
+			return s.g.be.ReduceScatter(b.dev, b.dev+nccl.DevicePtr(off), out.Len(), binding.DataType(in.Dtype), r)
 		},
 		download: func() error { _, err := s.download(b, off, m, out.Data); return err },
 	}, nil
@@ -255,6 +260,6 @@ func (g *Group) Barrier(ctx context.Context) pg.Work {
 		if err != nil {
 			return nil, err
 		}
-		return []part{{comm: func() error { return s.g.be.allReduce(b.dev, b.dev, 1, nccl.Float32, nccl.Sum) }}}, nil
+		return []part{{comm: func() error { return s.g.be.AllReduce(b.dev, b.dev, 1, nccl.Float32, nccl.Sum) }}}, nil
 	})
 }

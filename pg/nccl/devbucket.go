@@ -11,6 +11,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Device buckets (pg.DeviceBucketAllocator): buffers in device memory,
@@ -50,46 +51,29 @@ func (r Registration) String() string {
 	return fmt.Sprintf("Registration(%d)", int(r))
 }
 
-// regCaps is what the loaded library offers for registration.
-type regCaps struct {
-	version                    nccl.Version
-	memAlloc, register, window bool
-}
-
 // choosePolicy picks the registration from what the library has and
 // what Options asked for, and says why.
-func choosePolicy(c regCaps, want Registration) (Registration, string) {
+func choosePolicy(c binding.Caps, want Registration) (Registration, string) {
 	switch want {
 	case RegisterNone:
 		return RegisterNone, "Options.BucketRegistration asks for plain buffers"
 	case RegisterUser:
-		if c.register {
+		if c.Register {
 			return RegisterUser, "Options.BucketRegistration asks for ncclCommRegister"
 		}
-		return RegisterNone, fmt.Sprintf("Options.BucketRegistration asks for ncclCommRegister, which NCCL %v lacks (2.19+)", c.version)
+		return RegisterNone, fmt.Sprintf("Options.BucketRegistration asks for ncclCommRegister, which NCCL %v lacks (2.19+)", c.Version)
 	}
 	switch {
-	case c.window && c.memAlloc:
-		return RegisterWindow, fmt.Sprintf("NCCL %v has ncclMemAlloc and ncclCommWindowRegister (2.27+): symmetric windows", c.version)
-	case c.register:
-		why := fmt.Sprintf("NCCL %v has no ncclCommWindowRegister", c.version)
-		if c.version >= 22700 {
-			why = fmt.Sprintf("NCCL %v is 2.27+ but lacks the ncclCommWindowRegister/ncclMemAlloc symbols", c.version)
+	case c.Window && c.MemAlloc:
+		return RegisterWindow, fmt.Sprintf("NCCL %v has ncclMemAlloc and ncclCommWindowRegister (2.27+): symmetric windows", c.Version)
+	case c.Register:
+		why := fmt.Sprintf("NCCL %v has no ncclCommWindowRegister", c.Version)
+		if c.Version >= 22700 {
+			why = fmt.Sprintf("NCCL %v is 2.27+ but lacks the ncclCommWindowRegister/ncclMemAlloc symbols", c.Version)
 		}
 		return RegisterUser, why + "; using ncclCommRegister (2.19+)"
 	}
-	return RegisterNone, fmt.Sprintf("NCCL %v has neither ncclCommWindowRegister (2.27+) nor ncclCommRegister (2.19+); plain buffers", c.version)
-}
-
-// copyStream is a second stream for uploads and downloads, so that they
-// overlap the collectives on the group's stream.
-type copyStream interface {
-	h2d(dst nccl.DevicePtr, src []byte) error
-	d2h(dst []byte, src nccl.DevicePtr) error
-	d2d(dst, src nccl.DevicePtr, n int) error
-	record() (event, error)
-	synchronize(ctx context.Context) error
-	destroy() error
+	return RegisterNone, fmt.Sprintf("NCCL %v has neither ncclCommWindowRegister (2.27+) nor ncclCommRegister (2.19+); plain buffers", c.Version)
 }
 
 // devState is a Group's device-bucket state, under its own lock (not the
@@ -98,10 +82,10 @@ type devState struct {
 	mu      sync.Mutex
 	policy  Registration // chosen on the first bucket
 	why     string
-	copy    copyStream
+	copy    binding.CopyStream
 	buckets []*deviceBucket // open, in allocation order (window deregistration is collective)
 	chosen  bool
-	sealed  []event // recorded on the copy stream; the next collective waits on them (issue lock)
+	sealed  []binding.Event // recorded on the copy stream; the next collective waits on them (issue lock)
 }
 
 var _ pg.DeviceBucketAllocator = (*Group)(nil)
@@ -116,7 +100,7 @@ func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, regi
 	if numel <= 0 || d.Size() == 0 {
 		return nil, fmt.Errorf("%w: device bucket of %d elements of %v", pg.ErrInvalidArgument, numel, d)
 	}
-	if dataType(d) < 0 {
+	if binding.DataType(d) < 0 {
 		return nil, fmt.Errorf("%w: NCCL has no %v", pg.ErrInvalidArgument, d)
 	}
 	g.mu.Lock()
@@ -128,12 +112,12 @@ func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, regi
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.chosen {
-		s.policy, s.why = choosePolicy(g.be.regCaps(), g.opts.BucketRegistration)
+		s.policy, s.why = choosePolicy(g.be.Caps(), g.opts.BucketRegistration)
 		g.log.Info("nccl: device bucket registration", zap.String("policy", s.policy.String()), zap.String("why", s.why))
 		s.chosen = true
 	}
 	if s.copy == nil {
-		cs, err := g.be.newCopyStream()
+		cs, err := g.be.NewCopyStream()
 		if err != nil {
 			return nil, fmt.Errorf("nccl: copy stream for device buckets: %w", err)
 		}
@@ -148,7 +132,7 @@ func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, regi
 	if err := b.allocate(policy); err != nil {
 		return nil, err
 	}
-	pinned, err := g.be.mallocHost(n)
+	pinned, err := g.be.MallocHost(n)
 	if err != nil {
 		b.release()
 		return nil, fmt.Errorf("nccl: pinned staging for a device bucket of %d bytes: %w", n, err)
@@ -175,17 +159,17 @@ type deviceBucket struct {
 // allows. Called with the device lock held.
 func (b *deviceBucket) allocate(policy Registration) error {
 	be, log := b.g.be, b.g.log
-	caps := be.regCaps()
+	caps := be.Caps()
 	var err error
-	if (policy == RegisterWindow || policy == RegisterUser) && caps.memAlloc {
-		if b.ptr, err = be.memAlloc(b.bytes); err == nil {
+	if (policy == RegisterWindow || policy == RegisterUser) && caps.MemAlloc {
+		if b.ptr, err = be.MemAlloc(b.bytes); err == nil {
 			b.fromNCCL = true
 		} else {
 			log.Warn("nccl: ncclMemAlloc failed; using cuMemAlloc", zap.Int("bytes", b.bytes), zap.Error(err))
 		}
 	}
 	if b.ptr == 0 {
-		if b.ptr, err = be.malloc(b.bytes); err != nil {
+		if b.ptr, err = be.Malloc(b.bytes); err != nil {
 			return fmt.Errorf("nccl: device bucket of %d bytes: %w", b.bytes, err)
 		}
 		if policy == RegisterWindow {
@@ -193,7 +177,7 @@ func (b *deviceBucket) allocate(policy Registration) error {
 		}
 	}
 	if policy == RegisterWindow {
-		h, err := be.windowRegister(b.ptr, b.bytes)
+		h, err := be.WindowRegister(b.ptr, b.bytes)
 		if err == nil {
 			b.reg, b.handle = RegisterWindow, h
 			return nil
@@ -201,8 +185,8 @@ func (b *deviceBucket) allocate(policy Registration) error {
 		log.Warn("nccl: ncclCommWindowRegister failed; falling back to ncclCommRegister", zap.Int("bytes", b.bytes), zap.Error(err))
 		policy = RegisterUser
 	}
-	if policy == RegisterUser && caps.register {
-		h, err := be.register(b.ptr, b.bytes)
+	if policy == RegisterUser && caps.Register {
+		h, err := be.Register(b.ptr, b.bytes)
 		if err == nil {
 			b.reg, b.handle = RegisterUser, h
 			return nil
@@ -248,18 +232,18 @@ func (b *deviceBucket) Upload(off int, src pg.Tensor) error {
 		return nil
 	}
 	if src.IsDevice() {
-		return s.copy.d2d(b.ptr+nccl.DevicePtr(at), nccl.DevicePtr(src.Device.Ptr), n)
+		return s.copy.D2D(b.ptr+nccl.DevicePtr(at), nccl.DevicePtr(src.Device.Ptr), n)
 	}
 	h := b.pinned[at : at+n]
 	copy(h, src.Data)
-	return s.copy.h2d(b.ptr+nccl.DevicePtr(at), h)
+	return s.copy.H2D(b.ptr+nccl.DevicePtr(at), h)
 }
 
 // Seal records an event after the uploads; the next collective waits on it.
 func (b *deviceBucket) Seal() error {
 	s := &b.g.dev
 	s.mu.Lock()
-	ev, err := s.copy.record()
+	ev, err := s.copy.Record()
 	s.mu.Unlock()
 	if err != nil {
 		return err
@@ -284,13 +268,13 @@ func (b *deviceBucket) Download(ctx context.Context, off int, dst pg.Tensor) err
 	s.mu.Lock()
 	var err error
 	if dst.IsDevice() {
-		err = s.copy.d2d(nccl.DevicePtr(dst.Device.Ptr), b.ptr+nccl.DevicePtr(at), n)
+		err = s.copy.D2D(nccl.DevicePtr(dst.Device.Ptr), b.ptr+nccl.DevicePtr(at), n)
 	} else {
-		err = s.copy.d2h(b.pinned[at:at+n], b.ptr+nccl.DevicePtr(at))
+		err = s.copy.D2H(b.pinned[at:at+n], b.ptr+nccl.DevicePtr(at))
 	}
 	s.mu.Unlock()
 	if err == nil {
-		err = s.copy.synchronize(ctx)
+		err = s.copy.Synchronize(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("nccl: device bucket download: %w", err)
@@ -320,21 +304,21 @@ func (b *deviceBucket) release() error {
 	var errs []error
 	switch b.reg {
 	case RegisterWindow:
-		errs = append(errs, be.windowDeregister(b.handle))
+		errs = append(errs, be.WindowDeregister(b.handle))
 	case RegisterUser:
-		errs = append(errs, be.deregister(b.handle))
+		errs = append(errs, be.Deregister(b.handle))
 	}
 	b.reg = RegisterNone
 	if b.ptr != 0 {
 		if b.fromNCCL {
-			errs = append(errs, be.memFree(b.ptr))
+			errs = append(errs, be.MemFree(b.ptr))
 		} else {
-			errs = append(errs, be.free(b.ptr))
+			errs = append(errs, be.Free(b.ptr))
 		}
 		b.ptr = 0
 	}
 	if b.pinned != nil {
-		errs = append(errs, be.freeHost(b.pinned))
+		errs = append(errs, be.FreeHost(b.pinned))
 		b.pinned = nil
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -349,13 +333,13 @@ func (g *Group) waitSealed() error {
 	evs := g.dev.sealed
 	g.dev.sealed = nil
 	for i, ev := range evs {
-		if err := g.be.waitEvent(ev); err != nil {
+		if err := g.be.WaitEvent(ev); err != nil {
 			for _, e := range evs[i:] {
-				_ = e.destroy()
+				_ = e.Destroy()
 			}
 			return fmt.Errorf("nccl: waiting for a device bucket's upload: %w", err)
 		}
-		_ = ev.destroy()
+		_ = ev.Destroy()
 	}
 	return nil
 }
@@ -368,18 +352,18 @@ func (g *Group) releaseDevice(ctx context.Context) error {
 	defer s.mu.Unlock()
 	var errs []error
 	if s.copy != nil {
-		errs = append(errs, s.copy.synchronize(ctx))
+		errs = append(errs, s.copy.Synchronize(ctx))
 	}
 	for _, b := range s.buckets {
 		errs = append(errs, b.release())
 	}
 	s.buckets = nil
 	for _, ev := range s.sealed {
-		_ = ev.destroy()
+		_ = ev.Destroy()
 	}
 	s.sealed = nil
 	if s.copy != nil {
-		errs = append(errs, s.copy.destroy())
+		errs = append(errs, s.copy.Destroy())
 		s.copy = nil
 	}
 	return errors.Join(errs...)

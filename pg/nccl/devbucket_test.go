@@ -13,23 +13,25 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
+	"github.com/goddp/ddp/pg/nccl/internal/fake"
 )
 
 func TestChoosePolicy(t *testing.T) {
-	full := regCaps{version: 22800, memAlloc: true, register: true, window: true}
+	full := binding.Caps{Version: 22800, MemAlloc: true, Register: true, Window: true}
 	for _, tc := range []struct {
-		caps regCaps
+		caps binding.Caps
 		want Registration
 		in   Registration
 		why  string
 	}{
 		{full, RegisterWindow, RegisterAuto, "2.27"},
-		{regCaps{version: 22800, memAlloc: true, register: true}, RegisterUser, RegisterAuto, "lacks the ncclCommWindowRegister"},
-		{regCaps{version: 22603, memAlloc: true, register: true}, RegisterUser, RegisterAuto, "no ncclCommWindowRegister"},
-		{regCaps{version: 21805}, RegisterNone, RegisterAuto, "neither"},
+		{binding.Caps{Version: 22800, MemAlloc: true, Register: true}, RegisterUser, RegisterAuto, "lacks the ncclCommWindowRegister"},
+		{binding.Caps{Version: 22603, MemAlloc: true, Register: true}, RegisterUser, RegisterAuto, "no ncclCommWindowRegister"},
+		{binding.Caps{Version: 21805}, RegisterNone, RegisterAuto, "neither"},
 		{full, RegisterNone, RegisterNone, "asks for plain"},
 		{full, RegisterUser, RegisterUser, "asks for ncclCommRegister"},
-		{regCaps{version: 21805}, RegisterNone, RegisterUser, "lacks"},
+		{binding.Caps{Version: 21805}, RegisterNone, RegisterUser, "lacks"},
 	} {
 		got, why := choosePolicy(tc.caps, tc.in)
 		if got != tc.want || !strings.Contains(why, tc.why) {
@@ -38,9 +40,9 @@ func TestChoosePolicy(t *testing.T) {
 	}
 }
 
-// bucketWorld runs f on every rank of a fake world made with o, with a
+// bucketWorld runs f on every rank of a fake world made with reg and o, with a
 // logger per rank, and closes the groups.
-func bucketWorld(t *testing.T, n int, o FakeOptions, f func(r int, g *Group, b *fakeBackend)) ([]*fakeBackend, []*observer.ObservedLogs) {
+func bucketWorld(t *testing.T, n int, reg Registration, o fake.Options, f func(r int, g *Group, b *fake.Backend)) ([]*fake.Backend, []*observer.ObservedLogs) {
 	t.Helper()
 	logs := make([]*observer.ObservedLogs, n)
 	var lg []*zap.Logger
@@ -49,7 +51,7 @@ func bucketWorld(t *testing.T, n int, o FakeOptions, f func(r int, g *Group, b *
 		logs[r] = l
 		lg = append(lg, zap.New(core))
 	}
-	gs, bs, cleanup, err := newFakeWorld(n, o)
+	gs, bs, cleanup, err := newFakeWorld(n, Options{BucketRegistration: reg}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,29 +98,30 @@ func logged(l *observer.ObservedLogs, msg string) []string {
 func TestDeviceBucketPolicyAndFallbacks(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		o        FakeOptions
-		fail     func(b *fakeBackend)
+		o        fake.Options
+		reg      Registration
+		fail     func(b *fake.Backend)
 		want     string // the buckets' Registration
 		chose    string // the policy logged
 		fallback string // a warning logged, or ""
 		window   bool
 	}{
 		{name: "2.28 windows", want: "window", chose: "window", window: true},
-		{name: "2.26 register", o: FakeOptions{Version: 22603, NoWindows: true}, want: "register", chose: "register"},
-		{name: "2.28 window symbol missing", o: FakeOptions{NoWindows: true}, want: "register", chose: "register"},
-		{name: "2.18 plain", o: FakeOptions{Version: 21805, NoWindows: true, NoRegister: true, NoMemAlloc: true}, want: "none", chose: "none"},
-		{name: "window fails", fail: func(b *fakeBackend) { b.dev.failWindow.Store(true) }, want: "register", chose: "window",
+		{name: "2.26 register", o: fake.Options{Version: 22603, NoWindows: true}, want: "register", chose: "register"},
+		{name: "2.28 window symbol missing", o: fake.Options{NoWindows: true}, want: "register", chose: "register"},
+		{name: "2.18 plain", o: fake.Options{Version: 21805, NoWindows: true, NoRegister: true, NoMemAlloc: true}, want: "none", chose: "none"},
+		{name: "window fails", fail: func(b *fake.Backend) { b.FailWindows() }, want: "register", chose: "window",
 			fallback: "nccl: ncclCommWindowRegister failed; falling back to ncclCommRegister"},
-		{name: "window and register fail", fail: func(b *fakeBackend) { b.dev.failWindow.Store(true); b.dev.failRegister.Store(true) },
+		{name: "window and register fail", fail: func(b *fake.Backend) { b.FailWindows(); b.FailRegister() },
 			want: "none", chose: "window", fallback: "nccl: ncclCommRegister failed; using the buffer unregistered"},
-		{name: "memalloc fails", fail: func(b *fakeBackend) { b.dev.failMemAlloc.Store(true) }, want: "register", chose: "window",
+		{name: "memalloc fails", fail: func(b *fake.Backend) { b.FailMemAlloc() }, want: "register", chose: "window",
 			fallback: "nccl: ncclMemAlloc failed; using cuMemAlloc"},
-		{name: "forced none", o: FakeOptions{BucketRegistration: RegisterNone}, want: "none", chose: "none"},
+		{name: "forced none", reg: RegisterNone, want: "none", chose: "none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
 			regs := map[string]int{}
-			bs, logs := bucketWorld(t, 2, tc.o, func(r int, g *Group, b *fakeBackend) {
+			bs, logs := bucketWorld(t, 2, tc.reg, tc.o, func(r int, g *Group, b *fake.Backend) {
 				if tc.fail != nil {
 					tc.fail(b)
 				}
@@ -133,7 +136,7 @@ func TestDeviceBucketPolicyAndFallbacks(t *testing.T) {
 					regs[db.Registration()]++
 					mu.Unlock()
 				}
-				if got := b.dev.live(); tc.want != "none" && got != 2 {
+				if got := b.Live(); tc.want != "none" && got != 2 {
 					t.Errorf("rank %d: %d live registrations after two buckets, want 2", r, got)
 				}
 			})
@@ -141,15 +144,15 @@ func TestDeviceBucketPolicyAndFallbacks(t *testing.T) {
 				t.Errorf("registrations %v, want 4 of %q", regs, tc.want)
 			}
 			for r, b := range bs {
-				if n := b.dev.live(); n != 0 {
+				if n := b.Live(); n != 0 {
 					t.Errorf("rank %d: %d registrations left after Close", r, n)
 				}
-				tr := b.dev.traced()
+				tr := b.Trace()
 				if tc.window && !slices.Contains(tr, "dewindow") {
 					t.Errorf("rank %d: no window deregistered at Close: %v", r, tr)
 				}
-				if b.dev.memAllocs.Load() > 0 && strings.Count(strings.Join(tr, ","), "memFree") != int(b.dev.memAllocs.Load()) {
-					t.Errorf("rank %d: %d ncclMemAlloc, trace %v", r, b.dev.memAllocs.Load(), tr)
+				if b.MemAllocs() > 0 && strings.Count(strings.Join(tr, ","), "memFree") != int(b.MemAllocs()) {
+					t.Errorf("rank %d: %d ncclMemAlloc, trace %v", r, b.MemAllocs(), tr)
 				}
 				chose := logged(logs[r], "nccl: device bucket registration")
 				if len(chose) != 1 || !strings.Contains(chose[0], "policy="+tc.chose) || !strings.Contains(chose[0], "why=") {
@@ -170,7 +173,7 @@ func TestDeviceBucketPolicyAndFallbacks(t *testing.T) {
 // once per bucket.
 func TestDeviceBucketCollectiveWaitsOnUpload(t *testing.T) {
 	const n = 3
-	bucketWorld(t, n, FakeOptions{}, func(r int, g *Group, b *fakeBackend) {
+	bucketWorld(t, n, RegisterAuto, fake.Options{}, func(r int, g *Group, b *fake.Backend) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		db, err := g.NewDeviceBucket(ctx, pg.Float64, 4, true)
@@ -179,7 +182,7 @@ func TestDeviceBucketCollectiveWaitsOnUpload(t *testing.T) {
 			return
 		}
 		defer db.Close()
-		release := b.dev.holdCopies()
+		release := b.HoldCopies()
 		// Two gradients of the bucket, uploaded as they become ready.
 		if err := db.Upload(0, pg.Float64s([]float64{float64(r), 1})); err != nil {
 			t.Error(err)
@@ -195,16 +198,16 @@ func TestDeviceBucketCollectiveWaitsOnUpload(t *testing.T) {
 		w := g.AllReduce(ctx, db.Tensor(), pg.Op(pg.Sum))
 		// The group's stream must now be blocked in the wait, with the
 		// copies held: the collective has not run.
-		for !slices.Contains(b.dev.traced(), "wait") {
+		for !slices.Contains(b.Trace(), "wait") {
 			if ctx.Err() != nil {
-				t.Errorf("rank %d: the group's stream never waited for the upload event; trace %v", r, b.dev.traced())
+				t.Errorf("rank %d: the group's stream never waited for the upload event; trace %v", r, b.Trace())
 				release()
 				return
 			}
 			time.Sleep(time.Millisecond)
 		}
-		if slices.Contains(b.dev.traced(), "allReduce") {
-			t.Errorf("rank %d: the allreduce ran before its upload: %v", r, b.dev.traced())
+		if slices.Contains(b.Trace(), "allReduce") {
+			t.Errorf("rank %d: the allreduce ran before its upload: %v", r, b.Trace())
 		}
 		release()
 		if err := w.Wait(ctx); err != nil {
@@ -219,7 +222,7 @@ func TestDeviceBucketCollectiveWaitsOnUpload(t *testing.T) {
 		if !slices.Equal(out, want) {
 			t.Errorf("rank %d: result %v, want %v", r, out, want)
 		}
-		tr := b.dev.traced()
+		tr := b.Trace()
 		// The wait began before the copies ran (they were held) and ended
 		// after the event: the collective ran after its upload.
 		order := []string{"wait", "h2d", "h2d", "event", "waited", "allReduce", "d2h"}
@@ -237,14 +240,14 @@ func TestDeviceBucketCollectiveWaitsOnUpload(t *testing.T) {
 
 // Device sources are copied on the device; bad arguments are refused.
 func TestDeviceBucketDeviceSourceAndErrors(t *testing.T) {
-	bucketWorld(t, 1, FakeOptions{}, func(r int, g *Group, b *fakeBackend) {
+	bucketWorld(t, 1, RegisterAuto, fake.Options{}, func(r int, g *Group, b *fake.Backend) {
 		ctx := context.Background()
 		db, err := g.NewDeviceBucket(ctx, pg.Float32, 3, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := b.mem.alloc(12)
-		copy(b.mem.at(src, 12), pg.Float32s([]float32{1, 2, 3}).Data)
+		src := b.Alloc(12)
+		copy(b.At(src, 12), pg.Float32s([]float32{1, 2, 3}).Data)
 		dev := pg.DeviceTensor(pg.Float32, 0, uintptr(src), 12)
 		if err := db.Upload(0, dev); err != nil {
 			t.Fatal(err)
@@ -255,11 +258,11 @@ func TestDeviceBucketDeviceSourceAndErrors(t *testing.T) {
 		if err := g.AllReduce(ctx, db.Tensor(), pg.Op(pg.Sum)).Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
-		dst := b.mem.alloc(8)
+		dst := b.Alloc(8)
 		if err := db.Download(ctx, 1, pg.DeviceTensor(pg.Float32, 0, uintptr(dst), 8)); err != nil {
 			t.Fatal(err)
 		}
-		if got := pg.View[float32](pg.Tensor{Dtype: pg.Float32, Data: b.mem.at(dst, 8)}); !slices.Equal(got, []float32{2, 3}) {
+		if got := pg.View[float32](pg.Tensor{Dtype: pg.Float32, Data: b.At(dst, 8)}); !slices.Equal(got, []float32{2, 3}) {
 			t.Errorf("device download %v, want [2 3]", got)
 		}
 		for _, bad := range []struct {
@@ -283,8 +286,8 @@ func TestDeviceBucketDeviceSourceAndErrors(t *testing.T) {
 		if err := db.Upload(0, pg.Float32s([]float32{1})); err == nil || !strings.Contains(err.Error(), "closed") {
 			t.Errorf("Upload after Close: %v", err)
 		}
-		if b.dev.live() != 0 {
-			t.Errorf("%d registrations left after the bucket's Close", b.dev.live())
+		if b.Live() != 0 {
+			t.Errorf("%d registrations left after the bucket's Close", b.Live())
 		}
 	})
 }

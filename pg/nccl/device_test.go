@@ -9,19 +9,20 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/fake"
 )
 
 // fakeDev copies xs into the fake's device memory.
-func fakeDev(be *fakeBackend, xs []float32) pg.Tensor {
+func fakeDev(be *fake.Backend, xs []float32) pg.Tensor {
 	n := 4 * len(xs)
-	p := be.mem.alloc(n)
-	copy(be.mem.at(p, n), pg.Float32s(xs).Data)
+	p := be.Alloc(n)
+	copy(be.At(p, n), pg.Float32s(xs).Data)
 	return pg.DeviceTensor(pg.Float32, 0, uintptr(p), n)
 }
 
 // fakeHost reads a fake device tensor back.
-func fakeHost(be *fakeBackend, t pg.Tensor) []float32 {
-	b := append([]byte(nil), be.mem.at(ptrOf(t), t.Bytes())...)
+func fakeHost(be *fake.Backend, t pg.Tensor) []float32 {
+	b := append([]byte(nil), be.At(ptrOf(t), t.Bytes())...)
 	return pg.View[float32](pg.Tensor{Dtype: pg.Float32, Data: b})
 }
 

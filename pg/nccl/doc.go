@@ -71,7 +71,8 @@
 // rather than the host. Close releases every registration before the
 // communicator is destroyed.
 //
-// NewFakeWorld makes groups over the binding's test double (device memory
-// is host memory, NCCL calls run on pg/local), for tests of code that
-// drives an NCCL group on machines without a GPU.
+// Package nccltest makes Groups over the binding's test double (device
+// memory is host memory, NCCL calls run on pg/local), for tests of code
+// that drives an NCCL group on machines without a GPU; NewOnBackend is
+// its seam into this package.
 package nccl

@@ -5,20 +5,19 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
-	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/goddp/ddp/pg/nccl/nccltest"
 )
 
 // A device bucket on the binding's test double, which reports NCCL 2.28:
 // allocated with ncclMemAlloc, registered as a symmetric window, filled
 // through the copy stream, reduced, and read back once.
 func ExampleGroup_NewDeviceBucket() {
-	gs, cleanup, err := pgnccl.NewFakeWorld(1, pgnccl.FakeOptions{})
+	w, err := nccltest.NewWorld(1, nccltest.Options{})
 	if err != nil {
 		panic(err)
 	}
-	defer cleanup()
-	g := gs[0]
-	defer g.Close()
+	defer w.Close()
+	g := w.Groups[0]
 	ctx := context.Background()
 	b, err := g.NewDeviceBucket(ctx, pg.Float32, 4, true)
 	if err != nil {

@@ -165,7 +165,7 @@ func TestGPUDeviceBandwidth(t *testing.T) {
 		out := timeIt(iters, func() error {
 			return waitErr(t, g.issue(ctx, desc{op: pg.OpAllReduce, peer: pg.NoPeer, dtype: pg.Float32, inBytes: int64(size), outBytes: int64(size)},
 				func(s *stager) ([]part, error) {
-					return []part{{comm: func() error { return g.be.allReduce(src, dst, size/4, nccl.Float32, nccl.Sum) }}}, nil
+					return []part{{comm: func() error { return g.be.AllReduce(src, dst, size/4, nccl.Float32, nccl.Sum) }}}, nil
 				}), time.Minute)
 		})
 		h := pg.NewTensor(pg.Float32, size/4)

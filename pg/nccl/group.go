@@ -11,6 +11,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"github.com/goddp/ddp/pg/store"
 )
 
@@ -21,7 +22,7 @@ type Group struct {
 	opts       Options
 	rank, size int
 	log        *zap.Logger
-	be         backend
+	be         binding.Backend
 	st         store.Store // for MonitoredBarrier; nil for subgroups made by Split
 	storeKey   string
 
@@ -122,8 +123,22 @@ func shareUniqueID(ctx context.Context, st store.Store, opts Options) (nccl.Uniq
 	return id, nil
 }
 
+// NewOnBackend makes one rank of a Group that runs on be rather than on a
+// loaded library: the seam through which package nccltest runs Groups on
+// the binding's test double. be's type is internal to pg/nccl, so only
+// nccltest can supply one. The ranks' backends must already be connected
+// (no unique id is exchanged); st serves MonitoredBarrier and the
+// point-to-point lanes' rendezvous and may be shared by the ranks.
+func NewOnBackend(be binding.Backend, st store.Store, opts Options) (*Group, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+	}
+	return newGroup(be, opts, st), nil
+}
+
 // newGroup starts the watchdog of a group over be.
-func newGroup(be backend, opts Options, st store.Store) *Group {
+func newGroup(be binding.Backend, opts Options, st store.Store) *Group {
 	g := &Group{
 		opts: opts, rank: opts.Rank, size: opts.Size, be: be, st: st, storeKey: opts.StoreKey,
 		log:    opts.Logger.With(zap.Int("rank", opts.Rank), zap.String("backend", "nccl")),
@@ -187,7 +202,7 @@ func (g *Group) Close() error {
 		for _, l := range lanes {
 			<-l.done
 			if l.be != nil {
-				if err := l.be.close(closeCtx); err != nil && g.closeErr == nil {
+				if err := l.be.Close(closeCtx); err != nil && g.closeErr == nil {
 					g.closeErr = fmt.Errorf("closing the point-to-point communicator with rank %d: %w", l.key.peer, err)
 				}
 			}
@@ -197,7 +212,7 @@ func (g *Group) Close() error {
 		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if err := g.be.close(closeCtx); err != nil {
+		if err := g.be.Close(closeCtx); err != nil {
 			g.closeErr = err
 		}
 		if g.closeErr == nil {
@@ -224,7 +239,7 @@ func (g *Group) fail(kind, cause error, culprit *work) {
 	pending := g.pending
 	g.pending = nil
 	close(g.dead)
-	var laneBackends []backend
+	var laneBackends []binding.Backend
 	for _, l := range g.lanes {
 		for _, op := range l.ops {
 			pending = append(pending, op.w)
@@ -236,11 +251,11 @@ func (g *Group) fail(kind, cause error, culprit *work) {
 	}
 	g.mu.Unlock()
 	if kind != pg.ErrClosed || len(pending) > 0 {
-		if err := g.be.abort(); err != nil {
+		if err := g.be.Abort(); err != nil {
 			g.log.Warn("nccl: ncclCommAbort failed", zap.Error(err))
 		}
 		for _, be := range laneBackends {
-			if err := be.abort(); err != nil {
+			if err := be.Abort(); err != nil {
 				g.log.Warn("nccl: ncclCommAbort of a point-to-point communicator failed", zap.Error(err))
 			}
 		}

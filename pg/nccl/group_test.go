@@ -204,7 +204,7 @@ func TestWatchdogTimeout(t *testing.T) {
 	for _, g := range gs {
 		_ = g.Barrier(ctx)
 	}
-	bs[0].stall.Store(true)
+	bs[0].StallNext()
 	data := [][]float32{{1, 2}, {3, 4}}
 	start := time.Now()
 	ws := []pg.Work{gs[0].AllReduce(ctx, pg.Float32s(data[0]), pg.Op(pg.Sum)), gs[1].AllReduce(ctx, pg.Float32s(data[1]), pg.Op(pg.Sum))}
@@ -224,7 +224,7 @@ func TestWatchdogTimeout(t *testing.T) {
 	if data[0][0] != 1 || data[1][1] != 4 {
 		t.Fatalf("a failed collective wrote the caller's tensors: %v", data)
 	}
-	if !bs[0].aborted.Load() || !bs[1].aborted.Load() {
+	if !bs[0].Aborted() || !bs[1].Aborted() {
 		t.Fatal("the communicators were not aborted")
 	}
 	if err := waitErr(t, gs[0].Barrier(ctx), time.Second); !errors.Is(err, pg.ErrTimeout) {
@@ -243,7 +243,7 @@ func TestWatchdogTimeout(t *testing.T) {
 func TestContextEndsCollective(t *testing.T) {
 	gs, bs := fakeWorld(t, 1, time.Minute)
 	defer closeAll(t, gs)
-	bs[0].stall.Store(true)
+	bs[0].StallNext()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err := waitErr(t, gs[0].AllReduce(ctx, pg.Float32s([]float32{1}), pg.Op(pg.Sum)), 5*time.Second)
@@ -258,11 +258,10 @@ func TestAsyncErrorFailsPending(t *testing.T) {
 	gs, bs := fakeWorld(t, 1, time.Minute)
 	defer closeAll(t, gs)
 	ctx := context.Background()
-	bs[0].stall.Store(true)
+	bs[0].StallNext()
 	w1 := gs[0].AllReduce(ctx, pg.Float32s([]float32{1}), pg.Op(pg.Sum))
 	w2 := gs[0].Broadcast(ctx, pg.Float32s([]float32{1}), 0)
-	bs[0].detail.Store("peer rank 3 exited")
-	bs[0].asyncErr.Store(int32(nccl.RemoteError))
+	bs[0].InjectAsyncError(nccl.RemoteError, "peer rank 3 exited")
 	for i, w := range []pg.Work{w1, w2} {
 		err := waitErr(t, w, 5*time.Second)
 		if !errors.Is(err, pg.ErrRemote) || !errors.Is(err, nccl.RemoteError) || !strings.Contains(err.Error(), "peer rank 3 exited") {
@@ -272,7 +271,7 @@ func TestAsyncErrorFailsPending(t *testing.T) {
 			t.Fatalf("work %d: %v does not name its seq", i, err)
 		}
 	}
-	if !bs[0].aborted.Load() {
+	if !bs[0].Aborted() {
 		t.Fatal("not aborted")
 	}
 }
@@ -280,12 +279,12 @@ func TestAsyncErrorFailsPending(t *testing.T) {
 func TestAbort(t *testing.T) {
 	gs, bs := fakeWorld(t, 1, time.Minute)
 	defer closeAll(t, gs)
-	bs[0].stall.Store(true)
+	bs[0].StallNext()
 	w := gs[0].AllReduce(context.Background(), pg.Float32s([]float32{1}), pg.Op(pg.Sum))
 	cause := errors.New("operator pressed stop")
 	gs[0].Abort(cause)
 	err := waitErr(t, w, 5*time.Second)
-	if !errors.Is(err, pg.ErrAborted) || !errors.Is(err, cause) || !bs[0].aborted.Load() {
+	if !errors.Is(err, pg.ErrAborted) || !errors.Is(err, cause) || !bs[0].Aborted() {
 		t.Fatalf("%v", err)
 	}
 }
@@ -295,8 +294,7 @@ func TestAbort(t *testing.T) {
 func TestEnqueueFailure(t *testing.T) {
 	gs, bs := fakeWorld(t, 1, time.Minute)
 	defer closeAll(t, gs)
-	e := error(&nccl.Error{Func: "ncclAllReduce", Code: nccl.InvalidUsage})
-	bs[0].failNext.Store(&e)
+	bs[0].FailNext(&nccl.Error{Func: "ncclAllReduce", Code: nccl.InvalidUsage})
 	err := waitErr(t, gs[0].AllReduce(context.Background(), pg.Float32s([]float32{1}), pg.Op(pg.Sum)), 5*time.Second)
 	if !errors.Is(err, pg.ErrInvalidArgument) || !errors.Is(err, nccl.InvalidUsage) {
 		t.Fatalf("%v", err)
@@ -337,8 +335,8 @@ func TestStagingPool(t *testing.T) {
 		t.Fatalf("50 sequential allreduces made %d staging buffers, want 1", n)
 	}
 	closeAll(t, gs)
-	if bs[0].freed.Load() != 1 || !bs[0].closed.Load() {
-		t.Fatalf("Close freed %d buffers", bs[0].freed.Load())
+	if bs[0].Freed() != 1 || !bs[0].Closed() {
+		t.Fatalf("Close freed %d buffers", bs[0].Freed())
 	}
 }
 
@@ -479,7 +477,7 @@ func TestOneRankPremulSum(t *testing.T) {
 	if err := waitErr(t, gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{pg.F32ToBF16(4)}), pg.PremulSumOp(0.25)), 5*time.Second); err != nil || pg.BF16ToF32(out[0]) != 1 {
 		t.Fatal(err, pg.BF16ToF32(out[0]))
 	}
-	if n := bs[0].calls.Load(); n != 0 {
+	if n := bs[0].Calls(); n != 0 {
 		t.Fatalf("%d NCCL calls for one-rank PREMUL_SUM, want 0", n)
 	}
 }

@@ -53,7 +53,7 @@ func (s *stager) upload(b *buf, off int, data []byte) error {
 	}
 	h := b.host[off : off+len(data)]
 	copy(h, data)
-	return s.g.be.h2d(b.dev+nccl.DevicePtr(off), h)
+	return s.g.be.H2D(b.dev+nccl.DevicePtr(off), h)
 }
 
 // download enqueues b at off -> pinned, and registers the copy into dst
@@ -63,7 +63,7 @@ func (s *stager) download(b *buf, off int, n int, dst []byte) ([]byte, error) {
 		return nil, nil
 	}
 	h := b.host[off : off+n]
-	if err := s.g.be.d2h(h, b.dev+nccl.DevicePtr(off)); err != nil {
+	if err := s.g.be.D2H(h, b.dev+nccl.DevicePtr(off)); err != nil {
 		return nil, err
 	}
 	if dst != nil {
@@ -163,7 +163,7 @@ func (g *Group) enqueue(s *stager, parts []part) error {
 	}
 	var err error
 	if len(parts) > 1 {
-		err = g.be.group(comms)
+		err = g.be.Group(comms)
 	} else {
 		err = comms()
 	}
@@ -177,7 +177,7 @@ func (g *Group) enqueue(s *stager, parts []part) error {
 			}
 		}
 	}
-	ev, err := g.be.record()
+	ev, err := g.be.Record()
 	if err != nil {
 		return err
 	}

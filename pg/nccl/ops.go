@@ -5,28 +5,8 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
-
-// dataType maps a pg.Dtype to NCCL's.
-func dataType(d pg.Dtype) nccl.DataType {
-	switch d {
-	case pg.Float32:
-		return nccl.Float32
-	case pg.Float64:
-		return nccl.Float64
-	case pg.Float16:
-		return nccl.Float16
-	case pg.BFloat16:
-		return nccl.BFloat16
-	case pg.Int32:
-		return nccl.Int32
-	case pg.Int64:
-		return nccl.Int64
-	case pg.Uint8:
-		return nccl.Uint8
-	}
-	return -1
-}
 
 // bitwise reports whether op has no NCCL counterpart and is reduced on the
 // host after an allgather (BAND, BOR, BXOR: NCCL has no bitwise ops).
@@ -47,16 +27,16 @@ func (s *stager) redOp(op pg.ReduceOp, d pg.Dtype) (nccl.RedOp, error) {
 	case pg.Max:
 		return nccl.Max, nil
 	case pg.Avg:
-		if !s.g.be.hasAvg() {
+		if !s.g.be.HasAvg() {
 			return 0, fmt.Errorf("%w: AVG needs NCCL 2.10", pg.ErrInvalidArgument)
 		}
 		return nccl.Avg, nil
 	case pg.PremulSum:
-		r, err := s.g.be.preMulSum(op.Factor, dataType(d))
+		r, err := s.g.be.PreMulSum(op.Factor, binding.DataType(d))
 		if err != nil {
 			return 0, err
 		}
-		s.cleanup = append(s.cleanup, func() { _ = s.g.be.destroyOp(r) })
+		s.cleanup = append(s.cleanup, func() { _ = s.g.be.DestroyOp(r) })
 		return r, nil
 	}
 	return 0, fmt.Errorf("%w: %v has no NCCL reduction", pg.ErrInvalidArgument, op)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Point-to-point calls do not use the group's communicator. As c10d's
@@ -40,7 +41,7 @@ type lane struct {
 	key laneKey
 	// Guarded by g.mu: be is nil until the communicator is made; ops are
 	// the issued calls not yet finished, the first being carried out.
-	be   backend
+	be   binding.Backend
 	ops  []*p2pOp
 	kick chan struct{}
 	done chan struct{} // closed when run returns
@@ -180,7 +181,7 @@ func (l *lane) carry(op *p2pOp) {
 }
 
 // comm returns the lane's communicator, making it on first use.
-func (l *lane) comm(ctx context.Context, w *work) (backend, error) {
+func (l *lane) comm(ctx context.Context, w *work) (binding.Backend, error) {
 	l.g.mu.Lock()
 	be := l.be
 	l.g.mu.Unlock()
@@ -221,24 +222,24 @@ func (l *lane) pairPeer() int {
 
 // exchangeSizes sends this side's byte count and returns the other side's,
 // uploading a host payload to send on the way.
-func (l *lane) exchangeSizes(ctx context.Context, be backend, op *p2pOp, hdr, b *buf) (uint64, error) {
+func (l *lane) exchangeSizes(ctx context.Context, be binding.Backend, op *p2pOp, hdr, b *buf) (uint64, error) {
 	n, dev := op.t.Bytes(), op.t.IsDevice()
 	binary.LittleEndian.PutUint64(hdr.host[:8], uint64(n))
-	err := be.h2d(hdr.dev, hdr.host[:8])
+	err := be.H2D(hdr.dev, hdr.host[:8])
 	if err == nil && l.key.send && n > 0 && !dev {
 		copy(b.host[:n], op.t.Data)
-		err = be.h2d(b.dev, b.host[:n])
+		err = be.H2D(b.dev, b.host[:n])
 	}
 	if err == nil {
-		err = be.group(func() error {
-			if err := be.send(hdr.dev, 8, nccl.Uint8, l.pairPeer()); err != nil {
+		err = be.Group(func() error {
+			if err := be.Send(hdr.dev, 8, nccl.Uint8, l.pairPeer()); err != nil {
 				return err
 			}
-			return be.recv(hdr.dev+8, 8, nccl.Uint8, l.pairPeer())
+			return be.Recv(hdr.dev+8, 8, nccl.Uint8, l.pairPeer())
 		})
 	}
 	if err == nil {
-		err = be.d2h(hdr.host[8:16], hdr.dev+8)
+		err = be.D2H(hdr.host[8:16], hdr.dev+8)
 	}
 	if err == nil {
 		err = l.await(ctx, be, op.w)
@@ -267,20 +268,20 @@ func (l *lane) sizeMismatch(w *work, n, theirs uint64) {
 
 // payload sends or receives op's bytes, a device tensor in place and a
 // host one through b, and waits for the lane's stream.
-func (l *lane) payload(ctx context.Context, be backend, op *p2pOp, b *buf) error {
+func (l *lane) payload(ctx context.Context, be binding.Backend, op *p2pOp, b *buf) error {
 	n, dev := op.t.Bytes(), op.t.IsDevice()
 	var err error
 	switch {
 	case dev && l.key.send:
-		err = be.send(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
+		err = be.Send(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
 	case dev:
-		err = be.recv(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
+		err = be.Recv(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
 	case l.key.send:
-		err = be.send(b.dev, n, nccl.Uint8, l.pairPeer())
+		err = be.Send(b.dev, n, nccl.Uint8, l.pairPeer())
 	default:
-		err = be.recv(b.dev, n, nccl.Uint8, l.pairPeer())
+		err = be.Recv(b.dev, n, nccl.Uint8, l.pairPeer())
 		if err == nil {
-			err = be.d2h(b.host[:n], b.dev)
+			err = be.D2H(b.host[:n], b.dev)
 			op.w.copies = append(op.w.copies, copyBack{dst: op.t.Data, src: b.host[:n]})
 		}
 	}
@@ -307,7 +308,7 @@ func (l *lane) opContext(w *work) (context.Context, context.CancelFunc) {
 
 // connect makes the lane's two-rank communicator: the sender publishes a
 // unique id, the receiver waits for it or for the sender's departure.
-func (l *lane) connect(ctx context.Context, w *work) (backend, error) {
+func (l *lane) connect(ctx context.Context, w *work) (binding.Backend, error) {
 	g := l.g
 	if g.st == nil {
 		return nil, &pg.CollectiveError{Op: w.op.String(), Rank: g.rank, Peer: l.key.peer, Kind: pg.ErrInvalidArgument,
@@ -321,7 +322,7 @@ func (l *lane) connect(ctx context.Context, w *work) (backend, error) {
 	var id nccl.UniqueID
 	if l.key.send {
 		var err error
-		if id, err = g.be.uniqueID(); err != nil {
+		if id, err = g.be.UniqueID(); err != nil {
 			return nil, err
 		}
 		if err := g.st.Set(ctx, key, id[:]); err != nil {
@@ -337,15 +338,15 @@ func (l *lane) connect(ctx context.Context, w *work) (backend, error) {
 		}
 		copy(id[:], b)
 	}
-	be, err := g.be.pair(ctx, id, rank)
+	be, err := g.be.Pair(ctx, id, rank)
 	if err != nil {
 		return nil, fmt.Errorf("making the point-to-point communicator with rank %d: %w", l.key.peer, err)
 	}
 	g.mu.Lock()
 	if g.failure != nil {
 		g.mu.Unlock()
-		_ = be.abort()
-		_ = be.close(context.Background())
+		_ = be.Abort()
+		_ = be.Close(context.Background())
 		return nil, g.failure
 	}
 	l.be = be
@@ -385,27 +386,27 @@ func (g *Group) getUnlessGone(ctx context.Context, key string, peer int) ([]byte
 
 // await records an event on be's stream and waits for it, polling be for
 // asynchronous errors; it fails when ctx ends.
-func (l *lane) await(ctx context.Context, be backend, w *work) error {
-	ev, err := be.record()
+func (l *lane) await(ctx context.Context, be binding.Backend, w *work) error {
+	ev, err := be.Record()
 	if err != nil {
 		return err
 	}
-	defer ev.destroy()
+	defer ev.Destroy()
 	opts := l.g.opts
 	tick := time.NewTicker(opts.PollInterval)
 	defer tick.Stop()
 	lastAsync := time.Now()
 	for {
-		err := ev.query()
+		err := ev.Query()
 		if !errors.Is(err, nccl.ErrNotReady) {
 			return err
 		}
 		if time.Since(lastAsync) >= opts.AsyncErrorInterval {
 			lastAsync = time.Now()
-			if r, err := be.asyncError(); err != nil || (r != nccl.Success && r != nccl.InProgress) {
+			if r, err := be.AsyncError(); err != nil || (r != nccl.Success && r != nccl.InProgress) {
 				if err == nil {
 					err = fmt.Errorf("ncclCommGetAsyncError: %w", r)
-					if d := be.lastError(); d != "" {
+					if d := be.LastError(); d != "" {
 						err = fmt.Errorf("ncclCommGetAsyncError: %w: %s", r, d)
 					}
 				}

@@ -57,7 +57,7 @@ func TestPointToPointLanes(t *testing.T) {
 			t.Errorf("rank %d: allreduce = %v, want 3", r, sum[r][0])
 		}
 	}
-	if made := bs[0].pairs.made.Load(); made != 4 {
+	if made := bs[0].PairsMade(); made != 4 {
 		t.Errorf("%d pair communicator ends made, want 4 (0->2 and 2->0, two ranks each)", made)
 	}
 }

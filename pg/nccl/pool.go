@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // buf is a staging buffer: device memory and pinned host memory of the
@@ -23,7 +24,7 @@ const minBuf = 256
 // synchronizes the device and cuMemAllocHost is slow, so buffers are
 // reused, never freed before Close.
 type pool struct {
-	be   backend
+	be   binding.Backend
 	mu   sync.Mutex
 	free map[int][]*buf
 	all  []*buf
@@ -47,13 +48,13 @@ func (p *pool) get(n int) (*buf, error) {
 		return b, nil
 	}
 	p.mu.Unlock()
-	dev, err := p.be.malloc(c)
+	dev, err := p.be.Malloc(c)
 	if err != nil {
 		return nil, err
 	}
-	host, err := p.be.mallocHost(c)
+	host, err := p.be.MallocHost(c)
 	if err != nil {
-		_ = p.be.free(dev)
+		_ = p.be.Free(dev)
 		return nil, err
 	}
 	b := &buf{dev: dev, host: host[:c:c], size: c}
@@ -81,8 +82,8 @@ func (p *pool) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range p.all {
-		_ = p.be.free(b.dev)
-		_ = p.be.freeHost(b.host)
+		_ = p.be.Free(b.dev)
+		_ = p.be.FreeHost(b.host)
 	}
 	p.all, p.free = nil, nil
 }

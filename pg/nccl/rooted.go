@@ -5,6 +5,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Reduce reduces t into root's t (ncclReduce; bitwise ops through an
@@ -24,7 +25,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 				if err != nil {
 					return nil, err
 				}
-				return []part{{comm: func() error { return g.be.reduce(dptr(t, 0), dptr(t, 0), t.Len(), dataType(t.Dtype), r, root) }}}, nil
+				return []part{{comm: func() error { return g.be.Reduce(dptr(t, 0), dptr(t, 0), t.Len(), binding.DataType(t.Dtype), r, root) }}}, nil
 			}
 			if bitwise(op) {
 				p, err := s.bitwiseReduce(t, t.Data, op, g.rank == root)
@@ -43,7 +44,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 			}
 			return []part{{
 				upload: func() error { return s.upload(b, 0, t.Data) },
-				comm:   func() error { return g.be.reduce(b.dev, b.dev, t.Len(), dataType(t.Dtype), r, root) },
+				comm:   func() error { return g.be.Reduce(b.dev, b.dev, t.Len(), binding.DataType(t.Dtype), r, root) },
 				download: func() error {
 					if g.rank != root {
 						return nil
@@ -75,20 +76,20 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 	}
 	return g.issue(ctx, desc{op: pg.OpGather, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(n), outBytes: outBytes},
 		func(s *stager) ([]part, error) {
-			dt, count := dataType(in.Dtype), in.Len()
+			dt, count := binding.DataType(in.Dtype), in.Len()
 			if in.IsDevice() {
 				if g.rank != root {
-					return []part{{comm: func() error { return g.be.send(dptr(in, 0), count, dt, root) }}}, nil
+					return []part{{comm: func() error { return g.be.Send(dptr(in, 0), count, dt, root) }}}, nil
 				}
 				parts := []part{{upload: func() error {
 					if n == 0 {
 						return nil
 					}
-					return g.be.d2d(dptr(out, root*count), dptr(in, 0), n)
+					return g.be.D2D(dptr(out, root*count), dptr(in, 0), n)
 				}}}
 				for r := 0; r < g.size; r++ {
 					if r != root {
-						parts = append(parts, part{comm: func() error { return g.be.recv(dptr(out, r*count), count, dt, r) }})
+						parts = append(parts, part{comm: func() error { return g.be.Recv(dptr(out, r*count), count, dt, r) }})
 					}
 				}
 				return parts, nil
@@ -100,7 +101,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 				}
 				return []part{{
 					upload: func() error { return s.upload(b, 0, in.Data) },
-					comm:   func() error { return g.be.send(b.dev, count, dt, root) },
+					comm:   func() error { return g.be.Send(b.dev, count, dt, root) },
 				}}, nil
 			}
 			b, err := s.buffer(n * g.size)
@@ -113,7 +114,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 			}}
 			for r := 0; r < g.size; r++ {
 				if r != root {
-					parts = append(parts, part{comm: func() error { return g.be.recv(b.dev+nccl.DevicePtr(r*n), count, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Recv(b.dev+nccl.DevicePtr(r*n), count, dt, r) }})
 				}
 			}
 			return parts, nil
@@ -140,20 +141,20 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 	}
 	return g.issue(ctx, desc{op: pg.OpScatter, peer: pg.NoPeer, dtype: out.Dtype, inBytes: inBytes, outBytes: int64(m)},
 		func(s *stager) ([]part, error) {
-			dt, count := dataType(out.Dtype), out.Len()
+			dt, count := binding.DataType(out.Dtype), out.Len()
 			if out.IsDevice() {
 				if g.rank != root {
-					return []part{{comm: func() error { return g.be.recv(dptr(out, 0), count, dt, root) }}}, nil
+					return []part{{comm: func() error { return g.be.Recv(dptr(out, 0), count, dt, root) }}}, nil
 				}
 				parts := []part{{upload: func() error {
 					if m == 0 {
 						return nil
 					}
-					return g.be.d2d(dptr(out, 0), dptr(in, root*count), m)
+					return g.be.D2D(dptr(out, 0), dptr(in, root*count), m)
 				}}}
 				for r := 0; r < g.size; r++ {
 					if r != root {
-						parts = append(parts, part{comm: func() error { return g.be.send(dptr(in, r*count), count, dt, r) }})
+						parts = append(parts, part{comm: func() error { return g.be.Send(dptr(in, r*count), count, dt, r) }})
 					}
 				}
 				return parts, nil
@@ -164,7 +165,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 					return nil, err
 				}
 				return []part{{
-					comm:     func() error { return g.be.recv(b.dev, count, dt, root) },
+					comm:     func() error { return g.be.Recv(b.dev, count, dt, root) },
 					download: func() error { _, err := s.download(b, 0, m, out.Data); return err },
 				}}, nil
 			}
@@ -178,7 +179,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 			}}
 			for r := 0; r < g.size; r++ {
 				if r != root {
-					parts = append(parts, part{comm: func() error { return g.be.send(b.dev+nccl.DevicePtr(r*m), count, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Send(b.dev+nccl.DevicePtr(r*m), count, dt, r) }})
 				}
 			}
 			return parts, nil
@@ -197,17 +198,17 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	}
 	return g.issue(ctx, desc{op: pg.OpAllToAll, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
 		func(s *stager) ([]part, error) {
-			es, dt := in.Dtype.Size(), dataType(in.Dtype)
+			es, dt := in.Dtype.Size(), binding.DataType(in.Dtype)
 			if in.IsDevice() {
 				parts := []part{{}}
 				inOff, outOff := 0, 0
 				for r := 0; r < g.size; r++ {
 					io, oo, ic, oc := inOff, outOff, inS[r], outS[r]
 					if ic > 0 {
-						parts = append(parts, part{comm: func() error { return g.be.send(dptr(in, io), ic, dt, r) }})
+						parts = append(parts, part{comm: func() error { return g.be.Send(dptr(in, io), ic, dt, r) }})
 					}
 					if oc > 0 {
-						parts = append(parts, part{comm: func() error { return g.be.recv(dptr(out, oo), oc, dt, r) }})
+						parts = append(parts, part{comm: func() error { return g.be.Recv(dptr(out, oo), oc, dt, r) }})
 					}
 					inOff += ic
 					outOff += oc
@@ -233,10 +234,10 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 			for r := 0; r < g.size; r++ {
 				io, oo, ic, oc := inOff, outOff, inS[r], outS[r]
 				if ic > 0 {
-					parts = append(parts, part{comm: func() error { return g.be.send(bi.dev+nccl.DevicePtr(io*es), ic, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Send(bi.dev+nccl.DevicePtr(io*es), ic, dt, r) }})
 				}
 				if oc > 0 {
-					parts = append(parts, part{comm: func() error { return g.be.recv(bo.dev+nccl.DevicePtr(oo*es), oc, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Recv(bo.dev+nccl.DevicePtr(oo*es), oc, dt, r) }})
 				}
 				inOff += ic
 				outOff += oc

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Split makes subgroups with ncclCommSplit (2.18): every rank of the
@@ -36,9 +37,9 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 	if child == nil {
 		return nil, nil
 	}
-	rank, size, err := child.rankSize()
+	rank, size, err := child.RankSize()
 	if err != nil {
-		_ = child.abort()
+		_ = child.Abort()
 		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrComm, Err: err}
 	}
 	opts := g.opts
@@ -51,14 +52,14 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 // issue order, splits the communicator. It returns the group's failure
 // if the group has failed, else the split's sequence number, the child
 // communicator (nil for pg.NoColor) and the error of splitting.
-func (g *Group) splitComm(ctx context.Context, color, key int) (seq uint64, child backend, failed, err error) {
+func (g *Group) splitComm(ctx context.Context, color, key int) (seq uint64, child binding.Backend, failed, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.failedLocked(); err != nil {
 		return 0, nil, err, nil
 	}
 	g.seq++ // a collective of the parent, numbered like one
-	child, err = g.be.split(ctx, color, key)
+	child, err = g.be.Split(ctx, color, key)
 	return g.seq, child, nil, err
 }
 

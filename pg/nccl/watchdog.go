@@ -8,6 +8,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // watchdog is ProcessGroupNCCL's watchdog thread: it completes Works
@@ -58,7 +59,7 @@ func (g *Group) poll(lastFinish time.Time) time.Time {
 		if w.ev == nil { // still being issued
 			return lastFinish
 		}
-		err := w.ev.query()
+		err := w.ev.Query()
 		now := time.Now()
 		switch {
 		case err == nil:
@@ -115,13 +116,13 @@ func (g *Group) checkAsync() {
 	if failed {
 		return
 	}
-	r, err := g.be.asyncError()
+	r, err := g.be.AsyncError()
 	if err == nil && (r == nccl.Success || r == nccl.InProgress) {
 		return
 	}
 	if err == nil {
 		err = fmt.Errorf("ncclCommGetAsyncError: %w", r)
-		if d := g.be.lastError(); d != "" {
+		if d := g.be.LastError(); d != "" {
 			err = fmt.Errorf("ncclCommGetAsyncError: %w: %s", r, d)
 		}
 	}
@@ -129,9 +130,9 @@ func (g *Group) checkAsync() {
 }
 
 // pollEvent waits for ev, at most until ctx ends.
-func pollEvent(ctx context.Context, ev event) error {
+func pollEvent(ctx context.Context, ev binding.Event) error {
 	for {
-		err := ev.query()
+		err := ev.Query()
 		if !errors.Is(err, nccl.ErrNotReady) {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // work is one issued Work: its Future, what the flight recorder and the
@@ -21,7 +22,7 @@ type work struct {
 	deadline          time.Time
 	ctx               context.Context // the caller's; ending it fails the Work and aborts the group
 
-	ev     event
+	ev     binding.Event
 	bufs   []*buf     // staging buffers to give back on success
 	copies []copyBack // pinned -> caller's tensors, on success
 	post   func()     // host work after the copies (bitwise reductions)
@@ -45,7 +46,7 @@ func (w *work) finish(g *Group, err error, now time.Time, started time.Time) {
 		g.pool.put(w.bufs...)
 	}
 	if w.ev != nil {
-		_ = w.ev.destroy()
+		_ = w.ev.Destroy()
 	}
 	w.fut.Complete(err)
 	state := stateCompleted

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // TestAllReduceAlgorithms runs both allreduce algorithms, forced, over
@@ -28,13 +29,13 @@ func TestAllReduceAlgorithms(t *testing.T) {
 					o.ChunkBytes = 64
 					o.NoSharedMemory = algo.name != "shm"
 				})
-				if want := algo.name == "shm" && n > 1 && shmSupported; (gs[0].shm != nil) != want {
+				if want := algo.name == "shm" && n > 1 && shm.Supported; (gs[0].shm != nil) != want {
 					t.Fatalf("shared memory in use = %v, want %v", gs[0].shm != nil, want)
 				}
 				lengths := []int{0, 1, 2, n - 1, n + 1, 16*n + 3, 1000}
 				if algo.name == "shm" {
 					// Past a slot: several chunks, both slots, a short last one.
-					lengths = append(lengths, 2*shmSlotBytes/4+n+1)
+					lengths = append(lengths, 2*shm.SlotBytes/4+n+1)
 				}
 				for _, length := range lengths {
 					checkAllReduce(t, gs, length)

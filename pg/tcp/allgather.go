@@ -10,8 +10,8 @@ import "github.com/goddp/ddp/pg"
 // moves on as soon as it is in, while later chunks are still arriving.
 func (g *Group) allGather(r *run, out, in pg.Tensor) error {
 	n, me := g.size, g.rank
-	if n > 1 && len(in.Data) > 0 && g.shm != nil && g.shm.full() {
-		return g.shmAllGather(r, out, in)
+	if n > 1 && len(in.Data) > 0 && g.shm != nil && g.shm.Full() {
+		return g.shm.AllGather(r, out, in)
 	}
 	p := newPlan(out, n, g.opts.ChunkBytes, pipelineDepth, n-1)
 	lo, hi := p.seg(me)

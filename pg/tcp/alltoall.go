@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // Tags of the all-to-all's frames: each pair of ranks exchanges a
@@ -26,8 +27,8 @@ const (
 // host, shmAllToAll moves the data instead.
 func (g *Group) allToAll(r *run, out, in pg.Tensor, outS, inS []int) error {
 	n, me := g.size, g.rank
-	if n > 1 && n <= shmMaxPieces && g.shm != nil && g.shm.full() {
-		return g.shmAllToAll(r, out, in, outS, inS)
+	if n > 1 && n <= shm.MaxPieces && g.shm != nil && g.shm.Full() {
+		return g.shm.AllToAll(r, out, in, outS, inS)
 	}
 	es := in.Dtype.Size()
 	outOff, inOff := offsets(outS), offsets(inS)

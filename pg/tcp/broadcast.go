@@ -19,8 +19,8 @@ func (g *Group) broadcast(r *run, t pg.Tensor, root int) error {
 	if n == 1 || len(t.Data) == 0 {
 		return nil
 	}
-	if g.shm != nil && g.shm.full() {
-		return g.shmBroadcast(r, t, root)
+	if g.shm != nil && g.shm.Full() {
+		return g.shm.Broadcast(r, t, root)
 	}
 	v := mod(me-root, n)
 	p := newPlan(pg.Tensor{Dtype: pg.Uint8, Data: t.Data}, 1, g.opts.ChunkBytes, pipelineDepth, 1)

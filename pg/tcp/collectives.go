@@ -29,8 +29,8 @@ func (g *Group) allReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 		return nil
 	case len(t.Data) == 0:
 		return nil
-	case g.shm != nil && g.shm.full():
-		return g.shmAllReduce(r, t, op)
+	case g.shm != nil && g.shm.Full():
+		return g.shm.AllReduce(r, t, op)
 	case g.hosts != nil:
 		return g.hierAllReduce(r, t, op)
 	case len(t.Data) < g.opts.RingThreshold:

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/pgtest"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // TestConformance runs the suite with shared memory on (it must then be
@@ -20,7 +21,7 @@ func worldShm(t *testing.T, off bool) func(testing.TB, int, time.Duration) []pg.
 		gs := newGroups(tb, n, timeout, func(o *Options) { o.NoSharedMemory = off })
 		out := make([]pg.ProcessGroup, n)
 		for i, g := range gs {
-			if want := !off && n > 1 && shmSupported; (g.shm != nil) != want {
+			if want := !off && n > 1 && shm.Supported; (g.shm != nil) != want {
 				tb.Fatalf("rank %d: shared memory in use = %v, want %v", i, g.shm != nil, want)
 			}
 			out[i] = g

@@ -74,7 +74,7 @@
 //   - AllGather and ReduceScatter: rings (allgather.go, reducescatter.go).
 //   - Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and
 //     AllToAll when every rank shares this host: through shared memory
-//     (shm_collectives.go, see below) instead of the trees, rings and
+//     (internal/shm, see below) instead of the trees, rings and
 //     flat exchanges.
 //   - Barrier: the dissemination barrier (barrier.go).
 //   - MonitoredBarrier: c10d's, through rank 0 (monitored.go).
@@ -167,7 +167,7 @@
 //
 // When the world is the whole group, each rank reduces its shard of
 // every 4 MiB chunk straight from all segments and copies the others'
-// shards out (shm.go). The other collectives (shm_collectives.go) cut
+// shards out (internal/shm). The other collectives cut
 // their tensors into chunks of a slot the same way, in the same sequence
 // of chunks, and each rank reads straight from the peers' slots: for
 // Broadcast, the non-roots copy root's chunk out; for AllGather, every
@@ -186,7 +186,8 @@
 // collectives or arguments fail with pg.ErrMismatch naming the peer.
 //
 // When the group spans hosts and some host holds several ranks,
-// AllReduce is hierarchical (shm_hier.go; the other collectives then use
+// AllReduce is hierarchical (shm_hier.go, with its shared-memory steps in
+// internal/shm/hier.go; the other collectives then use
 // TCP): each host's ranks reduce into the host's leader, its lowest rank,
 // through shared memory (the leader folds the members' slots and its own
 // tensor in rank order); the leaders alone allreduce over TCP, with the

@@ -10,8 +10,8 @@ import "github.com/goddp/ddp/pg"
 // rank shares this host, shmGather moves the data instead.
 func (g *Group) gather(r *run, out, in pg.Tensor, root int) error {
 	n, me := g.size, g.rank
-	if n > 1 && g.shm != nil && g.shm.full() {
-		return g.shmGather(r, out, in, root)
+	if n > 1 && g.shm != nil && g.shm.Full() {
+		return g.shm.Gather(r, out, in, root)
 	}
 	k := in.Len()
 	if me == root {

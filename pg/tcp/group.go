@@ -11,6 +11,7 @@ import (
 
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // Group is a TCP process group: one rank of a full mesh of authenticated
@@ -25,8 +26,8 @@ type Group struct {
 	st         store.Store // the store New received, where subgroups rendezvous
 	parent     []int       // a subgroup's ranks in its parent group; nil for a top group
 	links      []*link     // by peer rank; nil at this rank
-	shm        *shmWorld   // the shared-memory transport; nil when links use TCP only
-	hosts      *hostLayout // the ranks of each host, when the group spans hosts and some has several; else nil
+	shm        *shm.World  // the shared-memory transport; nil when links use TCP only
+	hosts      *shm.Layout // the ranks of each host, when the group spans hosts and some has several; else nil
 	pool       pool
 	hooks      pg.Completions
 
@@ -79,13 +80,13 @@ func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (
 	if err != nil {
 		return nil, (&Group{parent: parent}).annotate(err)
 	}
-	shm, hosts, err := setupShm(ctx, st, opts, log)
+	sw, hosts, err := setupShm(ctx, st, opts, log)
 	if err != nil {
 		closeAll(conns)
 		return nil, (&Group{parent: parent}).annotate(err)
 	}
 	g := &Group{
-		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: shm, hosts: hosts,
+		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: sw, hosts: hosts,
 		links:       make([]*link, opts.Size),
 		failed:      make(chan struct{}),
 		opKick:      make(chan struct{}, 1),
@@ -149,7 +150,7 @@ func (g *Group) Close() error {
 		close(g.stopping)
 		g.wg.Wait()
 		if g.shm != nil {
-			g.shm.unmap()
+			g.shm.Close()
 		}
 		g.hooks.Close()
 	})

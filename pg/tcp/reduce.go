@@ -17,8 +17,8 @@ import (
 // changes; a leaf sends its t as it is, unless op scales it.
 func (g *Group) reduce(r *run, t pg.Tensor, root int, op pg.ReduceOp) error {
 	n, me := g.size, g.rank
-	if n > 1 && len(t.Data) > 0 && g.shm != nil && g.shm.full() {
-		return g.shmReduce(r, t, root, op)
+	if n > 1 && len(t.Data) > 0 && g.shm != nil && g.shm.Full() {
+		return g.shm.Reduce(r, t, root, op)
 	}
 	v := mod(me-root, n)
 	var parentStep int

@@ -15,8 +15,8 @@ import (
 // rank adds its own. Chunks are pipelined as in the ring allreduce.
 func (g *Group) reduceScatter(r *run, out, in pg.Tensor, op pg.ReduceOp) error {
 	n, me := g.size, g.rank
-	if n > 1 && len(out.Data) > 0 && g.shm != nil && g.shm.full() {
-		return g.shmReduceScatter(r, out, in, op)
+	if n > 1 && len(out.Data) > 0 && g.shm != nil && g.shm.Full() {
+		return g.shm.ReduceScatter(r, out, in, op)
 	}
 	if kernel.Scales(op, in.Dtype) { // scale a copy: the caller's input stays as it was
 		c := pg.NewTensor(in.Dtype, in.Len())
@@ -83,8 +83,3 @@ func (g *Group) reduceScatter(r *run, out, in pg.Tensor, op pg.ReduceOp) error {
 	kernel.Finish(out, op, n)
 	return nil
 }
-
-// scales is kernel.Scales under the name shm_collectives.go calls, which
-// is being moved into a package of its own (issue 22) and is left
-// untouched until then; new code calls kernel.Scales.
-func scales(op pg.ReduceOp, d pg.Dtype) bool { return kernel.Scales(op, d) }

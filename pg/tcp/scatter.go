@@ -1,6 +1,9 @@
 package tcp
 
-import "github.com/goddp/ddp/pg"
+import (
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
+)
 
 // scatter is the flat scatter, as gloo's: root sends chunk i of its input
 // to rank i, which receives it straight into out. At least one frame goes
@@ -9,8 +12,8 @@ import "github.com/goddp/ddp/pg"
 // shmScatter moves the data instead.
 func (g *Group) scatter(r *run, out, in pg.Tensor, root int) error {
 	n, me := g.size, g.rank
-	if n > 1 && n <= shmMaxPieces && g.shm != nil && g.shm.full() {
-		return g.shmScatter(r, out, in, root)
+	if n > 1 && n <= shm.MaxPieces && g.shm != nil && g.shm.Full() {
+		return g.shm.Scatter(r, out, in, root)
 	}
 	k := out.Len()
 	if me == root {

@@ -5,6 +5,7 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/pgtest"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // TestShmCollectives runs Broadcast, AllGather, ReduceScatter and Reduce
@@ -33,10 +35,10 @@ func TestShmCollectives(t *testing.T) {
 					t.Fatalf("shared memory in use = %v in mode %s", gs[0].shm != nil, mode)
 				}
 				c := &shmChecker{t: t, gs: gs}
-				c.broadcast(n-1, (2*shmSlotBytes+shmSlotBytes/2)/4+1)
-				c.allGather(shmSlotBytes/4 + 3)
-				c.reduceScatter(pg.Op(pg.Avg), 2*(shmSlotBytes/n/4)+5)
-				c.reduce(1%n, pg.Op(pg.Avg), shmSlotBytes/4*2+n+1)
+				c.broadcast(n-1, (2*shm.SlotBytes+shm.SlotBytes/2)/4+1)
+				c.allGather(shm.SlotBytes/4 + 3)
+				c.reduceScatter(pg.Op(pg.Avg), 2*(shm.SlotBytes/n/4)+5)
+				c.reduce(1%n, pg.Op(pg.Avg), shm.SlotBytes/4*2+n+1)
 				c.reduce(0, pg.Op(pg.Max), 1000)
 			})
 		}
@@ -54,7 +56,7 @@ func (c *shmChecker) run(what string, chunks int, f func(r int, g *Group) pg.Wor
 	c.t.Helper()
 	var before uint32
 	if s := c.gs[0].shm; s != nil {
-		before = s.chunk
+		before = s.Chunk()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -64,7 +66,7 @@ func (c *shmChecker) run(what string, chunks int, f func(r int, g *Group) pg.Wor
 		}
 	}
 	if s := c.gs[0].shm; s != nil {
-		if got := int(s.chunk - before); got != chunks {
+		if got := int(s.Chunk() - before); got != chunks {
 			c.t.Errorf("%s ran %d chunks through shared memory, want %d", what, got, chunks)
 		}
 	}
@@ -98,7 +100,7 @@ func (c *shmChecker) broadcast(root, length int) {
 	}
 	want := clones(bufs)[root]
 	what := fmt.Sprintf("broadcast of %d float32 from %d", length, root)
-	c.run(what, ceilDiv(4*length, shmSlotBytes), func(r int, g *Group) pg.Work { return g.Broadcast(context.Background(), bufs[r], root) })
+	c.run(what, ceilDiv(4*length, shm.SlotBytes), func(r int, g *Group) pg.Work { return g.Broadcast(context.Background(), bufs[r], root) })
 	for r := range bufs {
 		if !bytes.Equal(bufs[r].Data, want.Data) {
 			c.t.Errorf("%s: rank %d's tensor is not root's", what, r)
@@ -115,7 +117,7 @@ func (c *shmChecker) allGather(length int) {
 	}
 	kept := clones(ins)
 	what := fmt.Sprintf("allgather of %d float32", length)
-	c.run(what, ceilDiv(4*length, shmSlotBytes), func(r int, g *Group) pg.Work { return g.AllGather(context.Background(), outs[r], ins[r]) })
+	c.run(what, ceilDiv(4*length, shm.SlotBytes), func(r int, g *Group) pg.Work { return g.AllGather(context.Background(), outs[r], ins[r]) })
 	for r := range outs {
 		for j := range n {
 			if !bytes.Equal(outs[r].Slice(j*length, (j+1)*length).Data, kept[j].Data) {
@@ -131,7 +133,7 @@ func (c *shmChecker) allGather(length int) {
 // allReduced is what the group's AllReduce makes of ins, for comparison.
 func (c *shmChecker) allReduced(ins []pg.Tensor, op pg.ReduceOp) pg.Tensor {
 	bufs := clones(ins)
-	c.run("allreduce", ceilDiv(len(ins[0].Data), shmSlotBytes), func(r int, g *Group) pg.Work { return g.AllReduce(context.Background(), bufs[r], op) })
+	c.run("allreduce", ceilDiv(len(ins[0].Data), shm.SlotBytes), func(r int, g *Group) pg.Work { return g.AllReduce(context.Background(), bufs[r], op) })
 	return bufs[0]
 }
 
@@ -148,7 +150,7 @@ func (c *shmChecker) reduceScatter(op pg.ReduceOp, length int) {
 		c.t.Fatal(err)
 	}
 	what := fmt.Sprintf("reducescatter %v of %d float32 per rank", op, length)
-	c.run(what, ceilDiv(4*length, shmSlotBytes/n/4*4), func(r int, g *Group) pg.Work {
+	c.run(what, ceilDiv(4*length, shm.SlotBytes/n/4*4), func(r int, g *Group) pg.Work {
 		return g.ReduceScatter(context.Background(), outs[r], ins[r], op)
 	})
 	var same pg.Tensor
@@ -180,7 +182,7 @@ func (c *shmChecker) reduce(root int, op pg.ReduceOp, length int) {
 		c.t.Fatal(err)
 	}
 	what := fmt.Sprintf("reduce %v of %d float32 to %d", op, length, root)
-	c.run(what, ceilDiv(4*length, shmSlotBytes), func(r int, g *Group) pg.Work {
+	c.run(what, ceilDiv(4*length, shm.SlotBytes), func(r int, g *Group) pg.Work {
 		return g.Reduce(context.Background(), bufs[r], root, op)
 	})
 	if err := pgtest.Compare(bufs[root], want, pgtest.Tolerance(pg.Float32, n)); err != nil {
@@ -303,13 +305,13 @@ func TestShmGarbageCollectives(t *testing.T) {
 			if gs[0].shm == nil {
 				t.Fatal("shared memory not in use")
 			}
-			seg := gs[0].shm.segs[1]
+			seg := gs[0].shm.Segment(1)
 			rng := rand.New(rand.NewPCG(3, 4))
 			for i := range seg {
 				seg[i] = byte(rng.Uint32())
 			}
-			for _, off := range []int{offArrive, offReduced, offDone} {
-				*gs[0].shm.word(1, off) = 1 << 30
+			for _, off := range []int{shm.OffArrive, shm.OffReduced, shm.OffDone} {
+				binary.NativeEndian.PutUint32(gs[0].shm.Segment(1)[off:], 1<<30)
 			}
 			ctx := context.Background()
 			err := c.f(ctx, gs[0]).Wait(ctx)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // shmMoveCase is a Gather, Scatter or AllToAll for TestShmGatherScatterAllToAll.
@@ -57,7 +58,7 @@ func shmMoveCases(n int) []shmMoveCase {
 	gather := func(root, per int) shmMoveCase {
 		return shmMoveCase{
 			name:   fmt.Sprintf("gather of %d float32 to %d", per, root),
-			chunks: max(1, ceilDiv(4*per, shmSlotBytes)),
+			chunks: max(1, ceilDiv(4*per, shm.SlotBytes)),
 			inLen:  func(int) int { return per },
 			outLen: func(r int) int { return rootOnly(r, root, n*per) },
 			call: func(ctx context.Context, r int, g *Group, out, in pg.Tensor) pg.Work {
@@ -78,7 +79,7 @@ func shmMoveCases(n int) []shmMoveCase {
 	scatter := func(root, seg int) shmMoveCase {
 		return shmMoveCase{
 			name:   fmt.Sprintf("scatter of %d float32 from %d", seg, root),
-			chunks: max(1, ceilDiv(4*seg, shmPiece(n, 0))),
+			chunks: max(1, ceilDiv(4*seg, shm.Piece(n, 0))),
 			inLen:  func(r int) int { return rootOnly(r, root, n*seg) },
 			outLen: func(int) int { return seg },
 			call: func(ctx context.Context, r int, g *Group, out, in pg.Tensor) pg.Work {
@@ -107,7 +108,7 @@ func shmMoveCases(n int) []shmMoveCase {
 		}
 		return shmMoveCase{
 			name:   "alltoall " + name,
-			chunks: max(1, ceilDiv(largest, shmPiece(n, 8*(n+1)))),
+			chunks: max(1, ceilDiv(largest, shm.Piece(n, 8*(n+1)))),
 			inLen:  func(r int) int { return sum(inS(r)) },
 			outLen: func(r int) int { return sum(outS(r)) },
 			call: func(ctx context.Context, r int, g *Group, out, in pg.Tensor) pg.Work {
@@ -136,12 +137,12 @@ func shmMoveCases(n int) []shmMoveCase {
 		}
 		return s
 	}
-	big := shmPiece(n, 8*(n+1))/4 + 5 // two chunks
+	big := shm.Piece(n, 8*(n+1))/4 + 5 // two chunks
 	return []shmMoveCase{
-		gather(n-1, shmSlotBytes/4+3),
+		gather(n-1, shm.SlotBytes/4+3),
 		gather(0, 0),
 		gather(1, 1001),
-		scatter(0, 2*shmPiece(n, 0)/4+1),
+		scatter(0, 2*shm.Piece(n, 0)/4+1),
 		scatter(n-1, 0),
 		scatter(1, 999),
 		alltoall("even", square(func(i, j int) int { return 1000 }), true),
@@ -181,7 +182,7 @@ func runMove(t *testing.T, gs []*Group, c shmMoveCase) []pg.Tensor {
 	before := make([]uint32, n)
 	for r, g := range gs {
 		if g.shm != nil {
-			before[r] = g.shm.chunk
+			before[r] = g.shm.Chunk()
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -193,7 +194,7 @@ func runMove(t *testing.T, gs []*Group, c shmMoveCase) []pg.Tensor {
 	}
 	for r, g := range gs {
 		if g.shm != nil {
-			if got := int(g.shm.chunk - before[r]); got != c.chunks {
+			if got := int(g.shm.Chunk() - before[r]); got != c.chunks {
 				t.Errorf("%s: rank %d ran %d chunks through shared memory, want %d", c.name, r, got, c.chunks)
 			}
 		}
@@ -230,20 +231,20 @@ func TestShmGarbageAllToAllSplits(t *testing.T) {
 				t.Fatal("shared memory not in use")
 			}
 			s := gs[0].shm
-			seg := s.segs[1]
+			seg := s.Segment(1)
 			rng := rand.New(rand.NewPCG(5, 6))
 			for i := range seg {
 				seg[i] = byte(rng.Uint32())
 			}
-			for _, off := range []int{offArrive, offReduced, offDone} {
-				*s.word(1, off) = 1 << 30
+			for _, off := range []int{shm.OffArrive, shm.OffReduced, shm.OffDone} {
+				binary.NativeEndian.PutUint32(seg[off:], 1<<30)
 			}
-			first := s.chunk + 1
-			slot := int(first % shmSlots)
+			first := s.Chunk() + 1
+			slot := int(first % shm.Slots)
 			if c.name != "random" {
-				meta := shmCall{op: pg.OpAllToAll, dtype: pg.Int64}.meta(first)
-				copy(s.meta(1, slot), meta[:])
-				words := s.slot(1, slot)[2*shmPiece(2, 8*3):]
+				meta := shm.Call{Op: pg.OpAllToAll, Dtype: pg.Int64}.Meta(first)
+				copy(seg[shm.OffMeta+slot*shm.MetaStride:], meta[:])
+				words := seg[shm.HeaderBytes+slot*shm.SlotBytes+2*shm.Piece(2, 8*3):]
 				binary.LittleEndian.PutUint64(words[0:], c.sent)
 				binary.LittleEndian.PutUint64(words[16:], c.largest)
 			}

@@ -3,11 +3,13 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"github.com/goddp/ddp/pg/internal/wire"
 	"github.com/goddp/ddp/pg/pgtest"
 	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // labels returns a tweak that puts rank r on simulated host label(r).
@@ -32,38 +35,6 @@ func labels(label func(r int) string) func(*Options) {
 // pairs puts ranks 2h and 2h+1 on host h: 4 ranks are 2 hosts × 2, 3
 // ranks are 2 + 1.
 func pairs(r int) string { return fmt.Sprint(r / 2) }
-
-// TestAgreeHosts checks the agreement on made-up publications: hosts,
-// ranks that share with no one, and the greedy drop of ranks that cannot
-// share with every other rank of their host.
-func TestAgreeHosts(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		host   []string
-		mapped [][]int
-		want   [][]int
-	}{
-		{"one host", []string{"a", "a", "a"}, [][]int{{1, 2}, {0, 2}, {0, 1}}, [][]int{{0, 1, 2}}},
-		{"two hosts", []string{"a", "b", "a", "b"}, [][]int{{2}, {3}, {0}, {1}}, [][]int{{0, 2}, {1, 3}}},
-		{"off and alone", []string{"a", "", "a", "b"}, [][]int{{2}, nil, {0}, nil}, [][]int{{0, 2}, {1}, {3}}},
-		// Rank 1 is in another network namespace: it mapped no one and
-		// no one mapped it.
-		{"other namespace", []string{"a", "a", "a"}, [][]int{{2}, nil, {0}}, [][]int{{0, 2}, {1}}},
-		// 0 and 1 mapped each other, 2 only 0, and 0 did not map 2: the
-		// highest of the least connected goes.
-		{"one-sided", []string{"a", "a", "a"}, [][]int{{1}, {0, 2}, {0, 1}}, [][]int{{0, 1}, {2}}},
-		// Nobody could map anybody: everyone is alone.
-		{"none", []string{"a", "a"}, [][]int{nil, nil}, [][]int{{0}, {1}}},
-		// A square with one diagonal missing: {0,1,2} stays (3 has the
-		// fewest, and is the highest of equals).
-		{"square", []string{"a", "a", "a", "a"}, [][]int{{1, 2, 3}, {0, 2}, {0, 1, 3}, {0, 2}}, [][]int{{0, 1, 2}, {3}}},
-	} {
-		got := agreeHosts(c.host, c.mapped)
-		if !slices.EqualFunc(got, c.want, slices.Equal) {
-			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
-		}
-	}
-}
 
 // TestHierLayout: ranks labelled onto simulated hosts share memory with
 // exactly the ranks of their host, know every host's leader, and each
@@ -100,18 +71,18 @@ func TestHierLayout(t *testing.T) {
 						host = h
 					}
 				}
-				if g.hosts == nil || !slices.EqualFunc(g.hosts.hosts, c.hosts, slices.Equal) || !slices.Equal(g.hosts.leaders, c.leaders) {
+				if g.hosts == nil || !slices.EqualFunc(g.hosts.Hosts, c.hosts, slices.Equal) || !slices.Equal(g.hosts.Leaders, c.leaders) {
 					t.Fatalf("rank %d: layout %+v, want hosts %v, leaders %v", r, g.hosts, c.hosts, c.leaders)
 				}
 				if len(host) == 1 {
 					if g.shm != nil {
-						t.Errorf("rank %d is alone on its host but has a shared-memory world %v", r, g.shm.members)
+						t.Errorf("rank %d is alone on its host but has a shared-memory world %v", r, g.shm.Members())
 					}
-				} else if g.shm == nil || !slices.Equal(g.shm.members, host) || g.shm.full() {
+				} else if g.shm == nil || !slices.Equal(g.shm.Members(), host) || g.shm.Full() {
 					t.Errorf("rank %d: shared-memory world %v, want %v", r, g.shm, host)
 				} else {
-					for j, s := range g.shm.segs {
-						if (s != nil) != slices.Contains(host, j) {
+					for j := range c.n {
+						if s := g.shm.Segment(j); (s != nil) != slices.Contains(host, j) {
 							t.Errorf("rank %d: segment of rank %d mapped = %v", r, j, s != nil)
 						}
 					}
@@ -179,7 +150,7 @@ func TestHierAllReduce(t *testing.T) {
 				if gs[0].hosts == nil {
 					t.Fatal("no host layout: the hierarchical allreduce would not run")
 				}
-				for _, length := range []int{1, c.n - 1, 16*c.n + 3, 2*shmSlotBytes/4 + c.n + 1, 1000} {
+				for _, length := range []int{1, c.n - 1, 16*c.n + 3, 2*shm.SlotBytes/4 + c.n + 1, 1000} {
 					checkAllReduce(t, gs, length)
 				}
 			})
@@ -252,11 +223,11 @@ func TestHierSubgroups(t *testing.T) {
 		what := fmt.Sprint(ranks)
 		switch what {
 		case "[0 1]": // one host: shared memory, whole
-			if members[0].shm == nil || !members[0].shm.full() || members[0].hosts != nil {
+			if members[0].shm == nil || !members[0].shm.Full() || members[0].hosts != nil {
 				t.Errorf("%s: want one shared-memory world", what)
 			}
 		case "[1 2 3]": // subgroup ranks 0 | 1 2
-			if h := members[0].hosts; h == nil || !slices.EqualFunc(h.hosts, [][]int{{0}, {1, 2}}, slices.Equal) {
+			if h := members[0].hosts; h == nil || !slices.EqualFunc(h.Hosts, [][]int{{0}, {1, 2}}, slices.Equal) {
 				t.Errorf("%s: layout %+v, want [[0] [1 2]]", what, h)
 			}
 		case "[0 2]": // two hosts, one rank each: TCP
@@ -264,7 +235,7 @@ func TestHierSubgroups(t *testing.T) {
 				t.Errorf("%s: want TCP only", what)
 			}
 		}
-		checkAllReduce(t, members, 3*shmSlotBytes/8+5)
+		checkAllReduce(t, members, 3*shm.SlotBytes/8+5)
 	}
 }
 
@@ -296,6 +267,16 @@ func TestHierDeadMember(t *testing.T) {
 	}
 }
 
+// bootID is this host's boot id, which internal/shm publishes as the
+// host's identity.
+func bootID(t *testing.T) string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(bytes.TrimSpace(b))
+}
+
 // TestShmPeerUnreachable: rank 2 says it is on this host (same boot id)
 // and that it mapped every peer's segment, but its socket cannot be
 // reached, as from another network namespace. Ranks 0 and 1 fail to map
@@ -313,9 +294,10 @@ func TestShmPeerUnreachable(t *testing.T) {
 	}
 	defer ln.Close()
 	for k, v := range map[string]string{
-		addrKey(2):   ln.Addr().String(),
-		shmKey(2):    bootID() + " @goddp-pg-tcp-nobody-listens-here",
-		shmMapKey(2): "0,1",
+		// The shared-memory keys as internal/shm publishes them.
+		addrKey(2):     ln.Addr().String(),
+		"tcp/shm/2":    bootID(t) + " @goddp-pg-tcp-nobody-listens-here",
+		"tcp/shmmap/2": "0,1",
 	} {
 		if err := st.Set(ctx, k, []byte(v)); err != nil {
 			t.Fatal(err)
@@ -362,10 +344,10 @@ func TestShmPeerUnreachable(t *testing.T) {
 		}
 	}
 	for r, g := range gs {
-		if g.shm == nil || !slices.Equal(g.shm.members, []int{0, 1}) || g.shm.segs[2] != nil {
+		if g.shm == nil || !slices.Equal(g.shm.Members(), []int{0, 1}) || g.shm.Segment(2) != nil {
 			t.Errorf("rank %d: shared-memory world %+v, want ranks 0 and 1", r, g.shm)
 		}
-		if g.hosts == nil || !slices.EqualFunc(g.hosts.hosts, [][]int{{0, 1}, {2}}, slices.Equal) {
+		if g.hosts == nil || !slices.EqualFunc(g.hosts.Hosts, [][]int{{0, 1}, {2}}, slices.Equal) {
 			t.Errorf("rank %d: layout %+v, want [[0 1] [2]]", r, g.hosts)
 		}
 		lines := logs[r].FilterMessage("link transports").All()

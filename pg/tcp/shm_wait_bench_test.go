@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // BenchmarkWaitCPU measures what a rank spends while it waits in an
@@ -33,7 +34,7 @@ const shmWaitLate = 5 * time.Millisecond
 
 func benchWaitCPU(b *testing.B, tweak func(*Options)) {
 	gs := newGroups(b, 2, time.Minute, tweak)
-	if want := tweak == nil && shmSupported; (gs[0].shm != nil) != want {
+	if want := tweak == nil && shm.Supported; (gs[0].shm != nil) != want {
 		b.Fatalf("shared memory in use = %v, want %v", gs[0].shm != nil, want)
 	}
 	bufs := []pg.Tensor{pg.NewTensor(pg.Float32, 1024), pg.NewTensor(pg.Float32, 1024)}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
 // workerEnv, when set to "rank size storeAddr", makes this test binary a
@@ -144,8 +145,8 @@ func TestKilledPeerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if (g.shm != nil) != shmSupported {
-		t.Errorf("shared memory in use = %v, want %v (every rank is on this host)", g.shm != nil, shmSupported)
+	if (g.shm != nil) != shm.Supported {
+		t.Errorf("shared memory in use = %v, want %v (every rank is on this host)", g.shm != nil, shm.Supported)
 	}
 	buf := pg.NewTensor(pg.Float32, 1<<20)
 	for i := range 5 {

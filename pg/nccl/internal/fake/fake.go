@@ -1,4 +1,4 @@
-package nccl
+package fake
 
 import (
 	"context"
@@ -12,20 +12,21 @@ import (
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
-	"github.com/goddp/ddp/pg/store"
-	"go.uber.org/zap"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
-// fakeBackend is the test double of the binding layer, as c10d's
-// FakeProcessGroup: "device" memory is host memory, the "stream" is a
-// goroutine that runs queued operations in order, and each NCCL call is
-// carried out by a pg/local group of the same world, so the fake moves
-// real data between ranks. Faults are injected with stall, asyncErr and
-// failNext.
-type fakeBackend struct {
+var _ binding.Backend = (*Backend)(nil)
+
+// Backend is the test double of the binding layer (binding.Backend),
+// as c10d's FakeProcessGroup: "device" memory is host memory, the
+// "stream" is a goroutine that runs queued operations in order, and each
+// NCCL call is carried out by a pg/local group of the same world, so the
+// fake moves real data between ranks. Faults are injected with
+// StallNext, InjectAsyncError and FailNext (knobs.go).
+type Backend struct {
 	lg  pg.Extended
-	mem *fakeMem
-	st  *fakeStream
+	mem *memory
+	st  *stream
 
 	noAvg    bool
 	aborted  atomic.Bool
@@ -43,15 +44,15 @@ type fakeBackend struct {
 	ops     map[nccl.RedOp]float64               // PreMulSum factors
 	nextOp  nccl.RedOp
 	self    *selfQueue
-	pairs   *fakePairs // shared by the world: the two-rank communicators
+	pairs   *pairTable // shared by the world: the two-rank communicators
 
-	dev fakeDevice // device buckets: fake_devbucket.go
+	dev device // device buckets: devbucket.go
 }
 
-// fakePairs makes the two-rank "communicators" of point-to-point lanes:
+// pairTable makes the two-rank "communicators" of point-to-point lanes:
 // the first of the two ranks to present a unique id makes a pg/local
 // world of two, the second takes its other rank.
-type fakePairs struct {
+type pairTable struct {
 	mu      sync.Mutex
 	next    uint64
 	worlds  map[nccl.UniqueID][]pg.Extended
@@ -59,7 +60,7 @@ type fakePairs struct {
 	made    atomic.Int64 // pair communicators made, counting each rank
 }
 
-func (b *fakeBackend) uniqueID() (nccl.UniqueID, error) {
+func (b *Backend) UniqueID() (nccl.UniqueID, error) {
 	var id nccl.UniqueID
 	b.pairs.mu.Lock()
 	b.pairs.next++
@@ -68,7 +69,7 @@ func (b *fakeBackend) uniqueID() (nccl.UniqueID, error) {
 	return id, nil
 }
 
-func (b *fakeBackend) pair(ctx context.Context, id nccl.UniqueID, rank int) (backend, error) {
+func (b *Backend) Pair(ctx context.Context, id nccl.UniqueID, rank int) (binding.Backend, error) {
 	if b.aborted.Load() {
 		return nil, &nccl.Error{Func: "fake", Code: nccl.InvalidUsage, Desc: "communicator aborted"}
 	}
@@ -86,29 +87,29 @@ func (b *fakeBackend) pair(ctx context.Context, id nccl.UniqueID, rank int) (bac
 	}
 	p.mu.Unlock()
 	p.made.Add(1)
-	nb := newFakeBackend(w[rank])
+	nb := newBackend(w[rank])
 	nb.mem = b.mem // the same device: the parent's staging buffers
 	nb.pairs = p
 	return nb, nil
 }
 
-func newFakeBackend(lg pg.Extended) *fakeBackend {
-	b := &fakeBackend{lg: lg, mem: &fakeMem{allocs: map[uintptr][]byte{}}, abortCh: make(chan struct{}),
+func newBackend(lg pg.Extended) *Backend {
+	b := &Backend{lg: lg, mem: &memory{allocs: map[uintptr][]byte{}}, abortCh: make(chan struct{}),
 		ops: map[nccl.RedOp]float64{}, nextOp: 5}
-	b.st = newFakeStream()
-	b.dev.caps = regCaps{version: 22800, memAlloc: true, register: true, window: true}
+	b.st = newStream()
+	b.dev.caps = binding.Caps{Version: 22800, MemAlloc: true, Register: true, Window: true}
 	b.dev.regs = map[uintptr]string{}
 	return b
 }
 
-// fakeMem hands out "device pointers" id<<32 | offset.
-type fakeMem struct {
+// memory hands out "device pointers" id<<32 | offset.
+type memory struct {
 	mu     sync.Mutex
 	next   uintptr
 	allocs map[uintptr][]byte
 }
 
-func (m *fakeMem) alloc(n int) nccl.DevicePtr {
+func (m *memory) alloc(n int) nccl.DevicePtr {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++
@@ -117,7 +118,7 @@ func (m *fakeMem) alloc(n int) nccl.DevicePtr {
 	return nccl.DevicePtr(m.next << 32)
 }
 
-func (m *fakeMem) at(p nccl.DevicePtr, n int) []byte {
+func (m *memory) at(p nccl.DevicePtr, n int) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.allocs[uintptr(p)>>32]
@@ -125,8 +126,8 @@ func (m *fakeMem) at(p nccl.DevicePtr, n int) []byte {
 	return b[off : off+n : off+n]
 }
 
-// fakeStream runs queued functions in order on one goroutine.
-type fakeStream struct {
+// stream runs queued functions in order on one goroutine.
+type stream struct {
 	mu    sync.Mutex
 	queue []func()
 	kick  chan struct{}
@@ -134,13 +135,13 @@ type fakeStream struct {
 	done  chan struct{}
 }
 
-func newFakeStream() *fakeStream {
-	s := &fakeStream{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+func newStream() *stream {
+	s := &stream{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run()
 	return s
 }
 
-func (s *fakeStream) enqueue(f func()) {
+func (s *stream) enqueue(f func()) {
 	s.mu.Lock()
 	s.queue = append(s.queue, f)
 	s.mu.Unlock()
@@ -150,7 +151,7 @@ func (s *fakeStream) enqueue(f func()) {
 	}
 }
 
-func (s *fakeStream) run() {
+func (s *stream) run() {
 	defer close(s.done)
 	for {
 		s.mu.Lock()
@@ -171,9 +172,9 @@ func (s *fakeStream) run() {
 	}
 }
 
-type fakeEvent struct{ done chan struct{} }
+type event struct{ done chan struct{} }
 
-func (e fakeEvent) query() error {
+func (e event) Query() error {
 	select {
 	case <-e.done:
 		return nil
@@ -181,48 +182,60 @@ func (e fakeEvent) query() error {
 		return nccl.ErrNotReady
 	}
 }
-func (e fakeEvent) destroy() error { return nil }
+func (e event) Destroy() error { return nil }
 
-func (b *fakeBackend) malloc(n int) (nccl.DevicePtr, error) { return b.mem.alloc(n), nil }
-func (b *fakeBackend) free(nccl.DevicePtr) error            { b.freed.Add(1); return nil }
-func (b *fakeBackend) mallocHost(n int) ([]byte, error)     { return make([]byte, n), nil }
-func (b *fakeBackend) freeHost([]byte) error                { return nil }
+// wait blocks until the stream has passed e, at most until ctx ends.
+func (e event) wait(ctx context.Context) error {
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
 
-func (b *fakeBackend) h2d(dst nccl.DevicePtr, src []byte) error {
+func (b *Backend) Malloc(n int) (nccl.DevicePtr, error) { return b.mem.alloc(n), nil }
+func (b *Backend) Free(nccl.DevicePtr) error            { b.freed.Add(1); return nil }
+func (b *Backend) MallocHost(n int) ([]byte, error)     { return make([]byte, n), nil }
+func (b *Backend) FreeHost([]byte) error                { return nil }
+
+func (b *Backend) H2D(dst nccl.DevicePtr, src []byte) error {
 	d := b.mem.at(dst, len(src))
 	b.st.enqueue(func() { copy(d, src) })
 	return nil
 }
-func (b *fakeBackend) d2h(dst []byte, src nccl.DevicePtr) error {
+func (b *Backend) D2H(dst []byte, src nccl.DevicePtr) error {
 	s := b.mem.at(src, len(dst))
 	b.st.enqueue(func() { copy(dst, s) })
 	return nil
 }
-func (b *fakeBackend) d2d(dst, src nccl.DevicePtr, n int) error {
+func (b *Backend) D2D(dst, src nccl.DevicePtr, n int) error {
 	d, s := b.mem.at(dst, n), b.mem.at(src, n)
 	b.st.enqueue(func() { copy(d, s) })
 	return nil
 }
-func (b *fakeBackend) record() (event, error) {
-	e := fakeEvent{done: make(chan struct{})}
-	b.st.enqueue(func() { close(e.done) })
-	return e, nil
+func (b *Backend) Record() (binding.Event, error) { return b.mark(), nil }
+func (b *Backend) Synchronize(ctx context.Context) error {
+	return b.mark().wait(ctx)
 }
-func (b *fakeBackend) synchronize(ctx context.Context) error {
-	e, _ := b.record()
-	return pollEvent(ctx, e)
+
+// mark is an event at the stream's current end.
+func (b *Backend) mark() event {
+	e := event{done: make(chan struct{})}
+	b.st.enqueue(func() { close(e.done) })
+	return e
 }
 
 func pgDtype(dt nccl.DataType) pg.Dtype {
 	for _, d := range pg.Dtypes() {
-		if dataType(d) == dt {
+		if binding.DataType(d) == dt {
 			return d
 		}
 	}
 	return 0
 }
 
-func (b *fakeBackend) pgOp(op nccl.RedOp) pg.ReduceOp {
+func (b *Backend) pgOp(op nccl.RedOp) pg.ReduceOp {
 	switch op {
 	case nccl.Sum:
 		return pg.Op(pg.Sum)
@@ -240,14 +253,14 @@ func (b *fakeBackend) pgOp(op nccl.RedOp) pg.ReduceOp {
 	return pg.PremulSumOp(b.ops[op])
 }
 
-func (b *fakeBackend) tensor(p nccl.DevicePtr, count int, dt nccl.DataType) pg.Tensor {
+func (b *Backend) tensor(p nccl.DevicePtr, count int, dt nccl.DataType) pg.Tensor {
 	d := pgDtype(dt)
 	return pg.Tensor{Dtype: d, Data: b.mem.at(p, count*d.Size())}
 }
 
 // launch enqueues an NCCL call: run issues it on the local group and
 // returns its Work; the stream waits for it, or for abort.
-func (b *fakeBackend) launch(run func(ctx context.Context) pg.Work) error {
+func (b *Backend) launch(run func(ctx context.Context) pg.Work) error {
 	if err := b.failNext.Swap(nil); err != nil {
 		return *err
 	}
@@ -270,7 +283,7 @@ func (b *fakeBackend) launch(run func(ctx context.Context) pg.Work) error {
 // execute runs NCCL calls as the device would: concurrently, each until
 // done; a failure becomes an asynchronous error and stalls the stream
 // until abort, as a broken NCCL kernel does.
-func (b *fakeBackend) execute(stall bool, runs []func(context.Context) pg.Work) {
+func (b *Backend) execute(stall bool, runs []func(context.Context) pg.Work) {
 	if stall {
 		<-b.abortCh
 		return
@@ -305,7 +318,7 @@ func (b *fakeBackend) execute(stall bool, runs []func(context.Context) pg.Work) 
 	}
 }
 
-func (b *fakeBackend) allReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp) error {
+func (b *Backend) AllReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp) error {
 	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		b.dev.trace("allReduce")
@@ -313,21 +326,21 @@ func (b *fakeBackend) allReduce(send, recv nccl.DevicePtr, count int, dt nccl.Da
 		return b.lg.AllReduce(ctx, out, o)
 	})
 }
-func (b *fakeBackend) reduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp, root int) error {
+func (b *Backend) Reduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp, root int) error {
 	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		copy(out.Data, in.Data)
 		return b.lg.Reduce(ctx, out, root, o)
 	})
 }
-func (b *fakeBackend) broadcast(send, recv nccl.DevicePtr, count int, dt nccl.DataType, root int) error {
+func (b *Backend) Broadcast(send, recv nccl.DevicePtr, count int, dt nccl.DataType, root int) error {
 	in, out := b.tensor(send, count, dt), b.tensor(recv, count, dt)
 	return b.launch(func(ctx context.Context) pg.Work {
 		copy(out.Data, in.Data)
 		return b.lg.Broadcast(ctx, out, root)
 	})
 }
-func (b *fakeBackend) allGather(send, recv nccl.DevicePtr, sendCount int, dt nccl.DataType) error {
+func (b *Backend) AllGather(send, recv nccl.DevicePtr, sendCount int, dt nccl.DataType) error {
 	in, out := b.tensor(send, sendCount, dt), b.tensor(recv, sendCount*b.lg.Size(), dt)
 	return b.launch(func(ctx context.Context) pg.Work {
 		tmp := pg.NewTensor(in.Dtype, in.Len())
@@ -335,7 +348,7 @@ func (b *fakeBackend) allGather(send, recv nccl.DevicePtr, sendCount int, dt ncc
 		return b.lg.AllGather(ctx, out, tmp)
 	})
 }
-func (b *fakeBackend) reduceScatter(send, recv nccl.DevicePtr, recvCount int, dt nccl.DataType, op nccl.RedOp) error {
+func (b *Backend) ReduceScatter(send, recv nccl.DevicePtr, recvCount int, dt nccl.DataType, op nccl.RedOp) error {
 	in, out, o := b.tensor(send, recvCount*b.lg.Size(), dt), b.tensor(recv, recvCount, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		tmp := pg.NewTensor(in.Dtype, in.Len())
@@ -352,14 +365,14 @@ type selfQueue struct {
 	cond chan struct{}
 }
 
-func (b *fakeBackend) send(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+func (b *Backend) Send(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
 	t := b.tensor(buf, count, dt)
 	if peer == b.lg.Rank() {
 		return b.launch(func(ctx context.Context) pg.Work { b.selfQ().put(t.Data); return pg.Completed(nil) })
 	}
 	return b.launch(func(ctx context.Context) pg.Work { return b.lg.Send(ctx, t, peer, 0) })
 }
-func (b *fakeBackend) recv(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+func (b *Backend) Recv(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
 	t := b.tensor(buf, count, dt)
 	if peer == b.lg.Rank() {
 		return b.launch(func(ctx context.Context) pg.Work {
@@ -371,7 +384,7 @@ func (b *fakeBackend) recv(buf nccl.DevicePtr, count int, dt nccl.DataType, peer
 	return b.launch(func(ctx context.Context) pg.Work { return b.lg.Recv(ctx, t, peer, 0) })
 }
 
-func (b *fakeBackend) selfQ() *selfQueue {
+func (b *Backend) selfQ() *selfQueue {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.self == nil {
@@ -408,7 +421,7 @@ func (q *selfQueue) take(ctx context.Context, dst []byte) error {
 	}
 }
 
-func (b *fakeBackend) group(f func() error) error {
+func (b *Backend) Group(f func() error) error {
 	var runs []func(context.Context) pg.Work
 	b.mu.Lock()
 	b.grouped = &runs
@@ -425,7 +438,7 @@ func (b *fakeBackend) group(f func() error) error {
 	return nil
 }
 
-func (b *fakeBackend) preMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, error) {
+func (b *Backend) PreMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	op := b.nextOp
@@ -433,17 +446,17 @@ func (b *fakeBackend) preMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, e
 	b.ops[op] = factor
 	return op, nil
 }
-func (b *fakeBackend) destroyOp(nccl.RedOp) error { return nil }
-func (b *fakeBackend) hasAvg() bool               { return !b.noAvg }
+func (b *Backend) DestroyOp(nccl.RedOp) error { return nil }
+func (b *Backend) HasAvg() bool               { return !b.noAvg }
 
-func (b *fakeBackend) asyncError() (nccl.Result, error) { return nccl.Result(b.asyncErr.Load()), nil }
+func (b *Backend) AsyncError() (nccl.Result, error) { return nccl.Result(b.asyncErr.Load()), nil }
 
-func (b *fakeBackend) lastError() string {
+func (b *Backend) LastError() string {
 	s, _ := b.detail.Load().(string)
 	return s
 }
 
-func (b *fakeBackend) abort() error {
+func (b *Backend) Abort() error {
 	if b.aborted.CompareAndSwap(false, true) {
 		close(b.abortCh)
 		b.lg.Abort(errors.New("ncclCommAbort"))
@@ -451,30 +464,30 @@ func (b *fakeBackend) abort() error {
 	return nil
 }
 
-func (b *fakeBackend) split(ctx context.Context, color, key int) (backend, error) {
+func (b *Backend) Split(ctx context.Context, color, key int) (binding.Backend, error) {
 	// ncclCommSplit is a collective of the parent, ordered after what was
 	// enqueued before it. The double's split runs on the caller's
 	// goroutine, beside the stream's: drain the stream first, so every
 	// rank's local group sees the split in the same place among the
 	// collectives.
-	if err := b.synchronize(ctx); err != nil {
+	if err := b.Synchronize(ctx); err != nil {
 		return nil, err
 	}
 	sub, err := b.lg.Split(ctx, color, key)
 	if err != nil || sub == nil {
 		return nil, err
 	}
-	nb := newFakeBackend(sub.(pg.Extended))
+	nb := newBackend(sub.(pg.Extended))
 	nb.pairs = b.pairs
 	return nb, nil
 }
 
-func (b *fakeBackend) rankSize() (int, int, error) { return b.lg.Rank(), b.lg.Size(), nil }
+func (b *Backend) RankSize() (int, int, error) { return b.lg.Rank(), b.lg.Size(), nil }
 
-func (b *fakeBackend) close(ctx context.Context) error {
+func (b *Backend) Close(ctx context.Context) error {
 	var err error
 	if !b.aborted.Load() {
-		err = b.synchronize(ctx)
+		err = b.Synchronize(ctx)
 	}
 	close(b.st.stop)
 	<-b.st.done
@@ -485,9 +498,12 @@ func (b *fakeBackend) close(ctx context.Context) error {
 	return err
 }
 
-// FakeOptions configure NewFakeWorld.
-type FakeOptions struct {
-	// Timeout is the groups' timeout; zero means one minute.
+// Options configure NewWorld.
+type Options struct {
+	// Timeout is the pg/local groups' timeout, which carry out the NCCL
+	// calls; zero means two minutes. Make it longer than the timeout of
+	// the Groups run on the backends, so that theirs fires first, as
+	// NCCL's watchdog does.
 	Timeout time.Duration
 	// Version is the NCCL version the fake reports (zero: 2.28.0), and
 	// NoMemAlloc, NoRegister and NoWindows remove the symbols of its
@@ -495,51 +511,33 @@ type FakeOptions struct {
 	// would.
 	Version                           nccl.Version
 	NoMemAlloc, NoRegister, NoWindows bool
-	// BucketRegistration and Logger are passed to the groups' Options.
-	BucketRegistration Registration
-	Logger             *zap.Logger
 }
 
-// NewFakeWorld makes n ranks of NCCL Groups over the binding's test
-// double, as c10d's FakeProcessGroup: "device" memory is host memory
-// behind opaque device pointers, each stream is a goroutine that runs
-// its queue in order, and every NCCL call is carried out by a pg/local
-// group of the same world, so data really moves between ranks. It is
-// for tests of code that drives an NCCL group (the reducer's device
-// buckets) on machines without a GPU. The returned function releases
-// what the world made beyond the groups; Close each group first.
-func NewFakeWorld(n int, opts FakeOptions) ([]*Group, func(), error) {
-	gs, _, cleanup, err := newFakeWorld(n, opts)
-	return gs, cleanup, err
-}
-
-func newFakeWorld(n int, o FakeOptions) ([]*Group, []*fakeBackend, func(), error) {
+// NewWorld makes the backends of n ranks over one pg/local world, which
+// share the table of two-rank communicators that point-to-point lanes
+// make. The returned function releases the halves of those pairs whose
+// other rank never came; call it after closing the Groups run on the
+// backends.
+func NewWorld(n int, o Options) ([]*Backend, func(), error) {
 	if o.Timeout == 0 {
-		o.Timeout = time.Minute
+		o.Timeout = 2 * time.Minute
 	}
-	lgs, err := local.New(n, local.Options{Timeout: o.Timeout + time.Minute})
+	lgs, err := local.New(n, local.Options{Timeout: o.Timeout})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	st := store.NewHashStore(store.HashStoreOptions{})
-	gs, bs := make([]*Group, n), make([]*fakeBackend, n)
-	pairs := &fakePairs{worlds: map[nccl.UniqueID][]pg.Extended{}, timeout: o.Timeout + time.Minute}
+	bs := make([]*Backend, n)
+	pairs := &pairTable{worlds: map[nccl.UniqueID][]pg.Extended{}, timeout: o.Timeout}
 	for r := range lgs {
-		bs[r] = newFakeBackend(lgs[r])
+		bs[r] = newBackend(lgs[r])
 		bs[r].pairs = pairs
 		c := &bs[r].dev.caps
 		if o.Version != 0 {
-			c.version = o.Version
+			c.Version = o.Version
 		}
-		c.memAlloc, c.register, c.window = !o.NoMemAlloc, !o.NoRegister, !o.NoWindows
-		opts, err := Options{Rank: r, Size: n, Timeout: o.Timeout, PollInterval: 100 * time.Microsecond,
-			AsyncErrorInterval: 5 * time.Millisecond, BucketRegistration: o.BucketRegistration, Logger: o.Logger}.withDefaults()
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		gs[r] = newGroup(bs[r], opts, st)
+		c.MemAlloc, c.Register, c.Window = !o.NoMemAlloc, !o.NoRegister, !o.NoWindows
 	}
-	cleanup := func() { // the halves of pairs whose other rank never came
+	cleanup := func() {
 		pairs.mu.Lock()
 		defer pairs.mu.Unlock()
 		for _, w := range pairs.worlds {
@@ -548,29 +546,5 @@ func newFakeWorld(n int, o FakeOptions) ([]*Group, []*fakeBackend, func(), error
 			}
 		}
 	}
-	return gs, bs, cleanup, nil
-}
-
-// FakeRegistrations is, for a Group made by NewFakeWorld, how many NCCL
-// registrations and windows it holds now (not yet deregistered), and
-// how many it has made in all; ok is false for any other Group.
-func FakeRegistrations(g *Group) (live, made int, ok bool) {
-	b, ok := g.be.(*fakeBackend)
-	if !ok {
-		return 0, 0, false
-	}
-	return b.dev.live(), int(b.dev.windows.Load() + b.dev.registrations.Load()), true
-}
-
-// FakeTrace is, for a Group made by NewFakeWorld, the device-side calls
-// in the order they ran: "h2d", "d2h", "d2d" and "event" on the copy
-// stream, "wait"/"waited" around a collective stream's wait for an
-// upload, "allReduce", and the allocation and registration calls. It is
-// nil for any other Group.
-func FakeTrace(g *Group) []string {
-	b, ok := g.be.(*fakeBackend)
-	if !ok {
-		return nil
-	}
-	return b.dev.traced()
+	return bs, cleanup, nil
 }

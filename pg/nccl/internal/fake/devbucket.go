@@ -1,4 +1,4 @@
-package nccl
+package fake
 
 import (
 	"context"
@@ -8,17 +8,18 @@ import (
 	"sync/atomic"
 
 	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // The fake's model of device buckets: ncclMemAlloc and cuMemAlloc hand
 // out fake device memory; registrations and windows are handles kept in
 // a table until released (a window registration is collective, so it is
 // a barrier of the world, as in NCCL); the copy stream is a second
-// fakeStream; waitEvent blocks the group's stream until the event's
+// stream; waitEvent blocks the group's stream until the event's
 // point on the copy stream has run. trace records, in the order they
 // ran, the calls tests check the order of.
-type fakeDevice struct {
-	caps                                   regCaps
+type device struct {
+	caps                                   binding.Caps
 	failMemAlloc, failWindow, failRegister atomic.Bool
 	memAllocs, windows, registrations      atomic.Int64 // made, ever
 
@@ -26,25 +27,25 @@ type fakeDevice struct {
 	regs    map[uintptr]string // live handle -> "window" or "register"
 	next    uintptr
 	log     []string
-	copies  []*fakeCopyStream
+	copies  []*copyStream
 	holding chan struct{} // non-nil while holdCopies blocks the copy streams
 }
 
-func (d *fakeDevice) trace(s string) {
+func (d *device) trace(s string) {
 	d.mu.Lock()
 	d.log = append(d.log, s)
 	d.mu.Unlock()
 }
 
 // traced is the calls traced so far.
-func (d *fakeDevice) traced() []string {
+func (d *device) traced() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.log)
 }
 
 // live is the registrations and windows not yet released.
-func (d *fakeDevice) live() int {
+func (d *device) live() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.regs)
@@ -52,7 +53,7 @@ func (d *fakeDevice) live() int {
 
 // holdCopies stops the copy streams at their current point until the
 // returned function is called.
-func (d *fakeDevice) holdCopies() (release func()) {
+func (d *device) holdCopies() (release func()) {
 	gate := make(chan struct{})
 	d.mu.Lock()
 	for _, c := range d.copies {
@@ -68,10 +69,10 @@ func (d *fakeDevice) holdCopies() (release func()) {
 	}
 }
 
-func (b *fakeBackend) regCaps() regCaps { return b.dev.caps }
+func (b *Backend) Caps() binding.Caps { return b.dev.caps }
 
-func (b *fakeBackend) memAlloc(n int) (nccl.DevicePtr, error) {
-	if !b.dev.caps.memAlloc {
+func (b *Backend) MemAlloc(n int) (nccl.DevicePtr, error) {
+	if !b.dev.caps.MemAlloc {
 		return 0, fmt.Errorf("fake: ncclMemAlloc: %w", nccl.ErrUnsupported)
 	}
 	if b.dev.failMemAlloc.Load() {
@@ -82,12 +83,12 @@ func (b *fakeBackend) memAlloc(n int) (nccl.DevicePtr, error) {
 	return b.mem.alloc(n), nil
 }
 
-func (b *fakeBackend) memFree(p nccl.DevicePtr) error {
+func (b *Backend) MemFree(p nccl.DevicePtr) error {
 	b.dev.trace("memFree")
-	return b.free(p)
+	return b.Free(p)
 }
 
-func (b *fakeBackend) handle(kind string) uintptr {
+func (b *Backend) handle(kind string) uintptr {
 	b.dev.mu.Lock()
 	defer b.dev.mu.Unlock()
 	b.dev.next++
@@ -96,7 +97,7 @@ func (b *fakeBackend) handle(kind string) uintptr {
 	return b.dev.next
 }
 
-func (b *fakeBackend) unhandle(h uintptr, kind string) error {
+func (b *Backend) unhandle(h uintptr, kind string) error {
 	b.dev.mu.Lock()
 	defer b.dev.mu.Unlock()
 	if b.dev.regs[h] != kind {
@@ -107,8 +108,8 @@ func (b *fakeBackend) unhandle(h uintptr, kind string) error {
 	return nil
 }
 
-func (b *fakeBackend) register(p nccl.DevicePtr, n int) (uintptr, error) {
-	if !b.dev.caps.register {
+func (b *Backend) Register(p nccl.DevicePtr, n int) (uintptr, error) {
+	if !b.dev.caps.Register {
 		return 0, fmt.Errorf("fake: ncclCommRegister: %w", nccl.ErrUnsupported)
 	}
 	if b.dev.failRegister.Load() {
@@ -118,13 +119,13 @@ func (b *fakeBackend) register(p nccl.DevicePtr, n int) (uintptr, error) {
 	return b.handle("register"), nil
 }
 
-func (b *fakeBackend) deregister(h uintptr) error { return b.unhandle(h, "register") }
+func (b *Backend) Deregister(h uintptr) error { return b.unhandle(h, "register") }
 
 // windowRegister is collective, as ncclCommWindowRegister: a barrier of
 // the world, so that ranks registering different buckets hang (and the
 // group times out) as they would on NCCL.
-func (b *fakeBackend) windowRegister(p nccl.DevicePtr, n int) (uintptr, error) {
-	if !b.dev.caps.window {
+func (b *Backend) WindowRegister(p nccl.DevicePtr, n int) (uintptr, error) {
+	if !b.dev.caps.Window {
 		return 0, fmt.Errorf("fake: ncclCommWindowRegister: %w", nccl.ErrUnsupported)
 	}
 	if b.dev.failWindow.Load() {
@@ -137,10 +138,10 @@ func (b *fakeBackend) windowRegister(p nccl.DevicePtr, n int) (uintptr, error) {
 	return b.handle("window"), nil
 }
 
-func (b *fakeBackend) windowDeregister(h uintptr) error { return b.unhandle(h, "window") }
+func (b *Backend) WindowDeregister(h uintptr) error { return b.unhandle(h, "window") }
 
-func (b *fakeBackend) waitEvent(e event) error {
-	fe, ok := e.(fakeEvent)
+func (b *Backend) WaitEvent(e binding.Event) error {
+	fe, ok := e.(event)
 	if !ok {
 		return fmt.Errorf("fake: waitEvent on %T", e)
 	}
@@ -155,8 +156,8 @@ func (b *fakeBackend) waitEvent(e event) error {
 	return nil
 }
 
-func (b *fakeBackend) newCopyStream() (copyStream, error) {
-	c := &fakeCopyStream{be: b, st: newFakeStream()}
+func (b *Backend) NewCopyStream() (binding.CopyStream, error) {
+	c := &copyStream{be: b, st: newStream()}
 	b.dev.mu.Lock()
 	b.dev.copies = append(b.dev.copies, c)
 	if b.dev.holding != nil {
@@ -167,39 +168,39 @@ func (b *fakeBackend) newCopyStream() (copyStream, error) {
 	return c, nil
 }
 
-// fakeCopyStream is the copy stream: a fakeStream over the backend's
+// copyStream is the copy stream: a stream over the backend's
 // fake device memory.
-type fakeCopyStream struct {
-	be *fakeBackend
-	st *fakeStream
+type copyStream struct {
+	be *Backend
+	st *stream
 }
 
-func (c *fakeCopyStream) h2d(dst nccl.DevicePtr, src []byte) error {
+func (c *copyStream) H2D(dst nccl.DevicePtr, src []byte) error {
 	d := c.be.mem.at(dst, len(src))
 	c.st.enqueue(func() { c.be.dev.trace("h2d"); copy(d, src) })
 	return nil
 }
-func (c *fakeCopyStream) d2h(dst []byte, src nccl.DevicePtr) error {
+func (c *copyStream) D2H(dst []byte, src nccl.DevicePtr) error {
 	s := c.be.mem.at(src, len(dst))
 	c.st.enqueue(func() { c.be.dev.trace("d2h"); copy(dst, s) })
 	return nil
 }
-func (c *fakeCopyStream) d2d(dst, src nccl.DevicePtr, n int) error {
+func (c *copyStream) D2D(dst, src nccl.DevicePtr, n int) error {
 	d, s := c.be.mem.at(dst, n), c.be.mem.at(src, n)
 	c.st.enqueue(func() { c.be.dev.trace("d2d"); copy(d, s) })
 	return nil
 }
-func (c *fakeCopyStream) record() (event, error) {
-	e := fakeEvent{done: make(chan struct{})}
+func (c *copyStream) Record() (binding.Event, error) {
+	e := event{done: make(chan struct{})}
 	c.st.enqueue(func() { c.be.dev.trace("event"); close(e.done) })
 	return e, nil
 }
-func (c *fakeCopyStream) synchronize(ctx context.Context) error {
-	e := fakeEvent{done: make(chan struct{})}
+func (c *copyStream) Synchronize(ctx context.Context) error {
+	e := event{done: make(chan struct{})}
 	c.st.enqueue(func() { close(e.done) })
-	return pollEvent(ctx, e)
+	return e.wait(ctx)
 }
-func (c *fakeCopyStream) destroy() error {
+func (c *copyStream) Destroy() error {
 	close(c.st.stop)
 	<-c.st.done
 	return nil

@@ -1,0 +1,117 @@
+package binding
+
+import (
+	"context"
+
+	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/pg"
+)
+
+// Backend is what a Group needs of NCCL and CUDA for one communicator:
+// device and pinned memory, its one stream, the collectives enqueued on
+// that stream, and the communicator's life cycle. Every method but
+// AsyncError and Abort is called with the group's issue lock held;
+// AsyncError and Abort may be called from the watchdog at any time.
+type Backend interface {
+	Malloc(n int) (nccl.DevicePtr, error)
+	Free(p nccl.DevicePtr) error
+	MallocHost(n int) ([]byte, error)
+	FreeHost(b []byte) error
+
+	// On the group's stream, asynchronous.
+	H2D(dst nccl.DevicePtr, src []byte) error
+	D2H(dst []byte, src nccl.DevicePtr) error
+	D2D(dst, src nccl.DevicePtr, n int) error
+	Record() (Event, error)
+	// Synchronize waits for the stream, at most until ctx ends.
+	Synchronize(ctx context.Context) error
+
+	AllReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp) error
+	Reduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp, root int) error
+	Broadcast(send, recv nccl.DevicePtr, count int, dt nccl.DataType, root int) error
+	AllGather(send, recv nccl.DevicePtr, sendCount int, dt nccl.DataType) error
+	ReduceScatter(send, recv nccl.DevicePtr, recvCount int, dt nccl.DataType, op nccl.RedOp) error
+	Send(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error
+	Recv(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error
+	// Group runs f between ncclGroupStart and ncclGroupEnd.
+	Group(f func() error) error
+	PreMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, error)
+	DestroyOp(op nccl.RedOp) error
+	HasAvg() bool
+
+	AsyncError() (nccl.Result, error)
+	// LastError is NCCL's last error message for the communicator.
+	LastError() string
+	Abort() error
+	Split(ctx context.Context, color, key int) (Backend, error)
+	// UniqueID makes an NCCL unique id (ncclGetUniqueId).
+	UniqueID() (nccl.UniqueID, error)
+	// Pair makes a two-rank communicator on this backend's device, with
+	// a stream of its own, in which this rank is rank (0 or 1).
+	Pair(ctx context.Context, id nccl.UniqueID, rank int) (Backend, error)
+	// RankSize is the communicator's rank and size.
+	RankSize() (rank, size int, err error)
+
+	// Device buckets. Caps says what the library has.
+	Caps() Caps
+	MemAlloc(n int) (nccl.DevicePtr, error) // ncclMemAlloc
+	MemFree(p nccl.DevicePtr) error
+	Register(p nccl.DevicePtr, n int) (uintptr, error) // ncclCommRegister
+	Deregister(h uintptr) error
+	WindowRegister(p nccl.DevicePtr, n int) (uintptr, error) // collective; NCCL_WIN_COLL_SYMMETRIC
+	WindowDeregister(h uintptr) error
+	NewCopyStream() (CopyStream, error)
+	// WaitEvent makes the group's stream wait for e (cuStreamWaitEvent).
+	WaitEvent(e Event) error
+
+	// Close destroys the communicator (or, after Abort, only the
+	// stream); ctx bounds the wait for pending work.
+	Close(ctx context.Context) error
+}
+
+// Event marks a point on a stream.
+type Event interface {
+	// Query is nil once the stream has passed the point, nccl.ErrNotReady
+	// before, or the error of the work before it.
+	Query() error
+	Destroy() error
+}
+
+// CopyStream is a second stream for uploads and downloads, so that they
+// overlap the collectives on the group's stream.
+type CopyStream interface {
+	H2D(dst nccl.DevicePtr, src []byte) error
+	D2H(dst []byte, src nccl.DevicePtr) error
+	D2D(dst, src nccl.DevicePtr, n int) error
+	Record() (Event, error)
+	Synchronize(ctx context.Context) error
+	Destroy() error
+}
+
+// Caps is what the loaded library offers for registering device
+// buckets: its version and which of the optional symbols it has.
+type Caps struct {
+	Version                    nccl.Version
+	MemAlloc, Register, Window bool
+}
+
+// DataType maps a pg.Dtype to NCCL's; it is -1 for a dtype NCCL lacks.
+func DataType(d pg.Dtype) nccl.DataType {
+	switch d {
+	case pg.Float32:
+		return nccl.Float32
+	case pg.Float64:
+		return nccl.Float64
+	case pg.Float16:
+		return nccl.Float16
+	case pg.BFloat16:
+		return nccl.BFloat16
+	case pg.Int32:
+		return nccl.Int32
+	case pg.Int64:
+		return nccl.Int64
+	case pg.Uint8:
+		return nccl.Uint8
+	}
+	return -1
+}

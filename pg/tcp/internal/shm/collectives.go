@@ -1,0 +1,247 @@
+package shm
+
+import (
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
+)
+
+// The collectives through the segments. Each runs as a sequence of
+// chunks of the world's chunk counter, in the same three steps:
+//
+//	c, slot := next chunk        wait until every peer is done with what slot last held
+//	write this rank's part of c into its slot, publish "arrived c" and the call
+//	wait until every peer has arrived at c; check that their calls are this rank's
+//	read what this rank needs straight from the peers' slots
+//	publish "done with c"
+//
+// so that, with two slots per rank, a rank writes chunk c+1 while its
+// peers still read chunk c. Every offset and length comes from this
+// rank's own tensors; what is read back from a peer's segment is only
+// compared. They need a Full world: every rank of the group a member.
+
+// AllReduce reduces t through the segments: per chunk, each rank
+// copies the peers' shards of its input into its own slot, reduces its
+// own shard straight from every rank's slot and its own tensor (in rank
+// order, as pg/local does, so every rank gets the same bits) into both its
+// tensor and its slot, and copies the peers' reduced shards out.
+func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
+	n, me := len(w.segs), w.me
+	kind := kernel.BaseKind(op)
+	es := t.Dtype.Size()
+	chunkBytes := SlotBytes / es * es
+	kernel.Prepare(t, op, n)
+	call := Call{Op: pg.OpAllReduce, Bytes: len(t.Data), Dtype: t.Dtype, Kind: kind}
+	ins := make([]pg.Tensor, n)
+	for lo := 0; lo < len(t.Data); lo += chunkBytes {
+		hi := min(lo+chunkBytes, len(t.Data))
+		// The peers must have copied out the chunk this slot last held.
+		c, slot, err := w.next(r)
+		if err != nil {
+			return err
+		}
+		shard := shardsOf(hi-lo, es, n)
+		// The peers' shards of this rank's input go into its slot; its
+		// own shard is reduced straight from t.
+		mine := w.slot(me, slot)
+		for j := range n {
+			if a, b := shard(j); j != me {
+				copy(mine[a:b], t.Data[lo+a:lo+b])
+			}
+		}
+		if err := w.arrive(r, c, slot, call); err != nil {
+			return err
+		}
+		if a, b := shard(me); b > a {
+			own := pg.Tensor{Dtype: t.Dtype, Data: t.Data[lo+a : lo+b]}
+			for j := range n {
+				ins[j] = pg.Tensor{Dtype: t.Dtype, Data: w.slot(j, slot)[a:b]}
+			}
+			ins[me] = own
+			// The result goes to t and to the slot, where the peers copy
+			// it from.
+			kernel.ReduceN([]pg.Tensor{{Dtype: t.Dtype, Data: mine[a:b]}, own}, ins, kind)
+		}
+		w.publish(OffReduced, c)
+		if err := w.waitAll(r, OffReduced, c); err != nil {
+			return err
+		}
+		for j := range n {
+			if a, b := shard(j); j != me {
+				copy(t.Data[lo+a:lo+b], w.slot(j, slot)[a:b])
+			}
+		}
+		w.publish(OffDone, c)
+	}
+	kernel.Finish(t, op, n)
+	return nil
+}
+
+// shardsOf splits a chunk of size bytes of es-byte elements into n
+// shards of whole elements, the last ones shorter or empty: shard j is
+// bytes [a, b) of the chunk.
+func shardsOf(size, es, n int) func(j int) (a, b int) {
+	elems := size / es
+	per := (elems + n - 1) / n
+	return func(j int) (int, int) { return min(j*per, elems) * es, min((j+1)*per, elems) * es }
+}
+
+// Broadcast: per chunk of up to a slot, root copies its chunk of t
+// into its slot, and every other rank copies it out of root's.
+func (w *World) Broadcast(r Run, t pg.Tensor, root int) error {
+	me := w.me
+	call := Call{Op: pg.OpBroadcast, Bytes: len(t.Data), Dtype: t.Dtype, Root: root}
+	for lo := 0; lo < len(t.Data); lo += SlotBytes {
+		hi := min(lo+SlotBytes, len(t.Data))
+		c, slot, err := w.next(r)
+		if err != nil {
+			return err
+		}
+		if me == root {
+			copy(w.slot(me, slot), t.Data[lo:hi])
+		}
+		if err := w.arrive(r, c, slot, call); err != nil {
+			return err
+		}
+		if me != root {
+			copy(t.Data[lo:hi], w.slot(root, slot))
+		}
+		w.publish(OffDone, c)
+	}
+	return nil
+}
+
+// AllGather: per chunk of up to a slot of the input, every rank
+// copies its chunk into its slot, then copies every rank's chunk, its own
+// included, out of the slots into its segment of out (so that an input
+// that aliases out is read before it is overwritten).
+func (w *World) AllGather(r Run, out, in pg.Tensor) error {
+	me := w.me
+	per := len(in.Data) // bytes per rank
+	call := Call{Op: pg.OpAllGather, Bytes: per, Dtype: in.Dtype}
+	for lo := 0; lo < per; lo += SlotBytes {
+		hi := min(lo+SlotBytes, per)
+		c, slot, err := w.next(r)
+		if err != nil {
+			return err
+		}
+		copy(w.slot(me, slot), in.Data[lo:hi])
+		if err := w.arrive(r, c, slot, call); err != nil {
+			return err
+		}
+		for j := range len(w.segs) {
+			copy(out.Data[j*per+lo:j*per+hi], w.slot(j, slot))
+		}
+		w.publish(OffDone, c)
+	}
+	return nil
+}
+
+// ReduceScatter: in holds n segments of len(out) bytes. Per chunk,
+// [lo, hi) of every segment: every rank copies chunk j of its input (its
+// own too if op scales it) into piece j of its slot, scaled for AVG and
+// PREMUL_SUM, then reduces piece me of every rank's slot, in rank order
+// as pg/local does, straight into out.
+func (w *World) ReduceScatter(r Run, out, in pg.Tensor, op pg.ReduceOp) error {
+	n, me := len(w.segs), w.me
+	es := in.Dtype.Size()
+	seg := len(out.Data)
+	step := SlotBytes / n / es * es       // a piece: a slot holds n of them
+	scaled := kernel.Scales(op, in.Dtype) // the caller's input must stay as it was
+	call := Call{Op: pg.OpReduceScatter, Bytes: seg, Dtype: in.Dtype, Kind: op.Kind}
+	ins := make([]pg.Tensor, n)
+	for lo := 0; lo < seg; lo += step {
+		hi := min(lo+step, seg)
+		c, slot, err := w.next(r)
+		if err != nil {
+			return err
+		}
+		piece := func(j int) []byte { return w.slot(j, slot)[me*step : me*step+hi-lo] }
+		mine := w.slot(me, slot)
+		for j := range n {
+			if j != me || scaled {
+				p := mine[j*step : j*step+hi-lo]
+				copy(p, in.Data[j*seg+lo:j*seg+hi])
+				kernel.Prepare(pg.Tensor{Dtype: in.Dtype, Data: p}, op, n)
+			}
+		}
+		if err := w.arrive(r, c, slot, call); err != nil {
+			return err
+		}
+		for j := range n {
+			ins[j] = pg.Tensor{Dtype: in.Dtype, Data: piece(j)}
+		}
+		if !scaled {
+			ins[me] = pg.Tensor{Dtype: in.Dtype, Data: in.Data[me*seg+lo : me*seg+hi]}
+		}
+		kernel.ReduceN([]pg.Tensor{{Dtype: out.Dtype, Data: out.Data[lo:hi]}}, ins, kernel.BaseKind(op))
+		w.publish(OffDone, c)
+	}
+	kernel.Finish(out, op, n)
+	return nil
+}
+
+// Reduce is AllReduce without the copy back to every rank: per
+// chunk, every rank copies the peers' shards of its input into its slot
+// (and its own, if op scales it, since only root's t may change), reduces
+// its own shard straight from every rank's slot in rank order into its
+// slot (root: into t), and root copies the peers' reduced shards out.
+func (w *World) Reduce(r Run, t pg.Tensor, root int, op pg.ReduceOp) error {
+	n, me := len(w.segs), w.me
+	es := t.Dtype.Size()
+	chunkBytes := SlotBytes / es * es
+	scaled := me != root && kernel.Scales(op, t.Dtype)
+	if me == root {
+		kernel.Prepare(t, op, n)
+	}
+	call := Call{Op: pg.OpReduce, Bytes: len(t.Data), Dtype: t.Dtype, Kind: op.Kind, Root: root}
+	ins := make([]pg.Tensor, n)
+	for lo := 0; lo < len(t.Data); lo += chunkBytes {
+		hi := min(lo+chunkBytes, len(t.Data))
+		c, slot, err := w.next(r)
+		if err != nil {
+			return err
+		}
+		shard := shardsOf(hi-lo, es, n)
+		mine := w.slot(me, slot)
+		for j := range n {
+			if a, b := shard(j); j != me || scaled {
+				copy(mine[a:b], t.Data[lo+a:lo+b])
+				if scaled {
+					kernel.Prepare(pg.Tensor{Dtype: t.Dtype, Data: mine[a:b]}, op, n)
+				}
+			}
+		}
+		if err := w.arrive(r, c, slot, call); err != nil {
+			return err
+		}
+		if a, b := shard(me); b > a {
+			for j := range n {
+				ins[j] = pg.Tensor{Dtype: t.Dtype, Data: w.slot(j, slot)[a:b]}
+			}
+			res := pg.Tensor{Dtype: t.Dtype, Data: mine[a:b]}
+			if !scaled {
+				ins[me] = pg.Tensor{Dtype: t.Dtype, Data: t.Data[lo+a : lo+b]}
+			}
+			if me == root {
+				res = ins[me]
+			}
+			kernel.ReduceN([]pg.Tensor{res}, ins, kernel.BaseKind(op))
+		}
+		w.publish(OffReduced, c)
+		if me == root {
+			if err := w.waitAll(r, OffReduced, c); err != nil {
+				return err
+			}
+			for j := range n {
+				if a, b := shard(j); j != me {
+					copy(t.Data[lo+a:lo+b], w.slot(j, slot)[a:b])
+				}
+			}
+		}
+		w.publish(OffDone, c)
+	}
+	if me == root {
+		kernel.Finish(t, op, n)
+	}
+	return nil
+}

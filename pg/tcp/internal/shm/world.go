@@ -1,0 +1,183 @@
+package shm
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goddp/ddp/pg"
+)
+
+// Layout of a rank's segment: a header page of control words, then two
+// data slots that alternate between consecutive chunks, so that copying
+// chunk c+1 in overlaps the peers copying chunk c out.
+//
+// Nothing read from a peer's segment is ever used as an offset or a
+// length: every offset is computed from this rank's own tensor, and the
+// only values read back (the three progress counters and the chunk's
+// metadata) are compared, never indexed with. A buggy peer that writes
+// garbage can therefore make a collective fail (the metadata check
+// reports pg.ErrMismatch) or time out, but never make this rank read or
+// write outside a mapping.
+const (
+	HeaderBytes = 4096
+	SlotBytes   = 4 << 20
+	Slots       = 2
+	SegBytes    = HeaderBytes + Slots*SlotBytes
+
+	// The progress counters, each in a cache line of its own.
+	OffArrive  = 0   // chunks whose input this rank has copied in
+	OffReduced = 64  // chunks whose shard this rank has reduced
+	OffDone    = 128 // chunks this rank has copied out (its slots may be reused)
+
+	OffMeta    = 256 // per slot, MetaStride bytes: the chunk's Call and number
+	MetaStride = 64
+)
+
+// Run is the collective a transfer belongs to, as the group runs it: the
+// checks between waits and the errors that name a peer.
+type Run interface {
+	// Check is nil while the collective may go on waiting for peer; it
+	// is called between futex sleeps of at most a few milliseconds, so
+	// it should say at once when the deadline passed, the caller's ctx
+	// ended, the group failed or peer's connection broke.
+	Check(peer int) error
+	// Fail is the collective's error about peer, of kind (a pg sentinel).
+	Fail(peer int, kind, err error) error
+}
+
+// World is a group's shared-memory transport: the segment of every rank
+// on this host that this rank shares memory with, mapped into this
+// process. Collectives run on it one at a time, in the same order on
+// every member (the group's executor sees to that).
+type World struct {
+	segs    [][]byte // by rank; segs[me] is this rank's own, nil for ranks it does not share with
+	members []int    // the ranks whose segments are mapped, ascending, this rank included
+	me      int
+	chunk   uint32 // the chunks this world has run so far (the same on every member)
+}
+
+// Full reports whether every rank of the group is a member, so that a
+// collective can run entirely through shared memory.
+func (w *World) Full() bool { return len(w.members) == len(w.segs) }
+
+// Members is the ranks that share memory, ascending, this rank included.
+func (w *World) Members() []int { return w.members }
+
+// Chunk is how many chunks the world has run.
+func (w *World) Chunk() uint32 { return w.chunk }
+
+// Segment is rank's mapped segment, nil when rank is no member. It is
+// for tests that play a faulty peer by writing garbage into it.
+func (w *World) Segment(rank int) []byte { return w.segs[rank] }
+
+// Close unmaps every segment. The world must not be used after.
+func (w *World) Close() {
+	unmapAll(w.segs)
+}
+
+func (w *World) word(rank, off int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&w.segs[rank][off]))
+}
+
+func (w *World) slot(rank, slot int) []byte {
+	b := HeaderBytes + slot*SlotBytes
+	return w.segs[rank][b : b+SlotBytes : b+SlotBytes]
+}
+
+func (w *World) meta(rank, slot int) []byte {
+	b := OffMeta + slot*MetaStride
+	return w.segs[rank][b : b+MetaStride : b+MetaStride]
+}
+
+// publish stores v in this rank's counter at off and wakes its waiters.
+func (w *World) publish(off int, v uint32) {
+	p := w.word(w.me, off)
+	atomic.StoreUint32(p, v)
+	futexWake(p)
+}
+
+// reached reports whether counter v has reached c (modulo 2^32).
+func reached(v, c uint32) bool { return int32(v-c) >= 0 }
+
+// waitAll waits until every other member's counter at off has reached c.
+func (w *World) waitAll(r Run, off int, c uint32) error {
+	for _, j := range w.members {
+		if j == w.me {
+			continue
+		}
+		if err := w.wait(r, j, off, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wait waits until peer's counter at off reaches c: a short spin, then
+// futex waits of at most poll, between which r checks, as every wait of
+// a collective does, the peer's connection, the deadline, the caller's
+// ctx and the group's failure.
+func (w *World) wait(r Run, peer, off int, c uint32) error {
+	p := w.word(peer, off)
+	for range spin {
+		if reached(atomic.LoadUint32(p), c) {
+			return nil
+		}
+	}
+	for {
+		v := atomic.LoadUint32(p)
+		if reached(v, c) {
+			return nil
+		}
+		if err := r.Check(peer); err != nil {
+			return err
+		}
+		futexWait(p, v, poll)
+	}
+}
+
+// next starts the world's next chunk: it waits until every peer is done
+// with the chunk this rank's slot last held, and returns the chunk's
+// number and slot.
+func (w *World) next(r Run) (uint32, int, error) {
+	w.chunk++
+	c := w.chunk
+	if err := w.waitAll(r, OffDone, c-Slots); err != nil {
+		return 0, 0, err
+	}
+	return c, int(c % Slots), nil
+}
+
+// arrive publishes that this rank's part of chunk c is in its slot, with
+// the call, waits until every peer's is, and checks that every peer's
+// call is this rank's.
+func (w *World) arrive(r Run, c uint32, slot int, call Call) error {
+	meta := call.Meta(c)
+	copy(w.meta(w.me, slot), meta[:])
+	w.publish(OffArrive, c)
+	if err := w.waitAll(r, OffArrive, c); err != nil {
+		return err
+	}
+	for _, j := range w.members {
+		if j != w.me {
+			if err := w.checkMeta(r, j, slot, meta[:]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkMeta fails with pg.ErrMismatch, naming peer, unless the chunk in
+// peer's slot is the one this rank expects (meta). It only compares:
+// nothing read from the peer is used as a length or an offset.
+func (w *World) checkMeta(r Run, peer, slot int, meta []byte) error {
+	pm := w.meta(peer, slot)
+	if string(pm) == string(meta) {
+		return nil
+	}
+	theirs, tc := callOf(pm)
+	ours, c := callOf(meta)
+	return r.Fail(peer, pg.ErrMismatch, fmt.Errorf("rank %d issued %v as shared-memory chunk %d where this rank issued %v (chunk %d): ranks must issue the same collectives in the same order, with the same sizes, dtypes, ops and roots",
+		peer, theirs, tc, ours, c))
+}
