@@ -185,6 +185,6 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	_, err = measure(ctx, m.Group, o.cfg, stdout)
+	_, err = measure(ctx, m, o.cfg, stdout)
 	return err
 }

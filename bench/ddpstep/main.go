@@ -209,7 +209,7 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	g := m.Group
+	g := m
 	if o.cpuProf != "" {
 		f, err := os.Create(fmt.Sprintf("%s.rank%d", o.cpuProf, g.Rank()))
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 
 	"github.com/goddp/ddp/checkpoint"
@@ -54,7 +53,7 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	defer m.Close()
 	// Named failures: a stalled or dead rank is named by every rank
 	// (pg/desync), with --debug-collectives the fingerprint check.
-	dg, err := desync.Wrap(m.group(), m.Store(), desyncOptions(c, m.StoreHost(), logger))
+	dg, err := desync.Wrap(m.Inner(), m.Store(), desyncOptions(c, m.StoreHost(), logger))
 	if err != nil {
 		return err
 	}
@@ -82,25 +81,6 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return fmt.Errorf("rank %d: %w", e.Rank, err)
 	}
 	return nil
-}
-
-// peerAddrs picks where this rank listens for peers and the address it
-// publishes: loopback for a single-machine job, else every interface and
-// the local address that routes to the master.
-func peerAddrs(c config, e env.Config) (listen, advertise string) {
-	if c.listenAddr != "" {
-		return c.listenAddr, ""
-	}
-	if ip := net.ParseIP(e.MasterAddr); e.MasterAddr == "localhost" || (ip != nil && ip.IsLoopback()) {
-		return "127.0.0.1:0", ""
-	}
-	conn, err := net.Dial("udp", e.StoreAddr()) // no packet is sent: this only picks a route
-	if err != nil {
-		return "0.0.0.0:0", ""
-	}
-	defer conn.Close()
-	host := conn.LocalAddr().(*net.UDPAddr).IP.String()
-	return net.JoinHostPort(host, "0"), ""
 }
 
 // runLocal trains nproc replicas as goroutines over the in-process backend.

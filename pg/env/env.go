@@ -188,3 +188,15 @@ func decodeSecret(v string) []byte {
 	}
 	return []byte(v)
 }
+
+// AgentPrefix is where goddp keeps its keys on torchrun's agent store
+// (UseAgentStore): "goddp/RUN_ID/RESTART_COUNT", so that each restart of
+// the workers (TORCHELASTIC_RESTART_COUNT) meets afresh, and neither
+// torch's keys nor another run's collide with goddp's.
+func (c Config) AgentPrefix() string {
+	run := c.RunID
+	if run == "" {
+		run = "none" // torchrun's default --rdzv-id
+	}
+	return "goddp/" + run + "/" + strconv.Itoa(c.RestartCount)
+}

@@ -245,3 +245,18 @@ func TestConfigStringHidesSecret(t *testing.T) {
 		t.Fatalf("Secret = %q", c.Secret)
 	}
 }
+
+func TestAgentPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		e    Config
+		want string
+	}{
+		{Config{}, "goddp/none/0"},
+		{Config{RunID: "job-7", RestartCount: 3}, "goddp/job-7/3"},
+		{Config{RunID: "3f2a", RestartCount: 0}, "goddp/3f2a/0"},
+	} {
+		if got := tc.e.AgentPrefix(); got != tc.want {
+			t.Errorf("AgentPrefix(%+v) = %q, want %q", tc.e, got, tc.want)
+		}
+	}
+}

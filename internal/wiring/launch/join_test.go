@@ -10,26 +10,12 @@ import (
 	"testing"
 	"time"
 
+	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
 )
-
-func TestAgentPrefix(t *testing.T) {
-	for _, tc := range []struct {
-		e    env.Config
-		want string
-	}{
-		{env.Config{}, "goddp/none/0"},
-		{env.Config{RunID: "job-7", RestartCount: 3}, "goddp/job-7/3"},
-		{env.Config{RunID: "3f2a", RestartCount: 0}, "goddp/3f2a/0"},
-	} {
-		if got := AgentPrefix(tc.e); got != tc.want {
-			t.Errorf("AgentPrefix(%+v) = %q, want %q", tc.e, got, tc.want)
-		}
-	}
-}
 
 // agentStore starts a torch.distributed.TCPStore server, as torchrun's
 // agent does, and returns its port; it skips the test without torch.
@@ -70,7 +56,8 @@ sys.stdin.read()`)
 	return ""
 }
 
-// TestJoinAgentStore: two ranks join through a torch TCPStore, as under
+// TestJoinAgentStore: two ranks join through a torch TCPStore
+// (ddp.InitProcessGroup), as under
 // torchrun's static rendezvous: neither hosts a store, goddp's keys land
 // under goddp/RUN_ID/RESTART_COUNT, and an allreduce works over the
 // authenticated data plane. A restart joins afresh under the next prefix.
@@ -80,14 +67,14 @@ func TestJoinAgentStore(t *testing.T) {
 	for restart := range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		members := make([]*Member, 2)
+		members := make([]*ddp.Group, 2)
 		errs := make(chan error, 2)
 		for r := range 2 {
 			e := env.Config{Rank: r, WorldSize: 2, MasterAddr: "127.0.0.1", Secret: secret,
 				UseAgentStore: true, RunID: "job-7", RestartCount: restart, Source: env.SourceTorchrun}
 			e.MasterPort = atoi(t, port)
 			go func() {
-				m, err := JoinTCP(ctx, e, tcp.Options{ListenAddr: "127.0.0.1:0", Timeout: 10 * time.Second}, nil)
+				m, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &e, Timeout: 10 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}})
 				members[r] = m
 				errs <- err
 			}()
@@ -106,7 +93,7 @@ func TestJoinAgentStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prefix := AgentPrefix(env.Config{RunID: "job-7", RestartCount: restart}) + "/"
+		prefix := env.Config{RunID: "job-7", RestartCount: restart}.AgentPrefix() + "/"
 		for _, k := range []string{"tcp/addr/0", "tcp/addr/1"} {
 			v, err := c.Get(ctx, prefix+k)
 			if err != nil || len(v) == 0 {
@@ -120,8 +107,8 @@ func TestJoinAgentStore(t *testing.T) {
 		done := make(chan error, 2)
 		for _, m := range members {
 			go func() {
-				x := []float32{float32(m.Group.Rank() + 1)}
-				err := m.Group.AllReduce(ctx, pg.Float32s(x), pg.Op(pg.Sum)).Wait(ctx)
+				x := []float32{float32(m.Rank() + 1)}
+				err := m.AllReduce(ctx, pg.Float32s(x), pg.Op(pg.Sum)).Wait(ctx)
 				if err == nil && x[0] != 3 {
 					err = errors.New("allreduce gave a wrong sum")
 				}
@@ -143,7 +130,7 @@ func TestJoinAgentStore(t *testing.T) {
 // is refused before anything is dialled, saying what to export.
 func TestJoinAgentStoreNeedsSecret(t *testing.T) {
 	e := env.Config{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1, UseAgentStore: true}
-	_, err := JoinTCP(context.Background(), e, tcp.Options{}, nil)
+	_, err := ddp.InitProcessGroup(context.Background(), ddp.InitOptions{Env: &e})
 	if !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "export GODDP_SECRET") {
 		t.Fatalf("err = %v; want pg.ErrInvalidArgument saying to export GODDP_SECRET", err)
 	}

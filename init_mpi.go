@@ -1,0 +1,25 @@
+//go:build mpi
+
+package ddp
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/env"
+	"github.com/goddp/ddp/pg/mpi"
+)
+
+// mpiBuilt reports whether this binary has the mpi backend (-tags mpi).
+const mpiBuilt = true
+
+// joinMPI makes the MPI group: rank and size come from MPI itself (mpirun,
+// or srun --mpi=pmix), and there is no store.
+func joinMPI(ctx context.Context, _ env.Config, o InitOptions) (*Group, error) {
+	mg, err := mpi.New(ctx, mpi.Options{Timeout: o.Timeout, Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: mpi: %v (start the program with mpirun -np N or srun --mpi=pmix)", ErrBackendUnavailable, err)
+	}
+	return &Group{ProcessGroup: mg, env: env.Config{Rank: mg.Rank(), WorldSize: mg.Size(), Source: env.SourceMPI}, storeHost: pg.NoPeer}, nil
+}
