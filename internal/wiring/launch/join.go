@@ -28,4 +28,3 @@ func Self(ctx context.Context, n int, args []string, marker string, stdout, stde
 		Stderr: stderr,
 	})
 }
-
