@@ -119,26 +119,42 @@ func InitProcessGroup(ctx context.Context, o InitOptions) (*Group, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	backend := o.Backend
+	if backend == "" {
+		backend = o.autoBackend()
+	}
+	if backend == "mpi" {
+		return joinMPI(ctx, o) // MPI knows the ranks: no store, no MASTER_ADDR (init_mpi.go, or its stub)
+	}
 	e, err := o.job()
 	if err != nil {
 		return nil, err
-	}
-	backend := o.Backend
-	if backend == "" {
-		backend = "tcp"
-		if mpiBuilt && e.Source == env.SourceMPI {
-			backend = "mpi"
-		}
 	}
 	switch backend {
 	case "tcp":
 		return joinTCP(ctx, e, o)
 	case "nccl":
 		return joinNCCL(ctx, e, o)
-	case "mpi":
-		return joinMPI(ctx, e, o) // init_mpi.go, or its stub
 	}
 	return nil, fmt.Errorf("%w: ddp: InitOptions.Backend %q: want tcp, nccl or mpi", pg.ErrInvalidArgument, backend)
+}
+
+// autoBackend is the empty Backend's choice: mpi in a binary built with
+// -tags mpi that mpirun started, tcp otherwise.
+func (o InitOptions) autoBackend() string {
+	if !mpiBuilt {
+		return "tcp"
+	}
+	if o.Env != nil {
+		if o.Env.Source == env.SourceMPI {
+			return "mpi"
+		}
+		return "tcp"
+	}
+	if _, set := o.lookup()("OMPI_COMM_WORLD_SIZE"); set {
+		return "mpi"
+	}
+	return "tcp"
 }
 
 // job is the job's description: Env, else read through Lookup.

@@ -16,7 +16,7 @@ const mpiBuilt = true
 
 // joinMPI makes the MPI group: rank and size come from MPI itself (mpirun,
 // or srun --mpi=pmix), and there is no store.
-func joinMPI(ctx context.Context, _ env.Config, o InitOptions) (*Group, error) {
+func joinMPI(ctx context.Context, o InitOptions) (*Group, error) {
 	mg, err := mpi.New(ctx, mpi.Options{Timeout: o.Timeout, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: mpi: %v (start the program with mpirun -np N or srun --mpi=pmix)", ErrBackendUnavailable, err)

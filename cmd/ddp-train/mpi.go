@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/mpi"
@@ -30,13 +31,13 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	mg, err := mpi.New(ctx, mpi.Options{Timeout: c.timeout, Logger: logger})
+	mg, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Backend: "mpi", Timeout: c.timeout, Logger: logger})
 	if err != nil {
-		return fmt.Errorf("--backend mpi: %w (start ddp-train with mpirun -np N or srun --mpi=pmix)", err)
+		return fmt.Errorf("--backend mpi: %w", err)
 	}
 	defer mg.Close()
 	rank := mg.Rank()
-	logger.Info("mpi process group", zap.Int("rank", rank), zap.Int("size", mg.Size()), zap.String("library", mpi.LibraryVersion(mg)))
+	logger.Info("mpi process group", zap.Int("rank", rank), zap.Int("size", mg.Size()), zap.String("library", mpi.LibraryVersion(mg.Inner().(*mpi.Group))))
 	metrics, err := serveMetrics(c, rank, logger)
 	if err != nil {
 		return err
