@@ -171,6 +171,19 @@ func (o InitOptions) job() (env.Config, error) {
 // connections still prove the secret.
 func meet(ctx context.Context, e *env.Config, o InitOptions) (*Group, error) {
 	g := &Group{env: *e}
+	if e.WorldSize == 1 && !e.UseAgentStore {
+		// A job of one process has no peer to meet or to prove a secret
+		// to: an in-memory store, and a secret of its own.
+		if len(e.Secret) == 0 {
+			e.Secret = make([]byte, 32)
+			if _, err := rand.Read(e.Secret); err != nil {
+				return nil, err
+			}
+		}
+		hs := store.NewHashStore(store.HashStoreOptions{Timeout: o.Timeout})
+		g.store, g.closer, g.storeHost, g.env.Secret = hs, hs, 0, e.Secret
+		return g, nil
+	}
 	if !e.UseAgentStore {
 		st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{
 			Addr: e.StoreAddr(), ListenAddr: e.StoreListenAddr(), IsServer: e.IsStoreHost(),

@@ -57,7 +57,9 @@ type config struct {
 	onNonFinite          string
 	overwriteCheckpoints bool
 	resumeAllow          string
-	ownLauncher          bool // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
+	ownLauncher          bool     // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
+	command              []string // a program to launch instead of training: the arguments after the flags
+	setFlags             []string // the flags the command line set, by name
 	checkpointKeep       int  // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
 	resume               bool
 
@@ -143,9 +145,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := info.done(); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, usagef("unexpected arguments %q", fs.Args())
-	}
+	c.command = fs.Args() // ddp-train [flags] PROGRAM [ARGS]: launch it (Note [launching a program])
+	fs.Visit(func(f *flag.Flag) { c.setFlags = append(c.setFlags, f.Name) })
 	h, err := cli.ParseInts(hidden)
 	if err != nil {
 		return c, usagef("--hidden %q: %v", hidden, err)

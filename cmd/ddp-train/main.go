@@ -57,6 +57,9 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	ctx, intr := watchSignals(context.Background()) // elastic.go, Note [preemption]
 	defer intr.close()
 	c.intr = intr
+	if len(c.command) > 0 { // Note [launching a program]
+		return report(stderr, intr.interrupted(runProgram(ctx, c, lookup, stdout, stderr)))
+	}
 	if c.backend == "mpi" { // mpi.go: MPI knows the ranks; no environment, store or launcher
 		return report(stderr, intr.interrupted(runMPI(ctx, c, stdout, stderr)))
 	}

@@ -67,6 +67,8 @@ type Elastic struct {
 	Retry func(*WorkerError) bool
 	// Logger logs each restart; nil logs nothing.
 	Logger *zap.Logger
+	// EveryStdout is each attempt's Spec.EveryStdout.
+	EveryStdout bool
 }
 
 // backoff is the wait before restart k (1 for the first).
@@ -160,6 +162,15 @@ func SelfElastic(ctx context.Context, n int, args []string, marker string, stdou
 	if err != nil {
 		return err
 	}
+	return ProgramElastic(ctx, n, self, args, []string{marker}, stdout, stderr, e)
+}
+
+// ProgramElastic is SelfElastic for any program: n copies of path with
+// args, each with the rendezvous environment (StandaloneEnv, a fresh one
+// per attempt), the torchrun variables a restart sets, and extra. It is
+// how ddp-train --nproc N starts a program of one's own, which joins the
+// job with ddp.InitProcessGroup.
+func ProgramElastic(ctx context.Context, n int, path string, args, extra []string, stdout, stderr io.Writer, e Elastic) error {
 	runID, err := NewSecret()
 	if err != nil {
 		return err
@@ -171,10 +182,10 @@ func SelfElastic(ctx context.Context, n int, args []string, marker string, stdou
 		if err != nil {
 			return Spec{}, err
 		}
-		env := append(append(append([]string(nil), base...), jobEnv...), marker,
+		env := append(append(append(append([]string(nil), base...), jobEnv...), extra...),
 			"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(attempt),
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
-		return Spec{N: n, Path: self, Args: args, Env: env, Stdout: stdout, Stderr: stderr}, nil
+		return Spec{N: n, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, EveryStdout: e.EveryStdout}, nil
 	})
 }

@@ -24,8 +24,12 @@ type Spec struct {
 	Args []string // its arguments (without the program name)
 	Env  []string // environment common to all workers ("K=V")
 	// Stdout receives rank 0's standard output; other ranks' output is
-	// discarded unless RankStdout is set. nil discards.
+	// discarded unless EveryStdout is set. nil discards.
 	Stdout io.Writer
+	// EveryStdout sends every rank's standard output to Stdout, each line
+	// prefixed with its rank, as torchrun's --tee does: for a program of
+	// one's own, whose ranks each have something to say.
+	EveryStdout bool
 	// Stderr receives every worker's standard error, each line
 	// prefixed with its rank. nil discards (the tail is still kept for
 	// errors).
@@ -290,7 +294,10 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	cmd.Env = append(append([]string(nil), spec.Env...),
 		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
-	if rank == 0 && spec.Stdout != nil {
+	switch {
+	case spec.Stdout != nil && spec.EveryStdout:
+		cmd.Stdout = &prefixWriter{mu: stderrMu, w: spec.Stdout, prefix: fmt.Sprintf("[rank %d] ", rank)}
+	case rank == 0 && spec.Stdout != nil:
 		cmd.Stdout = spec.Stdout
 	}
 	tail := &tailBuffer{max: 4096}
