@@ -60,7 +60,7 @@ type config struct {
 	ownLauncher          bool     // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
 	command              []string // a program to launch instead of training: the arguments after the flags
 	setFlags             []string // the flags the command line set, by name
-	checkpointKeep       int  // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
+	checkpointKeep       int      // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
 	resume               bool
 
 	logFormat   string
