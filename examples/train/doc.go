@@ -7,7 +7,7 @@
 //	go run ./examples/train --nproc 2 --steps 200 --checkpoint /tmp/ckpt
 //
 // Its ranks are goroutines over the in-process backend (pg/local), so it
-// runs anywhere. Across processes and machines, make the group with
-// pg/tcp (tcp.New with a store from pg/store, as cmd/ddp-train does) and run
-// one process per rank: the training code is the same.
+// runs anywhere. Across processes and machines, join the job with
+// ddp.InitProcessGroup and run one process per rank, as examples/multiproc
+// does: the training code is the same.
 package main
