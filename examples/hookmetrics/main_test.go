@@ -19,7 +19,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestHookAndMetrics(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(context.Background(), config{steps: 2000, clip: 0.01, metricsAddr: "127.0.0.1:0"}, ready) }()
+	go func() {
+		done <- run(context.Background(), config{steps: 2000, clip: 0.01, metricsAddr: "127.0.0.1:0"}, ready)
+	}()
 	addr := <-ready
 	deadline := time.Now().Add(30 * time.Second)
 	var body string
