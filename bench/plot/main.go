@@ -35,8 +35,8 @@ func run(args []string, stderr io.Writer) error {
 	steps := fs.Int("steps", 3, "traces: how many of the last steps to show")
 	y := fs.String("y", "", "CSV: the column to plot (default: the last)")
 	title := fs.String("title", "", "title (default: the input's name)")
-	if err := fs.Parse(args); err != nil {
-		return cli.Usage(err)
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if *in == "" || fs.NArg() > 0 || *steps < 1 {
 		fs.Usage()

@@ -13,8 +13,8 @@ import (
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("widths", stderr)
 	sizes := fs.String("sizes", "784,512,10", "layer widths, input first")
-	if err := fs.Parse(args); err != nil {
-		return cli.Usage(err)
+	if err := cli.Parse(fs, args); err != nil {
+		return err // a usage error: exit status 2, or 0 for --help
 	}
 	widths, err := cli.ParseInts(*sizes)
 	if err != nil {
