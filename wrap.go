@@ -119,7 +119,7 @@ func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
 	}
 	grads, unused, err := d.hooks.Grad(cost)
 	if err != nil {
-		return nil, err
+		return nil, bypassed(err)
 	}
 	if o := d.r.Options(); len(unused) > 0 && !o.FindUnusedParameters && !o.StaticGraph {
 		return nil, fmt.Errorf("ddp: parameters %s are not used in producing the loss; set Options.FindUnusedParameters (ddp-train --find-unused-parameters), or make every parameter take part in the loss", d.names(unused))
@@ -144,6 +144,32 @@ func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
 	d.probe = true
 	return grads, nil
 }
+
+// bypassed says autogradhooks' "build the forward graph from Set.Node"
+// in the words of this package's API: the Set is internal to a DDP, and
+// what its user calls is d.Node. The *BypassError stays in the chain for
+// errors.As, but not in the message, which would name Set.Node again.
+func bypassed(err error) error {
+	var b *autogradhooks.BypassError
+	if !errors.As(err, &b) {
+		return err
+	}
+	if b.Partly {
+		return &restated{fmt.Sprintf("ddp: parameter %d (%s) reaches the loss both through d.Node(%d) and directly, so its gradient hook would see only part of its gradient; "+
+			"build the forward graph with d.Node(%d) (DDP.Node) at every use of parameter %d", b.Index, b.Param, b.Index, b.Index, b.Index), err}
+	}
+	return &restated{fmt.Sprintf("ddp: parameter %d (%s) reaches the loss directly, not through d.Node(%d), so its gradient hook would never fire and its bucket never be reduced; "+
+		"build the forward graph with d.Node(%d) (DDP.Node) wherever parameter %d is used", b.Index, b.Param, b.Index, b.Index, b.Index), err}
+}
+
+// restated is err said in other words.
+type restated struct {
+	msg string
+	err error
+}
+
+func (r *restated) Error() string { return r.msg }
+func (r *restated) Unwrap() error { return r.err }
 
 // Unused lists the parameters the loss does not reach.
 func (d *DDP) Unused() []int { return d.unused }

@@ -26,6 +26,27 @@ func (e *HookError) Error() string {
 
 func (e *HookError) Unwrap() error { return e.Err }
 
+// BypassError says that the forward graph used a wrapped parameter
+// directly, not (only) through its wrapper: the hook would see part of
+// the gradient (Partly) or none of it. Grad and Set.Grad return it. The
+// message names Set.Node, this package's way to the wrapper; a package
+// that hands out the wrappers under another name (ddp's DDP.Node) reads
+// Index and Partly and says it in its own words.
+type BypassError struct {
+	Index  int    // the parameter's index in params
+	Param  string // the parameter's node name
+	Partly bool   // used both through the wrapper and directly
+}
+
+func (e *BypassError) Error() string {
+	if e.Partly {
+		return fmt.Sprintf("autogradhooks: params[%d] (%s) is wrapped by a hook Set but cost also reaches it directly, "+
+			"so its hook would miss part of its gradient; build the forward graph from Set.Node(%d) only", e.Index, e.Param, e.Index)
+	}
+	return fmt.Sprintf("autogradhooks: the gradient of params[%d] (%s) does not pass through its hook, "+
+		"so the hook would never fire; build the forward graph from Set.Node(%d) instead of the raw parameter", e.Index, e.Param, e.Index)
+}
+
 // RunAll calls vm.RunAll and returns its error with the cause reachable by
 // errors.Is and errors.As.
 //

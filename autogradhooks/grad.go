@@ -15,7 +15,8 @@ import (
 // When params[i] was wrapped by a Set, grads[i] is its hook node. Grad
 // returns an error when a wrapped parameter is also used directly: its hook
 // would see only part of the gradient, and params[i].Grad() would not be the
-// hook's value. Build the graph from the wrapped nodes alone.
+// hook's value (a *BypassError). Build the graph from the wrapped nodes
+// alone.
 func Grad(cost *gorgonia.Node, params gorgonia.Nodes) (grads gorgonia.Nodes, unused []int, err error) {
 	if cost == nil {
 		return nil, nil, errors.New("autogradhooks: Grad needs a cost node")
@@ -36,8 +37,7 @@ func Grad(cost *gorgonia.Node, params gorgonia.Nodes) (grads gorgonia.Nodes, unu
 	}
 	for k, i := range used {
 		if _, hooked := g[k].Op().(*gradHook); !hooked && isWrapped(params[i]) {
-			return nil, nil, fmt.Errorf("autogradhooks: params[%d] (%s) is wrapped by a hook Set but cost also reaches it directly, "+
-				"so its hook would miss part of its gradient; build the forward graph from Set.Node(%d) only", i, params[i].Name(), i)
+			return nil, nil, &BypassError{Index: i, Param: params[i].Name(), Partly: true}
 		}
 		grads[i] = g[k]
 	}
@@ -46,8 +46,8 @@ func Grad(cost *gorgonia.Node, params gorgonia.Nodes) (grads gorgonia.Nodes, unu
 
 // Grad is Grad(cost, s.Params()) that also requires every used parameter's
 // gradient to pass through this Set's hook, so that every hook the reducer
-// waits for will fire: it fails when the forward graph used params[i]
-// directly instead of s.Node(i).
+// waits for will fire: it fails with a *BypassError when the forward
+// graph used params[i] directly instead of s.Node(i).
 func (s *Set) Grad(cost *gorgonia.Node) (grads gorgonia.Nodes, unused []int, err error) {
 	if grads, unused, err = Grad(cost, s.params); err != nil {
 		return nil, nil, err
@@ -57,8 +57,7 @@ func (s *Set) Grad(cost *gorgonia.Node) (grads gorgonia.Nodes, unused []int, err
 			continue
 		}
 		if op, ok := g.Op().(*gradHook); !ok || op.set != s || op.idx != i {
-			return nil, nil, fmt.Errorf("autogradhooks: the gradient of params[%d] (%s) does not pass through its hook, "+
-				"so the hook would never fire; build the forward graph from Set.Node(%d) instead of the raw parameter", i, s.names[i], i)
+			return nil, nil, &BypassError{Index: i, Param: s.names[i]}
 		}
 	}
 	return grads, unused, nil

@@ -65,7 +65,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	var sizes, dtype, ops, format string
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: allreduce [flags]\n\n%s\nflags:\n", helpText)
-		fs.PrintDefaults()
+		cli.PrintDefaults(fs)
 	}
 	fs.StringVar(&ops, "op", "allreduce", "collective to time: all, or a comma-separated list of "+opNames())
 	fs.StringVar(&format, "format", "csv", "output: csv, or table (nccl-tests' columns)")
@@ -77,8 +77,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
 	o.job.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return o, cli.Usage(err)
+	if err := cli.Parse(fs, args); err != nil {
+		return o, err
 	}
 	var err error
 	if o.backend != "local" && o.backend != "tcp" && o.backend != "nccl" && o.backend != "mpi" {

@@ -200,3 +200,21 @@ func TestTCPWorkers(t *testing.T) {
 		}
 	}
 }
+
+// -h and --help print the usage with every flag as --flag and exit 0; a
+// typo prints nothing here (cli.Main prints it and a hint) and exits 2.
+func TestHelpAndTypo(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var out bytes.Buffer
+		_, err := parse([]string{arg}, &out)
+		if cli.Code(err) != 0 || !strings.Contains(out.String(), "\n  --nproc int\n") || strings.Contains(out.String(), "\n  -n") {
+			t.Errorf("%s: %v (exit %d), usage:\n%s", arg, err, cli.Code(err), out.String())
+		}
+	}
+	var out bytes.Buffer
+	_, err := parse([]string{"--nprocs", "2"}, &out)
+	var fe *cli.FlagError
+	if cli.Code(err) != 2 || !errors.As(err, &fe) || fe.Suggest != "nproc" || out.Len() != 0 {
+		t.Errorf("--nprocs: %v (exit %d), printed %q; want a flag error suggesting --nproc, exit 2, nothing printed", err, cli.Code(err), out.String())
+	}
+}

@@ -50,8 +50,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.nproc, "nproc", 2, "world size for the byte counts")
 	fs.IntVar(&o.steps, "steps", 20, "timed steps for the CPU figure")
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
-	if err := fs.Parse(args); err != nil {
-		return o, cli.Usage(err)
+	if err := cli.Parse(fs, args); err != nil {
+		return o, err
 	}
 	var err error
 	if o.sizes, err = cli.ParseInts(sizes); err != nil || len(o.sizes) < 2 {

@@ -124,8 +124,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
 	fs.StringVar(&o.cpuProf, "cpuprofile", "", "tcp only: each worker writes a CPU profile of its run to this path with .rank<N> appended")
 	o.job.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return o, cli.Usage(err)
+	if err := cli.Parse(fs, args); err != nil {
+		return o, err
 	}
 	switch {
 	case o.backend != "local" && o.backend != "tcp":

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/xml"
 	"errors"
+	"image"
 	"image/color"
 	"image/png"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +17,15 @@ import (
 	"github.com/goddp/ddp/timeline"
 )
 
-// count is the number of pixels of colour c in the PNG at path.
-func count(t *testing.T, path string, c color.RGBA) int {
+// testdata holds two ranks' traces of three steps (rank-0.json and
+// rank-1.json, as writeTrace writes them with the timeline package), a
+// CSV as bench/allreduce --op allreduce,broadcast prints it, and one as
+// bench/ddpstep --format csv prints it.
+var traces = []string{"testdata/rank-0.json", "testdata/rank-1.json"}
+
+// decodePNG decodes the PNG at path and checks that its size is sane: at
+// least w×h pixels, at most 4000×4000.
+func decodePNG(t *testing.T, path string, w, h int) image.Image {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -26,6 +36,14 @@ func count(t *testing.T, path string, c color.RGBA) int {
 	if err != nil {
 		t.Fatalf("%s is not a PNG: %v", path, err)
 	}
+	if b := img.Bounds(); b.Dx() < w || b.Dy() < h || b.Dx() > 4000 || b.Dy() > 4000 {
+		t.Errorf("%s is %dx%d pixels, want at least %dx%d and at most 4000x4000", path, b.Dx(), b.Dy(), w, h)
+	}
+	return img
+}
+
+// count is the number of pixels of colour c in img.
+func count(img image.Image, c color.RGBA) int {
 	n := 0
 	b := img.Bounds()
 	for y := b.Min.Y; y < b.Max.Y; y++ {
@@ -36,6 +54,61 @@ func count(t *testing.T, path string, c color.RGBA) int {
 		}
 	}
 	return n
+}
+
+// svgTexts parses the SVG at path as XML and returns its text, each
+// <text> element's content.
+func svgTexts(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d := xml.NewDecoder(f)
+	var texts []string
+	inText := false
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s is not XML: %v", path, err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if tok.Name.Local == "svg" && len(texts) == 0 && !inText {
+				texts = append(texts, "<svg>")
+			}
+			inText = tok.Name.Local == "text"
+		case xml.EndElement:
+			inText = false
+		case xml.CharData:
+			if inText {
+				texts = append(texts, string(tok))
+			}
+		}
+	}
+	if len(texts) == 0 || texts[0] != "<svg>" {
+		t.Fatalf("%s has no <svg> root", path)
+	}
+	return texts[1:]
+}
+
+// hasAll reports the wanted texts that texts lacks.
+func missing(texts []string, want ...string) []string {
+	var out []string
+	for _, w := range want {
+		found := false
+		for _, s := range texts {
+			found = found || s == w
+		}
+		if !found {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // writeTrace writes two ranks' traces of three steps, as the reducer does.
@@ -67,16 +140,59 @@ func writeTrace(t *testing.T, dir string) []string {
 	return paths
 }
 
+// The testdata traces are what writeTrace writes today: the timeline
+// package's format has not drifted from the one plot reads.
+func TestTestdataTraces(t *testing.T) {
+	for i, p := range writeTrace(t, t.TempDir()) {
+		got, err1 := os.ReadFile(p)
+		want, err2 := os.ReadFile(traces[i])
+		if err1 != nil || err2 != nil || string(got) != string(want) {
+			t.Errorf("%s differs from what timeline writes now (%v, %v); regenerate it with writeTrace", traces[i], err1, err2)
+		}
+	}
+}
+
 func TestTraceToPNG(t *testing.T) {
-	dir := t.TempDir()
-	paths := writeTrace(t, dir)
-	out := filepath.Join(dir, "t.png")
-	if err := run([]string{"-in", paths[0] + "," + paths[1], "-out", out, "-steps", "2"}, io.Discard); err != nil {
+	out := filepath.Join(t.TempDir(), "t.png")
+	if err := run([]string{"--in", strings.Join(traces, ","), "--out", out, "--steps", "2"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
+	img := decodePNG(t, out, 1000, 300)
 	for _, name := range []string{"forward", "backward", "launch", "communication", "wait", "step"} {
-		if n := count(t, out, colorOf(name)); n < 50 {
+		if n := count(img, colorOf(name)); n < 50 {
 			t.Errorf("%d pixels of %s's colour; its bars are missing", n, name)
+		}
+	}
+}
+
+// The SVG has the title naming both ranks' files, the time axis's label
+// with its unit, every lane, and a legend entry for every event.
+func TestTraceToSVG(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.svg")
+	if err := run([]string{"--in", strings.Join(traces, ","), "--out", out, "--steps", "2"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	texts := svgTexts(t, out)
+	if m := missing(texts, "timeline: rank-0.json, rank-1.json (last 2 steps)", "time from the window's start (ms)",
+		"rank 0 step", "rank 1 compute", "rank 1 reducer",
+		"step", "forward", "backward", "launch", "communication", "wait"); len(m) > 0 {
+		t.Errorf("the SVG lacks %q; its texts are %q", m, texts)
+	}
+}
+
+func TestTraceTitle(t *testing.T) {
+	for _, c := range []struct {
+		paths []string
+		steps int
+		want  string
+	}{
+		{[]string{"trace/rank-0.json", "trace/rank-1.json"}, 3, "timeline: rank-0.json, rank-1.json (last 3 steps)"},
+		{[]string{"rank-0.json"}, 1, "timeline: rank-0.json (last step)"},
+		{[]string{"x.json"}, 0, "timeline: x.json (all events)"},
+		{[]string{"r0.json", "r1.json", "r2.json", "r3.json", "r4.json"}, 2, "timeline: r0.json … r4.json (5 ranks) (last 2 steps)"},
+	} {
+		if got := traceTitle(c.paths, c.steps); got != c.want {
+			t.Errorf("traceTitle(%q, %d) = %q, want %q", c.paths, c.steps, got, c.want)
 		}
 	}
 }
@@ -84,8 +200,7 @@ func TestTraceToPNG(t *testing.T) {
 // A trace cut short by a crash (no closing bracket) still plots.
 func TestTruncatedTrace(t *testing.T) {
 	dir := t.TempDir()
-	paths := writeTrace(t, dir)
-	b, err := os.ReadFile(paths[0])
+	b, err := os.ReadFile(traces[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,49 +208,75 @@ func TestTruncatedTrace(t *testing.T) {
 	if err := os.WriteFile(cut, b[:len(b)-3], 0o644); err != nil { // drops "\n]\n"
 		t.Fatal(err)
 	}
-	if err := run([]string{"-in", cut}, io.Discard); err != nil {
+	if err := run([]string{"--in", cut}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "cut.png")); err != nil {
-		t.Fatal(err)
+	decodePNG(t, filepath.Join(dir, "cut.png"), 1000, 200)
+}
+
+// allreduce.csv: a numeric first column, byte sizes: a line per op on a
+// log scale, labelled with units. ddpstep.csv: names, a bar chart.
+func TestCSV(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		in, y string
+		want  []string
+	}{
+		{"allreduce.csv", "busbw_GBps", []string{"allreduce.csv: busbw_GBps", "size (bytes), log scale", "busbw (GB/s)",
+			"allreduce", "broadcast", "4K", "1M", "64M"}},
+		{"ddpstep.csv", "", []string{"ddpstep.csv: value", "step_ms", "comm_ms", "12.5"}},
+	} {
+		base := filepath.Join(dir, strings.TrimSuffix(c.in, ".csv"))
+		for _, ext := range []string{".png", ".svg"} {
+			args := []string{"--in", filepath.Join("testdata", c.in), "--out", base + ext}
+			if c.y != "" {
+				args = append(args, "--y", c.y)
+			}
+			if err := run(args, io.Discard); err != nil {
+				t.Fatalf("%s: %v", c.in, err)
+			}
+		}
+		if n := count(decodePNG(t, base+".png", 800, 200), palette[0]); n < 100 {
+			t.Errorf("%s: %d pixels of the first series' colour", c.in, n)
+		}
+		texts := svgTexts(t, base+".svg")
+		if m := missing(texts, c.want...); len(m) > 0 {
+			t.Errorf("%s: the SVG lacks %q; its texts are %q", c.in, m, texts)
+		}
 	}
 }
 
-func TestCSVToPNG(t *testing.T) {
-	dir := t.TempDir()
-	cases := map[string]string{
-		// bench/allreduce: numeric x, a line chart on a log scale
-		"allreduce.csv": "bytes,time_us,algbw_GBps,busbw_GBps\n4096,15.3,0.267,0.267\n65536,28.1,2.331,2.331\n1048576,222.5,4.712,4.712\n",
-		// bench/ddpstep --format csv: names, a bar chart
-		"ddpstep.csv": "# ddpstep: a comment line\nmetric,value\nstep_ms,12.5\ncomm_ms,3.4\n",
-	}
-	for name, body := range cases {
-		in := filepath.Join(dir, name)
-		if err := os.WriteFile(in, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := run([]string{"-in", in}, io.Discard); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if n := count(t, in[:len(in)-4]+".png", seriesColor); n < 100 {
-			t.Errorf("%s: %d pixels of the series colour", name, n)
+func TestUnitLabel(t *testing.T) {
+	for col, want := range map[string]string{
+		"busbw_GBps": "busbw (GB/s)", "time_us": "time (µs)", "bytes": "size (bytes)", "grad_bytes": "grad (bytes)",
+		"step_ms": "step (ms)", "value": "value", "ratio_vs_allreduce": "ratio vs allreduce",
+	} {
+		if got := unitLabel(col); got != want {
+			t.Errorf("unitLabel(%q) = %q, want %q", col, got, want)
 		}
 	}
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{}, {"-in", "x.csv", "extra"}, {"-in", "a.json", "-steps", "0"}} {
+	for _, args := range [][]string{{}, {"--in", "x.csv", "extra"}, {"--in", "a.json", "--steps", "0"},
+		{"--in", traces[0], "--out", "x.pdf"}, {"--in", "testdata/allreduce.csv", "--y", "nope"}, {"--inn", "x.csv"}} {
 		if err := run(args, io.Discard); !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
 		}
 	}
-	if err := run([]string{"-in", filepath.Join(t.TempDir(), "missing.json")}, io.Discard); err == nil || errors.Is(err, cli.ErrUsage) {
+	if err := run([]string{"--in", filepath.Join(t.TempDir(), "missing.json")}, io.Discard); err == nil || errors.Is(err, cli.ErrUsage) {
 		t.Errorf("a missing input gave %v, want a plain error", err)
+	}
+	for _, arg := range []string{"-h", "--help"} {
+		var out strings.Builder
+		if err := run([]string{arg}, &out); cli.Code(err) != 0 || !strings.Contains(out.String(), "\n  --in string\n") {
+			t.Errorf("%s: %v (exit %d), usage:\n%s", arg, err, cli.Code(err), out.String())
+		}
 	}
 }
 
 func TestNiceStep(t *testing.T) {
-	for v, want := range map[float64]float64{0.13: 0.2, 1: 1, 3: 5, 7: 10, 42: 50} {
+	for v, want := range map[float64]float64{0.13: 0.2, 1: 1, 3: 5, 7: 10, 42: 50, 0: 1} {
 		if got := niceStep(v); got != want {
 			t.Errorf("niceStep(%v) = %v, want %v", v, got, want)
 		}

@@ -8,8 +8,14 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // event is one Chrome trace event, as timeline writes them.
@@ -29,12 +35,13 @@ type lane struct{ pid, tid int }
 
 // trace is the events of one or more files, with their lanes' names.
 type trace struct {
+	paths  []string
 	events []event
 	names  map[lane]string
 }
 
 func readTraces(paths []string) (*trace, error) {
-	t := &trace{names: map[lane]string{}}
+	t := &trace{paths: paths, names: map[lane]string{}}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -66,8 +73,9 @@ func readTraces(paths []string) (*trace, error) {
 }
 
 // window is the span of the last n "step" events of the lowest rank, or
-// of everything when there are no steps.
-func (t *trace) window(n int) (from, to float64) {
+// of everything when there are no steps; shown is how many steps it
+// holds (0 when there are none).
+func (t *trace) window(n int) (from, to float64, shown int) {
 	var steps []event
 	for _, e := range t.events {
 		if e.Name == "step" {
@@ -79,13 +87,13 @@ func (t *trace) window(n int) (from, to float64) {
 		for _, e := range t.events {
 			from, to = min(from, e.Ts), max(to, e.end())
 		}
-		return from, to
+		return from, to, 0
 	}
 	low := slices.MinFunc(steps, func(a, b event) int { return cmp.Compare(a.Pid, b.Pid) }).Pid
 	steps = slices.DeleteFunc(steps, func(e event) bool { return e.Pid != low })
 	slices.SortFunc(steps, func(a, b event) int { return cmp.Compare(a.Ts, b.Ts) })
-	first := steps[max(len(steps)-n, 0)]
-	return first.Ts, steps[len(steps)-1].end()
+	first := max(len(steps)-n, 0)
+	return steps[first].Ts, steps[len(steps)-1].end(), len(steps) - first
 }
 
 // colorOf gives the reducer's events fixed colours, others a hashed one.
@@ -112,32 +120,107 @@ func colorOf(name string) color.RGBA {
 	return color.RGBA{uint8(v), uint8(v >> 8), uint8(v >> 16), 255}
 }
 
-// Layout of the trace plot, in pixels.
+// Size of the timeline chart: its width, the height of one lane, and
+// what the title, the time axis and the margins take.
 const (
-	traceW     = 1600
-	labelW     = 190
-	rowH       = 22
-	barH       = 14
-	traceTop   = 40
-	axisH      = 40
-	legendH    = 30
-	tracePadR  = 20
-	tickTarget = 10
+	traceW    = 13 * vg.Inch
+	laneH     = 0.32 * vg.Inch
+	traceRest = 1.3 * vg.Inch
+	barFrac   = 0.64 // a bar's share of its lane's height
 )
 
-// plotTrace draws the lanes of the window as a Gantt chart.
-func plotTrace(t *trace, steps int, title string) *canvas {
-	from, to := t.window(steps)
+// legendOrder is the reducer's events in the order a step runs them;
+// other names follow, sorted.
+var legendOrder = []string{"step", "forward", "backward", "copy", "launch", "communication", "wait"}
+
+// bar is one event drawn in the window: from x0 to x1 ms, in row row
+// (0 at the top).
+type bar struct {
+	x0, x1 float64
+	row    int
+	color  color.Color
+}
+
+// gantt draws the lanes: a shaded band for every other lane, then the
+// events as bars. Rows run from the top: row r is at y = rows-1-r.
+type gantt struct {
+	bars []bar
+	rows int
+	span float64 // ms
+}
+
+func (g *gantt) DataRange() (xmin, xmax, ymin, ymax float64) {
+	return 0, g.span, -0.5, float64(g.rows) - 0.5
+}
+
+func (g *gantt) Plot(c draw.Canvas, p *plot.Plot) {
+	x, y := p.Transforms(&c)
+	rect := func(x0, x1, yc, h float64, col color.Color) {
+		r := vg.Rectangle{Min: vg.Point{X: x(x0), Y: y(yc - h/2)}, Max: vg.Point{X: x(x1), Y: y(yc + h/2)}}
+		if r.Max.X-r.Min.X < 0.75 { // a point at 96 dpi: the shortest events stay visible
+			r.Max.X = r.Min.X + 0.75
+		}
+		c.SetColor(col)
+		c.Fill(r.Path())
+	}
+	for r := 0; r < g.rows; r += 2 {
+		rect(0, g.span, float64(g.rows-1-r), 1, color.RGBA{246, 246, 246, 255})
+	}
+	for _, b := range g.bars {
+		rect(b.x0, b.x1, float64(g.rows-1-b.row), barFrac, b.color)
+	}
+}
+
+// plotTrace draws the lanes of the window as a Gantt chart: one row per
+// lane of each rank, time in ms from the window's start, a legend of
+// the events' colours. An empty title is traceTitle's.
+func plotTrace(t *trace, steps int, title string) *chart {
+	from, to, shown := t.window(steps)
+	if title == "" {
+		title = traceTitle(t.paths, shown)
+	}
+	lanes, names := t.visible(from, to)
+	row := map[lane]int{}
+	labels := make([]string, len(lanes))
+	for i, l := range lanes {
+		row[l] = i
+		name := t.names[l]
+		if name == "" {
+			name = fmt.Sprintf("lane %d", l.tid)
+		}
+		labels[len(lanes)-1-i] = fmt.Sprintf("rank %d %s", l.pid, name) // NominalY counts from the bottom
+	}
+	g := &gantt{rows: len(lanes), span: max((to-from)/1000, 1e-3)}
+	for _, e := range t.events {
+		if r, ok := row[lane{e.Pid, e.Tid}]; ok && e.end() >= from && e.Ts <= to {
+			g.bars = append(g.bars, bar{(max(e.Ts, from) - from) / 1000, (min(e.end(), to) - from) / 1000, r, colorOf(e.Name)})
+		}
+	}
+	c := newChart(title, traceW, max(vg.Length(len(lanes))*laneH, vg.Length(len(names))*0.25*vg.Inch)+traceRest)
+	c.p.Add(g)
+	grid := plotter.NewGrid()
+	grid.Horizontal.Color = nil
+	c.p.Add(grid)
+	c.p.NominalY(labels...)
+	c.p.X.Label.Text = "time from the window's start (ms)"
+	c.p.X.Min, c.p.X.Max = 0, g.span
+	c.p.X.Tick.Marker = niceTicks(10)
+	for _, n := range names {
+		c.legend.Add(n, swatch{colorOf(n)})
+	}
+	return c
+}
+
+// visible returns the lanes with an event in [from, to], by rank and
+// lane, and the names of those events, in legendOrder.
+func (t *trace) visible(from, to float64) ([]lane, []string) {
 	var lanes []lane
-	seen := map[lane]bool{}
 	var names []string
 	for _, e := range t.events {
 		if e.end() < from || e.Ts > to {
 			continue
 		}
-		l := lane{e.Pid, e.Tid}
-		if !seen[l] {
-			seen[l] = true
+		if l := (lane{e.Pid, e.Tid}); !slices.Contains(lanes, l) {
 			lanes = append(lanes, l)
 		}
 		if !slices.Contains(names, e.Name) {
@@ -145,68 +228,40 @@ func plotTrace(t *trace, steps int, title string) *canvas {
 		}
 	}
 	slices.SortFunc(lanes, func(a, b lane) int { return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.tid, b.tid)) })
-	row := map[lane]int{}
-	for i, l := range lanes {
-		row[l] = i
-	}
-	h := traceTop + len(lanes)*rowH + axisH + legendH
-	c := newCanvas(traceW, h)
-	c.text(10, 10, title, 2, black)
-	plotW := traceW - labelW - tracePadR
-	x := func(ts float64) int { return labelW + int(math.Round((ts-from)/(to-from)*float64(plotW))) }
-	for i, l := range lanes {
-		y := traceTop + i*rowH
-		if i%2 == 0 {
-			c.fill(labelW, y, traceW-tracePadR, y+rowH, color.RGBA{248, 248, 248, 255})
+	rank := func(n string) int {
+		if i := slices.Index(legendOrder, n); i >= 0 {
+			return i
 		}
-		name := t.names[l]
-		if name == "" {
-			name = fmt.Sprintf("lane %d", l.tid)
-		}
-		c.text(8, y+(rowH-glyphH)/2, fmt.Sprintf("rank %d %s", l.pid, name), 1, black)
+		return len(legendOrder)
 	}
-	for _, e := range t.events {
-		r, ok := row[lane{e.Pid, e.Tid}]
-		if !ok || e.end() < from || e.Ts > to {
-			continue
-		}
-		y := traceTop + r*rowH + (rowH-barH)/2
-		x0, x1 := x(max(e.Ts, from)), x(min(e.end(), to))
-		c.fill(x0, y, max(x1, x0+1), y+barH, colorOf(e.Name))
-	}
-	axisY := traceTop + len(lanes)*rowH
-	c.fill(labelW, axisY, traceW-tracePadR, axisY+1, black)
-	span := (to - from) / 1000 // ms
-	step := niceStep(span / tickTarget)
-	for v := 0.0; v <= span+1e-9; v += step {
-		px := x(from + v*1000)
-		c.fill(px, axisY, px+1, axisY+5, black)
-		c.text(px-textWidth(formatTick(v))/2, axisY+8, formatTick(v), 1, dark)
-	}
-	c.text(traceW-tracePadR-textWidth("ms"), axisY+22, "ms", 1, dark)
-	lx := labelW
-	for _, n := range names {
-		c.fill(lx, h-legendH+6, lx+14, h-legendH+20, colorOf(n))
-		c.text(lx+18, h-legendH+9, n, 1, black)
-		lx += 18 + textWidth(n) + 16
-	}
-	return c
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a, b)) })
+	return lanes, names
 }
 
-// niceStep rounds v up to 1, 2 or 5 times a power of ten.
-func niceStep(v float64) float64 {
-	if v <= 0 {
-		return 1
+// traceTitle names the inputs and the window: "timeline: rank-0.json,
+// rank-1.json (last 3 steps)", steps being how many the window holds (0:
+// the trace has none). Many ranks are shortened to the first and the
+// last.
+func traceTitle(paths []string, steps int) string {
+	names := make([]string, len(paths))
+	for i, p := range paths {
+		names[i] = filepath.Base(p)
 	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= v {
-			return m * p
-		}
+	list := strings.Join(names, ", ")
+	if len(names) > 4 {
+		list = fmt.Sprintf("%s … %s (%d ranks)", names[0], names[len(names)-1], len(names))
 	}
-	return 10 * p
+	switch {
+	case steps == 0:
+		return fmt.Sprintf("timeline: %s (all events)", list)
+	case steps == 1:
+		return fmt.Sprintf("timeline: %s (last step)", list)
+	}
+	return fmt.Sprintf("timeline: %s (last %d steps)", list, steps)
 }
 
+// formatTick prints v with at most three decimals and no trailing
+// zeros.
 func formatTick(v float64) string {
 	s := fmt.Sprintf("%.3f", v)
 	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")

@@ -84,8 +84,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("ddp-train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("ddp-train", stderr)
 	var info infoFlags // --help's synopsis, --version (usage.go)
 	info.register(fs)
 	var hidden string
@@ -136,7 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
 	c.elastic.register(fs)
 	c.limits.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil { // a typo: one line and a hint, not the usage
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
 		}

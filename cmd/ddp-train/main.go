@@ -29,11 +29,11 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/env"
 )
@@ -86,12 +86,13 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	return report(stderr, intr.interrupted(err))
 }
 
-// report prints err as one line and picks the exit code.
+// report prints err as one line (and a flag mistake's hint as a second)
+// and picks the exit code.
 func report(stderr io.Writer, err error) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "ddp-train:", err)
+	cli.Report(stderr, "ddp-train", err)
 	var in *launch.Interrupted
 	var div *divergedError
 	switch {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/internal/wiring/cli"
 )
 
 // synopsis is what --help prints before the flags.
@@ -47,7 +48,7 @@ func (f *infoFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.version, "version", false, "print ddp-train's version (module version, VCS revision) and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), synopsis)
-		fs.PrintDefaults()
+		cli.PrintDefaults(fs) // --flag, as the README writes them
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,8 +15,8 @@ func TestHelpAndVersion(t *testing.T) {
 	for _, flag := range []string{"--help", "-h"} {
 		r := ddpTrain(t, flag)
 		usage, desc, ex, flags := strings.Index(r.stderr, "Usage: ddp-train [flags]"), strings.Index(r.stderr, "data-parallel"),
-			strings.Index(r.stderr, "Examples:\n  ddp-train"), strings.Index(r.stderr, "  -activation string")
-		if r.code != 0 || usage != 0 || !(usage < desc && desc < ex && ex < flags) || !strings.Contains(r.stderr, "-version") {
+			strings.Index(r.stderr, "Examples:\n  ddp-train"), strings.Index(r.stderr, "  --activation string")
+		if r.code != 0 || usage != 0 || !(usage < desc && desc < ex && ex < flags) || !strings.Contains(r.stderr, "\n  --version\n") || strings.Contains(r.stderr, "\n  -v") {
 			t.Errorf("%s: exit %d, synopsis at %d, description %d, examples %d, flags %d:\n%s", flag, r.code, usage, desc, ex, flags, r.stderr)
 		}
 	}
@@ -26,6 +27,33 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 	if r := ddpTrain(t, "--version", "--no-such-flag"); r.code != 2 {
 		t.Errorf("--version with an unknown flag: exit %d, want 2", r.code)
+	}
+}
+
+// A flag typo prints one line naming it and one hint (a near flag, where
+// the usage is), not the usage, and exits 2.
+func TestFlagTypo(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--lerning-rate", "0.1"}, []string{
+			"ddp-train: flag provided but not defined: --lerning-rate",
+			"Did you mean --lr? Run 'ddp-train --help' for usage."}},
+		{[]string{"--step", "3"}, []string{
+			"ddp-train: flag provided but not defined: --step",
+			"Did you mean --steps? Run 'ddp-train --help' for usage."}},
+		{[]string{"--lr", "fast"}, []string{
+			`ddp-train: invalid value "fast" for flag --lr: parse error`,
+			"Run 'ddp-train --help' for usage."}},
+		{[]string{"--zzzzzz"}, []string{
+			"ddp-train: flag provided but not defined: --zzzzzz",
+			"Run 'ddp-train --help' for usage."}},
+	} {
+		r := ddpTrain(t, c.args...)
+		if got := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); r.code != 2 || r.stdout != "" || !slices.Equal(got, c.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", c.args, r.code, r.stdout, r.stderr, strings.Join(c.want, "\n"))
+		}
 	}
 }
 

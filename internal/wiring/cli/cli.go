@@ -38,20 +38,26 @@ func Code(err error) int {
 }
 
 // Main calls run with the program's arguments and standard streams,
-// prints its error after the program's name, and exits with Code.
+// prints its error after the program's name (Report), and exits with
+// Code.
 func Main(name string, run func(args []string, stdout, stderr io.Writer) error) {
 	err := run(os.Args[1:], os.Stdout, os.Stderr)
 	if Code(err) != 0 {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		Report(os.Stderr, name, err)
 	}
 	os.Exit(Code(err))
 }
 
 // FlagSet is a flag set that returns its errors (for Usage) instead of
-// exiting, and prints its messages and usage to stderr.
+// exiting, and prints its usage to stderr: "Usage: NAME [flags]" and the
+// flags in --flag form (PrintDefaults). Parse it with Parse.
 func FlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nFlags:\n", name)
+		PrintDefaults(fs)
+	}
 	return fs
 }
 
