@@ -240,9 +240,7 @@ func (t *trainer) run(ctx context.Context) error {
 			}
 		}
 		if sig != 0 && step+1 < total {
-			if prog.tty {
-				fmt.Fprintln(t.stderr) // end the progress bar's line
-			}
+			prog.end() // the bar's line
 			return t.stopAt(ctx, s, step+1, sig, saved)
 		}
 	}

@@ -67,6 +67,10 @@ type Elastic struct {
 	Retry func(*WorkerError) bool
 	// Logger logs each restart; nil logs nothing.
 	Logger *zap.Logger
+	// Env and ExtraFiles are added to every attempt's Spec by
+	// SelfElastic (RunElastic's newSpec builds its own).
+	Env        []string
+	ExtraFiles []*os.File
 }
 
 // backoff is the wait before restart k (1 for the first).
@@ -175,6 +179,7 @@ func SelfElastic(ctx context.Context, n int, args []string, marker string, stdou
 			"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(attempt),
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
-		return Spec{N: n, Path: self, Args: args, Env: env, Stdout: stdout, Stderr: stderr}, nil
+		env = append(env, e.Env...)
+		return Spec{N: n, Path: self, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles}, nil
 	})
 }
