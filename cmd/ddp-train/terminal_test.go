@@ -6,16 +6,19 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"golang.org/x/sys/unix"
 )
 
-// onPTY runs ddp-train with its stderr on a pseudo-terminal 100 columns
-// wide, and returns what the terminal received.
-func onPTY(t *testing.T, args ...string) (code int, raw string) {
+// onPTY runs ddp-train with env and its stderr on a pseudo-terminal 100
+// columns wide, and returns what the terminal received.
+func onPTY(t *testing.T, env []string, args ...string) (code int, raw string) {
 	t.Helper()
 	ptmx, pts := openPTY(t)
 	if err := unix.IoctlSetWinsize(int(pts.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: 100}); err != nil {
@@ -26,7 +29,7 @@ func onPTY(t *testing.T, args ...string) (code int, raw string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, pts
 	if err := cmd.Start(); err != nil {
@@ -97,15 +100,27 @@ var (
 	barRE      = regexp.MustCompile(`^\[[= ]+\] `)
 )
 
-// On a terminal, the launcher (every backend) draws one bar, redrawn in
-// place with "\r", with no figures before they are measured; every log
-// line starts in column 0, after the bar's line has been cleared, and no
-// line of the screen holds both a log line and a piece of the bar.
+// On a terminal, ddp-train draws one bar, redrawn in place with "\r", with
+// no figures before they are measured; every log line starts in column 0,
+// after the bar's line has been cleared, and no line of the screen holds
+// both a log line and a piece of the bar. Its own launcher draws the bar
+// of its workers (tcp); --backend local draws its rank 0's; so does a
+// worker under an external launcher whose stderr is a terminal.
 func TestTerminalBar(t *testing.T) {
 	common := []string{"--hidden", "16", "--samples", "512", "--batch-size", "16", "--timeout", "30s", "--steps", "60", "--log-every", "20"}
-	for _, backend := range []string{"tcp", "local"} {
-		t.Run(backend, func(t *testing.T) {
-			code, raw := onPTY(t, append(common, "--backend", backend)...)
+	port, err := launch.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	torchrun := cleanEnv("RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=1", "LOCAL_WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1",
+		"MASTER_PORT="+strconv.Itoa(port), "GODDP_SECRET=00112233445566778899aabbccddeeff")
+	for name, env := range map[string][]string{"tcp": cleanEnv(), "local": cleanEnv(), "torchrun": torchrun} {
+		t.Run(name, func(t *testing.T) {
+			backend := map[string]string{"local": "local"}[name]
+			if backend == "" {
+				backend = "tcp"
+			}
+			code, raw := onPTY(t, env, append(common, "--backend", backend)...)
 			if code != 0 {
 				t.Fatalf("exit %d\n%q", code, raw)
 			}
@@ -149,7 +164,7 @@ func checkBar(t *testing.T, raw string) {
 			bars++
 		}
 	}
-	if bars != 1 || !strings.Contains(strings.Join(lines, "\n"), " 60/60 loss ") || logs < 2 {
+	if bars != 1 || !strings.Contains(strings.Join(lines, "\n"), " 60/60 loss ") || logs < 1 {
 		t.Errorf("the screen holds %d bars (want 1, at 60/60) and %d log lines:\n%s", bars, logs, strings.Join(lines, "\n"))
 	}
 }
@@ -184,5 +199,48 @@ func TestLogLevelDebugShowsRuntimeStats(t *testing.T) {
 	}
 	if r := ddpTrain(t, args("--log-level", "loud")...); r.code != 2 || !strings.Contains(r.stderr, "--log-level") {
 		t.Errorf("--log-level loud: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// The console holds the start of a line until its end comes, prints whole
+// lines above the bar (clearing the bar's line first, drawing it again
+// after), and once the bar has ended prints lines as they are.
+func TestConsoleWritesAboveTheBar(t *testing.T) {
+	var b strings.Builder
+	c := &console{w: &b, width: func() int { return 70 }, began: time.Now(), stop: make(chan struct{})}
+	c.show(progressReport{Step: 1, Total: 10, LogEvery: 5})
+	c.Write([]byte("half "))
+	if strings.Contains(b.String(), "half") {
+		t.Errorf("the start of a line was printed over the bar: %q", b.String())
+	}
+	c.Write([]byte("a line\nand "))
+	c.show(progressReport{Step: 5, Total: 10, LogEvery: 5, Measured: true, Figures: figures{Loss: 1, Accuracy: 0.5}})
+	c.Write([]byte("more\n"))
+	c.end()
+	c.Write([]byte("after\nunended"))
+	c.close()
+	got := screen(b.String())
+	want := []string{"half a line", "and more", barLine(5, 10, figures{Loss: 1, Accuracy: 0.5}, 70), "after", "unended"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the screen:\n%s\nwant:\n%s\n(raw %q)", strings.Join(got, "\n"), strings.Join(want, "\n"), b.String())
+	}
+}
+
+// Before the first figures the bar says how far and how long, and when
+// the figures come; it fits the terminal as barLine does.
+func TestWaitLine(t *testing.T) {
+	for _, cols := range []int{0, 1, 20, 80, 300} {
+		for _, r := range []progressReport{{}, {Step: 7, Total: 100, LogEvery: 50}} {
+			line := waitLine(r, 1500*time.Millisecond, cols)
+			if len(line) > max(cols-1, 0) {
+				t.Errorf("%d columns: %q", cols, line)
+			}
+			if cols == 80 && r.Total == 0 && !strings.HasSuffix(line, "] starting... 2s") {
+				t.Errorf("before the first step: %q", line)
+			}
+			if cols == 80 && r.Total > 0 && !strings.HasSuffix(line, "] 7/100 1.5s, figures at step 50") {
+				t.Errorf("before the first figures: %q", line)
+			}
+		}
 	}
 }
