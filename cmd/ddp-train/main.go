@@ -60,7 +60,8 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	defer intr.close()
 	c.intr = intr
 	c.bar = sinkFor(c, con, lookup) // relay.go
-	if c.backend == "mpi" {         // mpi.go: MPI knows the ranks; no environment, store or launcher
+
+	if c.backend == "mpi" { // mpi.go: MPI knows the ranks; no environment, store or launcher
 		return report(stderr, intr.interrupted(runMPI(ctx, c, stdout, stderr)))
 	}
 

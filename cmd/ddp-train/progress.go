@@ -36,13 +36,14 @@ type figures struct {
 	CommFraction  float64 `json:"comm_fraction"`
 }
 
-func newProgress(t *trainer, total int) *progress {
+// newProgress starts counting at step start (a resumed run's).
+func newProgress(t *trainer, start, total int) *progress {
 	p := &progress{t: t, total: total, winStart: time.Now()}
 	if t.out != io.Discard {
 		p.sink = t.c.bar
 	}
 	if p.sink != nil && p.total > 0 {
-		p.bar(0) // the steps are counted from here
+		p.bar(start) // the figures are timed from here
 	}
 	return p
 }

@@ -194,7 +194,9 @@ func (c *console) line() string {
 func waitLine(r progressReport, elapsed time.Duration, cols int) string {
 	text := fmt.Sprintf(" starting... %s", elapsed.Round(time.Second))
 	if r.Total > 0 {
-		text = fmt.Sprintf(" %d/%d %s, figures at step %d", r.Step, r.Total, elapsed.Round(100*time.Millisecond), min(r.LogEvery, r.Total))
+		every := max(r.LogEvery, 1)
+		next := min((r.Step/every+1)*every, r.Total) // a resumed run's first window ends here
+		text = fmt.Sprintf(" %d/%d %s, figures at step %d", r.Step, r.Total, elapsed.Round(100*time.Millisecond), next)
 	}
 	width := min(max(cols-1-len(text)-2, 10), 50)
 	done := width * min(r.Step, max(r.Total, 1)) / max(r.Total, 1)

@@ -230,7 +230,7 @@ func TestConsoleWritesAboveTheBar(t *testing.T) {
 // the figures come; it fits the terminal as barLine does.
 func TestWaitLine(t *testing.T) {
 	for _, cols := range []int{0, 1, 20, 80, 300} {
-		for _, r := range []progressReport{{}, {Step: 7, Total: 100, LogEvery: 50}} {
+		for _, r := range []progressReport{{}, {Step: 7, Total: 100, LogEvery: 50}, {Step: 57, Total: 100, LogEvery: 50}} {
 			line := waitLine(r, 1500*time.Millisecond, cols)
 			if len(line) > max(cols-1, 0) {
 				t.Errorf("%d columns: %q", cols, line)
@@ -238,8 +238,8 @@ func TestWaitLine(t *testing.T) {
 			if cols == 80 && r.Total == 0 && !strings.HasSuffix(line, "] starting... 2s") {
 				t.Errorf("before the first step: %q", line)
 			}
-			if cols == 80 && r.Total > 0 && !strings.HasSuffix(line, "] 7/100 1.5s, figures at step 50") {
-				t.Errorf("before the first figures: %q", line)
+			if want := map[int]string{7: "] 7/100 1.5s, figures at step 50", 57: "] 57/100 1.5s, figures at step 100"}[r.Step]; cols == 80 && r.Total > 0 && !strings.HasSuffix(line, want) {
+				t.Errorf("before the first figures (a resumed run's at step 57): %q, want ...%q", line, want)
 			}
 		}
 	}
