@@ -98,7 +98,10 @@ func (l *Logger) SetRebuilt(sizes []int, perBucket [][]int, readyOrder []int) {
 }
 
 // Record updates the runtime data with one sampled iteration and logs it
-// ("DDP runtime stats"): c10d's set_runtime_stats_and_log.
+// ("DDP runtime stats") at the debug level: c10d's
+// set_runtime_stats_and_log, which prints it only under
+// TORCH_DISTRIBUTED_DEBUG=DETAIL. At info, a short job's eleven samples
+// per rank would bury everything else; Data keeps the record either way.
 func (l *Logger) Record(s Sample) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -116,7 +119,7 @@ func (l *Logger) Record(s Sample) {
 	r.ForwardComputeStart, r.BackwardComputeStart, r.BackwardCommStart = s.ForwardStart, s.BackwardComputeStart, s.BackwardCommStart
 	r.BackwardComputeEnd, r.BackwardCommEnd = s.BackwardComputeEnd, s.BackwardCommEnd
 	snapshot := l.data.clone() // a core may encode the fields later
-	l.zl.Info("DDP runtime stats", zap.Int("rank", l.data.Rank), zap.String("comm_hook", l.data.CommHook), zap.Inline(&snapshot.Runtime))
+	l.zl.Debug("DDP runtime stats", zap.Int("rank", l.data.Rank), zap.String("comm_hook", l.data.CommHook), zap.Inline(&snapshot.Runtime))
 }
 
 // average is c10d's calculate_avg_time: the duration from start to end,

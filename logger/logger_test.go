@@ -22,7 +22,7 @@ func Example() {
 	}
 	// Output:
 	// {"level":"info","msg":"DDP initialized","world_size":2,"rank":0,"backend_name":"tcp","num_parameter_tensors":2,"total_parameter_size_bytes":40,"dtypes":["float32"],"bucket_cap_bytes":26214400,"first_bucket_bytes":1048576,"bucket_sizes":[40],"comm_hook":"allreduce","find_unused_parameters":false,"static_graph":false,"gradient_as_bucket_view":false}
-	// {"level":"info","msg":"DDP runtime stats","rank":0,"comm_hook":"allreduce","iteration":1,"samples":1,"unused_parameter_size":0,"has_rebuilt_buckets":false,"forward_compute_time":"300µs","avg_forward_compute_time":"300µs","backward_compute_time":"600µs","avg_backward_compute_time":"600µs","backward_comm_time":"600µs","avg_backward_comm_time":"600µs","backward_compute_comm_overlap_time":"400µs","avg_backward_compute_comm_overlap_time":"400µs","last_bucket_wait_time":"150µs","avg_last_bucket_wait_time":"150µs"}
+	// {"level":"debug","msg":"DDP runtime stats","rank":0,"comm_hook":"allreduce","iteration":1,"samples":1,"unused_parameter_size":0,"has_rebuilt_buckets":false,"forward_compute_time":"300µs","avg_forward_compute_time":"300µs","backward_compute_time":"600µs","avg_backward_compute_time":"600µs","backward_comm_time":"600µs","avg_backward_comm_time":"600µs","backward_compute_comm_overlap_time":"400µs","avg_backward_compute_comm_overlap_time":"400µs","last_bucket_wait_time":"150µs","avg_last_bucket_wait_time":"150µs"}
 }
 
 func TestShouldSample(t *testing.T) {
@@ -59,7 +59,7 @@ func TestSetSampleRate(t *testing.T) {
 // Averages follow c10d: avg = (d + avg*(n-1)) / n in integer
 // nanoseconds; a missing interval reads zero and leaves its average.
 func TestAverages(t *testing.T) {
-	core, logs := observer.New(zap.InfoLevel)
+	core, logs := observer.New(zap.DebugLevel)
 	l := logger.New(zap.New(core), logger.Construction{Rank: 3})
 	t0 := time.Unix(0, 0)
 	ns := func(v int) time.Time { return t0.Add(time.Duration(v)) }

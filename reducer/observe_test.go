@@ -238,7 +238,7 @@ func TestStragglerShowsInLastBucketWait(t *testing.T) {
 // at 1 to 10, each logged once; the record holds the rebuild and the
 // ready order.
 func TestLoggingDataIsSampled(t *testing.T) {
-	core, logs := zapobserver.New(zap.InfoLevel)
+	core, logs := zapobserver.New(zap.DebugLevel) // the runtime lines are debug
 	r := newObserved(t, 1, func(int) Options { return Options{Logger: zap.New(core), BucketCapBytes: 256, FirstBucketBytes: 64} })[0]
 	scripted(t, []*Reducer{r}, 12, nil)
 

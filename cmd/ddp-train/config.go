@@ -64,7 +64,9 @@ type config struct {
 	resume               bool
 
 	logFormat   string
+	logLevel    string
 	logEvery    int
+	bar         progressSink // where rank 0's bar goes; nil: "train" lines (set by run, not a flag; terminal.go)
 	summary     string
 	metricsAddr string
 	listenAddr  string
@@ -128,7 +130,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.resumeAllow, "resume-allow-changes", "", "with --resume, settings the run may change from the checkpoint's, comma-separated (world_size, seed, batch_size, grad_accum, optimizer, lr, comm_hook, powersgd_start_iter, model, shuffle, data); any other change is refused")
 	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a damaged checkpoint exits 2 naming the file)")
 	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
-	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (debug adds the reducer's sampled per-step statistics, \"DDP runtime stats\")")
+	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal; on one, the bar's figures are renewed every N steps")
 	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i)")
 	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
@@ -194,6 +197,8 @@ func (c config) validateRun() error {
 		return usagef("--dtype %q: want float32 or float64", c.dtype)
 	case c.logFormat != "console" && c.logFormat != "json":
 		return usagef("--log-format %q: want console or json", c.logFormat)
+	case !slices.Contains([]string{"debug", "info", "warn", "error"}, c.logLevel):
+		return usagef("--log-level %q: want debug, info, warn or error", c.logLevel)
 	case (c.data == "") != (c.labels == ""):
 		return usagef("--data and --labels go together")
 	}

@@ -47,6 +47,8 @@ func main() {
 
 // run is ddp-train; it returns the exit code.
 func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	stderr, con := attachConsole(stderr) // terminal.go: Note [one writer owns the terminal]
+	defer con.close()
 	c, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -57,6 +59,8 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	ctx, intr := watchSignals(context.Background()) // elastic.go, Note [preemption]
 	defer intr.close()
 	c.intr = intr
+	c.bar = sinkFor(c, con, lookup) // relay.go
+
 	if len(c.command) > 0 { // Note [launching a program]
 		return report(stderr, intr.interrupted(runProgram(ctx, c, lookup, stdout, stderr)))
 	}
@@ -131,6 +135,11 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 	if c.maxRestarts > 0 && c.checkpointDir == "" {
 		logger.Warn("--max-restarts without --checkpoint: a restarted job starts again from step 0")
 	}
+	bar, err := startRelay(c.bar) // relay.go: the job's bar, from rank 0's reports
+	if err != nil {
+		return err
+	}
+	defer bar.close()
 	err = launch.SelfElastic(ctx, c.nproc, args, workerEnv+"=1", stdout, stderr, launch.Elastic{
 		MaxRestarts: c.maxRestarts,
 		Backoff:     c.restartBackoff,
@@ -140,7 +149,9 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 			code := exitCode(rootCause(we).Err) // Note [first is not the cause]
 			return code != 2 && code != exitDiverged
 		},
-		Logger: logger,
+		Logger:     logger,
+		Env:        bar.env(),
+		ExtraFiles: bar.files(),
 	})
 	return launcherError(err, c) // elastic.go
 }

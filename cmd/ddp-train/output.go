@@ -31,7 +31,11 @@ func newLogger(c config, stderr io.Writer) (*zap.Logger, error) {
 	if c.logFormat == "json" {
 		e = zapcore.NewJSONEncoder(enc)
 	}
-	core := zapcore.NewCore(e, zapcore.AddSync(stderr), zapcore.InfoLevel)
+	level, err := zapcore.ParseLevel(c.logLevel)
+	if err != nil {
+		return nil, usagef("--log-level %q: %v", c.logLevel, err)
+	}
+	core := zapcore.NewCore(e, zapcore.AddSync(stderr), level)
 	return zap.New(core), nil
 }
 

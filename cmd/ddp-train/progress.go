@@ -12,34 +12,40 @@ import (
 	"golang.org/x/term"
 )
 
-// progress reports training on rank 0: a bar on a terminal, otherwise a
-// log line every --log-every steps. Every rank calls add, because the
-// numbers shown are averaged over ranks with a small allreduce at each
-// figures, issued by every rank at the same steps.
+// progress reports training on rank 0: a bar on a terminal (Note [one
+// writer owns the terminal]), otherwise a log line every --log-every
+// steps. Every rank calls add, because the numbers shown are averaged over
+// ranks with a small allreduce at each figures, issued by every rank at
+// the same steps.
 type progress struct {
 	t        *trainer
 	total    int
-	tty      bool
-	width    func() int // the terminal's columns, asked at every redraw (it may be resized)
-	win      stats      // since the last figures
-	skipped  int        // steps skipped by --on-nonfinite skip, in the whole run
+	sink     progressSink // rank 0's bar; nil: log lines
+	win      stats        // since the last figures
+	skipped  int          // steps skipped by --on-nonfinite skip, in the whole run
 	winStart time.Time
-	began    time.Time
 	last     figures
+	measured bool // last holds figures: a bar shows none before
 }
 
 // figures is one set of figures averaged over ranks.
 type figures struct {
-	Loss, Accuracy, SamplesPerSec, CommFraction float64
+	Loss          float64 `json:"loss"`
+	Accuracy      float64 `json:"accuracy"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	CommFraction  float64 `json:"comm_fraction"`
 }
 
-func newProgress(t *trainer, total int) *progress {
-	tty, width := false, func() int { return defaultColumns }
-	if t.out != io.Discard && t.c.logFormat == "console" {
-		tty, width = terminal(t.stderr)
+// newProgress starts counting at step start (a resumed run's).
+func newProgress(t *trainer, start, total int) *progress {
+	p := &progress{t: t, total: total, winStart: time.Now()}
+	if t.out != io.Discard {
+		p.sink = t.c.bar
 	}
-	now := time.Now()
-	return &progress{t: t, total: total, tty: tty, width: width, winStart: now, began: now}
+	if p.sink != nil && p.total > 0 {
+		p.bar(start) // the figures are timed from here
+	}
+	return p
 }
 
 // defaultColumns is the width assumed when the terminal does not say.
@@ -72,20 +78,18 @@ func (p *progress) add(ctx context.Context, step int, st stats) error {
 	p.win.steps++
 	p.t.metrics.addSamples(st.samples, st.skipped)
 	if step%p.t.c.logEvery != 0 && step != p.total {
-		if p.tty {
-			p.bar(step, p.last)
-		}
+		p.bar(step)
 		return nil
 	}
 	r, err := p.reduce(ctx)
 	if err != nil {
 		return err
 	}
-	p.last = r
+	p.last, p.measured = r, true
 	switch {
 	case p.t.out == io.Discard: // only rank 0 reports
-	case p.tty:
-		p.bar(step, r)
+	case p.sink != nil:
+		p.bar(step)
 	default:
 		p.t.log.Info("train", zap.Int("step", step), zap.Int("steps", p.total), zap.Float64("loss", r.Loss),
 			zap.Float64("accuracy", r.Accuracy), zap.Float64("samples_per_sec", r.SamplesPerSec),
@@ -114,10 +118,17 @@ func (p *progress) reduce(ctx context.Context) (figures, error) {
 	return r, nil
 }
 
-func (p *progress) bar(step int, r figures) {
-	fmt.Fprint(p.t.stderr, "\r"+barLine(step, p.total, r, p.width()))
-	if step == p.total {
-		fmt.Fprintln(p.t.stderr)
+// bar shows step on the bar, with the last figures once there are some.
+func (p *progress) bar(step int) {
+	if p.sink != nil {
+		p.sink.show(progressReport{Step: step, Total: p.total, Measured: p.measured, Figures: p.last, LogEvery: p.t.c.logEvery})
+	}
+}
+
+// end leaves the bar of a run stopped before its last step on the screen.
+func (p *progress) end() {
+	if p.sink != nil {
+		p.sink.end()
 	}
 }
 
@@ -131,11 +142,7 @@ func barLine(step, total int, r figures, cols int) string {
 		step, total, r.Loss, 100*r.Accuracy, r.SamplesPerSec, 100*r.CommFraction)
 	width := min(max(cols-1-len(text)-2, 10), 50)
 	done := width * min(step, total) / max(total, 1)
-	line := "[" + strings.Repeat("=", done) + strings.Repeat(" ", width-done) + "]" + text
-	if len(line) > cols-1 {
-		line = line[:max(cols-1, 0)]
-	}
-	return line
+	return cutTo("["+strings.Repeat("=", done)+strings.Repeat(" ", width-done)+"]"+text, cols)
 }
 
 // finish returns the last figures, taking one if no step ran.

@@ -205,7 +205,7 @@ func (t *trainer) run(ctx context.Context) error {
 	if s.start >= total && t.g.Rank() == 0 { // Note [resume that cannot lie]
 		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs", zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
 	}
-	prog := newProgress(t, total)
+	prog := newProgress(t, s.start, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
 	began := time.Now()
 	t.c.intr.arm() // a signal now stops after the current step (elastic.go)
@@ -240,9 +240,7 @@ func (t *trainer) run(ctx context.Context) error {
 			}
 		}
 		if sig != 0 && step+1 < total {
-			if prog.tty {
-				fmt.Fprintln(t.stderr) // end the progress bar's line
-			}
+			prog.end() // the bar's line
 			return t.stopAt(ctx, s, step+1, sig, saved)
 		}
 	}

@@ -69,6 +69,10 @@ type Elastic struct {
 	Logger *zap.Logger
 	// EveryStdout is each attempt's Spec.EveryStdout.
 	EveryStdout bool
+	// Env and ExtraFiles are added to every attempt's Spec by
+	// SelfElastic and ProgramElastic (RunElastic's newSpec builds its own).
+	Env        []string
+	ExtraFiles []*os.File
 }
 
 // backoff is the wait before restart k (1 for the first).
@@ -186,6 +190,7 @@ func ProgramElastic(ctx context.Context, n int, path string, args, extra []strin
 			"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(attempt),
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
-		return Spec{N: n, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, EveryStdout: e.EveryStdout}, nil
+		env = append(env, e.Env...)
+		return Spec{N: n, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout}, nil
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -37,6 +38,10 @@ type Spec struct {
 	// Grace is how long a stopped worker gets between SIGTERM (or the
 	// signal Run forwards) and SIGKILL.
 	Grace time.Duration
+	// ExtraFiles are open files every worker inherits, as file
+	// descriptors 3, 4, ... (exec.Cmd.ExtraFiles): ddp-train's workers
+	// send their progress to the launcher through one.
+	ExtraFiles []*os.File
 	// Settle is how long, after the first worker fails, the others get
 	// to end on their own before they are stopped, so that the error
 	// holds every failure (WorkerError.Failures) and the caller can name
@@ -294,6 +299,7 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	cmd.Env = append(append([]string(nil), spec.Env...),
 		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
+	cmd.ExtraFiles = spec.ExtraFiles
 	switch {
 	case spec.Stdout != nil && spec.EveryStdout:
 		cmd.Stdout = &prefixWriter{mu: stderrMu, w: spec.Stdout, prefix: fmt.Sprintf("[rank %d] ", rank)}
