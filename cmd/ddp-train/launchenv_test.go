@@ -19,7 +19,7 @@ import (
 // launcherPrefixes name the variables of launchers (pg/env); a test
 // that plays a launcher starts from an environment without any of them.
 var launcherPrefixes = []string{"RANK=", "WORLD_SIZE=", "LOCAL_", "GROUP_RANK=", "ROLE_", "MASTER_", "TORCHELASTIC_",
-	"OMPI_", "SLURM_", "GODDP_SECRET=", workerEnv + "="}
+	"OMPI_", "SLURM_", "PET_", "JOB_COMPLETION_INDEX=", "GODDP_SECRET=", workerEnv + "="}
 
 func cleanEnv(extra ...string) []string {
 	var out []string
