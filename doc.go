@@ -2,7 +2,8 @@
 // data-parallel training, as PyTorch's DistributedDataParallel wraps a
 // module.
 //
-//	group, _ := tcp.New(ctx, ...)                  // or local, mpi, nccl (package pg)
+//	group, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{}) // the job the launcher started
+//	defer group.Close()
 //	d, err := ddp.Wrap(ctx, group, params, ddp.Options{})
 //	// build the forward graph with d.Node(i) wherever params[i] is used
 //	grads, err := d.Grad(cost)
@@ -12,6 +13,12 @@
 //		solver.Step(d.ValueGrads())
 //		vm.Reset()
 //	}
+//
+// InitProcessGroup is torch.distributed.init_process_group: it reads the
+// job from whichever launcher started the process (ddp-train, torchrun,
+// mpirun, srun, Kubernetes), meets the other ranks and returns a ready
+// process group (tcp, nccl or mpi). Any pg.ProcessGroup works with Wrap,
+// the in-process pg/local included.
 //
 // Wrap checks that every rank holds the same model, copies rank 0's
 // parameter values to every rank, and installs gradient-ready hooks
