@@ -106,6 +106,7 @@ func readOnlyCalls(r *Reducer) map[string]func() {
 		"ReadyOrder":     func() { r.ReadyOrder() },
 		"Accumulating":   func() { r.Accumulating() },
 		"LoggingData":    func() { r.LoggingData() },
+		"Progress":       func() { r.Progress() },
 	}
 }
 

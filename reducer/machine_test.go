@@ -304,3 +304,40 @@ func check(t *testing.T, trial int, plan [][]int, as []action, stored []bool, la
 		}
 	}
 }
+
+// Progress reads the machine: phase, marks and launches of the iteration.
+func TestProgress(t *testing.T) {
+	ctx := testCtx(t)
+	params := mlpParams(3, 2)
+	gs := world(t, 1)
+	r, err := New(ctx, gs[0], params, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := r.Progress(); p.Phase != "idle" || p.Params != 2 || p.Buckets != 1 {
+		t.Fatalf("before training: %+v", p)
+	}
+	if err := r.Prepare(ctx, Iteration{Sync: true}); err != nil {
+		t.Fatal(err)
+	}
+	grads := sameValues(params)
+	if err := r.MarkReady(1, grads[1]); err != nil {
+		t.Fatal(err)
+	}
+	if p := r.Progress(); p.Phase != "syncing" || p.Ready != 1 || p.Launched != 0 {
+		t.Fatalf("mid-backward: %+v", p)
+	}
+	if err := r.MarkReady(0, grads[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Finalize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := r.Progress(); p.Phase != "idle" || p.Iterations != 1 {
+		t.Fatalf("after: %+v", p)
+	}
+	r.Fail(errors.New("boom"))
+	if p := r.Progress(); p.Phase != "failed" || p.Err != "boom" {
+		t.Fatalf("failed: %+v", p)
+	}
+}

@@ -140,6 +140,10 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		return err
 	}
 	defer bar.close()
+	report, err := newReportDir() // debug.go: Note [debug endpoint and report]
+	if err != nil {
+		return err
+	}
 	err = launch.SelfElastic(ctx, c.nproc, args, workerEnv+"=1", stdout, stderr, launch.Elastic{
 		MaxRestarts: c.maxRestarts,
 		Backoff:     c.restartBackoff,
@@ -150,10 +154,10 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 			return code != 2 && code != exitDiverged
 		},
 		Logger:     logger,
-		Env:        bar.env(),
+		Env:        append(bar.env(), report.env()...),
 		ExtraFiles: bar.files(),
 	})
-	return launcherError(err, c) // elastic.go
+	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go
 }
 
 // lastReport returns the last error line a worker printed with report,

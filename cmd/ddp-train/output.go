@@ -66,6 +66,7 @@ type metricsServer struct {
 	reg   *prometheus.Registry
 	srv   *http.Server
 	ready *atomic.Bool // set once the process group has formed
+	dbg   *debugState  // /debug/state and the failure report (debug.go)
 }
 
 // setReady makes /readyz answer 200: the process group has formed.
@@ -99,7 +100,7 @@ func (m *metricsServer) registerer() prometheus.Registerer {
 // serveMetrics listens on --metrics-addr's port plus rank.
 func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
 	if c.metricsAddr == "" {
-		return &metricsServer{}, nil
+		return &metricsServer{dbg: newDebugState(rank)}, nil
 	}
 	host, port, err := net.SplitHostPort(c.metricsAddr)
 	p, perr := strconv.Atoi(port)
@@ -119,10 +120,12 @@ func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ready := new(atomic.Bool)
 	probes(mux, ready)
+	dbg := newDebugState(rank)
+	debugHandlers(mux, dbg) // debug.go
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(l)
 	log.Info("serving metrics", zap.String("addr", "http://"+l.Addr().String()+"/metrics"))
-	return &metricsServer{m: &tm, reg: reg, srv: srv, ready: ready}, nil
+	return &metricsServer{m: &tm, reg: reg, srv: srv, ready: ready, dbg: dbg}, nil
 }
 
 func (m *metricsServer) Close() error {

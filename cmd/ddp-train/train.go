@@ -39,6 +39,7 @@ type trainer struct {
 	reg     prometheus.Registerer // the reducer's metrics; nil: none
 	buildMu *sync.Mutex           // held while building Gorgonia graphs
 	dataSum string                // dataDigest of ds, computed once: runMeta
+	dbg     *debugState           // /debug/state and the failure report; nil: none (debug.go)
 }
 
 func specFor(c config, ds *dataset.Dataset) model.Spec {
@@ -205,11 +206,13 @@ func (t *trainer) run(ctx context.Context) error {
 	if s.start >= total && t.g.Rank() == 0 { // Note [resume that cannot lie]
 		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs", zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
 	}
+	t.dbg.attach(s.ddp.Reducer(), total)
 	prog := newProgress(t, s.start, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
 	began := time.Now()
 	t.c.intr.arm() // a signal now stops after the current step (elastic.go)
 	for step := s.start; step < total; step++ {
+		t.dbg.at(step + 1)
 		st, err := t.step(ctx, s, feed, step)
 		var div *divergedError
 		if errors.As(err, &div) {

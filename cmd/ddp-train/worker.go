@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 
 	"github.com/goddp/ddp/checkpoint"
@@ -76,8 +77,9 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	if e.Rank == 0 {
 		out = stdout
 	}
-	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(), buildMu: new(sync.Mutex)}
+	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(), buildMu: new(sync.Mutex), dbg: metrics.dbg}
 	if err := t.run(ctx); err != nil {
+		writeReport(os.Getenv(reportDirEnv), metrics.dbg, err) // debug.go
 		return fmt.Errorf("rank %d: %w", e.Rank, err)
 	}
 	return nil
@@ -137,6 +139,9 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		}
 		defer g.Close()
 		t := trainer{c: c, g: g, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
+		if r == 0 {
+			t.dbg = metrics.dbg
+		}
 		if r == 0 {
 			t.out, t.metrics = stdout, metrics.m
 		}

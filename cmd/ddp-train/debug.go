@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	rpprof "runtime/pprof"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/goddp/ddp/reducer"
+)
+
+// Note [debug endpoint and report]
+//
+// A stuck or failed job must leave something to read. With
+// --metrics-addr every rank serves, beside /metrics and the probes,
+// /debug/pprof/ (goroutine stacks, profiles: net/http/pprof) and
+// /debug/state (a JSON object: the step, how long it has run, and the
+// reducer's Progress: its phase, the parameters marked ready and the
+// buckets launched in the iteration in progress). And whether or not
+// metrics are served, ddp-train's own launcher gives every worker a
+// report directory (reportDirEnv); a worker that fails writes its
+// goroutine stacks and its state there (rank-N/), and the launcher
+// prints the directory's path under its error line. A run that ends well
+// leaves no directory behind.
+
+// reportDirEnv names the directory where a failing worker writes its
+// report; ddp-train's launcher sets it.
+const reportDirEnv = "GODDP_REPORT_DIR"
+
+// debugState is what /debug/state and a failure report say of a rank.
+type debugState struct {
+	rank      int
+	started   time.Time
+	step      atomic.Int64
+	total     atomic.Int64
+	stepStart atomic.Int64 // unix ns when the step in progress began
+	reducer   atomic.Pointer[reducer.Reducer]
+}
+
+func newDebugState(rank int) *debugState { return &debugState{rank: rank, started: time.Now()} }
+
+// attach records the run's reducer and length.
+func (d *debugState) attach(r *reducer.Reducer, total int) {
+	if d == nil {
+		return
+	}
+	d.reducer.Store(r)
+	d.total.Store(int64(total))
+}
+
+// at records that step (counted from 1) has begun.
+func (d *debugState) at(step int) {
+	if d == nil {
+		return
+	}
+	d.step.Store(int64(step))
+	d.stepStart.Store(time.Now().UnixNano())
+}
+
+// stateReport is /debug/state's JSON.
+type stateReport struct {
+	Rank        int               `json:"rank"`
+	Step        int64             `json:"step"`
+	Steps       int64             `json:"steps"`
+	StepSeconds float64           `json:"step_seconds"` // how long the step in progress has run
+	UpSeconds   float64           `json:"up_seconds"`
+	Reducer     *reducer.Progress `json:"reducer,omitempty"`
+	Goroutines  int               `json:"goroutines"`
+}
+
+func (d *debugState) report() stateReport {
+	now := time.Now()
+	s := stateReport{Rank: d.rank, Step: d.step.Load(), Steps: d.total.Load(), UpSeconds: now.Sub(d.started).Seconds(),
+		Goroutines: rpprof.Lookup("goroutine").Count()}
+	if t := d.stepStart.Load(); t != 0 {
+		s.StepSeconds = now.Sub(time.Unix(0, t)).Seconds()
+	}
+	if r := d.reducer.Load(); r != nil {
+		p := r.Progress()
+		s.Reducer = &p
+	}
+	return s
+}
+
+// debugHandlers adds /debug/pprof/ and /debug/state to mux.
+func debugHandlers(mux *http.ServeMux, d *debugState) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/state", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(d.report())
+	})
+}
+
+// writeReport writes this rank's failure report into dir/rank-N: every
+// goroutine's stack, the state and the error. It is best effort: the
+// error being reported matters more than a report that cannot be written.
+func writeReport(dir string, d *debugState, failure error) {
+	if dir == "" || d == nil {
+		return
+	}
+	rankDir := filepath.Join(dir, "rank-"+strconv.Itoa(d.rank))
+	if err := os.MkdirAll(rankDir, 0o755); err != nil {
+		return
+	}
+	if f, err := os.Create(filepath.Join(rankDir, "stacks.txt")); err == nil {
+		_ = rpprof.Lookup("goroutine").WriteTo(f, 2)
+		f.Close()
+	}
+	b, _ := json.MarshalIndent(struct {
+		stateReport
+		Error string `json:"error"`
+	}{d.report(), fmt.Sprint(failure)}, "", "  ")
+	_ = os.WriteFile(filepath.Join(rankDir, "state.json"), append(b, '\n'), 0o644)
+}
+
+// reportDir is the launcher's side of the failure report: a directory
+// made before the workers start, kept and named when the job fails,
+// removed when it ends well.
+type reportDir struct{ path string }
+
+func newReportDir() (reportDir, error) {
+	dir, err := os.MkdirTemp("", "ddp-train-report-")
+	if err != nil {
+		return reportDir{}, fmt.Errorf("the failure report's directory: %w", err)
+	}
+	return reportDir{dir}, nil
+}
+
+// env is what the workers get to find the directory.
+func (r reportDir) env() []string { return []string{reportDirEnv + "=" + r.path} }
+
+// finish passes err on; with a failure it prints where the reports are,
+// if any worker wrote one, else it removes the directory.
+func (r reportDir) finish(err error, stderr io.Writer) error {
+	entries, _ := os.ReadDir(r.path)
+	if err == nil || len(entries) == 0 {
+		os.RemoveAll(r.path)
+		return err
+	}
+	fmt.Fprintf(stderr, "ddp-train: report: %s (each failed rank's goroutine stacks and state)\n", r.path)
+	return err
+}
