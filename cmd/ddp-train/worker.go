@@ -63,6 +63,12 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer g.Close() // before m.Close: it stops the wrapper's watcher
+	rec, stopFlight, err := wrapFlight(g, c, e.Rank, logger) // flight.go: Note [flight recorder]
+	if err != nil {
+		return err
+	}
+	defer stopFlight()
+	g = rec // closed through the g.Close above: the recorder holds nothing
 	metrics.setReady()
 
 	if !c.ownLauncher { // ddp-train's own launcher checked and holds these
