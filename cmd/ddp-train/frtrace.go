@@ -45,6 +45,9 @@ func runFrTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	slices.Sort(ranks)
 	fmt.Fprintf(stdout, "loaded %d dumps: ranks %v\n", len(dumps), ranks)
+	if missing := flight.MissingDumps(dumps); len(missing) > 0 {
+		fmt.Fprintf(stdout, "no dump from ranks %v (killed or stopped before they could write one); left out\n", missing)
+	}
 	findings := flight.Analyze(dumps)
 	if len(findings) == 0 {
 		fmt.Fprintln(stdout, "no mismatch found: every rank issued the same collectives")

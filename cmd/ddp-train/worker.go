@@ -62,7 +62,7 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	if g, err = instrument.Wrap(g, metrics.registerer()); err != nil { // ddp_collective_seconds
 		return err
 	}
-	defer g.Close() // before m.Close: it stops the wrapper's watcher
+	defer g.Close()                                          // before m.Close: it stops the wrapper's watcher
 	rec, stopFlight, err := wrapFlight(g, c, e.Rank, logger) // flight.go: Note [flight recorder]
 	if err != nil {
 		return err

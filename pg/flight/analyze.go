@@ -91,8 +91,9 @@ func setString(ranks []int) string {
 // Analyze compares the ranks' dumps and returns, for each group, the
 // first collective where some ranks never arrived or issued something
 // else, in the order of the groups' names. Point-to-point operations
-// are not matched. A collective older than a rank's oldest entry (its
-// ring overwrote it) is not held against that rank.
+// are not matched, and ranks without a dump are left out. A collective
+// older than a rank's oldest entry (its ring overwrote it) is not held
+// against that rank.
 func Analyze(dumps map[int]Dump) []Finding {
 	var out []Finding
 	for _, name := range groupNames(dumps) {
@@ -100,6 +101,23 @@ func Analyze(dumps map[int]Dump) []Finding {
 			out = append(out, f)
 		}
 	}
+	return out
+}
+
+// MissingDumps are the ranks that some dump's pg_config lists as
+// members of a group but that left no dump: a rank killed, or stopped
+// (SIGSTOP), before it could write one. Analyze leaves them out.
+func MissingDumps(dumps map[int]Dump) []int {
+	var out []int
+	for _, name := range groupNames(dumps) {
+		ranks, _ := members(dumps, name)
+		for _, r := range ranks {
+			if _, ok := dumps[r]; !ok && !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

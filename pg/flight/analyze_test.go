@@ -122,3 +122,19 @@ func TestReadDirRefusesAnEmptyDirectory(t *testing.T) {
 		t.Error("no error for a directory without dumps")
 	}
 }
+
+// A rank without a dump is named by MissingDumps and left out of the
+// comparison, rather than blamed for every collective.
+func TestAnalyzeLeavesOutRanksWithoutDumps(t *testing.T) {
+	dumps, err := flight.ReadDir(skippedWorld(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(dumps, 2)
+	if m := flight.MissingDumps(dumps); len(m) != 1 || m[0] != 2 {
+		t.Errorf("MissingDumps: %v, want [2]", m)
+	}
+	if fs := flight.Analyze(dumps); len(fs) != 0 {
+		t.Errorf("findings without rank 2's dump: %v", fs)
+	}
+}

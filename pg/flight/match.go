@@ -18,8 +18,11 @@ func collect(dumps map[int]Dump, name string, ranks []int) (map[int]rankOps, uin
 	ops := make(map[int]rankOps, len(ranks))
 	var last uint64
 	for _, r := range ranks {
+		d, ok := dumps[r]
+		if !ok {
+			continue // no dump: nothing to say of it (see MissingDumps)
+		}
 		ro := rankOps{bySeq: map[uint64]*Entry{}, oldest: math.MaxUint64}
-		d := dumps[r]
 		for i := range d.Entries {
 			e := &d.Entries[i]
 			if e.IsP2P || e.ProcessGroup[0] != name {
@@ -61,7 +64,9 @@ func compare(ops map[int]rankOps, ranks []int, seq uint64) (Finding, bool) {
 		ro, ok := ops[r]
 		e := ro.bySeq[seq]
 		switch {
-		case !ok || (e == nil && seq >= ro.oldest):
+		case !ok:
+			continue
+		case e == nil && seq >= ro.oldest:
 			f.Missing = append(f.Missing, r)
 		case e != nil:
 			s := signature(e)
