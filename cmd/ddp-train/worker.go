@@ -62,8 +62,9 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	if g, err = instrument.Wrap(g, metrics.registerer()); err != nil { // ddp_collective_seconds
 		return err
 	}
-	defer g.Close()                                          // before m.Close: it stops the wrapper's watcher
-	rec, stopFlight, err := wrapFlight(g, c, e.Rank, logger) // flight.go: Note [flight recorder]
+	defer g.Close() // before m.Close: it stops the wrapper's watcher
+	// The last 2000 collectives, dumped on failure and SIGUSR1 (flight.go).
+	rec, stopFlight, err := wrapFlight(g, c, e.Rank, logger)
 	if err != nil {
 		return err
 	}
