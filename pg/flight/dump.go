@@ -23,9 +23,10 @@ import (
 //
 //   - profiling_name is "nccl:<op>" whatever the backend: the analyzer
 //     (components/types.py, Op.__init__) asserts the "nccl" prefix, and
-//     <op> is a name in its COLLECTIVES or P2P sets (see opNames).
-//   - Tensors are flat, so each size is a one-element shape [n];
-//     a barrier has no tensors (empty lists).
+//     <op> is a name in its COLLECTIVES or P2P sets (see opName).
+//   - Tensors are flat, so each size is a one-element shape [n]; a
+//     barrier is recorded as torch's NCCL barrier is, an allreduce
+//     ("all_reduce_barrier") of one Float.
 //   - dtypes are c10 ScalarType names ("Float", "Half", ...).
 //   - frames are empty: there are no Python stacks to give, and the
 //     analyzer's builder reads the key.
@@ -50,6 +51,8 @@ func opName(op pg.OpType) string {
 	switch op {
 	case pg.OpAllReduce:
 		return "all_reduce"
+	case pg.OpBarrier:
+		return "all_reduce_barrier"
 	case pg.OpAllGather:
 		return "all_gather"
 	case pg.OpReduceScatter:
@@ -63,7 +66,7 @@ func opName(op pg.OpType) string {
 	case pg.OpReduceScatterCoalesced:
 		return "reduce_scatter_tensor_coalesced"
 	}
-	return op.String() // broadcast, barrier, reduce, gather, scatter, send, recv
+	return op.String() // broadcast, reduce, gather, scatter, send, recv
 }
 
 // dtypeName is c10's ScalarType name for d.

@@ -33,5 +33,5 @@ func Example() {
 	}
 	// Output:
 	// 1 nccl:all_reduce [[3]] [Float] completed
-	// 2 nccl:barrier [] [] completed
+	// 2 nccl:all_reduce_barrier [[1]] [Float] completed
 }

@@ -156,9 +156,11 @@ func (r *Recorder) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.R
 	})
 }
 
-// Barrier records a call without tensors and forwards.
+// Barrier records what torch's NCCL barrier records, an allreduce of
+// one float32, and forwards: torch's analyzer reads the first size of
+// every collective, so a barrier without sizes would stop it.
 func (r *Recorder) Barrier(ctx context.Context) pg.Work {
-	return r.issue(call{op: pg.OpBarrier, in: -1, out: -1}, func() pg.Work {
+	return r.issue(call{op: pg.OpBarrier, dtype: pg.Float32, in: 1, out: 1}, func() pg.Work {
 		return r.ProcessGroup.Barrier(ctx)
 	})
 }

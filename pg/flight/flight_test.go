@@ -99,7 +99,7 @@ func TestRecordsThroughEveryAbility(t *testing.T) {
 	})
 	d := rs[1].Snapshot()
 	want := []string{"nccl:all_reduce", "nccl:broadcast", "nccl:all_gather", "nccl:_reduce_scatter_base",
-		"nccl:barrier", "nccl:reduce", "nccl:all_to_all", "nccl:allreduce_coalesced", "nccl:recv 1<-0", "nccl:all_reduce"}
+		"nccl:all_reduce_barrier", "nccl:reduce", "nccl:all_to_all", "nccl:allreduce_coalesced", "nccl:recv 1<-0", "nccl:all_reduce"}
 	if len(d.Entries) != len(want) {
 		t.Fatalf("%d entries, want %d: %+v", len(d.Entries), len(want), d.Entries)
 	}

@@ -28,7 +28,11 @@ import (
 //     profiling_name ("nccl:<op>[ a->b|a<-b]"), state, process_group,
 //     input/output sizes and dtypes, collective_seq_id, p2p_seq_id,
 //     record_id and frames; pg_config[name] with desc and ranks (a
-//     string for ast.literal_eval); and loader.py (commit
+//     string for ast.literal_eval); a newer types.py (its COLLECTIVES
+//     set holds all_reduce_barrier and allreduce_coalesced, Op accepts
+//     the "nccl" or "xccl" prefix, and Op.dtype_mismatch reads
+//     input_sizes[0] and output_sizes[0], so no collective may have
+//     empty sizes); and loader.py (commit
 //     cff3eb47d0517c2ceb0615c500372d32872e8da4) for the top-level
 //     entries, version and pg_config and the <prefix><rank> file name.
 
@@ -156,6 +160,14 @@ func TestDumpMatchesTorchsSchema(t *testing.T) {
 	}
 	if name := entries[2].(map[string]any)["profiling_name"]; name != "nccl:send 0->1" {
 		t.Errorf("send's profiling_name %v, want nccl:send 0->1", name)
+	}
+	for i, v := range entries {
+		e := v.(map[string]any)
+		in, _ := e["input_sizes"].([]any)
+		out, _ := e["output_sizes"].([]any)
+		if len(in) == 0 || len(out) == 0 {
+			t.Errorf("entry %d (%v) has no first size, which torch's analyzer reads", i, e["profiling_name"])
+		}
 	}
 }
 
