@@ -143,7 +143,12 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer g.Close()
-		t := trainer{c: c, g: g, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
+		rec, stopFlight, err := wrapFlight(g, c, r, logger) // flight.go: Note [flight recorder]
+		if err != nil {
+			return err
+		}
+		defer stopFlight()
+		t := trainer{c: c, g: rec, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
 		if r == 0 {
 			t.out, t.metrics = stdout, metrics.m
 		}
