@@ -84,7 +84,7 @@ func TestAnalyzeNamesTheRankThatNeverArrived(t *testing.T) {
 		t.Fatalf("findings: %v", fs)
 	}
 	f := fs[0]
-	if f.Seq != 4 || len(f.Missing) != 1 || f.Missing[0] != 2 || len(f.Mismatched) != 0 || f.State != "scheduled" {
+	if f.Seq != 4 || len(f.Missing) != 1 || f.Missing[0] != 2 || len(f.Mismatched) != 0 || f.State != "started" {
 		t.Fatalf("finding: %+v", f)
 	}
 	for _, line := range []string{

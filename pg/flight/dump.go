@@ -145,8 +145,11 @@ func (r *Recorder) Snapshot() Dump {
 		if !e.c.p2p {
 			l := &last[e.grp.id]
 			l[0] = e.collSeq
+			if e.started != 0 {
+				l[1] = e.collSeq
+			}
 			if e.completed != 0 {
-				l[1], l[2] = e.collSeq, e.collSeq
+				l[2] = e.collSeq
 			}
 		}
 	}

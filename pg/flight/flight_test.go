@@ -159,7 +159,7 @@ func TestWrapRefuses(t *testing.T) {
 }
 
 // A collective that times out calls OnFailure once with pg.ErrTimeout,
-// and stays in the dump as scheduled and retired, as torch shows a
+// and stays in the dump as started and retired, as torch shows a
 // timed-out collective.
 func TestTimeoutCallsOnFailure(t *testing.T) {
 	groups, err := local.New(2, local.Options{Timeout: 100 * time.Millisecond})
@@ -192,11 +192,11 @@ func TestTimeoutCallsOnFailure(t *testing.T) {
 	}
 	mu.Unlock()
 	e := rec.Snapshot().Entries[0]
-	if e.State != "scheduled" || !e.Retired || e.TimeDiscoveredCompletedNs != nil {
+	if e.State != "started" || !e.Retired || e.TimeDiscoveredCompletedNs != nil || e.TimeDiscoveredStartedNs == nil {
 		t.Errorf("timed-out entry: %+v", e)
 	}
 	var buf bytes.Buffer
-	if err := rec.Dump(&buf); err != nil || !bytes.Contains(buf.Bytes(), []byte(`"state":"scheduled"`)) {
+	if err := rec.Dump(&buf); err != nil || !bytes.Contains(buf.Bytes(), []byte(`"state":"started"`)) {
 		t.Errorf("Dump: %v\n%s", err, buf.String())
 	}
 }
@@ -224,4 +224,21 @@ func TestMisuseThroughTheRecorder(t *testing.T) {
 		}
 		return out
 	})
+}
+
+// Of two collectives waiting for a peer, the first is the one the
+// backend is in (started) and the second waits behind it (scheduled).
+func TestStates(t *testing.T) {
+	rs := recorded(t, 2, flight.Options{})
+	ctx := context.Background()
+	x := pg.Float32s([]float32{1})
+	rs[0].AllReduce(ctx, x, pg.Op(pg.Sum))
+	rs[0].AllReduce(ctx, x, pg.Op(pg.Sum))
+	d := rs[0].Snapshot()
+	if d.Entries[0].State != "started" || d.Entries[1].State != "scheduled" {
+		t.Errorf("states %s, %s; want started, scheduled", d.Entries[0].State, d.Entries[1].State)
+	}
+	if s := d.PgStatus["0"]; s["last_enqueued_collective"] != "2" || s["last_started_collective"] != "1" || s["last_completed_collective"] != "0" {
+		t.Errorf("pg_status %v", s)
+	}
 }

@@ -1,6 +1,7 @@
 package flight
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -17,10 +18,10 @@ import (
 // the ring is dumped. time_discovered_completed_ns is therefore, as in
 // torch, when the recorder noticed, not when the operation ended; and
 // as torch's retire_completed does for backends without events, an
-// entry found completed is marked started at the same moment. An entry
-// whose Work failed is retired without completing: torch's "retired
-// but not completed", which is how its dumps show a timed-out
-// collective. Recording costs a mutex, a clock read and a few stores;
+// entry found completed is marked started at the same moment unless a
+// dump found it started before (markStartedLocked). An entry whose Work
+// failed is retired without completing: torch's "retired but not
+// completed", which is how its dumps show a timed-out collective. Recording costs a mutex, a clock read and a few stores;
 // nothing runs between operations.
 
 // entry is one recorded operation.
@@ -118,10 +119,34 @@ func poll(e *entry, now int64) bool {
 	if e.work.Err() != nil {
 		e.retired = true
 	} else {
-		e.started, e.completed, e.retired = now, now, true
+		if e.started == 0 {
+			e.started = now
+		}
+		e.completed, e.retired = now, true
 	}
 	e.work = nil
 	return true
+}
+
+// markStartedLocked marks started, as of now, the oldest unfinished
+// collective of each group from record start on: every backend runs a
+// group's collectives one at a time in issue order, so the first that
+// has not completed is the one the backend is in (see Note [discovered,
+// not watched]). One that failed counts too, so a timed-out collective
+// shows as torch shows one, started and retired but not completed.
+// Point-to-point operations are not ordered so and stay scheduled.
+func (r *ring) markStartedLocked(now int64, start uint64) {
+	var past []*groupInfo // groups whose oldest unfinished entry was found
+	for id := start; id < r.next; id++ {
+		e := r.find(id)
+		if e.c.p2p || e.completed != 0 || slices.Contains(past, e.grp) {
+			continue
+		}
+		past = append(past, e.grp)
+		if e.started == 0 && (e.work != nil || e.retired) {
+			e.started = now
+		}
+	}
 }
 
 // snapshot returns copies of the ring's entries, oldest first, after
@@ -135,6 +160,7 @@ func (r *ring) snapshot() ([]entry, []*groupInfo) {
 	if n := uint64(len(r.entries)); r.next > n {
 		start = r.next - n
 	}
+	r.markStartedLocked(now, start)
 	out := make([]entry, 0, r.next-start)
 	for id := start; id < r.next; id++ {
 		out = append(out, *r.find(id))
