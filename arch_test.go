@@ -295,7 +295,7 @@ func layerTable() []layer {
 		{"rendezvous: stores and launcher conventions", []string{"pg/store/...", "pg/env/..."}, engineFree},
 		{"backends, group wrappers, the conformance suite", []string{
 			"pg/local/...", "pg/tcp/...", "pg/mpi/...", "pg/nccl/...",
-			"pg/desync/...", "pg/instrument/...", "pg/pgtest/...",
+			"pg/desync/...", "pg/instrument/...", "pg/flight/...", "pg/pgtest/...",
 		}, engineFree},
 		{"engine-free DDP parts: buckets and comm hooks", []string{"bucket/...", "commhook/..."}, engineFree},
 		{"the reducer", []string{"reducer/..."}, engineFree},

@@ -44,8 +44,9 @@ type config struct {
 	bucketView    bool
 	gradAccum     int
 	timeout       time.Duration
-	debugColls    bool // --debug-collectives: fingerprint check before every collective
-	shm           bool // --shm: tcp backend moves same-host collective data through shared memory
+	debugColls    bool   // --debug-collectives: fingerprint check before every collective
+	flightDir     string // --flight-dir: where ranks dump their flight recorders (flight.go)
+	shm           bool   // --shm: tcp backend moves same-host collective data through shared memory
 
 	powersgdRank      int // --powersgd-rank: matrix_approximation_rank
 	powersgdStartIter int // --powersgd-start-iter: start_powerSGD_iter
@@ -134,6 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal; on one, the bar's figures are renewed every N steps")
 	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i)")
+	fs.StringVar(&c.flightDir, "flight-dir", "", "write each rank's flight recorder (its last 2000 collectives, torch's JSON layout) to DIR/nccl_trace_rank_N when a collective fails and on SIGUSR1; read them with 'ddp-train fr-trace DIR' (default: CHECKPOINT/flight with --checkpoint; otherwise a failure dumps nothing and SIGUSR1 dumps to the temporary directory)")
 	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
 	c.elastic.register(fs)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/reducer"
 )
 
@@ -23,7 +24,8 @@ import (
 // /debug/pprof/ (goroutine stacks, profiles: net/http/pprof) and
 // /debug/state (a JSON object: the step, how long it has run, and the
 // reducer's Progress: its phase, the parameters marked ready and the
-// buckets launched in the iteration in progress). And whether or not
+// buckets launched in the iteration in progress) and /debug/flight (the
+// flight recorder, in torch's layout: Note [flight recorder]). And whether or not
 // metrics are served, ddp-train's own launcher gives every worker a
 // report directory (reportDirEnv); a worker that fails writes its
 // goroutine stacks and its state there (rank-N/), and the launcher
@@ -42,6 +44,7 @@ type debugState struct {
 	total     atomic.Int64
 	stepStart atomic.Int64 // unix ns when the step in progress began
 	reducer   atomic.Pointer[reducer.Reducer]
+	flight    atomic.Pointer[flight.Recorder] // /debug/flight
 }
 
 func newDebugState(rank int) *debugState { return &debugState{rank: rank, started: time.Now()} }
@@ -96,6 +99,17 @@ func debugHandlers(mux *http.ServeMux, d *debugState) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/flight", func(w http.ResponseWriter, _ *http.Request) {
+		rec := d.flight.Load()
+		if rec == nil {
+			http.Error(w, "no flight recorder yet: the process group has not formed", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := rec.Dump(w); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
 	mux.HandleFunc("/debug/state", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -56,6 +56,9 @@ func TestDebugEndpoint(t *testing.T) {
 		if code, body := get(base + "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
 			t.Errorf("rank %d: /debug/pprof/goroutine: %d %.200s", rank, code, body)
 		}
+		if code, body := get(base + "/debug/flight"); code != http.StatusOK || !strings.Contains(body, `"entries"`) || !strings.Contains(body, "all_reduce") {
+			t.Errorf("rank %d: /debug/flight: %d %.300s", rank, code, body)
+		}
 	}
 }
 

@@ -20,6 +20,9 @@
 // launcher's environment cut short or contradicting another (pg/env) is
 // exit 2 naming the variable, never a job of its own.
 //
+// `ddp-train fr-trace DIR` merges the ranks' flight-recorder dumps
+// (--flight-dir) and names the collective where they parted.
+//
 // Exit codes (README.md's table): 0 success, 1 a failed run, 2 bad flags
 // or bad input, 3 the run diverged (a NaN or an infinity; Note [non-finite
 // guard]), 128+signal (130, 143) stopped by SIGINT or SIGTERM.
@@ -47,6 +50,9 @@ func main() {
 
 // run is ddp-train; it returns the exit code.
 func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "fr-trace" { // frtrace.go: merge flight-recorder dumps
+		return runFrTrace(args[1:], stdout, stderr)
+	}
 	stderr, con := attachConsole(stderr) // terminal.go: Note [one writer owns the terminal]
 	defer con.close()
 	c, err := parseFlags(args, stderr)

@@ -64,6 +64,14 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer g.Close() // before m.Close: it stops the wrapper's watcher
+	// The last 2000 collectives, dumped on failure and SIGUSR1 (flight.go).
+	rec, stopFlight, err := wrapFlight(g, c, e.Rank, logger)
+	if err != nil {
+		return err
+	}
+	defer stopFlight()
+	metrics.dbg.flight.Store(rec) // /debug/flight (debug.go)
+	g = rec // closed through the g.Close above: the recorder holds nothing
 	metrics.setReady()
 
 	if !c.ownLauncher { // ddp-train's own launcher checked and holds these
@@ -138,9 +146,15 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer g.Close()
-		t := trainer{c: c, g: g, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
+		rec, stopFlight, err := wrapFlight(g, c, r, logger) // flight.go: Note [flight recorder]
+		if err != nil {
+			return err
+		}
+		defer stopFlight()
+		t := trainer{c: c, g: rec, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
 		if r == 0 {
 			t.dbg = metrics.dbg
+			metrics.dbg.flight.Store(rec)
 		}
 		if r == 0 {
 			t.out, t.metrics = stdout, metrics.m

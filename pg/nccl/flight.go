@@ -43,7 +43,13 @@ type FlightEntry struct {
 	Issued, Finished  time.Time
 }
 
-// flightRecorder is a bounded ring of the last collectives.
+// flightRecorder is a bounded ring of the last collectives, which the
+// watchdog logs when one times out. It is kept beside pg/flight, the
+// recorder every backend gets (and ddp-train puts over this group too),
+// because it lives inside the watchdog and sees what a wrapper cannot:
+// when each collective's CUDA event passed. pg/flight's dumps, in
+// torch's layout, are the ones to merge; folding this ring's event
+// times into them is left to do (docs/observability.md).
 type flightRecorder struct {
 	mu   sync.Mutex
 	ring []FlightEntry
