@@ -71,7 +71,7 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	}
 	defer stopFlight()
 	metrics.dbg.flight.Store(rec) // /debug/flight (debug.go)
-	g = rec // closed through the g.Close above: the recorder holds nothing
+	g = rec                       // closed through the g.Close above: the recorder holds nothing
 	metrics.setReady()
 
 	if !c.ownLauncher { // ddp-train's own launcher checked and holds these
@@ -153,11 +153,8 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		defer stopFlight()
 		t := trainer{c: c, g: rec, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
 		if r == 0 {
-			t.dbg = metrics.dbg
+			t.out, t.metrics, t.dbg = stdout, metrics.m, metrics.dbg
 			metrics.dbg.flight.Store(rec)
-		}
-		if r == 0 {
-			t.out, t.metrics = stdout, metrics.m
 		}
 		wg.Go(func() {
 			if errs[r] = t.run(ctx); errs[r] != nil {
@@ -166,6 +163,12 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		})
 	}
 	wg.Wait()
+	return localError(errs)
+}
+
+// localError is the goroutine ranks' error: the first that is not a
+// peer's failure seen from here (pg.ErrRemote), else the first.
+func localError(errs []error) error {
 	for r, err := range errs {
 		if err != nil && !errors.Is(err, pg.ErrRemote) {
 			return fmt.Errorf("rank %d: %w", r, err)
