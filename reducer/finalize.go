@@ -28,9 +28,14 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	r.mu.Unlock()
 	r.obs.backwardEnded() // observe.go
 	var wait action
+	agree := false
 	for _, a := range todo {
-		if a.kind == actWait {
+		switch a.kind {
+		case actWait:
 			wait = a
+			continue
+		case actAgreeOrigin:
+			agree = true // after the wait
 			continue
 		}
 		if err := r.perform(a); err != nil {
@@ -46,13 +51,21 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	if err != nil {
 		return r.fatal(err)
 	}
-	return r.finishSync(ctx, todo, globalUsed)
+	var origin *NonFiniteOriginError
+	if agree {
+		if origin, err = r.agreeOrigin(ctx); err != nil { // origin.go
+			return r.fatal(err)
+		}
+	}
+	return r.finishSync(ctx, todo, globalUsed, origin)
 }
 
 // finishSync closes a synchronised iteration whose communication is done:
 // the machine records it, the results are written back, and the observer
-// and the finiteness check see the result.
-func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []int32) error {
+// and the finiteness check see the result. origin, when some rank's
+// gradients held a NaN or an infinity before their collective, is the
+// iteration's error (Note [where the NaN began]).
+func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []int32, origin *NonFiniteOriginError) error {
 	r.mu.Lock()
 	if r.m.phase == phaseFailed {
 		err := r.m.err // Fail was called meanwhile
@@ -73,6 +86,10 @@ func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []in
 		return err
 	}
 	r.obs.finish(r, true, num) // observe.go
+	if origin != nil {
+		origin.Iteration = num
+		return origin
+	}
 	if writeBack.add {
 		return r.checkFinite(num, unusedAll) // finite.go
 	}
