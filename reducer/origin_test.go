@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/nccltest"
 )
 
 // The machine checks every launch and agrees after the wait, used map
@@ -51,7 +52,7 @@ func TestNonFiniteOriginNamesTheRank(t *testing.T) {
 	for _, backend := range []string{"local", "tcp"} {
 		for _, h := range hooks {
 			t.Run(backend+"/"+h.name, func(t *testing.T) {
-				nonFiniteOrigin(t, backend, h.hook, h.opts, []int{1})
+				nonFiniteOrigin(t, groupsOf(t, backend, 3), h.hook, h.opts, []int{1})
 			})
 		}
 	}
@@ -59,15 +60,32 @@ func TestNonFiniteOriginNamesTheRank(t *testing.T) {
 
 // Two ranks at once: both are named.
 func TestNonFiniteOriginNamesEveryRank(t *testing.T) {
-	nonFiniteOrigin(t, "local", func() commhook.Hook { return commhook.Allreduce{} }, Options{}, []int{0, 2})
+	nonFiniteOrigin(t, groupsOf(t, "local", 3), func() commhook.Hook { return commhook.Allreduce{} }, Options{}, []int{0, 2})
 }
 
-func nonFiniteOrigin(t *testing.T, backend string, hook func() commhook.Hook, opts Options, bad []int) {
+// Device buckets (the NCCL double): a host gradient's bad slot was
+// uploaded already; it is zeroed and uploaded again before the allreduce.
+func TestNonFiniteOriginOnDeviceBuckets(t *testing.T) {
+	for name, hook := range map[string]func() commhook.Hook{
+		"allreduce": func() commhook.Hook { return commhook.Allreduce{} },
+		"fp16":      commhook.FP16Compress,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var gs []pg.ProcessGroup
+			for _, g := range fakeNCCL(t, 3, nccltest.Options{}).Groups {
+				gs = append(gs, g)
+			}
+			nonFiniteOrigin(t, gs, hook, Options{}, []int{1})
+		})
+	}
+}
+
+func nonFiniteOrigin(t *testing.T, gs []pg.ProcessGroup, hook func() commhook.Hook, opts Options, bad []int) {
 	const badIter, iters = 4, 5
 	ctx := testCtx(t)
 	params := benchParams(16, 16, 4)
 	opts.BucketCapBytes, opts.FindNonFiniteOrigin, opts.CheckFinite = 256, true, true
-	errs := onGroups(groupsOf(t, backend, 3), func(rank int, g pg.ProcessGroup) error {
+	errs := onGroups(gs, func(rank int, g pg.ProcessGroup) error {
 		o := opts
 		o.Hook = hook()
 		r, err := New(ctx, g, params, o)
