@@ -27,15 +27,14 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	num := r.m.num
 	r.mu.Unlock()
 	r.obs.backwardEnded() // observe.go
-	var wait action
-	agree := false
+	var wait, agree action
 	for _, a := range todo {
 		switch a.kind {
 		case actWait:
 			wait = a
 			continue
 		case actAgreeOrigin:
-			agree = true // after the wait
+			agree = a // after the wait
 			continue
 		}
 		if err := r.perform(a); err != nil {
@@ -52,8 +51,8 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 		return r.fatal(err)
 	}
 	var origin *NonFiniteOriginError
-	if agree {
-		if origin, err = r.agreeOrigin(ctx); err != nil { // origin.go
+	if agree.kind == actAgreeOrigin {
+		if origin, err = r.agreeOrigin(ctx, agree.add); err != nil { // origin.go
 			return r.fatal(err)
 		}
 	}
@@ -154,7 +153,8 @@ func (r *Reducer) waitAll(ctx context.Context, reduceUsed bool) ([]int32, error)
 // sending it last costs one small collective's latency.
 func (r *Reducer) globalUsed(ctx context.Context, reduceNow bool) ([]int32, error) {
 	if reduceNow {
-		r.usedWork = r.g.AllReduce(ctx, r.usedMap, pg.Op(pg.Sum))
+		// origin.go: FindNonFiniteOrigin's flag rides on it.
+		r.usedWork = r.g.AllReduce(ctx, r.usedMapTensor(), pg.Op(pg.Sum))
 	}
 	if r.usedWork == nil {
 		return nil, nil
@@ -164,7 +164,10 @@ func (r *Reducer) globalUsed(ctx context.Context, reduceNow bool) ([]int32, erro
 	if err := w.Wait(ctx); err != nil {
 		return nil, fmt.Errorf("reducer: allreduce of the used-parameter map failed: %w", err)
 	}
-	return pg.View[int32](r.usedMap), nil
+	if !reduceNow {
+		return pg.View[int32](r.usedMap), nil // StaticGraph's first: reduceUsedFirst's
+	}
+	return r.usedMapResult(), nil
 }
 
 // reduceUsedFirst starts the used map's allreduce of StaticGraph's first

@@ -87,7 +87,7 @@ const (
 	actReduceUsed                        // start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
 	actWait                              // wait for every bucket in order, then for the used map, allreducing it first when add
 	actWriteBack                         // write every result into its gradient, then check finiteness when add
-	actAgreeOrigin                       // after the wait: the ranks agree whether some bucket held a NaN or an infinity before its collective (Note [where the NaN began])
+	actAgreeOrigin                       // after the wait: the ranks agree whether some bucket held a NaN or an infinity before its collective, with an allreduce of their own when add, else on the used map's (Note [where the NaN began])
 )
 
 // action is one thing to do. The fields beyond kind depend on it.
@@ -350,9 +350,10 @@ func (m *machine) finish() ([]action, error) {
 	if !m.t.allLaunched() {
 		return nil, m.fail(m.unfinishedError(m.t.missing()))
 	}
-	m.emit(action{kind: actWait, add: m.findUnused && !m.static}) // Note [used map after the buckets]
+	reduceUsed := m.findUnused && !m.static
+	m.emit(action{kind: actWait, add: reduceUsed}) // Note [used map after the buckets]
 	if m.findOrigin {
-		m.emit(action{kind: actAgreeOrigin}) // after the wait: Note [where the NaN began]
+		m.emit(action{kind: actAgreeOrigin, add: !reduceUsed}) // after the wait: Note [where the NaN began]
 	}
 	m.phase, m.resume, m.busyIn = phaseBusy, phaseIdle, "Finalize"
 	return m.acts, nil

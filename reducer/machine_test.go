@@ -28,7 +28,7 @@ func (a action) String() string {
 	case actLaunch:
 		return fmt.Sprintf("launch%s %d", plus, a.index)
 	case actAgreeOrigin:
-		return "agreeOrigin"
+		return "agreeOrigin" + plus
 	case actReduceUsed:
 		return fmt.Sprintf("reduceUsed %v", a.list)
 	case actWait:

@@ -74,8 +74,8 @@ type Options struct {
 	// checks this rank's contribution for NaN and infinities; a slot that
 	// holds one is sent as zeros instead, so the value never reaches the
 	// other ranks. At Finalize the ranks agree (one allreduce of one word
-	// per synchronised iteration; an allgather only when some rank found
-	// one), and every rank returns the same NonFiniteOriginError
+	// per synchronised iteration, or one word more on the used map's with
+	// FindUnusedParameters; an allgather only when some rank found one), and every rank returns the same NonFiniteOriginError
 	// (ErrNonFinite) naming the ranks, the iteration, the first bucket and
 	// the parameters. It works with every comm hook and process group,
 	// since it runs before the hook; see Note [where the NaN began] for

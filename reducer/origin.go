@@ -24,8 +24,11 @@ import (
 //
 // At Finalize, once every bucket's Work and the used map are done (Note
 // [used map after the buckets]: a hook may still issue collectives until
-// then), the ranks agree with one allreduce MAX of one word: did some
-// rank zero a slot? Only when one did, every rank gathers the ranks' maps
+// then), the ranks agree whether some rank zeroed a slot: with
+// FindUnusedParameters the flag rides on the used map's allreduce SUM as
+// one more word (the sum counts the ranks), which is already the last
+// collective of the iteration; otherwise it takes an allreduce MAX of one
+// word. The machine says which (actAgreeOrigin). Only when one did, every rank gathers the ranks' maps
 // (one word per parameter) and builds the same NonFiniteOriginError:
 // the ranks, the iteration, the first bucket in launch order and the
 // parameters. The iteration is complete and the ranks in step; the caller
@@ -75,15 +78,46 @@ type originState struct {
 	badT  pg.Tensor // over bad, for the allgather
 	found bool      // some slot did
 	flag  pg.Tensor // one int32 word, allreduced MAX
+	used  []int32   // with FindUnusedParameters: the used map and the flag after it, allreduced SUM
+	usedT pg.Tensor // over used
 }
 
 func (r *Reducer) initOrigin() {
 	if !r.opts.FindNonFiniteOrigin {
 		return
 	}
-	r.origin.bad = make([]int32, len(r.params))
-	r.origin.badT = pg.Int32s(r.origin.bad)
-	r.origin.flag = pg.NewTensor(pg.Int32, 1)
+	o := &r.origin
+	o.bad = make([]int32, len(r.params))
+	o.badT = pg.Int32s(o.bad)
+	o.flag = pg.NewTensor(pg.Int32, 1)
+	if r.opts.FindUnusedParameters && !r.opts.StaticGraph {
+		o.used = make([]int32, len(r.params)+1)
+		o.usedT = pg.Int32s(o.used)
+	}
+}
+
+// usedMapTensor is what the used map's allreduce SUM sends: the map, or,
+// when the flag rides on it, the map and this rank's flag in one more
+// word (the sum counts the ranks that found one).
+func (r *Reducer) usedMapTensor() pg.Tensor {
+	o := &r.origin
+	if o.used == nil {
+		return r.usedMap
+	}
+	n := copy(o.used, pg.View[int32](r.usedMap))
+	o.used[n] = 0
+	if o.found {
+		o.used[n] = 1
+	}
+	return o.usedT
+}
+
+// usedMapResult is the used map summed over the ranks.
+func (r *Reducer) usedMapResult() []int32 {
+	if r.origin.used == nil {
+		return pg.View[int32](r.usedMap)
+	}
+	return r.origin.used[:len(r.params)]
 }
 
 // checkBucket, just before bucket b's hook, zeroes and notes every slot
@@ -120,18 +154,23 @@ func (r *Reducer) checkBucket(b int) error {
 // agreeOrigin, at Finalize after every collective of the iteration, tells
 // every rank whether some rank found a NaN or an infinity before its
 // collective, and if so returns the same error on every rank (Iteration
-// is the caller's). Collective.
-func (r *Reducer) agreeOrigin(ctx context.Context) (*NonFiniteOriginError, error) {
+// is the caller's). Collective. With own, the flags take an allreduce
+// MAX of their own; else they rode on the used map's (usedMapTensor).
+func (r *Reducer) agreeOrigin(ctx context.Context, own bool) (*NonFiniteOriginError, error) {
 	o := &r.origin
-	flag := pg.View[int32](o.flag)
-	flag[0] = 0
-	if o.found {
-		flag[0] = 1
+	some := o.used != nil && o.used[len(r.params)] > 0
+	if own {
+		flag := pg.View[int32](o.flag)
+		flag[0] = 0
+		if o.found {
+			flag[0] = 1
+		}
+		if err := r.g.AllReduce(ctx, o.flag, pg.Op(pg.Max)).Wait(ctx); err != nil {
+			return nil, fmt.Errorf("reducer: agreeing whether some rank's gradients held a NaN or an infinity: %w", err)
+		}
+		some = flag[0] > 0
 	}
-	if err := r.g.AllReduce(ctx, o.flag, pg.Op(pg.Max)).Wait(ctx); err != nil {
-		return nil, fmt.Errorf("reducer: agreeing whether some rank's gradients held a NaN or an infinity: %w", err)
-	}
-	if flag[0] == 0 {
+	if !some {
 		return nil, nil
 	}
 	all := make([]int32, r.g.Size()*len(r.params))
