@@ -187,7 +187,7 @@ func (r *Reducer) launch(b int, check bool) {
 		}
 	}
 	if w == nil {
-		w = r.launchBucket(b)
+		w = r.launchBucket(b, check) // device.go
 	}
 	r.layout.works[b] = w
 	r.obs.launched(b, start, w)

@@ -37,11 +37,12 @@ import (
 // A joined rank (Join) shadows with zeros, which are finite, and takes
 // part in the agreement through its shadow Finalize.
 //
-// What it does not see: a device gradient (pg.DeviceTensor) is not on the
-// host, and goddp runs no kernels, so its slot is not checked (the host
-// slots of a device bucket are, and a bad one is zeroed and uploaded
-// again); half-precision buckets (MixedPrecision's float16) are not
-// checked; and a finite value that overflows inside a compression hook
+// Device buckets (Note [device buckets]): a host gradient's slot is
+// checked in the host bucket, and a bad one is zeroed and uploaded again;
+// a device gradient's slot (pg.DeviceTensor; only the allreduce hook takes
+// them) is checked where it is downloaded for the division anyway
+// (fixDeviceSlots), and goes up as zeros. What it does not see:
+// half-precision buckets (MixedPrecision's float16) are not checked; and a finite value that overflows inside a compression hook
 // (fp16 above 65504) is born in the collective, not on a rank. CheckFinite
 // still catches those in the average.
 
@@ -122,7 +123,7 @@ func (r *Reducer) usedMapResult() []int32 {
 
 // checkBucket, just before bucket b's hook, zeroes and notes every slot
 // of this rank's contribution that holds a NaN or an infinity. Device
-// gradients' slots are not on the host and are left alone.
+// gradients' slots are not on the host: fixDeviceSlots checks them.
 func (r *Reducer) checkBucket(b int) error {
 	bk := r.layout.buckets[b]
 	if Finite(bk.Buffer) {

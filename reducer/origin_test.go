@@ -149,3 +149,58 @@ func TestNonFiniteOriginWhileJoined(t *testing.T) {
 	}))
 	checkJoined(t, got, joinReferenceWith(batches, false, grad))
 }
+
+// Device gradients (pg.DeviceTensor, the NCCL double): rank 1's infinity
+// is found where its slot comes down for the division, and goes up as
+// zeros; every rank names rank 1, and no result holds the infinity.
+func TestNonFiniteOriginInDeviceGradients(t *testing.T) {
+	const n, badRank = 3, 1
+	ps := deviceParams(pg.Float32)
+	gs := fakeNCCL(t, n, nccltest.Options{}).Groups
+	noErrors(t, parallel(n, func(rank int) error {
+		ctx := testCtx(t)
+		red, err := New(ctx, gs[rank], ps, Options{BucketCapBytes: 128, FindNonFiniteOrigin: true})
+		if err != nil {
+			return err
+		}
+		defer red.Close()
+		for iter := 1; iter <= 3; iter++ {
+			dt := make([]pg.Tensor, len(ps))
+			for i, p := range ps {
+				vals := uniform[float32](p.Numel(), uint64(iter), uint64(rank*10+i), 2)
+				if iter == 3 && rank == badRank && i == 1 {
+					vals[0] = float32(math.Inf(-1))
+				}
+				db, err := gs[rank].NewDeviceBucket(ctx, pg.Float32, p.Numel(), false)
+				if err != nil {
+					return err
+				}
+				defer db.Close()
+				if err := db.Upload(0, pg.Float32s(vals)); err != nil {
+					return err
+				}
+				if err := db.Download(ctx, 0, pg.Float32s(make([]float32, p.Numel()))); err != nil { // wait for the copy
+					return err
+				}
+				dt[i] = db.Tensor()
+			}
+			err := iterate(ctx, red, dt)
+			var oe *NonFiniteOriginError
+			switch {
+			case iter < 3 && err != nil:
+				return fmt.Errorf("iteration %d: %w", iter, err)
+			case iter == 3 && (!errors.As(err, &oe) || !slices.Equal(oe.Ranks, []int{badRank}) || oe.Iteration != 3 || !slices.Equal(oe.Params, []int{1})):
+				return fmt.Errorf("rank %d: %v; want a NonFiniteOriginError naming rank %d, iteration 3, parameter 1", rank, err, badRank)
+			}
+			if len(red.DeviceBuckets()) == 0 {
+				return fmt.Errorf("iteration %d: no device buckets", iter)
+			}
+		}
+		for i := range ps {
+			if !Finite(red.Gradient(i)) {
+				return fmt.Errorf("rank %d: the result of parameter %d is not finite: the value spread", rank, i)
+			}
+		}
+		return nil
+	}))
+}
