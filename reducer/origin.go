@@ -41,10 +41,12 @@ import (
 // checked in the host bucket, and a bad one is zeroed and uploaded again;
 // a device gradient's slot (pg.DeviceTensor; only the allreduce hook takes
 // them) is checked where it is downloaded for the division anyway
-// (fixDeviceSlots), and goes up as zeros. What it does not see:
-// half-precision buckets (MixedPrecision's float16) are not checked; and a finite value that overflows inside a compression hook
-// (fp16 above 65504) is born in the collective, not on a rank. CheckFinite
-// still catches those in the average.
+// (fixDeviceSlots), and goes up as zeros.
+//
+// What it does not see: half-precision buckets (MixedPrecision's float16)
+// are not checked; and a finite value that overflows inside a compression
+// hook (fp16 above 65504) is born in the collective, not on a rank.
+// CheckFinite still catches those in the average.
 
 // NonFiniteOriginError names where a NaN or an infinity began
 // (Options.FindNonFiniteOrigin): the ranks whose own gradients held one
