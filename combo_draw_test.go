@@ -124,6 +124,8 @@ func drawCombo(seed uint64) *combo {
 		}
 	}
 	c.mixed = rng.IntN(40) == 0
+	// Drawn last, so that every earlier seed draws what it always drew.
+	c.opts.FindNonFiniteOrigin = rng.IntN(3) == 0
 	return c
 }
 
@@ -170,7 +172,7 @@ func (c *combo) features() []string {
 	}{
 		{o.FindUnusedParameters, "unused"}, {o.StaticGraph, "static"}, {o.GradientAsBucketView, "view"},
 		{o.BucketCapBytes > 0 || o.FirstBucketBytes > 0, "small buckets"}, {o.CheckReplicasEvery > 0, "replica check"},
-		{o.CheckFinite, "finite"}, {c.micro > 1, "accumulation"}, {c.join != nil, "join"},
+		{o.CheckFinite, "finite"}, {o.FindNonFiniteOrigin, "origin"}, {c.micro > 1, "accumulation"}, {c.join != nil, "join"},
 		{c.throwAt >= 0, "early termination"}, {c.poison != nil, "NaN"}, {c.divergesAt() >= 0, "divergence caught"},
 	} {
 		if x.on {
@@ -199,8 +201,8 @@ func (c *combo) String() string {
 		fmt.Fprintf(&b, " (start %d, %d ranks per host, no gradient allreduce %v, averaging period %d)", c.local.StartLocalSGDIter, c.perHost, c.local.NoPostLocalGradientAllreduce, c.period)
 	}
 	o := c.opts
-	fmt.Fprintf(&b, "; unused %v, static %v, view %v, caps %d/%d, check replicas every %d, finite %v; %d micro-batches, steps %v",
-		o.FindUnusedParameters, o.StaticGraph, o.GradientAsBucketView, o.BucketCapBytes, o.FirstBucketBytes, o.CheckReplicasEvery, o.CheckFinite, c.micro, c.batches)
+	fmt.Fprintf(&b, "; unused %v, static %v, view %v, caps %d/%d, check replicas every %d, finite %v, origin %v; %d micro-batches, steps %v",
+		o.FindUnusedParameters, o.StaticGraph, o.GradientAsBucketView, o.BucketCapBytes, o.FirstBucketBytes, o.CheckReplicasEvery, o.CheckFinite, o.FindNonFiniteOrigin, c.micro, c.batches)
 	if c.join != nil {
 		fmt.Fprintf(&b, "; join (divide by active ranks %v, throw %v)", c.join.DivideByActiveRanks, c.join.ThrowOnEarlyTermination)
 	}

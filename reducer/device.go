@@ -148,9 +148,9 @@ func (r *Reducer) deviceActive() bool {
 
 // launchBucket starts bucket b's communication: on its device twin, or
 // through the comm hook on the host bucket.
-func (r *Reducer) launchBucket(b int) pg.Work {
+func (r *Reducer) launchBucket(b int, check bool) pg.Work {
 	if r.deviceActive() {
-		return r.launchDevice(b)
+		return r.launchDevice(b, check)
 	}
 	return r.runHook(&r.layout.grads[b])
 }
@@ -222,13 +222,13 @@ func (r *Reducer) prepareWire(wire, src pg.Tensor) error {
 // filled are uploaded, the bucket sealed, the allreduce issued on the
 // device twin, and the Work returned completes when the result is back
 // in the host bucket.
-func (r *Reducer) launchDevice(b int) pg.Work {
+func (r *Reducer) launchDevice(b int, check bool) pg.Work {
 	d, bk := r.dev.buckets[b], r.layout.buckets[b]
 	ctx, g := r.iter.ctx, r.obs.hookGroup(r.g)
 	fail := func(err error) pg.Work {
 		return pg.Completed(fmt.Errorf("reducer: device bucket %d: %w", b, err))
 	}
-	if err := r.fixDeviceSlots(ctx, b); err != nil {
+	if err := r.fixDeviceSlots(ctx, b, check); err != nil {
 		return fail(err)
 	}
 	for j := range d.uploaded {
@@ -260,8 +260,10 @@ func (r *Reducer) launchDevice(b int) pg.Work {
 
 // fixDeviceSlots applies, for the allreduce hook, the division to the
 // slots that came from device gradients: they go down to the host, are
-// divided there and go up again (goddp runs no kernels of its own).
-func (r *Reducer) fixDeviceSlots(ctx context.Context, b int) error {
+// divided there and go up again (goddp runs no kernels of its own). With
+// check, a slot holding a NaN or an infinity goes up as zeros instead
+// (Note [where the NaN began]): the download is paid already.
+func (r *Reducer) fixDeviceSlots(ctx context.Context, b int, check bool) error {
 	d, bk := r.dev.buckets[b], r.layout.buckets[b]
 	for j, dev := range d.onDevice {
 		if !dev || r.dev.kind != commhook.DeviceAverage {
@@ -271,6 +273,10 @@ func (r *Reducer) fixDeviceSlots(ctx context.Context, b int) error {
 		wire := d.scratch.Slice(off, off+bk.Lengths[j])
 		if err := d.db.Download(ctx, off, wire); err != nil {
 			return err
+		}
+		if check && !Finite(wire) {
+			clear(wire.Data)
+			r.origin.bad[bk.Params[j]], r.origin.found = 1, true
 		}
 		if err := commhook.Divide(wire, r.g.Size()); err != nil {
 			return err

@@ -27,10 +27,14 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	num := r.m.num
 	r.mu.Unlock()
 	r.obs.backwardEnded() // observe.go
-	var wait action
+	var wait, agree action
 	for _, a := range todo {
-		if a.kind == actWait {
+		switch a.kind {
+		case actWait:
 			wait = a
+			continue
+		case actAgreeOrigin:
+			agree = a // after the wait
 			continue
 		}
 		if err := r.perform(a); err != nil {
@@ -46,13 +50,21 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	if err != nil {
 		return r.fatal(err)
 	}
-	return r.finishSync(ctx, todo, globalUsed)
+	var origin *NonFiniteOriginError
+	if agree.kind == actAgreeOrigin {
+		if origin, err = r.agreeOrigin(ctx, agree.add); err != nil { // origin.go
+			return r.fatal(err)
+		}
+	}
+	return r.finishSync(ctx, todo, globalUsed, origin)
 }
 
 // finishSync closes a synchronised iteration whose communication is done:
 // the machine records it, the results are written back, and the observer
-// and the finiteness check see the result.
-func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []int32) error {
+// and the finiteness check see the result. origin, when some rank's
+// gradients held a NaN or an infinity before their collective, is the
+// iteration's error (Note [where the NaN began]).
+func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []int32, origin *NonFiniteOriginError) error {
 	r.mu.Lock()
 	if r.m.phase == phaseFailed {
 		err := r.m.err // Fail was called meanwhile
@@ -73,6 +85,10 @@ func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []in
 		return err
 	}
 	r.obs.finish(r, true, num) // observe.go
+	if origin != nil {
+		origin.Iteration = num
+		return origin
+	}
 	if writeBack.add {
 		return r.checkFinite(num, unusedAll) // finite.go
 	}
@@ -137,7 +153,8 @@ func (r *Reducer) waitAll(ctx context.Context, reduceUsed bool) ([]int32, error)
 // sending it last costs one small collective's latency.
 func (r *Reducer) globalUsed(ctx context.Context, reduceNow bool) ([]int32, error) {
 	if reduceNow {
-		r.usedWork = r.g.AllReduce(ctx, r.usedMap, pg.Op(pg.Sum))
+		// origin.go: FindNonFiniteOrigin's flag rides on it.
+		r.usedWork = r.g.AllReduce(ctx, r.usedMapTensor(), pg.Op(pg.Sum))
 	}
 	if r.usedWork == nil {
 		return nil, nil
@@ -147,7 +164,10 @@ func (r *Reducer) globalUsed(ctx context.Context, reduceNow bool) ([]int32, erro
 	if err := w.Wait(ctx); err != nil {
 		return nil, fmt.Errorf("reducer: allreduce of the used-parameter map failed: %w", err)
 	}
-	return pg.View[int32](r.usedMap), nil
+	if !reduceNow {
+		return pg.View[int32](r.usedMap), nil // StaticGraph's first: reduceUsedFirst's
+	}
+	return r.usedMapResult(), nil
 }
 
 // reduceUsedFirst starts the used map's allreduce of StaticGraph's first

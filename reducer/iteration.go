@@ -137,7 +137,7 @@ func (r *Reducer) perform(a action) error {
 	case actUpload:
 		return r.uploadGrad(a.index) // device.go
 	case actLaunch:
-		r.launch(a.index)
+		r.launch(a.index, a.add)
 	case actReduceUsed:
 		r.reduceUsedFirst(a.list) // finalize.go
 	default:
@@ -175,11 +175,20 @@ func (r *Reducer) store(i int, add bool) error {
 	return pg.Add(v, grad)
 }
 
-// launch runs the comm hook on bucket b. Only the draining goroutine, or
-// Finalize, calls it, in the machine's order.
-func (r *Reducer) launch(b int) {
+// launch runs the comm hook on bucket b, first checking this rank's
+// contribution when check (Note [where the NaN began]). Only the draining
+// goroutine, or Finalize, calls it, in the machine's order.
+func (r *Reducer) launch(b int, check bool) {
 	start := r.obs.launchStart() // observe.go
-	w := r.launchBucket(b)
+	var w pg.Work
+	if check {
+		if err := r.checkBucket(b); err != nil { // origin.go
+			w = pg.Completed(fmt.Errorf("reducer: bucket %d: re-sending a non-finite slot as zeros: %w", b, err))
+		}
+	}
+	if w == nil {
+		w = r.launchBucket(b, check) // device.go
+	}
 	r.layout.works[b] = w
 	r.obs.launched(b, start, w)
 }

@@ -78,15 +78,16 @@ const (
 type actionKind uint8
 
 const (
-	actRebuild    actionKind = iota + 1 // replan the buckets in rank 0's ready order (order: this rank's, complete); copy the window's sums over (add)
-	actDevice                           // install the device twins of the current plan, registered ones when add (no rebuild to come)
-	actStore                            // put parameter index's gradient into its bucket: a copy, or a sum inside a window (add)
-	actZero                             // zero parameter index's slot: a gradient that never came
-	actUpload                           // send parameter index's slot to its device twin
-	actLaunch                           // run the comm hook on bucket index
-	actReduceUsed                       // start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
-	actWait                             // wait for every bucket in order, then for the used map, allreducing it first when add
-	actWriteBack                        // write every result into its gradient, then check finiteness when add
+	actRebuild     actionKind = iota + 1 // replan the buckets in rank 0's ready order (order: this rank's, complete); copy the window's sums over (add)
+	actDevice                            // install the device twins of the current plan, registered ones when add (no rebuild to come)
+	actStore                             // put parameter index's gradient into its bucket: a copy, or a sum inside a window (add)
+	actZero                              // zero parameter index's slot: a gradient that never came
+	actUpload                            // send parameter index's slot to its device twin
+	actLaunch                            // run the comm hook on bucket index, first checking it for NaN and infinities when add (Note [where the NaN began])
+	actReduceUsed                        // start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
+	actWait                              // wait for every bucket in order, then for the used map, allreducing it first when add
+	actWriteBack                         // write every result into its gradient, then check finiteness when add
+	actAgreeOrigin                       // after the wait: the ranks agree whether some bucket held a NaN or an infinity before its collective, with an allreduce of their own when add, else on the used map's (Note [where the NaN began])
 )
 
 // action is one thing to do. The fields beyond kind depend on it.
@@ -105,6 +106,7 @@ type machine struct {
 	findUnused  bool
 	static      bool
 	checkFinite bool
+	findOrigin  bool // Options.FindNonFiniteOrigin
 
 	phase  phase
 	resume phase  // busy: the phase its actions lead to
@@ -133,7 +135,8 @@ func newMachine(params []Param, rank int, o Options, plan [][]int) *machine {
 	m := &machine{
 		params: params, rank: rank,
 		findUnused: o.FindUnusedParameters, static: o.StaticGraph, checkFinite: o.CheckFinite,
-		used: make([]int32, len(params)), first: o.StaticGraph, stage: rebuildDone,
+		findOrigin: o.FindNonFiniteOrigin,
+		used:       make([]int32, len(params)), first: o.StaticGraph, stage: rebuildDone,
 	}
 	if o.rebuilds() {
 		m.stage = rebuildWaiting
@@ -304,7 +307,7 @@ func (m *machine) ready(i int) ([]action, error) {
 func (m *machine) markReady(i int) {
 	from, to, _ := m.t.markReady(i)
 	for b := from; b < to; b++ {
-		m.emit(action{kind: actLaunch, index: b})
+		m.emit(action{kind: actLaunch, index: b, add: m.findOrigin})
 	}
 }
 
@@ -347,7 +350,11 @@ func (m *machine) finish() ([]action, error) {
 	if !m.t.allLaunched() {
 		return nil, m.fail(m.unfinishedError(m.t.missing()))
 	}
-	m.emit(action{kind: actWait, add: m.findUnused && !m.static}) // Note [used map after the buckets]
+	reduceUsed := m.findUnused && !m.static
+	m.emit(action{kind: actWait, add: reduceUsed}) // Note [used map after the buckets]
+	if m.findOrigin {
+		m.emit(action{kind: actAgreeOrigin, add: !reduceUsed}) // after the wait: Note [where the NaN began]
+	}
 	m.phase, m.resume, m.busyIn = phaseBusy, phaseIdle, "Finalize"
 	return m.acts, nil
 }

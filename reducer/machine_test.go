@@ -26,7 +26,9 @@ func (a action) String() string {
 	case actUpload:
 		return fmt.Sprintf("upload %d", a.index)
 	case actLaunch:
-		return fmt.Sprintf("launch %d", a.index)
+		return fmt.Sprintf("launch%s %d", plus, a.index)
+	case actAgreeOrigin:
+		return "agreeOrigin" + plus
 	case actReduceUsed:
 		return fmt.Sprintf("reduceUsed %v", a.list)
 	case actWait:

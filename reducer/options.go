@@ -70,6 +70,19 @@ type Options struct {
 	// decides whether to stop, or to skip the optimizer step. Off by
 	// default, as in torch.
 	CheckFinite bool
+	// FindNonFiniteOrigin: before each bucket's collective, the reducer
+	// checks this rank's contribution for NaN and infinities; a slot that
+	// holds one is sent as zeros instead, so the value never reaches the
+	// other ranks. At Finalize the ranks agree (one allreduce of one word
+	// per synchronised iteration, or one word more on the used map's with
+	// FindUnusedParameters; an allgather only when some rank found one), and every rank returns the same NonFiniteOriginError
+	// (ErrNonFinite) naming the ranks, the iteration, the first bucket and
+	// the parameters. It works with every comm hook and process group,
+	// since it runs before the hook; see Note [where the NaN began] for
+	// what it cannot see (device gradients, half-precision buckets, an
+	// overflow inside a compression hook: CheckFinite catches those after
+	// the fact).
+	FindNonFiniteOrigin bool
 	// CheckReplicasEvery: every this many synchronised iterations,
 	// ddp.DDP.RunAll first checks that every rank holds the same
 	// parameters (VerifyReplicas: one allreduce of 16 bytes per parameter

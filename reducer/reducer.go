@@ -58,6 +58,8 @@ type Reducer struct {
 	mixed *mixedState // MixedPrecision; nil when off: see mixed.go
 	dev   deviceState // device buckets: device.go
 
+	origin originState // FindNonFiniteOrigin's findings: origin.go
+
 	divisor      int  // what the default allreduce divides by under a Join; 0: the world size (join.go)
 	othersJoined bool // under a Join, some rank has run out of inputs: replicas differ until Finish (replicas.go)
 
@@ -106,6 +108,7 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	r.layout = r.newLayout(plan, limits)
 	r.m = newMachine(params, g.Rank(), opts, plan)
 	r.initDevice() // device.go
+	r.initOrigin() // origin.go
 	r.dst = make([]pg.Tensor, len(params))
 	r.usedMap = pg.Int32s(r.m.used)
 	r.hook = opts.Hook

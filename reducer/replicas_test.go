@@ -275,6 +275,9 @@ func TestFinite(t *testing.T) {
 	}{
 		{[]float64{}, true}, {[]float64{1, -1e308, 1e308, 0, math.SmallestNonzeroFloat64}, true},
 		{[]float64{1, 2, 3, 4, 5, math.NaN()}, false}, {[]float64{math.Inf(1)}, false}, {[]float64{0, 0, 0, 0, math.Inf(-1), 0}, false},
+		{[]float64{3}, true}, {[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9}, true}, {[]float64{1, 2, 3, 4, 5, 6, 7, 8, math.NaN()}, false},
+		{[]float64{-math.MaxFloat32, math.MaxFloat32, -1, 1, 2, 3, 4, 5, 6, 7, 8}, true},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, math.Inf(-1), 9}, false}, {[]float64{-math.NaN()}, false},
 	} {
 		if got := Finite(pg.Float64s(c.v)); got != c.want {
 			t.Errorf("Finite(%v) = %v", c.v, got)
@@ -297,6 +300,33 @@ func BenchmarkFinite(b *testing.B) {
 	for b.Loop() {
 		if !Finite(v) {
 			b.Fatal("finite values reported non-finite")
+		}
+	}
+}
+
+// Finite agrees with math.IsNaN and math.IsInf on every position and
+// every special value, float32 and float64, at lengths that end the
+// 32-byte loop, the 8-byte loop and the odd float32.
+func TestFiniteEveryPosition(t *testing.T) {
+	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.MaxFloat64, -math.SmallestNonzeroFloat64, math.MaxFloat32, 0}
+	for n := 1; n <= 11; n++ {
+		for pos := range n {
+			for _, x := range specials {
+				v := make([]float64, n)
+				for k := range v {
+					v[k] = float64(k) - 3.5
+				}
+				v[pos] = x
+				f := make([]float32, n)
+				for k := range v {
+					f[k] = float32(v[k])
+				}
+				want64 := !math.IsNaN(x) && !math.IsInf(x, 0)
+				want32 := !math.IsNaN(float64(f[pos])) && !math.IsInf(float64(f[pos]), 0)
+				if Finite(pg.Float64s(v)) != want64 || Finite(pg.Float32s(f)) != want32 {
+					t.Fatalf("n %d, position %d, %v: Finite float64 %v (want %v), float32 %v (want %v)", n, pos, x, Finite(pg.Float64s(v)), want64, Finite(pg.Float32s(f)), want32)
+				}
+			}
 		}
 	}
 }

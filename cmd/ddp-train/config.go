@@ -56,6 +56,7 @@ type config struct {
 	checkpointEvery      int
 	checkReplicas        int
 	onNonFinite          string
+	findOrigin           bool // --find-nonfinite-origin: reducer.Options.FindNonFiniteOrigin
 	overwriteCheckpoints bool
 	resumeAllow          string
 	ownLauncher          bool     // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
@@ -126,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint)")
 	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints, as DIR/step-NNNNNNNNN/ with DIR/latest naming the newest; --resume falls back past a damaged one to the newest intact one, with a warning (1: DIR is the one checkpoint, and a damaged one is an error)")
 	fs.StringVar(&c.onNonFinite, "on-nonfinite", "fail", "when a loss or the averaged gradients turn NaN or infinite: fail (exit 3, nothing of that step saved) or skip (skip that update on every rank, as loss scaling does, and count it)")
+	fs.BoolVar(&c.findOrigin, "find-nonfinite-origin", true, "check each rank's gradients for NaN and infinities before every bucket's allreduce, send such values as zeros so they never reach the other ranks, and name the ranks, step, bucket and parameters where they began (--on-nonfinite then decides); costs a scan of the gradients and one allreduce of one word per step")
 	fs.IntVar(&c.checkReplicas, "check-replicas-every", 10, "every N steps check that every rank holds bitwise the same parameters (a digest per parameter, carried by the step's stop-signal allreduce); a mismatch fails every rank naming the first differing parameter (0: off)")
 	fs.BoolVar(&c.overwriteCheckpoints, "overwrite-checkpoints", false, "start over in a --checkpoint directory that holds another run's checkpoints, deleting them (without it such a directory is refused)")
 	fs.StringVar(&c.resumeAllow, "resume-allow-changes", "", "with --resume, settings the run may change from the checkpoint's, comma-separated (world_size, seed, batch_size, grad_accum, optimizer, lr, comm_hook, powersgd_start_iter, model, shuffle, data); any other change is refused")

@@ -17,9 +17,15 @@ import (
 // with garbage weights. Two checks, both agreed by every rank without a
 // collective of their own:
 //
-//   - After each synchronised RunAll the reducer checks the averaged
-//     gradients (reducer.Options.CheckFinite). They are the same on every
-//     rank, so every rank sees a NaN at the same step. With
+//   - Before each bucket's allreduce the reducer checks this rank's own
+//     gradients (reducer.Options.FindNonFiniteOrigin, --find-nonfinite-origin,
+//     on by default): a NaN or an infinity is sent as zeros, so it never
+//     reaches the other ranks, and the ranks agree (one allreduce of one
+//     word per step) on an error naming the ranks, bucket and parameters
+//     where it began. After each synchronised RunAll the reducer checks the
+//     averaged gradients (reducer.Options.CheckFinite), for what the first
+//     check cannot see (an overflow inside the fp16 hook). Both come the
+//     same on every rank, at the same step. With
 //     --on-nonfinite fail (the default) every rank stops before the
 //     optimizer step; with skip, every rank skips that update (as loss
 //     scaling skips a step whose gradients overflowed), and counts it.
@@ -91,14 +97,25 @@ func (t *trainer) diverged(ctx context.Context, step int, lossBad bool, what str
 	return &divergedError{msg: msg}
 }
 
-// nonFiniteGrads reports whether err is the reducer's non-finite gradient
-// report, and its parameter names.
+// nonFiniteGrads reports whether err is one of the reducer's non-finite
+// gradient reports, and what it says, for the guard's message: where the
+// NaN began (--find-nonfinite-origin: the ranks, bucket and parameters,
+// found before the allreduce) or, without it, which averages hold one.
 func nonFiniteGrads(err error) (string, bool) {
-	var nf *reducer.NonFiniteError
-	if !errors.As(err, &nf) {
-		return "", false
+	var origin *reducer.NonFiniteOriginError
+	if errors.As(err, &origin) {
+		who := "rank " + joinInts(origin.Ranks)
+		if len(origin.Ranks) > 1 {
+			who = "ranks " + joinInts(origin.Ranks)
+		}
+		return fmt.Sprintf("the gradients of %s held a NaN or an infinity before their allreduce (bucket %d: %s; sent as zeros, so no other rank received it)",
+			who, origin.Bucket, strings.Join(origin.Names, ", ")), true
 	}
-	return strings.Join(nf.Names, ", "), true
+	var nf *reducer.NonFiniteError
+	if errors.As(err, &nf) {
+		return "the averaged gradients of " + strings.Join(nf.Names, ", ") + " are not finite", true
+	}
+	return "", false
 }
 
 // paramsFinite checks every parameter's value, before a checkpoint or

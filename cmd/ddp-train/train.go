@@ -117,6 +117,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
 		FindUnusedParameters: t.c.findUnused,
 		CheckFinite:          true, // Note [non-finite guard]
+		FindNonFiniteOrigin:  t.c.findOrigin,
 		StaticGraph:          t.c.staticGraph,
 		GradientAsBucketView: t.c.bucketView,
 		Hook:                 hook,
@@ -292,7 +293,7 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		} else {
 			err = s.ddp.RunAll(ctx, vm)
 		}
-		names, nonFinite := nonFiniteGrads(err) // Note [non-finite guard]
+		what, nonFinite := nonFiniteGrads(err) // Note [non-finite guard]
 		if err != nil && !nonFinite {
 			return st, err
 		}
@@ -303,10 +304,10 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		st.lossOK = st.lossOK && finiteLoss(loss)
 		if nonFinite {
 			if t.c.onNonFinite != "skip" {
-				return st, t.diverged(ctx, step+1, !st.lossOK, "the averaged gradients of "+names+" are not finite")
+				return st, t.diverged(ctx, step+1, !st.lossOK, what)
 			}
 			if t.g.Rank() == 0 {
-				t.log.Warn("skipping the update: the averaged gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1), zap.String("params", names))
+				t.log.Warn("skipping the update: the gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1), zap.String("cause", what))
 			}
 			st.correct += s.net.Correct(labels)
 			s.vm.Reset()
