@@ -241,6 +241,7 @@ func launcherError(err error, c config) error {
 	if !errors.As(err, &we) {
 		return err
 	}
+	all := we
 	we = rootCause(we)
 	line := lastReport(we.Tail)
 	var in *launch.Interrupted
@@ -256,6 +257,9 @@ func launcherError(err error, c config) error {
 			msg = fmt.Sprintf("worker rank %d stopped by %s", we.Rank, launch.SignalName(sig))
 		}
 		return &signalled{msg: msg, in: &launch.Interrupted{Signal: sig}}
+	}
+	if h := culpritHeadline(all); h != "" && (exitCode(we.Err) == exitPeerFailed || killed(we.Err)) {
+		return culpritError(h, we, line, c) // Note [the headline names the culprit]
 	}
 	// The worker already printed its own error line; name the rank, and
 	// repeat the worker's line (with pg/desync's diagnosis, it names the

@@ -78,7 +78,11 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 		c.ownLauncher = launched
 		c = elasticWorker(c, ecfg, launched, stderr) // Note [restarts]
 		err = runWorker(ctx, c, ecfg, stdout, stderr)
-		if code := report(stderr, intr.interrupted(err)); code != 1 || !launched || !peerCaused(err) {
+		code := report(stderr, intr.interrupted(err))
+		if launched {
+			writeVerdict(stderr, err) // Note [the headline names the culprit]
+		}
+		if code != 1 || !launched || !peerCaused(err) {
 			return code
 		}
 		return exitPeerFailed // to our own launcher only: Note [first is not the cause]

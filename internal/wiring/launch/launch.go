@@ -60,6 +60,10 @@ type WorkerError struct {
 	// included, in the order they ended (within Spec.Settle of the
 	// first); not those the launcher stopped.
 	Failures []Failure
+	// Frozen are the ranks whose process was stopped (SIGSTOP, or a
+	// debugger's stop) when the launcher came to stop it, ascending: it
+	// killed them, as Note [a stopped worker is killed] says.
+	Frozen []int
 }
 
 // Failure is one worker's failure.
@@ -193,7 +197,9 @@ type supervisor struct {
 	workers []*worker
 	first   *WorkerError
 	settle  <-chan time.Time // after the first failure: Note [first is not the cause]
+	poll    <-chan time.Time // while settling: are the ones left all stopped?
 	stopped bool             // every worker has been told to stop
+	frozen  []int            // ranks found stopped (SIGSTOP) and killed
 }
 
 // supervise waits for every worker. The first failure stops the rest
@@ -208,27 +214,49 @@ func supervise(ctx context.Context, spec Spec, workers []*worker) error {
 		}()
 	}
 	s := &supervisor{spec: spec, workers: workers}
-	for range spec.N {
+	for left := spec.N; left > 0; {
 		select {
 		case e := <-exits:
 			s.exited(e)
+			left--
+		case <-s.poll:
+			if s.onlyFrozenLeft() {
+				s.endSettle()
+			}
 		case <-s.settle:
-			s.settle, s.stopped = nil, true
-			s.stopAll(syscall.SIGTERM)
-			s.exited(<-exits)
+			s.endSettle()
 		case <-ctx.Done():
 			s.stopAll(interruptSignal(ctx))
 			s.stopped = true
 			e := <-exits
+			left--
 			if s.first == nil {
 				s.first = &WorkerError{Rank: e.rank, Err: context.Cause(ctx), Tail: s.workers[e.rank].tail.String()}
 			}
 		}
 	}
 	if s.first != nil {
+		s.first.Frozen = s.frozen
 		return s.first
 	}
 	return nil
+}
+
+// endSettle stops every worker still running.
+func (s *supervisor) endSettle() {
+	s.settle, s.poll, s.stopped = nil, nil, true
+	s.stopAll(syscall.SIGTERM)
+}
+
+// onlyFrozenLeft reports whether every worker still running is stopped
+// (SIGSTOP): none of them will end on its own, so settling is over.
+func (s *supervisor) onlyFrozenLeft() bool {
+	for _, w := range s.workers {
+		if !w.exited.Load() && !w.frozen() {
+			return false
+		}
+	}
+	return true
 }
 
 // exited records a worker's end. Once the workers are being stopped, how
@@ -242,6 +270,7 @@ func (s *supervisor) exited(e exit) {
 		s.first = &WorkerError{Rank: f.Rank, Err: f.Err, Tail: f.Tail}
 		if s.spec.Settle > 0 {
 			s.settle = time.After(s.spec.Settle)
+			s.poll = time.Tick(settlePoll)
 		} else {
 			s.stopped = true
 			s.stopAll(syscall.SIGTERM)
@@ -251,10 +280,26 @@ func (s *supervisor) exited(e exit) {
 }
 
 func (s *supervisor) stopAll(sig syscall.Signal) {
-	for _, w := range s.workers {
-		w.stop(sig, s.spec.Grace)
+	for r, w := range s.workers {
+		if w.stop(sig, s.spec.Grace) {
+			s.frozen = append(s.frozen, r)
+		}
 	}
 }
+
+// settlePoll is how often a settling supervisor looks whether only
+// stopped workers are left.
+const settlePoll = 100 * time.Millisecond
+
+// Note [a stopped worker is killed]: a process stopped by SIGSTOP (or
+// SIGTSTP, or a debugger) keeps SIGTERM pending until it is continued, so
+// the grace period would run out in full (30 s in ddp-train) before its
+// SIGKILL, and the job would end that much after its peers had reported
+// it. A stopped worker cannot finish a step or write a checkpoint, so
+// stop kills it at once, and the supervisor stops settling as soon as the
+// workers left are all stopped: they will not end on their own. Whether a
+// process is stopped comes from /proc/PID/stat (Linux; elsewhere no
+// worker is ever found stopped, and the grace period applies).
 
 // interruptSignal is the signal an *Interrupted cause of ctx carries, else
 // SIGTERM.
@@ -319,16 +364,40 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 }
 
 // stop sends sig (once: a worker may take a second signal as "stop now"),
-// then SIGKILL after grace if the worker is still up.
-func (w *worker) stop(sig syscall.Signal, grace time.Duration) {
+// then SIGKILL after grace if the worker is still up, or at once if it is
+// stopped (Note [a stopped worker is killed]), and then reports true.
+func (w *worker) stop(sig syscall.Signal, grace time.Duration) (frozen bool) {
 	w.once.Do(func() {
 		p := w.cmd.Process
 		if p == nil {
 			return
 		}
+		if w.frozen() {
+			frozen = true
+			w.signalGroup(syscall.SIGKILL)
+			return
+		}
 		w.signalGroup(sig)
 		time.AfterFunc(grace, func() { w.signalGroup(syscall.SIGKILL) })
 	})
+	return frozen
+}
+
+// frozen reports whether the worker's process is stopped (state T or t
+// in /proc/PID/stat), and not yet reaped.
+func (w *worker) frozen() bool {
+	if w.exited.Load() || w.cmd.Process == nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndex(b, []byte(") ")) // the name may hold ") "; the state follows the last
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'T' || b[i+2] == 't'
 }
 
 // signalGroup sends sig to the worker's process group (its pid: Setsid

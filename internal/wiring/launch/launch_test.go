@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,25 @@ func TestSettleKeepsEveryFailure(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Run took %v; rank 2 should have been stopped after Settle", d)
+	}
+}
+
+// A worker stopped with SIGSTOP ignores SIGTERM until it is continued:
+// Run kills it at once, without waiting out Settle or Grace, and says it
+// found it stopped (Note [a stopped worker is killed]).
+func TestStoppedWorkerIsKilled(t *testing.T) {
+	spec := Spec{N: 3, Path: "/bin/sh", Grace: 30 * time.Second, Settle: 20 * time.Second,
+		Args: []string{"-c", `case "$RANK" in 0) sleep 0.5; exit 4;; 1) kill -STOP $$; sleep 60;; *) sleep 0.7; exit 4;; esac`}}
+	start := time.Now()
+	err := Run(context.Background(), spec)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 0 {
+		t.Fatalf("Run = %v; want rank 0 first", err)
+	}
+	if len(we.Failures) != 2 || !slices.Equal(we.Frozen, []int{1}) {
+		t.Fatalf("Failures = %+v, Frozen = %v; want ranks 0 and 2 failed, and rank 1 found stopped", we.Failures, we.Frozen)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Run took %v; the stopped rank 1 should have been killed once it was the only one left", d)
 	}
 }
