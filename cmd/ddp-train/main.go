@@ -60,6 +60,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	defer intr.close()
 	c.intr = intr
 	c.bar = sinkFor(c, con, lookup) // relay.go
+	c.testSlow = testSlowFrom(lookup)
 
 	if len(c.command) > 0 { // Note [launching a program]
 		return report(stderr, intr.interrupted(runProgram(ctx, c, lookup, stdout, stderr)))
