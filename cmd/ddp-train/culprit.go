@@ -179,7 +179,11 @@ func ranksList(rs []int) string {
 // the headline, then the root failure's own line for the details.
 func culpritError(headline string, we *launch.WorkerError, line string, c config) error {
 	if c.maxRestarts > 0 {
-		headline += fmt.Sprintf(" (after %d restart(s); --max-restarts %d)", we.Attempt, c.maxRestarts)
+		plural := "s"
+		if we.Attempt == 1 {
+			plural = ""
+		}
+		headline += fmt.Sprintf("; after %d restart%s (--max-restarts %d)", we.Attempt, plural, c.maxRestarts)
 	}
 	if line == "" {
 		return errors.New(headline)
