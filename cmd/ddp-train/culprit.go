@@ -73,7 +73,7 @@ func readVerdict(tail string) (verdict, bool) {
 	return verdict{}, false
 }
 
-// agreed returns the culprit most of the failed workers' verdicts name
+// agreed returns the culprit most of the workers' verdicts name
 // first (the lowest rank on a tie), the verdicts that name it, and false
 // when no worker left a verdict.
 func agreed(fs []launch.Failure) (int, []verdict, bool) {
@@ -96,7 +96,7 @@ func agreed(fs []launch.Failure) (int, []verdict, bool) {
 // on a culprit, or "" when none did and the culprit did not die on its
 // own: Note [the headline names the culprit].
 func culpritHeadline(we *launch.WorkerError) string {
-	r, vs, ok := agreed(we.Failures)
+	r, vs, ok := agreed(append(slices.Clone(we.Failures), we.Stopped...)) // a stopped survivor's verdict counts
 	var own *launch.Failure // the culprit's own failure, if it ended by itself
 	for i, f := range we.Failures {
 		if f.Rank == r || (!ok && exitCode(f.Err) != exitPeerFailed) {

@@ -60,13 +60,17 @@ type WorkerError struct {
 	// included, in the order they ended (within Spec.Settle of the
 	// first); not those the launcher stopped.
 	Failures []Failure
+	// Stopped are the workers the launcher stopped, in the order they
+	// ended, with their tails: what they said as they went may still
+	// name the cause.
+	Stopped []Failure
 	// Frozen are the ranks whose process was stopped (SIGSTOP, or a
 	// debugger's stop) when the launcher came to stop it, ascending: it
 	// killed them, as Note [a stopped worker is killed] says.
 	Frozen []int
 }
 
-// Failure is one worker's failure.
+// Failure is one worker's failure, or how a stopped worker ended.
 type Failure struct {
 	Rank int
 	Err  error
@@ -262,10 +266,13 @@ func (s *supervisor) onlyFrozenLeft() bool {
 // exited records a worker's end. Once the workers are being stopped, how
 // each ends is a consequence, not a failure.
 func (s *supervisor) exited(e exit) {
+	f := Failure{Rank: e.rank, Err: e.err, Tail: s.workers[e.rank].tail.String()}
+	if s.stopped && s.first != nil {
+		s.first.Stopped = append(s.first.Stopped, f)
+	}
 	if e.err == nil || s.stopped {
 		return
 	}
-	f := Failure{Rank: e.rank, Err: e.err, Tail: s.workers[e.rank].tail.String()}
 	if s.first == nil {
 		s.first = &WorkerError{Rank: f.Rank, Err: f.Err, Tail: f.Tail}
 		if s.spec.Settle > 0 {

@@ -116,6 +116,9 @@ func TestSettleKeepsEveryFailure(t *testing.T) {
 	if len(we.Failures) != 2 || we.Failures[1].Rank != 0 || !strings.Contains(we.Failures[1].Tail, "cause") {
 		t.Fatalf("Failures = %+v; want ranks 1 then 0 (with its tail), and not rank 2, which was stopped", we.Failures)
 	}
+	if len(we.Stopped) != 1 || we.Stopped[0].Rank != 2 {
+		t.Fatalf("Stopped = %+v; want rank 2", we.Stopped)
+	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Run took %v; rank 2 should have been stopped after Settle", d)
 	}
