@@ -157,6 +157,7 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		Logger:     logger,
 		Env:        bar.env(),
 		ExtraFiles: bar.files(),
+		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
 	})
 	return launcherError(err, c) // elastic.go
 }

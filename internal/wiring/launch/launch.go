@@ -48,6 +48,11 @@ type Spec struct {
 	// the root cause rather than whichever worker exited first: Note
 	// [first is not the cause]. 0 stops them at once.
 	Settle time.Duration
+	// Hidden, when set, keeps a worker's stderr lines that start with it
+	// out of Stderr; WorkerError's tails still hold them. A worker writes
+	// such a line for its launcher (ddp-train: its verdict on a failure),
+	// not for the user; a line written in pieces may still show.
+	Hidden string
 }
 
 // WorkerError reports the first worker that failed.
@@ -361,7 +366,7 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	tail := &tailBuffer{max: 4096}
 	var errOut io.Writer = tail
 	if spec.Stderr != nil {
-		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank)})
+		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank), hidden: spec.Hidden})
 	}
 	cmd.Stderr = errOut
 	if err := cmd.Start(); err != nil {
@@ -445,6 +450,7 @@ type prefixWriter struct {
 	mu     *sync.Mutex
 	w      io.Writer
 	prefix string
+	hidden string // lines starting with it are dropped (Spec.Hidden)
 	midLn  bool
 }
 
@@ -454,13 +460,17 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	n := len(b)
 	var out []byte
 	for len(b) > 0 {
-		if !p.midLn {
-			out = append(out, p.prefix...)
-		}
 		i := bytes.IndexByte(b, '\n')
 		line := b
 		if i >= 0 {
 			line = b[:i+1]
+		}
+		if !p.midLn && i >= 0 && p.hidden != "" && bytes.HasPrefix(line, []byte(p.hidden)) {
+			b = b[len(line):]
+			continue
+		}
+		if !p.midLn {
+			out = append(out, p.prefix...)
 		}
 		out = append(out, line...)
 		p.midLn = i < 0

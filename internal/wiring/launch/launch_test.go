@@ -143,3 +143,21 @@ func TestStoppedWorkerIsKilled(t *testing.T) {
 		t.Fatalf("Run took %v; the stopped rank 1 should have been killed once it was the only one left", d)
 	}
 }
+
+// Lines that start with Spec.Hidden stay out of Stderr, but not out of
+// the tail that WorkerError carries.
+func TestHiddenLinesStayInTheTail(t *testing.T) {
+	var out bytes.Buffer
+	spec := Spec{N: 1, Path: "/bin/sh", Stderr: &out, Hidden: "verdict: ",
+		Args: []string{"-c", `echo one >&2; echo 'verdict: {"rank":2}' >&2; echo two >&2; exit 3`}}
+	var we *WorkerError
+	if err := Run(context.Background(), spec); !errors.As(err, &we) {
+		t.Fatalf("Run = %v", err)
+	}
+	if got := out.String(); got != "[rank 0] one\n[rank 0] two\n" {
+		t.Errorf("Stderr got %q", got)
+	}
+	if !strings.Contains(we.Tail, `verdict: {"rank":2}`) {
+		t.Errorf("the tail lost the hidden line: %q", we.Tail)
+	}
+}
