@@ -209,6 +209,7 @@ type supervisor struct {
 	poll    <-chan time.Time // while settling: are the ones left all stopped?
 	stopped bool             // every worker has been told to stop
 	frozen  []int            // ranks found stopped (SIGSTOP) and killed
+	ended   []bool           // by rank: its exit has been taken in
 }
 
 // supervise waits for every worker. The first failure stops the rest
@@ -222,10 +223,11 @@ func supervise(ctx context.Context, spec Spec, workers []*worker) error {
 			exits <- exit{r, err}
 		}()
 	}
-	s := &supervisor{spec: spec, workers: workers}
+	s := &supervisor{spec: spec, workers: workers, ended: make([]bool, spec.N)}
 	for left := spec.N; left > 0; {
 		select {
 		case e := <-exits:
+			s.ended[e.rank] = true
 			s.exited(e)
 			left--
 		case <-s.poll:
@@ -238,6 +240,7 @@ func supervise(ctx context.Context, spec Spec, workers []*worker) error {
 			s.stopAll(interruptSignal(ctx))
 			s.stopped = true
 			e := <-exits
+			s.ended[e.rank] = true
 			left--
 			if s.first == nil {
 				s.first = &WorkerError{Rank: e.rank, Err: context.Cause(ctx), Tail: s.workers[e.rank].tail.String()}
@@ -257,11 +260,13 @@ func (s *supervisor) endSettle() {
 	s.stopAll(syscall.SIGTERM)
 }
 
-// onlyFrozenLeft reports whether every worker still running is stopped
-// (SIGSTOP): none of them will end on its own, so settling is over.
+// onlyFrozenLeft reports whether every worker whose exit has not been
+// taken in is stopped (SIGSTOP): none of them will end on its own, so
+// settling is over. One that has exited but whose exit is still on its
+// way is not stopped, so its failure is not mistaken for a consequence.
 func (s *supervisor) onlyFrozenLeft() bool {
-	for _, w := range s.workers {
-		if !w.exited.Load() && !w.frozen() {
+	for r, w := range s.workers {
+		if !s.ended[r] && !w.frozen() {
 			return false
 		}
 	}
