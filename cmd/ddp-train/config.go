@@ -76,6 +76,8 @@ type config struct {
 
 	elastic // --max-restarts, --restart-backoff; signal handling (elastic.go)
 	limits  // --oversubscribe; bounds on every number and address (limits.go)
+
+	stragglerFlags // --straggler-window, -share, -margin (straggler.go)
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -142,6 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
 	c.elastic.register(fs)
 	c.limits.register(fs)
+	c.stragglerFlags.register(fs)
 	if err := cli.Parse(fs, args); err != nil { // a typo: one line and a hint, not the usage
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -172,6 +175,7 @@ func (c config) validate() error {
 		c.validateOptimizer,
 		c.validateHook,
 		func() error { return validateLimits(c) },
+		c.stragglerFlags.validate,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {

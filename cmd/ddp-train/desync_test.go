@@ -65,10 +65,11 @@ func stopWorker(t *testing.T, victimRank string, survivors []string, want func(r
 		t.Fatalf("ddp-train still running 60s after a worker was stopped:\n%s", errOut.String())
 	}
 	out := errOut.String()
-	// The launcher's last line repeats the failed worker's, culprit included.
-	last := regexp.MustCompile(`(?m)^ddp-train: worker rank \d failed: (exit status 1|it lost a peer or the store): rank \d: .*$`).FindString(out)
+	// The launcher's last line names the culprit first (Note [the
+	// headline names the culprit]), then repeats a survivor's line.
+	last := regexp.MustCompile(`(?m)^ddp-train: rank \d.*$`).FindString(out)
 	t.Logf("%s", last)
-	if !strings.Contains(last, "check rank "+victimRank+":") {
+	if !strings.HasPrefix(last, "ddp-train: rank "+victimRank+" ") || !strings.Contains(last, "check rank "+victimRank+":") {
 		t.Fatalf("the launcher's last line does not name rank %s:\n%s\n\nall output:\n%s", victimRank, last, out)
 	}
 	for _, r := range survivors {

@@ -176,8 +176,13 @@ func (e *stoppedError) Unwrap() error { return &launch.Interrupted{Signal: e.sig
 // (lossBad, Note [non-finite guard]) and, when check is set, the replica
 // check's words (reducer: Note [replica check]); a replica mismatch fails
 // every rank. Collective.
-func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool) (sig syscall.Signal, anyLossBad bool, err error) {
-	v := []int64{int64(t.c.intr.requested()), 0}
+func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool, comm time.Duration) (sig syscall.Signal, anyLossBad bool, err error) {
+	if s.strag == nil {
+		s.strag = newStragglers(t.c.stragglerFlags, t.g.Rank(), t.log, t.metrics)
+	}
+	s.strag.pause()
+	n := t.g.Size() // each rank's wait in collectives: Note [stragglers, measured]
+	v := append([]int64{int64(t.c.intr.requested()), 0}, s.strag.words(comm, n)...)
 	if lossBad {
 		v[1] = 1
 	}
@@ -188,11 +193,14 @@ func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool
 		}
 		v = reducer.ReplicaWords(v, values)
 	}
+	began := time.Now()
 	if err := t.g.AllReduce(ctx, pg.Int64s(v), pg.Op(pg.Max)).Wait(ctx); err != nil {
 		return 0, false, fmt.Errorf("checking for a stop signal: %w", err)
 	}
+	now := time.Now()
+	s.strag.observe(v[2:2+n], now.Sub(began), now)
 	if check {
-		if err := s.ddp.Reducer().CheckReplicaWords(ctx, v[2:], values); err != nil {
+		if err := s.ddp.Reducer().CheckReplicaWords(ctx, v[2+n:], values); err != nil {
 			return 0, false, err
 		}
 	}
@@ -241,6 +249,7 @@ func launcherError(err error, c config) error {
 	if !errors.As(err, &we) {
 		return err
 	}
+	all := we
 	we = rootCause(we)
 	line := lastReport(we.Tail)
 	var in *launch.Interrupted
@@ -256,6 +265,9 @@ func launcherError(err error, c config) error {
 			msg = fmt.Sprintf("worker rank %d stopped by %s", we.Rank, launch.SignalName(sig))
 		}
 		return &signalled{msg: msg, in: &launch.Interrupted{Signal: sig}}
+	}
+	if h := culpritHeadline(all); h != "" && (exitCode(we.Err) == exitPeerFailed || killed(we.Err)) {
+		return culpritError(h, we, line, c) // Note [the headline names the culprit]
 	}
 	// The worker already printed its own error line; name the rank, and
 	// repeat the worker's line (with pg/desync's diagnosis, it names the

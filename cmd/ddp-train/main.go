@@ -66,6 +66,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	defer intr.close()
 	c.intr = intr
 	c.bar = sinkFor(c, con, lookup) // relay.go
+	c.testSlow = testSlowFrom(lookup)
 
 	if len(c.command) > 0 { // Note [launching a program]
 		return report(stderr, intr.interrupted(runProgram(ctx, c, lookup, stdout, stderr)))
@@ -84,7 +85,11 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 		c.ownLauncher = launched
 		c = elasticWorker(c, ecfg, launched, stderr) // Note [restarts]
 		err = runWorker(ctx, c, ecfg, stdout, stderr)
-		if code := report(stderr, intr.interrupted(err)); code != 1 || !launched || !peerCaused(err) {
+		code := report(stderr, intr.interrupted(err))
+		if launched {
+			writeVerdict(stderr, err) // Note [the headline names the culprit]
+		}
+		if code != 1 || !launched || !peerCaused(err) {
 			return code
 		}
 		return exitPeerFailed // to our own launcher only: Note [first is not the cause]
@@ -162,6 +167,7 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		Logger:     logger,
 		Env:        append(bar.env(), report.env()...),
 		ExtraFiles: bar.files(),
+		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
 	})
 	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go
 }

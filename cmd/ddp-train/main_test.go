@@ -200,7 +200,7 @@ func TestKilledWorkerIsNamed(t *testing.T) {
 		<-done
 		t.Fatalf("ddp-train still running 30s after a worker was killed:\n%s", errOut.String())
 	}
-	if !strings.Contains(errOut.String(), "worker rank 1 failed") {
+	if !strings.Contains(errOut.String(), "ddp-train: rank 1 died (killed by SIGKILL)") { // Note [the headline names the culprit]
 		t.Fatalf("the failed rank is not named:\n%s", errOut.String())
 	}
 }

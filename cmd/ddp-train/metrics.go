@@ -10,8 +10,10 @@ import (
 // see docs/observability.md.
 type trainingMetrics struct {
 	step, loss, accuracy, comm prometheus.Gauge
-	samples                    prometheus.Counter // this rank's; sum(rate(...)) over ranks is the job's samples/s
-	skipped                    prometheus.Counter // updates skipped by --on-nonfinite skip
+	samples                    prometheus.Counter     // this rank's; sum(rate(...)) over ranks is the job's samples/s
+	skipped                    prometheus.Counter     // updates skipped by --on-nonfinite skip
+	last                       *prometheus.CounterVec // ddp_straggler_last_total{rank}: Note [stragglers, measured]
+	skew                       prometheus.Histogram   // ddp_straggler_arrival_skew_seconds
 }
 
 func newTrainingMetrics() trainingMetrics {
@@ -27,11 +29,16 @@ func newTrainingMetrics() trainingMetrics {
 		comm: g("comm_fraction_ratio", "Fraction of step time spent waiting for communication after backward."),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train", Name: "skipped_steps_total",
 			Help: "Optimizer updates skipped because the averaged gradients were not finite (--on-nonfinite skip)."}),
+		last: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "straggler", Name: "last_total",
+			Help: "Steps in which this rank arrived last at the collectives, by more than --straggler-margin of the step time (the same on every rank's endpoint)."}, []string{"rank"}),
+		skew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "ddp", Subsystem: "straggler", Name: "arrival_skew_seconds",
+			Help:    "Per step, how much longer the first rank to arrive at the collectives waited than the last one.",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16)}),
 	}
 }
 
 func (m trainingMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm, m.skipped}
+	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew}
 }
 
 func (m *trainingMetrics) observe(step int, r figures) {

@@ -228,7 +228,8 @@ func TestDashboardQueriesServedMetrics(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("docs/grafana-dashboard.json: %v", err)
 	}
-	known := append(slices.Clone(servedMetrics), "ddp_errors_total", "ddp_train_loss", "process_resident_memory_bytes")
+	known := append(slices.Clone(servedMetrics), "ddp_errors_total", "ddp_train_loss", "process_resident_memory_bytes",
+		"ddp_straggler_last_total", "ddp_straggler_arrival_skew_seconds") // on the first step, and a straggler: straggler_test.go
 	name := regexp.MustCompile(`\b(ddp|go|process)_[a-z_]+`)
 	queries := 0
 	for _, p := range dash.Panels {

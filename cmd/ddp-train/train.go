@@ -76,6 +76,7 @@ type session struct {
 	hook   commhook.Hook    // --comm-hook's, with this rank's state
 	start  int              // the first step to run (after a resume)
 	tl     *timeline.Writer // --timeline; nil without
+	strag  *stragglers      // who arrives last; made by agreeStop
 }
 
 // close releases what the session holds beyond the run: the reducer's
@@ -227,7 +228,7 @@ func (t *trainer) run(ctx context.Context) error {
 		}
 		check := t.c.checkReplicas > 0 && (step+1)%t.c.checkReplicas == 0
 		// Every rank the same: Note [preemption], Note [non-finite guard].
-		sig, lossBad, err := t.agreeStop(ctx, s, check, !st.lossOK)
+		sig, lossBad, err := t.agreeStop(ctx, s, check, !st.lossOK, st.comm)
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step+1, err)
 		}

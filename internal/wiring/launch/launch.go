@@ -48,6 +48,11 @@ type Spec struct {
 	// the root cause rather than whichever worker exited first: Note
 	// [first is not the cause]. 0 stops them at once.
 	Settle time.Duration
+	// Hidden, when set, keeps a worker's stderr lines that start with it
+	// out of Stderr; WorkerError's tails still hold them. A worker writes
+	// such a line for its launcher (ddp-train: its verdict on a failure),
+	// not for the user; a line written in pieces may still show.
+	Hidden string
 }
 
 // WorkerError reports the first worker that failed.
@@ -60,9 +65,17 @@ type WorkerError struct {
 	// included, in the order they ended (within Spec.Settle of the
 	// first); not those the launcher stopped.
 	Failures []Failure
+	// Stopped are the workers the launcher stopped, in the order they
+	// ended, with their tails: what they said as they went may still
+	// name the cause.
+	Stopped []Failure
+	// Frozen are the ranks whose process was stopped (SIGSTOP, or a
+	// debugger's stop) when the launcher came to stop it, ascending: it
+	// killed them, as Note [a stopped worker is killed] says.
+	Frozen []int
 }
 
-// Failure is one worker's failure.
+// Failure is one worker's failure, or how a stopped worker ended.
 type Failure struct {
 	Rank int
 	Err  error
@@ -193,7 +206,10 @@ type supervisor struct {
 	workers []*worker
 	first   *WorkerError
 	settle  <-chan time.Time // after the first failure: Note [first is not the cause]
+	poll    <-chan time.Time // while settling: are the ones left all stopped?
 	stopped bool             // every worker has been told to stop
+	frozen  []int            // ranks found stopped (SIGSTOP) and killed
+	ended   []bool           // by rank: its exit has been taken in
 }
 
 // supervise waits for every worker. The first failure stops the rest
@@ -207,41 +223,71 @@ func supervise(ctx context.Context, spec Spec, workers []*worker) error {
 			exits <- exit{r, err}
 		}()
 	}
-	s := &supervisor{spec: spec, workers: workers}
-	for range spec.N {
+	s := &supervisor{spec: spec, workers: workers, ended: make([]bool, spec.N)}
+	for left := spec.N; left > 0; {
 		select {
 		case e := <-exits:
+			s.ended[e.rank] = true
 			s.exited(e)
+			left--
+		case <-s.poll:
+			if s.onlyFrozenLeft() {
+				s.endSettle()
+			}
 		case <-s.settle:
-			s.settle, s.stopped = nil, true
-			s.stopAll(syscall.SIGTERM)
-			s.exited(<-exits)
+			s.endSettle()
 		case <-ctx.Done():
 			s.stopAll(interruptSignal(ctx))
 			s.stopped = true
 			e := <-exits
+			s.ended[e.rank] = true
+			left--
 			if s.first == nil {
 				s.first = &WorkerError{Rank: e.rank, Err: context.Cause(ctx), Tail: s.workers[e.rank].tail.String()}
 			}
 		}
 	}
 	if s.first != nil {
+		s.first.Frozen = s.frozen
 		return s.first
 	}
 	return nil
 }
 
+// endSettle stops every worker still running.
+func (s *supervisor) endSettle() {
+	s.settle, s.poll, s.stopped = nil, nil, true
+	s.stopAll(syscall.SIGTERM)
+}
+
+// onlyFrozenLeft reports whether every worker whose exit has not been
+// taken in is stopped (SIGSTOP): none of them will end on its own, so
+// settling is over. One that has exited but whose exit is still on its
+// way is not stopped, so its failure is not mistaken for a consequence.
+func (s *supervisor) onlyFrozenLeft() bool {
+	for r, w := range s.workers {
+		if !s.ended[r] && !w.frozen() {
+			return false
+		}
+	}
+	return true
+}
+
 // exited records a worker's end. Once the workers are being stopped, how
 // each ends is a consequence, not a failure.
 func (s *supervisor) exited(e exit) {
+	f := Failure{Rank: e.rank, Err: e.err, Tail: s.workers[e.rank].tail.String()}
+	if s.stopped && s.first != nil {
+		s.first.Stopped = append(s.first.Stopped, f)
+	}
 	if e.err == nil || s.stopped {
 		return
 	}
-	f := Failure{Rank: e.rank, Err: e.err, Tail: s.workers[e.rank].tail.String()}
 	if s.first == nil {
 		s.first = &WorkerError{Rank: f.Rank, Err: f.Err, Tail: f.Tail}
 		if s.spec.Settle > 0 {
 			s.settle = time.After(s.spec.Settle)
+			s.poll = time.Tick(settlePoll)
 		} else {
 			s.stopped = true
 			s.stopAll(syscall.SIGTERM)
@@ -251,10 +297,26 @@ func (s *supervisor) exited(e exit) {
 }
 
 func (s *supervisor) stopAll(sig syscall.Signal) {
-	for _, w := range s.workers {
-		w.stop(sig, s.spec.Grace)
+	for r, w := range s.workers {
+		if w.stop(sig, s.spec.Grace) {
+			s.frozen = append(s.frozen, r)
+		}
 	}
 }
+
+// settlePoll is how often a settling supervisor looks whether only
+// stopped workers are left.
+const settlePoll = 100 * time.Millisecond
+
+// Note [a stopped worker is killed]: a process stopped by SIGSTOP (or
+// SIGTSTP, or a debugger) keeps SIGTERM pending until it is continued, so
+// the grace period would run out in full (30 s in ddp-train) before its
+// SIGKILL, and the job would end that much after its peers had reported
+// it. A stopped worker cannot finish a step or write a checkpoint, so
+// stop kills it at once, and the supervisor stops settling as soon as the
+// workers left are all stopped: they will not end on their own. Whether a
+// process is stopped comes from /proc/PID/stat (Linux; elsewhere no
+// worker is ever found stopped, and the grace period applies).
 
 // interruptSignal is the signal an *Interrupted cause of ctx carries, else
 // SIGTERM.
@@ -309,7 +371,7 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	tail := &tailBuffer{max: 4096}
 	var errOut io.Writer = tail
 	if spec.Stderr != nil {
-		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank)})
+		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank), hidden: spec.Hidden})
 	}
 	cmd.Stderr = errOut
 	if err := cmd.Start(); err != nil {
@@ -319,16 +381,40 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 }
 
 // stop sends sig (once: a worker may take a second signal as "stop now"),
-// then SIGKILL after grace if the worker is still up.
-func (w *worker) stop(sig syscall.Signal, grace time.Duration) {
+// then SIGKILL after grace if the worker is still up, or at once if it is
+// stopped (Note [a stopped worker is killed]), and then reports true.
+func (w *worker) stop(sig syscall.Signal, grace time.Duration) (frozen bool) {
 	w.once.Do(func() {
 		p := w.cmd.Process
 		if p == nil {
 			return
 		}
+		if w.frozen() {
+			frozen = true
+			w.signalGroup(syscall.SIGKILL)
+			return
+		}
 		w.signalGroup(sig)
 		time.AfterFunc(grace, func() { w.signalGroup(syscall.SIGKILL) })
 	})
+	return frozen
+}
+
+// frozen reports whether the worker's process is stopped (state T or t
+// in /proc/PID/stat), and not yet reaped.
+func (w *worker) frozen() bool {
+	if w.exited.Load() || w.cmd.Process == nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndex(b, []byte(") ")) // the name may hold ") "; the state follows the last
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'T' || b[i+2] == 't'
 }
 
 // signalGroup sends sig to the worker's process group (its pid: Setsid
@@ -369,6 +455,7 @@ type prefixWriter struct {
 	mu     *sync.Mutex
 	w      io.Writer
 	prefix string
+	hidden string // lines starting with it are dropped (Spec.Hidden)
 	midLn  bool
 }
 
@@ -378,13 +465,17 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	n := len(b)
 	var out []byte
 	for len(b) > 0 {
-		if !p.midLn {
-			out = append(out, p.prefix...)
-		}
 		i := bytes.IndexByte(b, '\n')
 		line := b
 		if i >= 0 {
 			line = b[:i+1]
+		}
+		if !p.midLn && i >= 0 && p.hidden != "" && bytes.HasPrefix(line, []byte(p.hidden)) {
+			b = b[len(line):]
+			continue
+		}
+		if !p.midLn {
+			out = append(out, p.prefix...)
 		}
 		out = append(out, line...)
 		p.midLn = i < 0

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +116,48 @@ func TestSettleKeepsEveryFailure(t *testing.T) {
 	if len(we.Failures) != 2 || we.Failures[1].Rank != 0 || !strings.Contains(we.Failures[1].Tail, "cause") {
 		t.Fatalf("Failures = %+v; want ranks 1 then 0 (with its tail), and not rank 2, which was stopped", we.Failures)
 	}
+	if len(we.Stopped) != 1 || we.Stopped[0].Rank != 2 {
+		t.Fatalf("Stopped = %+v; want rank 2", we.Stopped)
+	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Run took %v; rank 2 should have been stopped after Settle", d)
+	}
+}
+
+// A worker stopped with SIGSTOP ignores SIGTERM until it is continued:
+// Run kills it at once, without waiting out Settle or Grace, and says it
+// found it stopped (Note [a stopped worker is killed]).
+func TestStoppedWorkerIsKilled(t *testing.T) {
+	spec := Spec{N: 3, Path: "/bin/sh", Grace: 30 * time.Second, Settle: 20 * time.Second,
+		Args: []string{"-c", `case "$RANK" in 0) sleep 0.5; exit 4;; 1) kill -STOP $$; sleep 60;; *) sleep 0.7; exit 4;; esac`}}
+	start := time.Now()
+	err := Run(context.Background(), spec)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 0 {
+		t.Fatalf("Run = %v; want rank 0 first", err)
+	}
+	if len(we.Failures) != 2 || !slices.Equal(we.Frozen, []int{1}) {
+		t.Fatalf("Failures = %+v, Frozen = %v; want ranks 0 and 2 failed, and rank 1 found stopped", we.Failures, we.Frozen)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Run took %v; the stopped rank 1 should have been killed once it was the only one left", d)
+	}
+}
+
+// Lines that start with Spec.Hidden stay out of Stderr, but not out of
+// the tail that WorkerError carries.
+func TestHiddenLinesStayInTheTail(t *testing.T) {
+	var out bytes.Buffer
+	spec := Spec{N: 1, Path: "/bin/sh", Stderr: &out, Hidden: "verdict: ",
+		Args: []string{"-c", `echo one >&2; echo 'verdict: {"rank":2}' >&2; echo two >&2; exit 3`}}
+	var we *WorkerError
+	if err := Run(context.Background(), spec); !errors.As(err, &we) {
+		t.Fatalf("Run = %v", err)
+	}
+	if got := out.String(); got != "[rank 0] one\n[rank 0] two\n" {
+		t.Errorf("Stderr got %q", got)
+	}
+	if !strings.Contains(we.Tail, `verdict: {"rank":2}`) {
+		t.Errorf("the tail lost the hidden line: %q", we.Tail)
 	}
 }

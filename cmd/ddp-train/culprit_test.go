@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The launcher's one line names the rank that was stopped (SIGSTOP) or
+// killed, first, whichever worker exited first, over TCP with and
+// without shared memory; and the job ends within --timeout plus a few
+// seconds, the stopped worker included: Note [the headline names the
+// culprit], Note [a stopped worker is killed]. GODDP_CULPRIT_TRIALS sets
+// the trials per case (2 by default), for measuring.
+func TestCulpritHeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 worker processes per trial and waits out a timeout")
+	}
+	trials := 2
+	if n, err := strconv.Atoi(os.Getenv("GODDP_CULPRIT_TRIALS")); err == nil && n > 0 {
+		trials = n
+	}
+	for _, shm := range []string{"true", "false"} {
+		for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+			t.Run(fmt.Sprintf("shm=%s/%v", shm, sig), func(t *testing.T) {
+				for i := range trials {
+					victim := strconv.Itoa(1 + i%2)
+					headline, took := culpritRun(t, victim, sig, "--shm="+shm)
+					t.Logf("trial %d, rank %s: %.1fs after the signal: %s", i, victim, took.Seconds(), headline)
+					want := `^ddp-train: rank ` + victim + ` (stopped responding \(SIGSTOP|died \(killed by SIGKILL)`
+					if !regexp.MustCompile(want).MatchString(headline) {
+						t.Errorf("trial %d: the headline does not name rank %s first (want %s):\n%s", i, victim, want, headline)
+					}
+					if took > culpritTimeout+9*time.Second {
+						t.Errorf("trial %d: the job ended %v after the signal; want within --timeout %v plus a few seconds", i, took, culpritTimeout)
+					}
+				}
+			})
+		}
+	}
+}
+
+// culpritTimeout is the collectives' --timeout in TestCulpritHeadline.
+const culpritTimeout = 3 * time.Second
+
+// culpritRun runs ddp-train --nproc 3, sends sig to worker victim once
+// training runs, and returns the launcher's last line and how long after
+// the signal the launcher ended.
+func culpritRun(t *testing.T, victim string, sig syscall.Signal, extra ...string) (string, time.Duration) {
+	self, _ := os.Executable()
+	cmd := exec.Command(self, args(append([]string{"--nproc", "3", "--steps", "1000000", "--timeout", culpritTimeout.String(), "--log-every", "1000000"}, extra...)...)...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := waitForWorker(t, cmd.Process.Pid, victim)
+	defer func() {
+		syscall.Kill(pid, syscall.SIGCONT)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}()
+	time.Sleep(time.Second) // let training start
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("ddp-train exited 0 after a worker got %v", sig)
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("ddp-train still running 60s after a worker got %v:\n%s", sig, errOut.String())
+	}
+	took := time.Since(start)
+	lines := regexp.MustCompile(`(?m)^ddp-train: .*$`).FindAllString(errOut.String(), -1)
+	if len(lines) == 0 {
+		t.Fatalf("the launcher printed no line:\n%s", errOut.String())
+	}
+	return lines[len(lines)-1], took
+}
