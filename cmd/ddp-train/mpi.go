@@ -48,6 +48,13 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer g.Close() // the wrapper closes mg; mg.Close after it is a no-op
+	rec, stopFlight, err := wrapFlight(g, c, rank, logger) // flight.go: Note [flight recorder]
+	if err != nil {
+		return err
+	}
+	defer stopFlight()
+	metrics.dbg.flight.Store(rec) // /debug/flight (debug.go)
+	g = rec
 	metrics.setReady()
 
 	release, err := setupChecks(ctx, c, g, logger) // outputs.go
