@@ -22,8 +22,8 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 	if err != nil {
 		return r.unlockWith(err)
 	}
-	todo := append(r.spare[:0], acts...)
-	r.spare = nil // todo's until the iteration ends; nothing drains meanwhile (busy, or idle after a no-sync one)
+	todo := append(r.finishing[:0], acts...)
+	r.finishing = todo
 	num := r.m.num
 	r.mu.Unlock()
 	r.obs.backwardEnded() // observe.go
@@ -42,7 +42,7 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 		}
 	}
 	if local {
-		r.endIteration(todo)
+		r.endIteration()
 		r.obs.finish(r, false, num) // observe.go
 		return nil
 	}
@@ -56,7 +56,7 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 			return r.fatal(err)
 		}
 	}
-	return r.finishSync(ctx, todo, globalUsed, origin)
+	return r.finishSync(ctx, globalUsed, origin)
 }
 
 // finishSync closes a synchronised iteration whose communication is done:
@@ -64,7 +64,7 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 // and the finiteness check see the result. origin, when some rank's
 // gradients held a NaN or an infinity before their collective, is the
 // iteration's error (Note [where the NaN began]).
-func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []int32, origin *NonFiniteOriginError) error {
+func (r *Reducer) finishSync(ctx context.Context, globalUsed []int32, origin *NonFiniteOriginError) error {
 	r.mu.Lock()
 	if r.m.phase == phaseFailed {
 		err := r.m.err // Fail was called meanwhile
@@ -81,7 +81,7 @@ func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []in
 	if err := r.deviceWriteBack(ctx, globalUsed); err != nil { // device.go
 		return r.fatal(err)
 	}
-	if err := r.endIteration(todo); err != nil {
+	if err := r.endIteration(); err != nil {
 		return err
 	}
 	r.obs.finish(r, true, num) // observe.go
@@ -96,13 +96,12 @@ func (r *Reducer) finishSync(ctx context.Context, todo []action, globalUsed []in
 }
 
 // endIteration leaves Finalize's busy phase and drops the iteration's
-// context; todo's memory goes back to the queue.
-func (r *Reducer) endIteration(todo []action) error {
+// context.
+func (r *Reducer) endIteration() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.m.done()
 	r.iter.ctx = nil
-	r.spare = todo[:0]
 	if r.m.phase == phaseFailed {
 		return r.m.err
 	}

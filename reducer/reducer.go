@@ -53,6 +53,7 @@ type Reducer struct {
 	spans    []memSpan   // scratch of checkDisjoint: Note [one memory per result]
 
 	queue, spare []action // MarkReady's actions, performed in order by one goroutine: see drain
+	finishing    []action // Finalize's copy of the machine's actions, reused
 	draining     bool
 
 	mixed *mixedState // MixedPrecision; nil when off: see mixed.go

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,19 +16,7 @@ import (
 // While a two-worker job trains, each rank's /debug/state says its step
 // and its reducer's progress, and /debug/pprof serves its goroutines.
 func TestDebugEndpoint(t *testing.T) {
-	port := freePortPair(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, args("--nproc", "2", "--steps", "1000000", "--log-every", "1000000", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	var errOut strings.Builder
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer stopJob(t, cmd)
+	port, errOut := startMetricsJob(t)
 	client := http.Client{Timeout: 5 * time.Second}
 	get := func(url string) (int, string) {
 		resp, err := client.Get(url)

@@ -48,7 +48,8 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer g.Close() // the wrapper closes mg; mg.Close after it is a no-op
-	rec, stopFlight, err := wrapFlight(g, c, rank, logger) // flight.go: Note [flight recorder]
+	// Every rank behind a flight recorder too: flight.go, Note [flight recorder].
+	rec, stopFlight, err := wrapFlight(g, c, rank, logger)
 	if err != nil {
 		return err
 	}

@@ -36,21 +36,9 @@ var servedMetrics = []string{
 // trains, and checks every metric is there with its rank and backend
 // labels, and that promtool's lint finds nothing.
 func TestMetricsEndpointOfARunningJob(t *testing.T) {
-	port := freePortPair(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, args("--nproc", "2", "--steps", "1000000", "--log-every", "1000000", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	var errOut strings.Builder
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer stopJob(t, cmd)
+	port, errOut := startMetricsJob(t)
 	for rank := range 2 {
-		body := scrapeUntil(t, port+rank, func(body string) bool { return value(body, "ddp_iterations_total", rank) >= 3 }, &errOut)
+		body := scrapeUntil(t, port+rank, func(body string) bool { return value(body, "ddp_iterations_total", rank) >= 3 }, errOut)
 		for _, name := range servedMetrics {
 			if !strings.Contains(body, "\n"+name) {
 				t.Errorf("rank %d: /metrics lacks %s", rank, name)
@@ -73,6 +61,27 @@ func TestMetricsEndpointOfARunningJob(t *testing.T) {
 			t.Errorf("rank %d: promlint: %s: %s", rank, p.Metric, p.Text)
 		}
 	}
+}
+
+// startMetricsJob starts a two-worker job that trains until stopped, with
+// --metrics-addr on two free consecutive ports, and returns the first
+// port and the job's stderr; the job is stopped when the test ends.
+func startMetricsJob(t *testing.T) (int, *strings.Builder) {
+	t.Helper()
+	port := freePortPair(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, args("--nproc", "2", "--steps", "1000000", "--log-every", "1000000", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	errOut := new(strings.Builder)
+	cmd.Stderr = errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopJob(t, cmd) })
+	return port, errOut
 }
 
 // TestTimelineFiles runs a short two-worker job with --timeline and small
