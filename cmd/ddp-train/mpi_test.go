@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg/desync"
+	"github.com/goddp/ddp/pg/flight"
 )
 
 // TestMPIMatchesTCPBitwise trains the same job twice, with --backend tcp
@@ -89,7 +90,8 @@ func TestMPICulprit(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
 		for _, victim := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%v/rank%d", sig, victim), func(t *testing.T) {
-				headline, took := mpiCulpritRun(t, mpirun, victim, sig)
+				flightDir := filepath.Join(t.TempDir(), "flight")
+				headline, took := mpiCulpritRun(t, mpirun, victim, sig, "--flight-dir", flightDir)
 				t.Logf("%.1fs after the signal: %s", took.Seconds(), headline)
 				want := fmt.Sprintf(`^(ddp-train: rank \d+: .*pg: rank %d did not answer|mpirun noticed that process rank %d .*exited on signal)`, victim, victim)
 				if !regexp.MustCompile(want).MatchString(headline) {
@@ -97,6 +99,13 @@ func TestMPICulprit(t *testing.T) {
 				}
 				if limit := culpritTimeout + desync.DefaultDiagnosisTimeout + 4*time.Second; took > limit {
 					t.Errorf("the job ended %v after the signal; want within %v", took, limit)
+				}
+				if sig == syscall.SIGSTOP { // the survivors dump their flight recorders on the failure
+					for r := range 3 {
+						if _, err := os.Stat(filepath.Join(flightDir, flight.DefaultPrefix+strconv.Itoa(r))); r != victim && err != nil {
+							t.Errorf("rank %d left no flight recorder dump: %v", r, err)
+						}
+					}
 				}
 			})
 		}
@@ -107,12 +116,12 @@ func TestMPICulprit(t *testing.T) {
 // sig to rank victim once every rank trains, and returns the first line
 // that names a failure (ours, or mpirun's) and how long after the signal
 // mpirun ended.
-func mpiCulpritRun(t *testing.T, mpirun string, victim int, sig syscall.Signal) (string, time.Duration) {
+func mpiCulpritRun(t *testing.T, mpirun string, victim int, sig syscall.Signal, extra ...string) (string, time.Duration) {
 	self, _ := os.Executable()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", "3", self},
-		args("--backend", "mpi", "--steps", "1000000", "--timeout", culpritTimeout.String(), "--log-every", "1000000")...)...)
+		args(append([]string{"--backend", "mpi", "--steps", "1000000", "--timeout", culpritTimeout.String(), "--log-every", "1000000"}, extra...)...)...)...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	var errOut lockedBuffer
 	cmd.Stderr = &errOut
