@@ -59,7 +59,7 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 			ins[me] = own
 			// The result goes to t and to the slot, where the peers copy
 			// it from.
-			kernel.ReduceN([]pg.Tensor{{Dtype: t.Dtype, Data: mine[a:b]}, own}, ins, kind)
+			w.scratch.ReduceN([]pg.Tensor{{Dtype: t.Dtype, Data: mine[a:b]}, own}, ins, kind)
 		}
 		w.publish(OffReduced, c)
 		if err := w.waitAll(r, OffReduced, c); err != nil {
@@ -173,7 +173,7 @@ func (w *World) ReduceScatter(r Run, out, in pg.Tensor, op pg.ReduceOp) error {
 		if !scaled {
 			ins[me] = pg.Tensor{Dtype: in.Dtype, Data: in.Data[me*seg+lo : me*seg+hi]}
 		}
-		kernel.ReduceN([]pg.Tensor{{Dtype: out.Dtype, Data: out.Data[lo:hi]}}, ins, kernel.BaseKind(op))
+		w.scratch.ReduceN([]pg.Tensor{{Dtype: out.Dtype, Data: out.Data[lo:hi]}}, ins, kernel.BaseKind(op))
 		w.publish(OffDone, c)
 	}
 	kernel.Finish(out, op, n)
@@ -225,7 +225,7 @@ func (w *World) Reduce(r Run, t pg.Tensor, root int, op pg.ReduceOp) error {
 			if me == root {
 				res = ins[me]
 			}
-			kernel.ReduceN([]pg.Tensor{res}, ins, kernel.BaseKind(op))
+			w.scratch.ReduceN([]pg.Tensor{res}, ins, kernel.BaseKind(op))
 		}
 		w.publish(OffReduced, c)
 		if me == root {

@@ -2,7 +2,6 @@ package shm
 
 import (
 	"github.com/goddp/ddp/pg"
-	"github.com/goddp/ddp/pg/internal/kernel"
 )
 
 // Note [hierarchical slots]: in step 1 only the leader reads, from the
@@ -48,7 +47,7 @@ func (w *World) ReduceToLeader(r Run, t pg.Tensor, kind pg.ReduceKind, host []in
 			}
 			ins[i] = pg.Tensor{Dtype: t.Dtype, Data: w.slot(j, slot)[:hi-lo]}
 		}
-		kernel.ReduceN([]pg.Tensor{own}, ins, kind)
+		w.scratch.ReduceN([]pg.Tensor{own}, ins, kind)
 		w.publish(OffDone, c)
 		return nil
 	})

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
 )
 
 // Layout of a rank's segment: a header page of control words, then two
@@ -29,6 +30,10 @@ const (
 	OffArrive  = 0   // chunks whose input this rank has copied in
 	OffReduced = 64  // chunks whose shard this rank has reduced
 	OffDone    = 128 // chunks this rank has copied out (its slots may be reused)
+	// OffSleeping, added to a counter's offset, is the word where this
+	// rank says it sleeps in the kernel on some peer's counter at that
+	// offset: Note [wake only sleepers].
+	OffSleeping = 4
 
 	OffMeta    = 256 // per slot, MetaStride bytes: the chunk's Call and number
 	MetaStride = 64
@@ -55,6 +60,7 @@ type World struct {
 	members []int    // the ranks whose segments are mapped, ascending, this rank included
 	me      int
 	chunk   uint32 // the chunks this world has run so far (the same on every member)
+	scratch kernel.Scratch
 }
 
 // Full reports whether every rank of the group is a member, so that a
@@ -90,11 +96,31 @@ func (w *World) meta(rank, slot int) []byte {
 	return w.segs[rank][b : b+MetaStride : b+MetaStride]
 }
 
-// publish stores v in this rank's counter at off and wakes its waiters.
+// Note [wake only sleepers]: a futex wake is a system call, and most
+// publishes have no one to wake: the peers are still spinning, or have
+// not arrived. So a waiter about to sleep on a peer's counter first sets
+// its own sleeping word for that counter's offset, then loads the counter
+// again and sleeps only if it is unchanged (futexWait itself also returns
+// at once if the word moved). A publisher stores its counter, then loads
+// every member's sleeping word for that offset and wakes only if one is
+// set. Go's atomics are sequentially consistent, so of the two (the
+// waiter's load after its flag, the publisher's load after its counter)
+// at least one sees the other's store: no wake is lost. A rank writes
+// only its own segment; a peer that writes garbage into its sleeping
+// word costs this rank a spurious wake at most, and a wake it misses is
+// still bounded by the sleep's poll interval.
+
+// publish stores v in this rank's counter at off and wakes whoever
+// sleeps on it.
 func (w *World) publish(off int, v uint32) {
 	p := w.word(w.me, off)
 	atomic.StoreUint32(p, v)
-	futexWake(p)
+	for _, j := range w.members {
+		if j != w.me && atomic.LoadUint32(w.word(j, off+OffSleeping)) != 0 {
+			futexWake(p)
+			return
+		}
+	}
 }
 
 // reached reports whether counter v has reached c (modulo 2^32).
@@ -124,6 +150,7 @@ func (w *World) wait(r Run, peer, off int, c uint32) error {
 			return nil
 		}
 	}
+	sleeping := w.word(w.me, off+OffSleeping)
 	for {
 		v := atomic.LoadUint32(p)
 		if reached(v, c) {
@@ -132,7 +159,11 @@ func (w *World) wait(r Run, peer, off int, c uint32) error {
 		if err := r.Check(peer); err != nil {
 			return err
 		}
-		futexWait(p, v, poll)
+		atomic.StoreUint32(sleeping, 1) // Note [wake only sleepers]
+		if atomic.LoadUint32(p) == v {
+			futexWait(p, v, poll)
+		}
+		atomic.StoreUint32(sleeping, 0)
 	}
 }
 
