@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/internal/wiring/netbed"
+	"github.com/goddp/ddp/npy"
+)
+
+// The TestNetbed tests launch ddp-train across the hosts of a test bed
+// (internal/wiring/netbed: network namespaces on one machine, each with
+// its own address, hostname and a hosts file naming the others) with
+// the launchers users run across machines: torchrun with the c10d
+// rendezvous, mpirun through its rsh agent, Kubernetes' and Slurm's
+// variables. Each layout runs twice and must end bitwise the same both
+// times, and close to the one-host run of the same world size
+// (netbedTolerance). docs/multi-host.md has the commands and figures.
+
+// netbedTolerance bounds how far a layout's float32 parameters may lie
+// from the one-host run's: max |a-b| over a parameter, relative to its
+// largest |a|. Summation orders differ between layouts (which ranks
+// share memory, which reduce over TCP), so their bits may differ; a
+// wrong result (a rank's gradients missing, counted twice or from the
+// wrong samples) moves the parameters by far more (docs/multi-host.md).
+const netbedTolerance = 1e-5
+
+// netbedOrSkip skips unless GODDP_TEST_NETBED=1 and this machine can
+// build a bed (root, iproute2, util-linux).
+func netbedOrSkip(t *testing.T) {
+	t.Helper()
+	if os.Getenv("GODDP_TEST_NETBED") != "1" {
+		t.Skip("skipping: set GODDP_TEST_NETBED=1 to launch across a network-namespace test bed (needs root)")
+	}
+	if err := netbed.Available(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+}
+
+// newNetbed builds a bed of n hosts, removed when the test ends.
+func newNetbed(t *testing.T, n int) *netbed.Bed {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := netbed.New(ctx, netbed.Options{Hosts: n, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+// netbedFlags are the training flags of every launch: short, so a
+// launch takes seconds.
+func netbedFlags(save string) []string {
+	return args("--steps", "30", "--log-every", "10", "--save", save)
+}
+
+// netbedSecret is a fresh job secret.
+func netbedSecret(t *testing.T) string {
+	t.Helper()
+	s, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// hostCmd is one process a launch starts on a host of the bed.
+type hostCmd struct {
+	host int
+	argv []string
+	env  []string
+}
+
+// runOnHosts starts every command at once, each on its host, waits for
+// all (at most 2 minutes) and returns their output together. Any
+// command's failure fails the test with everything they printed.
+func runOnHosts(t *testing.T, b *netbed.Bed, cmds []hostCmd) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	outs := make([]bytes.Buffer, len(cmds))
+	errs := make([]error, len(cmds))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range cmds {
+		cmd := b.Command(ctx, c.host, c.argv[0], c.argv[1:]...)
+		cmd.Env = c.env
+		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			errs[i] = cmd.Wait()
+			if errs[i] != nil {
+				cancel() // the others would only wait for it
+			}
+		})
+	}
+	wg.Wait()
+	var all strings.Builder
+	for i := range cmds {
+		fmt.Fprintf(&all, "--- node%d: %s\n%s", cmds[i].host, strings.Join(cmds[i].argv, " "), outs[i].String())
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("on node%d, %s: %v after %v\n%s", cmds[i].host, filepath.Base(cmds[i].argv[0]), err,
+				time.Since(start).Round(time.Millisecond), all.String())
+		}
+	}
+	t.Logf("launch took %v", time.Since(start).Round(time.Millisecond))
+	return all.String()
+}
+
+// oneHost trains the job on one host: ddp-train --nproc world, with
+// shared memory on or off. It returns the --save directory.
+func oneHost(t *testing.T, world int, shm bool) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), fmt.Sprintf("one-host-shm-%v", shm))
+	flags := append(netbedFlags(dir), "--nproc", strconv.Itoa(world), "--shm="+strconv.FormatBool(shm))
+	if r := runWithEnv(t, cleanEnv(), flags...); r.code != 0 {
+		t.Fatalf("one-host run (--nproc %d --shm=%v): exit %d\n%s", world, shm, r.code, r.stderr)
+	}
+	return dir
+}
+
+// transportsRE matches the tcp backend's "link transports" line.
+var transportsRE = regexp.MustCompile(`"msg":"link transports","rank":(\d+),.*"hosts":(\d+)(?:,"leaders":\[([0-9,]*)\])?`)
+
+// checkTransports wants every one of world ranks to log that the job
+// spans hosts hosts whose leaders (lowest rank on each) are leaders, ""
+// where no host holds several ranks (the line has no leaders then):
+// ranks in separate network namespaces of one machine share memory only
+// within their namespace.
+func checkTransports(t *testing.T, log string, world, hosts int, leaders string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, m := range transportsRE.FindAllStringSubmatch(log, -1) {
+		seen[m[1]] = true
+		if m[2] != strconv.Itoa(hosts) || m[3] != leaders {
+			t.Errorf("rank %s sees %s hosts with leaders [%s]; want %d hosts with leaders [%s]", m[1], m[2], m[3], hosts, leaders)
+		}
+	}
+	if len(seen) != world {
+		t.Errorf("%d ranks logged their link transports, want %d", len(seen), world)
+	}
+}
+
+// checkDigests wants world ranks to report one final parameter digest.
+func checkDigests(t *testing.T, log string, world int) {
+	t.Helper()
+	d := digests(log)
+	if len(d) != world {
+		t.Fatalf("%d ranks reported final parameters, want %d:\n%s", len(d), world, log)
+	}
+	for r, v := range d {
+		if v != d["0"] {
+			t.Fatalf("rank %s ended with parameters %s, rank 0 with %s:\n%s", r, v, d["0"], log)
+		}
+	}
+}
+
+// saveDiff says how far two saved parameter sets lie apart: how many
+// values differ in their bits, and the largest |a-b| relative to the
+// parameter's largest |a|.
+type saveDiff struct {
+	values, differ int
+	maxAbs, maxRel float64
+}
+
+func (d saveDiff) String() string {
+	if d.differ == 0 {
+		return fmt.Sprintf("bitwise equal (%d values)", d.values)
+	}
+	return fmt.Sprintf("%d of %d values differ, max |Δ| %.3g (%.3g of the parameter's largest value)", d.differ, d.values, d.maxAbs, d.maxRel)
+}
+
+// diffSaves compares the .npy files of two --save directories.
+func diffSaves(t *testing.T, a, b string) saveDiff {
+	t.Helper()
+	names, _ := filepath.Glob(filepath.Join(a, "*.npy"))
+	if len(names) == 0 {
+		t.Fatalf("no parameters in %s", a)
+	}
+	var d saveDiff
+	for _, n := range names {
+		x, y := readParam(t, n), readParam(t, filepath.Join(b, filepath.Base(n)))
+		if len(x) != len(y) {
+			t.Fatalf("%s: %d values in %s, %d in %s", filepath.Base(n), len(x), a, len(y), b)
+		}
+		var scale, maxAbs float64
+		for i := range x {
+			scale = max(scale, math.Abs(x[i]))
+			maxAbs = max(maxAbs, math.Abs(x[i]-y[i]))
+			if math.Float64bits(x[i]) != math.Float64bits(y[i]) {
+				d.differ++
+			}
+		}
+		d.values += len(x)
+		d.maxAbs = max(d.maxAbs, maxAbs)
+		if scale > 0 {
+			d.maxRel = max(d.maxRel, maxAbs/scale)
+		}
+	}
+	return d
+}
+
+func readParam(t *testing.T, path string) []float64 {
+	t.Helper()
+	a, err := npy.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Float64s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// launchTwice runs a layout twice (launch writes --save to the
+// directory it is given and returns the log), wants both runs to end
+// bitwise equal and both within netbedTolerance of the one-host run of
+// the same world size, with shared memory on and off. It returns the
+// first run's directory and log.
+func launchTwice(t *testing.T, world int, launch func(run int, save string) string) (string, string) {
+	t.Helper()
+	var dirs [2]string
+	var log string
+	for run := range 2 {
+		dirs[run] = filepath.Join(t.TempDir(), "run"+strconv.Itoa(run))
+		l := launch(run, dirs[run])
+		checkDigests(t, l, world)
+		if run == 0 {
+			log = l
+		}
+	}
+	if d := diffSaves(t, dirs[0], dirs[1]); d.differ != 0 {
+		t.Fatalf("the layout run twice: %v; want bitwise equal", d)
+	}
+	for _, shm := range []bool{true, false} {
+		d := diffSaves(t, oneHost(t, world, shm), dirs[0])
+		t.Logf("against one host (--nproc %d --shm=%v): %v", world, shm, d)
+		if d.maxRel > netbedTolerance {
+			t.Errorf("against one host (--nproc %d --shm=%v): %v; want within %g", world, shm, d, netbedTolerance)
+		}
+	}
+	return dirs[0], log
+}
+
+// TestNetbedTorchrun: one torchrun agent per host (--nnodes 2
+// --nproc_per_node 2, the c10d rendezvous hosted on node0), as on two
+// machines. torchrun 1.13 hands the workers MASTER_ADDR=node0 (rank 0's
+// hostname), which the other host resolves through the bed's hosts file.
+func TestNetbedTorchrun(t *testing.T) {
+	netbedOrSkip(t)
+	py := torchrunPython(t)
+	b := newNetbed(t, 2)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, log := launchTwice(t, 4, func(run int, save string) string {
+		env := cleanEnv("GODDP_SECRET=" + netbedSecret(t))
+		endpoint := b.Hosts()[0].Addr + ":" + strconv.Itoa(29400+run)
+		var cmds []hostCmd
+		for h := range 2 {
+			argv := []string{py, "-m", "torch.distributed.run", "--log_dir", t.TempDir(),
+				"--redirects", "0:1,1:1", "--tee", "0:1,1:1", // Debian's 1.13 crashes without (torchrun_test.go)
+				"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", strconv.Itoa(h),
+				"--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "goddp-netbed",
+				"--no_python", self}
+			cmds = append(cmds, hostCmd{host: h, argv: append(argv, netbedFlags(save)...), env: env})
+		}
+		return runOnHosts(t, b, cmds)
+	})
+	checkTransports(t, log, 4, 2, "0,2")
+}
+
+// TestNetbedKubernetes: four pods of one rank each, as a PyTorchJob
+// without torchrun starts them: RANK, WORLD_SIZE, MASTER_ADDR (the
+// master pod's name) and MASTER_PORT, no LOCAL_ variables.
+func TestNetbedKubernetes(t *testing.T) {
+	netbedOrSkip(t)
+	b := newNetbed(t, 4)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, log := launchTwice(t, 4, func(run int, save string) string {
+		secret := netbedSecret(t)
+		var cmds []hostCmd
+		for r := range 4 {
+			env := cleanEnv("GODDP_SECRET="+secret, "RANK="+strconv.Itoa(r), "WORLD_SIZE=4",
+				"MASTER_ADDR=node0", "MASTER_PORT="+strconv.Itoa(23456+run))
+			cmds = append(cmds, hostCmd{host: r, argv: append([]string{self}, netbedFlags(save)...), env: env})
+		}
+		return runOnHosts(t, b, cmds)
+	})
+	checkTransports(t, log, 4, 4, "")
+}
+
+// TestNetbedSlurm: two nodes of two tasks each, with the variables srun
+// gives its tasks. The master is the first node of SLURM_STEP_NODELIST
+// (node0, resolved through the bed's hosts file) and the port comes from
+// SLURM_JOB_ID.
+func TestNetbedSlurm(t *testing.T) {
+	netbedOrSkip(t)
+	b := newNetbed(t, 2)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, log := launchTwice(t, 4, func(run int, save string) string {
+		secret := netbedSecret(t)
+		var cmds []hostCmd
+		for r := range 4 {
+			env := cleanEnv("GODDP_SECRET="+secret, "SLURM_JOB_ID="+strconv.Itoa(4242+run), "SLURM_STEP_ID=0",
+				"SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_LOCALID="+strconv.Itoa(r%2),
+				"SLURM_NODEID="+strconv.Itoa(r/2), "SLURM_JOB_NODELIST=node[0-1]", "SLURM_STEP_NODELIST=node[0-1]",
+				"SLURM_STEP_TASKS_PER_NODE=2(x2)", "SLURM_JOB_NUM_NODES=2")
+			cmds = append(cmds, hostCmd{host: r / 2, argv: append([]string{self}, netbedFlags(save)...), env: env})
+		}
+		return runOnHosts(t, b, cmds)
+	})
+	checkTransports(t, log, 4, 2, "0,2")
+}
+
+// writeRshAgent writes the script Open MPI's rsh launcher calls as
+// `AGENT HOST COMMAND...` in place of ssh: it runs COMMAND (Open MPI's
+// orted line, quoted for a remote shell) through sh on HOST's namespace.
+func writeRshAgent(t *testing.T, b *netbed.Bed) string {
+	t.Helper()
+	var s strings.Builder
+	s.WriteString("#!/bin/sh\nhost=$1; shift\ncase \"$host\" in\n")
+	for i, h := range b.Hosts() {
+		fmt.Fprintf(&s, "%s|%s) exec %s sh -c \"$*\" ;;\n", h.Name, h.Addr, shellQuote(b.Wrap(i)))
+	}
+	s.WriteString("*) echo \"rsh agent: no host $host in the bed\" >&2; exit 255 ;;\nesac\n")
+	path := filepath.Join(t.TempDir(), "rsh-agent")
+	if err := os.WriteFile(path, []byte(s.String()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// shellQuote quotes every word for sh.
+func shellQuote(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// mpirunOnBed runs mpirun on node0 with two slots on each of two hosts:
+// node0's ranks it starts itself, node1's through the rsh agent's orted.
+// extraEnv travel to every rank (-x); the log is returned.
+func mpirunOnBed(t *testing.T, b *netbed.Bed, flags []string, extraEnv ...string) string {
+	t.Helper()
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("skipping: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{mpirun, "--allow-run-as-root", "--mca", "plm_rsh_agent", writeRshAgent(t, b),
+		"--host", "node0:2,node1:2", "-np", "4", "-x", asMain, "-x", "GORACE"}
+	for _, kv := range extraEnv {
+		name, _, _ := strings.Cut(kv, "=")
+		argv = append(argv, "-x", name)
+	}
+	argv = append(append(argv, self), flags...)
+	return runOnHosts(t, b, []hostCmd{{host: 0, argv: argv, env: cleanEnv(extraEnv...)}})
+}
+
+// TestNetbedMpirunTCP: mpirun starts two ranks on each host (node1's
+// through its rsh agent, as through ssh); ddp-train reads its ranks from
+// Open MPI's variables and joins the tcp backend at MASTER_ADDR.
+func TestNetbedMpirunTCP(t *testing.T) {
+	netbedOrSkip(t)
+	b := newNetbed(t, 2)
+	_, log := launchTwice(t, 4, func(run int, save string) string {
+		return mpirunOnBed(t, b, netbedFlags(save), "GODDP_SECRET="+netbedSecret(t),
+			"MASTER_ADDR=node0", "MASTER_PORT="+strconv.Itoa(29500+run))
+	})
+	checkTransports(t, log, 4, 2, "0,2")
+}
