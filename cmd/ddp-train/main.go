@@ -168,6 +168,8 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		Env:        append(bar.env(), report.env()...),
 		ExtraFiles: bar.files(),
 		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
+		// A stopped worker writes its report before it goes: Note [a stopped rank's report].
+		ReportStopped: true,
 	})
 	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go
 }

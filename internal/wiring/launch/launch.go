@@ -53,7 +53,17 @@ type Spec struct {
 	// such a line for its launcher (ddp-train: its verdict on a failure),
 	// not for the user; a line written in pieces may still show.
 	Hidden string
+	// ReportStopped, when set, asks a worker found stopped (SIGSTOP) for
+	// its report before it is killed: it is sent SIGQUIT and then
+	// SIGCONT, and killed after StoppedGrace if it has not ended.
+	// Otherwise a stopped worker is killed at once: Note [a stopped worker
+	// is killed].
+	ReportStopped bool
 }
+
+// StoppedGrace is how long a stopped worker asked for its report
+// (Spec.ReportStopped) has to write it and exit.
+const StoppedGrace = 2 * time.Second
 
 // WorkerError reports the first worker that failed.
 type WorkerError struct {
@@ -298,7 +308,7 @@ func (s *supervisor) exited(e exit) {
 
 func (s *supervisor) stopAll(sig syscall.Signal) {
 	for r, w := range s.workers {
-		if w.stop(sig, s.spec.Grace) {
+		if w.stop(sig, s.spec.Grace, s.spec.ReportStopped) {
 			s.frozen = append(s.frozen, r)
 		}
 	}
@@ -381,9 +391,11 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 }
 
 // stop sends sig (once: a worker may take a second signal as "stop now"),
-// then SIGKILL after grace if the worker is still up, or at once if it is
-// stopped (Note [a stopped worker is killed]), and then reports true.
-func (w *worker) stop(sig syscall.Signal, grace time.Duration) (frozen bool) {
+// then SIGKILL after grace if the worker is still up. A stopped worker
+// (Note [a stopped worker is killed]) is killed at once, or, with
+// report, sent SIGQUIT and continued and killed after StoppedGrace; stop
+// then reports true.
+func (w *worker) stop(sig syscall.Signal, grace time.Duration, report bool) (frozen bool) {
 	w.once.Do(func() {
 		p := w.cmd.Process
 		if p == nil {
@@ -391,7 +403,13 @@ func (w *worker) stop(sig syscall.Signal, grace time.Duration) (frozen bool) {
 		}
 		if w.frozen() {
 			frozen = true
-			w.signalGroup(syscall.SIGKILL)
+			if !report {
+				w.signalGroup(syscall.SIGKILL)
+				return
+			}
+			_ = p.Signal(syscall.SIGQUIT) // pending until it runs again: its first act
+			w.signalGroup(syscall.SIGCONT)
+			time.AfterFunc(StoppedGrace, func() { w.signalGroup(syscall.SIGKILL) })
 			return
 		}
 		w.signalGroup(sig)
