@@ -14,9 +14,9 @@ import (
 func TestNetbedMpirunMPI(t *testing.T) {
 	netbedOrSkip(t)
 	b := newNetbed(t, 2)
-	_, log := launchTwice(t, 4, func(run int, save string) string {
-		return mpirunOnBed(t, b, append(netbedFlags(save), "--backend", "mpi"))
-	})
+	log := launchTwice(t, layout{world: 4, launch: func(run int, train []string) string {
+		return mpirunOnBed(t, b, append(train, "--backend", "mpi"))
+	}})
 	if n := strings.Count(log, `"msg":"mpi process group","rank":`); n != 4 {
 		t.Fatalf("%d ranks joined an MPI process group, want 4:\n%s", n, log)
 	}

@@ -66,11 +66,17 @@ func newNetbed(t *testing.T, n int) *netbed.Bed {
 	return b
 }
 
-// netbedFlags are the training flags of every launch: short, so a
-// launch takes seconds.
-func netbedFlags(save string) []string {
-	return args("--steps", "30", "--log-every", "10", "--save", save)
+// netbedFlags are the training flags of every launch, short so that a
+// launch takes seconds, with extra (e.g. a larger model) added.
+func netbedFlags(save string, extra []string) []string {
+	return append(args("--steps", "30", "--log-every", "10", "--save", save), extra...)
 }
+
+// largeModel makes the job's one gradient bucket (301072 bytes) larger
+// than pg/tcp's DefaultRingThreshold (256 KiB): AllReduce takes the ring,
+// and between hosts the hierarchical ring over the hosts' leaders,
+// instead of recursive doubling.
+var largeModel = []string{"--hidden", "256,256"}
 
 // netbedSecret is a fresh job secret.
 func netbedSecret(t *testing.T) string {
@@ -131,10 +137,10 @@ func runOnHosts(t *testing.T, b *netbed.Bed, cmds []hostCmd) string {
 
 // oneHost trains the job on one host: ddp-train --nproc world, with
 // shared memory on or off. It returns the --save directory.
-func oneHost(t *testing.T, world int, shm bool) string {
+func oneHost(t *testing.T, world int, extra []string, shm bool) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), fmt.Sprintf("one-host-shm-%v", shm))
-	flags := append(netbedFlags(dir), "--nproc", strconv.Itoa(world), "--shm="+strconv.FormatBool(shm))
+	flags := append(netbedFlags(dir, extra), "--nproc", strconv.Itoa(world), "--shm="+strconv.FormatBool(shm))
 	if r := runWithEnv(t, cleanEnv(), flags...); r.code != 0 {
 		t.Fatalf("one-host run (--nproc %d --shm=%v): exit %d\n%s", world, shm, r.code, r.stderr)
 	}
@@ -235,34 +241,49 @@ func readParam(t *testing.T, path string) []float64 {
 	return v
 }
 
-// launchTwice runs a layout twice (launch writes --save to the
-// directory it is given and returns the log), wants both runs to end
-// bitwise equal and both within netbedTolerance of the one-host run of
-// the same world size, with shared memory on and off. It returns the
-// first run's directory and log.
-func launchTwice(t *testing.T, world int, launch func(run int, save string) string) (string, string) {
+// layout is one way to launch a job across the bed.
+type layout struct {
+	world int      // ranks in all
+	extra []string // training flags beyond netbedFlags
+	// launch starts the job's run-th launch (0 or 1) with the training
+	// flags train, waits for it and returns its log.
+	launch func(run int, train []string) string
+	// bitwiseNoShm: the layout must end bitwise equal to the one-host
+	// run with --shm=false, the same additions in the same order
+	// (docs/multi-host.md says which layouts do).
+	bitwiseNoShm bool
+}
+
+// launchTwice runs a layout twice and wants both runs to end bitwise
+// equal, and both within netbedTolerance of the one-host runs of the
+// same world size, with shared memory on and off. It returns the first
+// run's log.
+func launchTwice(t *testing.T, l layout) string {
 	t.Helper()
 	var dirs [2]string
 	var log string
 	for run := range 2 {
 		dirs[run] = filepath.Join(t.TempDir(), "run"+strconv.Itoa(run))
-		l := launch(run, dirs[run])
-		checkDigests(t, l, world)
+		out := l.launch(run, netbedFlags(dirs[run], l.extra))
+		checkDigests(t, out, l.world)
 		if run == 0 {
-			log = l
+			log = out
 		}
 	}
 	if d := diffSaves(t, dirs[0], dirs[1]); d.differ != 0 {
 		t.Fatalf("the layout run twice: %v; want bitwise equal", d)
 	}
 	for _, shm := range []bool{true, false} {
-		d := diffSaves(t, oneHost(t, world, shm), dirs[0])
-		t.Logf("against one host (--nproc %d --shm=%v): %v", world, shm, d)
+		d := diffSaves(t, oneHost(t, l.world, l.extra, shm), dirs[0])
+		t.Logf("against one host (--nproc %d --shm=%v): %v", l.world, shm, d)
 		if d.maxRel > netbedTolerance {
-			t.Errorf("against one host (--nproc %d --shm=%v): %v; want within %g", world, shm, d, netbedTolerance)
+			t.Errorf("against one host (--nproc %d --shm=%v): %v; want within %g", l.world, shm, d, netbedTolerance)
+		}
+		if !shm && l.bitwiseNoShm && d.differ != 0 {
+			t.Errorf("against one host (--nproc %d --shm=false): %v; want bitwise equal", l.world, d)
 		}
 	}
-	return dirs[0], log
+	return log
 }
 
 // TestNetbedTorchrun: one torchrun agent per host (--nnodes 2
@@ -277,7 +298,7 @@ func TestNetbedTorchrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, log := launchTwice(t, 4, func(run int, save string) string {
+	log := launchTwice(t, layout{world: 4, bitwiseNoShm: true, launch: func(run int, train []string) string {
 		env := cleanEnv("GODDP_SECRET=" + netbedSecret(t))
 		endpoint := b.Hosts()[0].Addr + ":" + strconv.Itoa(29400+run)
 		var cmds []hostCmd
@@ -286,11 +307,11 @@ func TestNetbedTorchrun(t *testing.T) {
 				"--redirects", "0:1,1:1", "--tee", "0:1,1:1", // Debian's 1.13 crashes without (torchrun_test.go)
 				"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", strconv.Itoa(h),
 				"--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "goddp-netbed",
-				"--no_python", self}
-			cmds = append(cmds, hostCmd{host: h, argv: append(argv, netbedFlags(save)...), env: env})
+				"--monitor_interval", "0.2", "--no_python", self}
+			cmds = append(cmds, hostCmd{host: h, argv: append(argv, train...), env: env})
 		}
 		return runOnHosts(t, b, cmds)
-	})
+	}})
 	checkTransports(t, log, 4, 2, "0,2")
 }
 
@@ -304,23 +325,26 @@ func TestNetbedKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, log := launchTwice(t, 4, func(run int, save string) string {
+	log := launchTwice(t, layout{world: 4, bitwiseNoShm: true, launch: func(run int, train []string) string {
 		secret := netbedSecret(t)
 		var cmds []hostCmd
 		for r := range 4 {
 			env := cleanEnv("GODDP_SECRET="+secret, "RANK="+strconv.Itoa(r), "WORLD_SIZE=4",
 				"MASTER_ADDR=node0", "MASTER_PORT="+strconv.Itoa(23456+run))
-			cmds = append(cmds, hostCmd{host: r, argv: append([]string{self}, netbedFlags(save)...), env: env})
+			cmds = append(cmds, hostCmd{host: r, argv: append([]string{self}, train...), env: env})
 		}
 		return runOnHosts(t, b, cmds)
-	})
+	}})
 	checkTransports(t, log, 4, 4, "")
 }
 
 // TestNetbedSlurm: two nodes of two tasks each, with the variables srun
 // gives its tasks. The master is the first node of SLURM_STEP_NODELIST
 // (node0, resolved through the bed's hosts file) and the port comes from
-// SLURM_JOB_ID.
+// SLURM_JOB_ID. Besides the small model (recursive doubling) it trains
+// one whose bucket takes the ring, with shared memory on (the
+// hierarchical ring between the hosts' leaders: close to one host, not
+// bitwise) and off (the same ring as one host --shm=false: bitwise).
 func TestNetbedSlurm(t *testing.T) {
 	netbedOrSkip(t)
 	b := newNetbed(t, 2)
@@ -328,19 +352,38 @@ func TestNetbedSlurm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, log := launchTwice(t, 4, func(run int, save string) string {
-		secret := netbedSecret(t)
-		var cmds []hostCmd
-		for r := range 4 {
-			env := cleanEnv("GODDP_SECRET="+secret, "SLURM_JOB_ID="+strconv.Itoa(4242+run), "SLURM_STEP_ID=0",
-				"SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_LOCALID="+strconv.Itoa(r%2),
-				"SLURM_NODEID="+strconv.Itoa(r/2), "SLURM_JOB_NODELIST=node[0-1]", "SLURM_STEP_NODELIST=node[0-1]",
-				"SLURM_STEP_TASKS_PER_NODE=2(x2)", "SLURM_JOB_NUM_NODES=2")
-			cmds = append(cmds, hostCmd{host: r / 2, argv: append([]string{self}, netbedFlags(save)...), env: env})
-		}
-		return runOnHosts(t, b, cmds)
-	})
-	checkTransports(t, log, 4, 2, "0,2")
+	for i, tc := range []struct {
+		name         string
+		extra        []string
+		bitwiseNoShm bool
+		hosts        int // as the link transports line counts them
+		leaders      string
+	}{
+		{"small", nil, true, 2, "0,2"},
+		{"ring", largeModel, false, 2, "0,2"},
+		{"ring-noshm", append([]string{"--shm=false"}, largeModel...), true, 4, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := launchTwice(t, layout{world: 4, extra: tc.extra, bitwiseNoShm: tc.bitwiseNoShm, launch: func(run int, train []string) string {
+				return runOnHosts(t, b, slurmTasks(self, netbedSecret(t), 4242+10*i+run, train))
+			}})
+			checkTransports(t, log, 4, tc.hosts, tc.leaders)
+		})
+	}
+}
+
+// slurmTasks are the four tasks of a two-node srun step, two per node,
+// with the variables srun sets (the node list names the bed's hosts).
+func slurmTasks(self, secret string, jobID int, train []string) []hostCmd {
+	var cmds []hostCmd
+	for r := range 4 {
+		env := cleanEnv("GODDP_SECRET="+secret, "SLURM_JOB_ID="+strconv.Itoa(jobID), "SLURM_STEP_ID=0",
+			"SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_LOCALID="+strconv.Itoa(r%2),
+			"SLURM_NODEID="+strconv.Itoa(r/2), "SLURM_JOB_NODELIST=node[0-1]", "SLURM_STEP_NODELIST=node[0-1]",
+			"SLURM_STEP_TASKS_PER_NODE=2(x2)", "SLURM_JOB_NUM_NODES=2")
+		cmds = append(cmds, hostCmd{host: r / 2, argv: append([]string{self}, train...), env: env})
+	}
+	return cmds
 }
 
 // writeRshAgent writes the script Open MPI's rsh launcher calls as
@@ -399,9 +442,9 @@ func mpirunOnBed(t *testing.T, b *netbed.Bed, flags []string, extraEnv ...string
 func TestNetbedMpirunTCP(t *testing.T) {
 	netbedOrSkip(t)
 	b := newNetbed(t, 2)
-	_, log := launchTwice(t, 4, func(run int, save string) string {
-		return mpirunOnBed(t, b, netbedFlags(save), "GODDP_SECRET="+netbedSecret(t),
+	log := launchTwice(t, layout{world: 4, bitwiseNoShm: true, launch: func(run int, train []string) string {
+		return mpirunOnBed(t, b, train, "GODDP_SECRET="+netbedSecret(t),
 			"MASTER_ADDR=node0", "MASTER_PORT="+strconv.Itoa(29500+run))
-	})
+	}})
 	checkTransports(t, log, 4, 2, "0,2")
 }
