@@ -287,9 +287,11 @@ func launchTwice(t *testing.T, l layout) string {
 }
 
 // TestNetbedTorchrun: one torchrun agent per host (--nnodes 2
-// --nproc_per_node 2, the c10d rendezvous hosted on node0), as on two
-// machines. torchrun 1.13 hands the workers MASTER_ADDR=node0 (rank 0's
-// hostname), which the other host resolves through the bed's hosts file.
+// --nproc_per_node 2), as on two machines, with the c10d rendezvous
+// hosted on node0 and with the static one (the default) at node0's
+// address. Under c10d torchrun 1.13 hands the workers MASTER_ADDR=node0
+// (rank 0's hostname), which the other host resolves through the bed's
+// hosts file; under static, the address given, and its agent's store.
 func TestNetbedTorchrun(t *testing.T) {
 	netbedOrSkip(t)
 	py := torchrunPython(t)
@@ -298,21 +300,39 @@ func TestNetbedTorchrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := launchTwice(t, layout{world: 4, bitwiseNoShm: true, launch: func(run int, train []string) string {
-		env := cleanEnv("GODDP_SECRET=" + netbedSecret(t))
-		endpoint := b.Hosts()[0].Addr + ":" + strconv.Itoa(29400+run)
-		var cmds []hostCmd
-		for h := range 2 {
-			argv := []string{py, "-m", "torch.distributed.run", "--log_dir", t.TempDir(),
-				"--redirects", "0:1,1:1", "--tee", "0:1,1:1", // Debian's 1.13 crashes without (torchrun_test.go)
-				"--nnodes", "2", "--nproc_per_node", "2", "--node_rank", strconv.Itoa(h),
-				"--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "goddp-netbed",
-				"--monitor_interval", "0.2", "--no_python", self}
-			cmds = append(cmds, hostCmd{host: h, argv: append(argv, train...), env: env})
-		}
-		return runOnHosts(t, b, cmds)
-	}})
-	checkTransports(t, log, 4, 2, "0,2")
+	addr := b.Hosts()[0].Addr
+	for i, tc := range []struct {
+		name string
+		rdzv func(port string) []string
+		want string // a line the workers must log
+	}{
+		{"c10d", func(port string) []string {
+			return []string{"--rdzv_backend", "c10d", "--rdzv_endpoint", addr + ":" + port, "--rdzv_id", "goddp-netbed"}
+		}, `"msg":"store: server listening"`},
+		{"static", func(port string) []string {
+			return []string{"--master_addr", addr, "--master_port", port}
+		}, `rendezvous through torchrun's agent store`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := launchTwice(t, layout{world: 4, bitwiseNoShm: true, launch: func(run int, train []string) string {
+				env := cleanEnv("GODDP_SECRET=" + netbedSecret(t))
+				var cmds []hostCmd
+				for h := range 2 {
+					argv := []string{py, "-m", "torch.distributed.run", "--log_dir", t.TempDir(),
+						"--redirects", "0:1,1:1", "--tee", "0:1,1:1", // Debian's 1.13 crashes without (torchrun_test.go)
+						"--monitor_interval", "0.2", "--nnodes", "2", "--nproc_per_node", "2", "--node_rank", strconv.Itoa(h)}
+					argv = append(argv, tc.rdzv(strconv.Itoa(29400+10*i+run))...)
+					argv = append(append(argv, "--no_python", self), train...)
+					cmds = append(cmds, hostCmd{host: h, argv: argv, env: env})
+				}
+				return runOnHosts(t, b, cmds)
+			}})
+			checkTransports(t, log, 4, 2, "0,2")
+			if !strings.Contains(log, tc.want) {
+				t.Errorf("no %s in the log:\n%s", tc.want, log)
+			}
+		})
+	}
 }
 
 // TestNetbedKubernetes: four pods of one rank each, as a PyTorchJob
