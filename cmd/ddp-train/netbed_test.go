@@ -406,6 +406,34 @@ func slurmTasks(self, secret string, jobID int, train []string) []hostCmd {
 	return cmds
 }
 
+// TestNetbedOwnLauncher: ddp-train as its own launcher on each of two
+// hosts (--nnodes 2 --node-rank K --master-addr node0 --nproc 2), as
+// torchrun's static rendezvous: node K's workers are ranks 2K and 2K+1.
+func TestNetbedOwnLauncher(t *testing.T) {
+	netbedOrSkip(t)
+	b := newNetbed(t, 2)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := launchTwice(t, layout{world: 4, bitwiseNoShm: true, launch: func(run int, train []string) string {
+		env := cleanEnv("GODDP_SECRET=" + netbedSecret(t))
+		var cmds []hostCmd
+		for h := range 2 {
+			argv := append([]string{self, "--nnodes", "2", "--node-rank", strconv.Itoa(h), "--master-addr", "node0",
+				"--master-port", strconv.Itoa(29600 + run), "--nproc", "2"}, train...)
+			cmds = append(cmds, hostCmd{host: h, argv: argv, env: env})
+		}
+		return runOnHosts(t, b, cmds)
+	}})
+	checkTransports(t, log, 4, 2, "0,2")
+	for _, want := range []string{`[rank 2] {`, `[rank 3] {`} {
+		if !strings.Contains(log[strings.Index(log, "--- node1"):], want) {
+			t.Errorf("node1's launcher printed no %q line: its workers are not ranks 2 and 3:\n%s", want, log)
+		}
+	}
+}
+
 // writeRshAgent writes the script Open MPI's rsh launcher calls as
 // `AGENT HOST COMMAND...` in place of ssh: it runs COMMAND (Open MPI's
 // orted line, quoted for a remote shell) through sh on HOST's namespace.
