@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -98,10 +99,9 @@ func culpritRun(t *testing.T, victim string, sig syscall.Signal, extra ...string
 }
 
 // checkCulpritReport checks the report directory of a job whose worker
-// victim got sig: every rank that could write (all three when the victim
-// was stopped: Note [a stopped rank's report]) left its goroutine stacks,
-// its state and its flight recorder, and the stopped rank's state says
-// the launcher asked for it.
+// victim got sig: every rank left its goroutine stacks, a stopped one too
+// (the Go runtime's dump on SIGQUIT: Note [a stopped rank's report]),
+// and every survivor its state and its flight recorder.
 func checkCulpritReport(t *testing.T, report, victim string, sig syscall.Signal) {
 	t.Helper()
 	if report == "" {
@@ -117,16 +117,24 @@ func checkCulpritReport(t *testing.T, report, victim string, sig syscall.Signal)
 		if err != nil || !bytes.Contains(stacks, []byte("goroutine ")) {
 			t.Errorf("rank %s: no goroutine stacks in the report (%v)", rank, err)
 		}
-		state, err := os.ReadFile(filepath.Join(report, "rank-"+rank, "state.json"))
-		if err != nil {
-			t.Errorf("rank %s: no state in the report: %v", rank, err)
+		if rank == victim {
+			if !bytes.Contains(stacks, []byte("SIGQUIT")) || !bytes.Contains(stacks, []byte("found stopped")) {
+				t.Errorf("rank %s (stopped): its stacks are not the runtime's dump on SIGQUIT:\n%.2000s", rank, stacks)
+			}
+			continue
 		}
-		if stopped := bytes.Contains(state, []byte("found stopped")); stopped != (rank == victim) {
-			t.Errorf("rank %s: its report says it was found stopped: %v, want %v:\n%s", rank, stopped, rank == victim, state)
+		if _, err := os.Stat(filepath.Join(report, "rank-"+rank, "state.json")); err != nil {
+			t.Errorf("rank %s: no state in the report: %v", rank, err)
 		}
 		if dumps, _ := filepath.Glob(filepath.Join(report, "flight", "*_"+rank)); len(dumps) == 0 {
 			all, _ := filepath.Glob(filepath.Join(report, "flight", "*"))
 			t.Errorf("rank %s: no flight recorder dump in %s/flight (has %v)", rank, report, all)
 		}
+	}
+	// The merge names the victim, whose dump is missing: flight.Stalled.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"fr-trace", filepath.Join(report, "flight")}, nil, &stdout, &stderr)
+	if want := "missing ranks: {" + victim + "}"; code != 1 || !strings.Contains(stdout.String(), want) {
+		t.Errorf("fr-trace of the report: exit %d, want 1 and %q:\n%s%s", code, want, stdout.String(), stderr.String())
 	}
 }

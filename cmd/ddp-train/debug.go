@@ -2,19 +2,15 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"path/filepath"
 	rpprof "runtime/pprof"
 	"strconv"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/goddp/ddp/pg/flight"
@@ -49,7 +45,6 @@ type debugState struct {
 	stepStart atomic.Int64 // unix ns when the step in progress began
 	reducer   atomic.Pointer[reducer.Reducer]
 	flight    atomic.Pointer[flight.Recorder] // /debug/flight
-	reported  atomic.Bool                     // a report was written: the first one stands
 }
 
 func newDebugState(rank int) *debugState { return &debugState{rank: rank, started: time.Now()} }
@@ -127,7 +122,7 @@ func debugHandlers(mux *http.ServeMux, d *debugState) {
 // goroutine's stack, the state and the error. It is best effort: the
 // error being reported matters more than a report that cannot be written.
 func writeReport(dir string, d *debugState, failure error) {
-	if dir == "" || d == nil || !d.reported.CompareAndSwap(false, true) {
+	if dir == "" || d == nil {
 		return
 	}
 	rankDir := filepath.Join(dir, "rank-"+strconv.Itoa(d.rank))
@@ -149,38 +144,30 @@ func writeReport(dir string, d *debugState, failure error) {
 // a job control mistake, a frozen container) is the culprit, and the one
 // whose stacks matter most, but it cannot write anything while stopped.
 // ddp-train's launcher, on finding a worker stopped, sends it SIGQUIT and
-// then SIGCONT (launch.Spec.ReportStopped): the signal is pending when the
-// process resumes, so its first act is to take its goroutine stacks,
-// still where they stood, and write its report and its flight recorder
-// beside the others'; then it exits. The launcher kills it if it has not
-// ended after launch's grace for that (2 s). The report's error says that
-// the launcher asked for it. Only a worker given a report directory
-// catches SIGQUIT; elsewhere the Go runtime's own dump-and-exit applies.
+// then SIGCONT (launch.Spec.StoppedStacks): the signal is pending when
+// the process resumes, and the Go runtime's handler freezes the world and
+// prints every goroutine's stack, still where they stood, before it
+// exits; the launcher writes that output to rank-N/stacks.txt instead of
+// the console. Its flight recorder is not dumped: reading it means
+// letting the rank run, and it would record collectives issued after the
+// stop (to peers that are gone), hiding the one it never reached; the
+// survivors' recorders say what it did not do. A program that is not Go
+// just dies of SIGQUIT, and the launcher kills whatever is left after
+// launch.StoppedGrace.
 
-// errReportedStopped is the error in a stopped rank's report.
-var errReportedStopped = errors.New("this rank was found stopped (SIGSTOP) by the launcher, which asked for this report with SIGQUIT; the stacks show where it stood")
-
-// watchQuit writes this rank's report and flight recorder when SIGQUIT
-// arrives, then exits 1: Note [a stopped rank's report]. stop ends the
-// watch.
-func watchQuit(dir string, d *debugState, dumpFlight func()) (stop func()) {
-	if dir == "" {
-		return func() {}
+// stoppedStacks opens the file that takes a stopped rank's stacks: Note
+// [a stopped rank's report].
+func (r reportDir) stoppedStacks(rank int) (io.WriteCloser, error) {
+	dir := filepath.Join(r.path, "rank-"+strconv.Itoa(rank))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	sig := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	signal.Notify(sig, syscall.SIGQUIT)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-sig:
-			writeReport(dir, d, errReportedStopped)
-			dumpFlight()
-			os.Exit(1)
-		case <-done:
-		}
-	})
-	return func() { signal.Stop(sig); close(done); wg.Wait() }
+	f, err := os.Create(filepath.Join(dir, "stacks.txt"))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(f, "rank %d was found stopped (SIGSTOP); the launcher sent it SIGQUIT and SIGCONT, and the Go runtime's dump follows:\n\n", rank)
+	return f, nil
 }
 
 // reportDir is the launcher's side of the failure report: a directory

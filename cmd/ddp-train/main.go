@@ -176,8 +176,8 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		Env:        append(bar.env(), report.env()...),
 		ExtraFiles: bar.files(),
 		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
-		// A stopped worker writes its report before it goes: Note [a stopped rank's report].
-		ReportStopped: true,
+		// A stopped worker's stacks go to the report: Note [a stopped rank's report].
+		StoppedStacks: report.stoppedStacks,
 		Node:          node, // nil on one machine
 	})
 	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go

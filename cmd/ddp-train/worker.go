@@ -71,14 +71,7 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	}
 	defer stopFlight()
 	metrics.dbg.flight.Store(rec) // /debug/flight (debug.go)
-	// Found stopped, the launcher asks for a report: Note [a stopped rank's report].
-	stopQuit := watchQuit(os.Getenv(reportDirEnv), metrics.dbg, func() {
-		if dir := flightDir(c); dir != "" {
-			_, _ = rec.DumpFile(dir)
-		}
-	})
-	defer stopQuit()
-	g = rec // closed through the g.Close above: the recorder holds nothing
+	g = rec                       // closed through the g.Close above: the recorder holds nothing
 	metrics.setReady()
 
 	if !c.ownLauncher { // ddp-train's own launcher checked and holds these

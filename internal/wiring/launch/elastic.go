@@ -75,8 +75,8 @@ type Elastic struct {
 	ExtraFiles []*os.File
 	// Hidden is each attempt's Spec.Hidden.
 	Hidden string
-	// ReportStopped is each attempt's Spec.ReportStopped.
-	ReportStopped bool
+	// StoppedStacks is each attempt's Spec.StoppedStacks.
+	StoppedStacks func(rank int) (io.WriteCloser, error)
 	// Node, when set, makes the workers of ProgramElastic and SelfElastic
 	// one node's share of a job of several machines, instead of the
 	// whole job on loopback.
@@ -231,6 +231,6 @@ func ProgramElastic(ctx context.Context, n int, path string, args, extra []strin
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
 		env = append(env, e.Env...)
-		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, ReportStopped: e.ReportStopped}, nil
+		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks}, nil
 	})
 }
