@@ -25,7 +25,7 @@ import (
 // its own address, hostname and a hosts file naming the others) with
 // the launchers users run across machines: torchrun with the c10d
 // rendezvous, mpirun through its rsh agent, Kubernetes' and Slurm's
-// variables. Each layout runs twice and must end bitwise the same both
+// variables, and ddp-train's own --nnodes. Each layout runs twice and must end bitwise the same both
 // times, and close to the one-host run of the same world size
 // (netbedTolerance). docs/multi-host.md has the commands and figures.
 
