@@ -434,6 +434,37 @@ func TestNetbedOwnLauncher(t *testing.T) {
 	}
 }
 
+// TestNetbedOwnLauncherProgram: ddp-train --nnodes launches a program of
+// one's own (examples/multiproc, joining with ddp.InitProcessGroup) on
+// each of two hosts: its four ranks end with the same parameters, and
+// node1's are ranks 2 and 3.
+func TestNetbedOwnLauncherProgram(t *testing.T) {
+	netbedOrSkip(t)
+	prog := buildExample(t)
+	b := newNetbed(t, 2)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := cleanEnv("GODDP_SECRET=" + netbedSecret(t))
+	var cmds []hostCmd
+	for h := range 2 {
+		cmds = append(cmds, hostCmd{host: h, env: env, argv: []string{self, "--nnodes", "2", "--node-rank", strconv.Itoa(h),
+			"--master-addr", "node0", "--master-port", "29700", "--nproc", "2", prog}})
+	}
+	log := runOnHosts(t, b, cmds)
+	got := exampleDigests(t, "ddp-train --nnodes 2", log, 4)
+	for r, d := range got {
+		if d != got["0"] {
+			t.Fatalf("rank %s ended at %s, rank 0 at %s:\n%s", r, d, got["0"], log)
+		}
+	}
+	node1 := log[strings.Index(log, "--- node1"):]
+	if !regexp.MustCompile(`(?m)^\[rank 2\] rank 2 of 4`).MatchString(node1) || !regexp.MustCompile(`(?m)^\[rank 3\] rank 3 of 4`).MatchString(node1) {
+		t.Fatalf("node1's launcher did not run ranks 2 and 3:\n%s", log)
+	}
+}
+
 // writeRshAgent writes the script Open MPI's rsh launcher calls as
 // `AGENT HOST COMMAND...` in place of ssh: it runs COMMAND (Open MPI's
 // orted line, quoted for a remote shell) through sh on HOST's namespace.
