@@ -111,7 +111,9 @@ func runOnHosts(t *testing.T, b *netbed.Bed, cmds []hostCmd) string {
 		cmd.Env = c.env
 		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
 		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+			cancel() // the ones started stop; wait for them before failing
+			wg.Wait()
+			t.Fatalf("starting %s on node%d: %v", c.argv[0], c.host, err)
 		}
 		wg.Go(func() {
 			errs[i] = cmd.Wait()
