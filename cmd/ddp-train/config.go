@@ -74,8 +74,9 @@ type config struct {
 	listenAddr  string
 	timeline    string // --timeline DIR: a Chrome trace per rank
 
-	elastic // --max-restarts, --restart-backoff; signal handling (elastic.go)
-	limits  // --oversubscribe; bounds on every number and address (limits.go)
+	elastic   // --max-restarts, --restart-backoff; signal handling (elastic.go)
+	nodeFlags // --nnodes, --node-rank, --master-addr, --master-port (nodes.go)
+	limits    // --oversubscribe; bounds on every number and address (limits.go)
 
 	stragglerFlags // --straggler-window, -share, -margin (straggler.go)
 }
@@ -143,6 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
 	c.elastic.register(fs)
+	c.nodeFlags.register(fs)
 	c.limits.register(fs)
 	c.stragglerFlags.register(fs)
 	if err := cli.Parse(fs, args); err != nil { // a typo: one line and a hint, not the usage
@@ -172,6 +174,7 @@ func (c config) validate() error {
 		c.validateRecovery,
 		c.validateTuning,
 		func() error { return c.elastic.validate(c.backend) },
+		func() error { return c.nodeFlags.validate(c) },
 		c.validateOptimizer,
 		c.validateHook,
 		func() error { return validateLimits(c) },

@@ -96,7 +96,7 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 	case c.backend == "local":
 		err = runLocal(ctx, c, stdout, stderr)
 	default:
-		err = runLauncher(ctx, c, args, stdout, stderr)
+		err = runLauncher(ctx, c, args, lookup, stdout, stderr)
 	}
 	return report(stderr, intr.interrupted(err))
 }
@@ -121,8 +121,14 @@ func report(stderr io.Writer, err error) int {
 	return 1
 }
 
-// runLauncher checks the inputs once, then starts the workers.
-func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io.Writer) error {
+// runLauncher checks the inputs once, then starts the workers: the whole
+// job, or with --nnodes this machine's share (nodes.go), whose outputs
+// and checkpoints rank 0's machine checks and holds.
+func runLauncher(ctx context.Context, c config, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+	node, err := c.nodeFlags.node(lookup)
+	if err != nil {
+		return err
+	}
 	ds, err := loadData(c)
 	if err != nil {
 		return err
@@ -135,14 +141,16 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		return err
 	}
 	defer logger.Sync()
-	if err := checkOutputs(c, true); err != nil { // Note [outputs only on success]
+	if err := checkOutputs(c, c.nodeRank == 0); err != nil { // Note [outputs only on success]
 		return err
 	}
-	release, err := claimCheckpoint(c, logger) // Note [checkpoint directories are owned]
-	if err != nil {
-		return err
+	if c.nodeRank == 0 {
+		release, err := claimCheckpoint(c, logger) // Note [checkpoint directories are owned]
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
-	defer release()
 	if c.maxRestarts > 0 && c.checkpointDir == "" {
 		logger.Warn("--max-restarts without --checkpoint: a restarted job starts again from step 0")
 	}
@@ -170,6 +178,7 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
 		// A stopped worker's stacks go to the report: Note [a stopped rank's report].
 		StoppedStacks: report.stoppedStacks,
+		Node:          node, // nil on one machine
 	})
 	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go
 }

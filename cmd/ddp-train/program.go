@@ -29,7 +29,7 @@ import (
 // program.
 func launcherFlag(name string) bool {
 	switch name {
-	case "nproc", "oversubscribe", "max-restarts", "restart-backoff", "log-format":
+	case "nproc", "oversubscribe", "max-restarts", "restart-backoff", "log-format", "nnodes", "node-rank", "master-addr", "master-port":
 		return true
 	}
 	return false
@@ -42,12 +42,16 @@ func runProgram(ctx context.Context, c config, lookup func(string) (string, bool
 	}
 	for _, name := range c.setFlags {
 		if !launcherFlag(name) {
-			return usagef("ddp-train %s: --%s is a training flag of ddp-train's own model and does not reach %s; pass the program's flags after its name, and only --nproc, --oversubscribe, --max-restarts, --restart-backoff and --log-format before it", c.command[0], name, c.command[0])
+			return usagef("ddp-train %s: --%s is a training flag of ddp-train's own model and does not reach %s; pass the program's flags after its name, and only --nproc, --oversubscribe, --max-restarts, --restart-backoff, --log-format, --nnodes, --node-rank, --master-addr and --master-port before it", c.command[0], name, c.command[0])
 		}
 	}
 	path, err := exec.LookPath(c.command[0])
 	if err != nil {
 		return usagef("ddp-train: cannot run %q: %v", c.command[0], err)
+	}
+	node, err := c.nodeFlags.node(lookup)
+	if err != nil {
+		return err
 	}
 	logger, err := newLogger(c, stderr)
 	if err != nil {
@@ -61,6 +65,7 @@ func runProgram(ctx context.Context, c config, lookup func(string) (string, bool
 		Settle:      settleTime,
 		Logger:      logger,
 		EveryStdout: true, // each rank's lines, prefixed, as torchrun --tee
+		Node:        node,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.command[0], err)

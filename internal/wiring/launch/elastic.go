@@ -77,6 +77,37 @@ type Elastic struct {
 	Hidden string
 	// StoppedStacks is each attempt's Spec.StoppedStacks.
 	StoppedStacks func(rank int) (io.WriteCloser, error)
+	// Node, when set, makes the workers of ProgramElastic and SelfElastic
+	// one node's share of a job of several machines, instead of the
+	// whole job on loopback.
+	Node *Node
+}
+
+// Node is this machine's place in a job of several, each machine
+// started by a launcher of its own with the same Nodes, MasterAddr,
+// MasterPort and Secret, and its own Rank: torchrun's static rendezvous
+// (--nnodes, --node_rank, --master_addr, --master_port). Global rank 0,
+// the first worker of node 0, serves the store at MasterAddr:MasterPort.
+// There is no agent between the nodes, so a restart (MaxRestarts) could
+// not bring the other nodes' workers back: callers refuse restarts with
+// a Node.
+type Node struct {
+	Nodes, Rank int // how many machines, and this one's index (0 to Nodes-1)
+	MasterAddr  string
+	MasterPort  int
+	Secret      string // the job's GODDP_SECRET, the same on every machine
+}
+
+// env is the rendezvous environment of a node's n workers.
+func (nd *Node) env(n int) []string {
+	return []string{
+		"MASTER_ADDR=" + nd.MasterAddr,
+		"MASTER_PORT=" + strconv.Itoa(nd.MasterPort),
+		"WORLD_SIZE=" + strconv.Itoa(nd.Nodes*n),
+		"LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
+		"GROUP_RANK=" + strconv.Itoa(nd.Rank),
+		"GODDP_SECRET=" + nd.Secret,
+	}
 }
 
 // backoff is the wait before restart k (1 for the first).
@@ -175,7 +206,7 @@ func SelfElastic(ctx context.Context, n int, args []string, marker string, stdou
 
 // ProgramElastic is SelfElastic for any program: n copies of path with
 // args, each with the rendezvous environment (StandaloneEnv, a fresh one
-// per attempt), the torchrun variables a restart sets, and extra. It is
+// per attempt, or e.Node's), the torchrun variables a restart sets, and extra. It is
 // how ddp-train --nproc N starts a program of one's own, which joins the
 // job with ddp.InitProcessGroup.
 func ProgramElastic(ctx context.Context, n int, path string, args, extra []string, stdout, stderr io.Writer, e Elastic) error {
@@ -186,15 +217,20 @@ func ProgramElastic(ctx context.Context, n int, path string, args, extra []strin
 	runID = runID[:16]
 	base := os.Environ()
 	return RunElastic(ctx, e, func(attempt int) (Spec, error) {
-		jobEnv, err := StandaloneEnv(n)
-		if err != nil {
-			return Spec{}, err
+		jobEnv, rankBase := []string(nil), 0
+		if e.Node != nil {
+			jobEnv, rankBase = e.Node.env(n), e.Node.Rank*n
+		} else {
+			var err error
+			if jobEnv, err = StandaloneEnv(n); err != nil {
+				return Spec{}, err
+			}
 		}
 		env := append(append(append(append([]string(nil), base...), jobEnv...), extra...),
 			"TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(attempt),
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
 		env = append(env, e.Env...)
-		return Spec{N: n, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks}, nil
+		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks}, nil
 	})
 }

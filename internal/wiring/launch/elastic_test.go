@@ -235,3 +235,28 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A node of a job of several machines (Elastic.Node) starts its workers
+// at global rank Node.Rank*n, tells them the job's master, size and
+// secret, and names global ranks in its output and errors.
+func TestProgramElasticOnANode(t *testing.T) {
+	node := &Node{Nodes: 3, Rank: 1, MasterAddr: "10.9.8.7", MasterPort: 29511, Secret: "0123456789abcdef0123456789abcdef"}
+	script := `echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT $GODDP_SECRET"; [ "$LOCAL_RANK" = 0 ] || exit 7`
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := ProgramElastic(ctx, 2, "/bin/sh", []string{"-c", script}, nil, &out, &errOut,
+		Elastic{Node: node, EveryStdout: true, Grace: time.Second, Settle: time.Second})
+	var we *WorkerError
+	if !errors.As(err, &we) || we.Rank != 3 || len(we.Failures) != 1 || we.Failures[0].Rank != 3 {
+		t.Fatalf("got %v (%+v), want worker rank 3's failure", err, we)
+	}
+	for _, want := range []string{
+		"[rank 2] 2 0 6 2 1 10.9.8.7:29511 " + node.Secret,
+		"[rank 3] 3 1 6 2 1 10.9.8.7:29511 " + node.Secret,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in the output:\n%s", want, out.String())
+		}
+	}
+}

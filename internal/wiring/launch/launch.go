@@ -20,10 +20,15 @@ import (
 
 // Spec describes a job of N worker processes on this machine.
 type Spec struct {
-	N    int      // number of workers (WORLD_SIZE)
+	N    int      // number of workers on this machine
 	Path string   // program to run
 	Args []string // its arguments (without the program name)
 	Env  []string // environment common to all workers ("K=V")
+	// RankBase is the global rank of the first worker: worker i gets
+	// RANK=RankBase+i and LOCAL_RANK=i, and errors and output prefixes
+	// name global ranks. 0 on one machine; a node of a job of several
+	// (Node) starts its workers at Node.Rank*N.
+	RankBase int
 	// Stdout receives rank 0's standard output; other ranks' output is
 	// discarded unless EveryStdout is set. nil discards.
 	Stdout io.Writer
@@ -200,7 +205,7 @@ func spawn(ctx context.Context, spec Spec) ([]*worker, error) {
 		w, err := start(spec, r, &stderrMu)
 		if err != nil {
 			kill(workers)
-			return nil, &WorkerError{Rank: r, Err: err}
+			return nil, &WorkerError{Rank: spec.RankBase + r, Err: err}
 		}
 		workers = append(workers, w)
 	}
@@ -263,9 +268,26 @@ func supervise(ctx context.Context, spec Spec, workers []*worker) error {
 	}
 	if s.first != nil {
 		s.first.Frozen = s.frozen
+		s.first.shift(spec.RankBase)
 		return s.first
 	}
 	return nil
+}
+
+// shift turns the workers' indexes on this machine into global ranks.
+func (e *WorkerError) shift(base int) {
+	if base == 0 {
+		return
+	}
+	e.Rank += base
+	for _, fs := range [][]Failure{e.Failures, e.Stopped} {
+		for i := range fs {
+			fs[i].Rank += base
+		}
+	}
+	for i := range e.Frozen {
+		e.Frozen[i] += base
+	}
 }
 
 // endSettle stops every worker still running.
@@ -364,7 +386,7 @@ func kill(workers []*worker) {
 }
 
 type worker struct {
-	rank   int
+	rank   int // global: Spec.RankBase plus its index
 	cmd    *exec.Cmd
 	stderr *divertible // the tail and the console, or the stopped worker's stacks file
 	tail   *tailBuffer
@@ -374,27 +396,28 @@ type worker struct {
 
 func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
+	global := spec.RankBase + rank
 	cmd.Env = append(append([]string(nil), spec.Env...),
-		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank))
+		"RANK="+strconv.Itoa(global), "LOCAL_RANK="+strconv.Itoa(rank))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
 	cmd.ExtraFiles = spec.ExtraFiles
 	switch {
 	case spec.Stdout != nil && spec.EveryStdout:
-		cmd.Stdout = &prefixWriter{mu: stderrMu, w: spec.Stdout, prefix: fmt.Sprintf("[rank %d] ", rank)}
-	case rank == 0 && spec.Stdout != nil:
+		cmd.Stdout = &prefixWriter{mu: stderrMu, w: spec.Stdout, prefix: fmt.Sprintf("[rank %d] ", global)}
+	case global == 0 && spec.Stdout != nil:
 		cmd.Stdout = spec.Stdout
 	}
 	tail := &tailBuffer{max: 4096}
 	var errOut io.Writer = tail
 	if spec.Stderr != nil {
-		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank), hidden: spec.Hidden})
+		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", global), hidden: spec.Hidden})
 	}
 	stderr := &divertible{w: errOut}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &worker{rank: rank, cmd: cmd, stderr: stderr, tail: tail}, nil
+	return &worker{rank: global, cmd: cmd, stderr: stderr, tail: tail}, nil
 }
 
 // stop sends sig (once: a worker may take a second signal as "stop now"),

@@ -5,7 +5,11 @@
 // token-bucket filter, taken down and brought back up. Two hosts of a bed
 // look to our code like two machines, or two Kubernetes pods on one node:
 // same boot id, same /dev/shm, separate network stacks (an abstract Unix
-// socket reaches only its own namespace).
+// socket reaches only its own namespace). What runs on a host resolves
+// every host's name (node0, node1, ...) to its address, as a cluster's
+// DNS would: each namespace gets its own hosts file under /etc/netns,
+// which `ip netns exec` mounts over /etc/hosts for that process only; the
+// machine's /etc/hosts is never changed.
 //
 // What it cannot do: add delay or loss. This kernel has no netem qdisc,
 // so every link's latency is the veth's (a few microseconds); tbf's

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,11 @@ import (
 // veths and the bridge. Interface names are at most 15 bytes, so names
 // stay short: "gdb" + owner pid + "x" + a sequence + a role and index.
 const namePrefix = "gdb"
+
+// etcNetns holds a directory per namespace whose files `ip netns exec`
+// bind-mounts over their namesakes in /etc for what it runs: a bed's
+// hosts file goes there, and the machine's own /etc/hosts is untouched.
+const etcNetns = "/etc/netns"
 
 // Options says what bed to build.
 type Options struct {
@@ -123,6 +129,27 @@ func (b *Bed) build(ctx context.Context, o Options) error {
 			if err := b.SetRate(ctx, i, o.Rate); err != nil {
 				return err
 			}
+		}
+	}
+	return b.writeHosts()
+}
+
+// writeHosts gives every host an /etc/hosts that names every host of the
+// bed (node0, node1, ...), as a cluster's DNS would: what runs on a host
+// resolves the others' names, and nothing outside the bed sees them.
+func (b *Bed) writeHosts() error {
+	var sb strings.Builder
+	sb.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	for _, h := range b.hosts {
+		fmt.Fprintf(&sb, "%s\t%s\n", h.Addr, h.Name)
+	}
+	for _, h := range b.hosts {
+		dir := filepath.Join(etcNetns, h.NS)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("netbed: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(sb.String()), 0o644); err != nil {
+			return fmt.Errorf("netbed: %w", err)
 		}
 	}
 	return nil
@@ -272,6 +299,12 @@ func removeBed(ctx context.Context, prefix string) error {
 		killIn(ctx, ns)
 		if err := run(ctx, "ip", "netns", "del", ns); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(etcNetns, prefix+"*"))
+	for _, dir := range dirs {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("netbed: %w", err))
 		}
 	}
 	for _, link := range listLinks(prefix) {

@@ -58,6 +58,10 @@ func helper(mode, arg string) int {
 		c.Close()
 		fmt.Println("sent", n, err)
 		return 0
+	case "resolve":
+		addrs, err := net.LookupHost(arg)
+		fmt.Println(addrs, err)
+		return 0
 	case "hold":
 		b, err := netbed.New(context.Background(), netbed.Options{Hosts: 2})
 		if err != nil {
@@ -152,6 +156,36 @@ func TestHostsTalkUnderTheirOwnNames(t *testing.T) {
 	}
 	if h, _ := os.Hostname(); strings.HasPrefix(h, "node") {
 		t.Fatalf("the machine's own hostname changed to %q", h)
+	}
+}
+
+// TestHostsResolveEachOthersNames: on every host, each host's name
+// resolves to its address (the bed's hosts file under /etc/netns); the
+// machine's /etc/hosts is the same before, during and after, and Close
+// removes the bed's files.
+func TestHostsResolveEachOthersNames(t *testing.T) {
+	before, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBed(t, netbed.Options{Hosts: 2})
+	for i := range 2 {
+		for _, h := range b.Hosts() {
+			_, out := start(t, b, i, "resolve", h.Name)
+			if got, want := line(t, out), "["+h.Addr+"] <nil>"; got != want {
+				t.Fatalf("on node%d, %s resolves to %q, want %q", i, h.Name, got, want)
+			}
+		}
+	}
+	if after, _ := os.ReadFile("/etc/hosts"); string(after) != string(before) {
+		t.Fatalf("the machine's /etc/hosts changed:\n%s", after)
+	}
+	ns := b.Hosts()[0].NS
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/etc/netns/" + ns); !os.IsNotExist(err) {
+		t.Fatalf("/etc/netns/%s is left after Close: %v", ns, err)
 	}
 }
 
