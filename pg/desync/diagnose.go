@@ -169,6 +169,7 @@ func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 		se.Progress[r] = rp
 	}
 	se.Mismatched = minority(at, fps)
+	g.probe(se) // network or process: probe.go
 	if se.StoreErr == nil {
 		se.StoreHost = pg.NoPeer
 	}

@@ -71,6 +71,30 @@
 //
 //	pg: the store did not answer (hosted by rank 0, which is likely stopped or dead) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s; cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
 //
+// # Network or process
+//
+// When the wrapped group can probe its peers (pg.PeerProber: pg/tcp
+// keeps each rank's listener open for this), the diagnosis then dials
+// each silent rank's listener once, bounded by Options.ProbeTimeout
+// (1 s), and says what answered (pg's Note [network or process]): the
+// host but not the process (stopped or busy), a refusal (the process is
+// gone), or nothing (the network to it is down or partitioned). When the
+// store does not answer, it probes every rank, and names those whose
+// host does not answer as unreachable. On 2 network-namespace hosts of
+// 2 ranks each (cmd/ddp-train's TestNetbedFaults), host 1's link taken
+// down mid-run:
+//
+//	pg: ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or partitioned) while rank 0 waited in allreduce #N; check the network between this host and 10.98.0.2 (ranks 2, 3) (cause: ...)
+//
+// and on host 1:
+//
+//	pg: ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or partitioned); the store did not answer (hosted by rank 0, which cannot be reached) while rank 2 waited in allreduce #N; ...
+//
+// A stopped rank: "rank 3 did not answer (stopped or busy: its host
+// 10.98.0.2 answers, but the process does not respond)"; a killed one:
+// "rank 3 did not answer (gone: its host 10.98.0.2 refused the
+// connection: the process is gone)".
+//
 // A rank that finishes its diagnosis sets "desync/<name>/verdict"; ranks
 // still waiting then take a last short look and stop, so all ranks report
 // within moments of each other (a launcher stops the other workers as

@@ -35,6 +35,12 @@ type Options struct {
 	// named when the store stops answering; pg.NoPeer when no rank of
 	// the group does (an in-memory store, or an external one).
 	StoreHost int
+	// ProbeTimeout bounds the network probes of the ranks a diagnosis
+	// did not hear from (pg's Note [network or process]), run after the
+	// wait for their progress when the wrapped group can probe
+	// (pg.PeerProber); zero means DefaultProbeTimeout, and it is at most
+	// DiagnosisTimeout.
+	ProbeTimeout time.Duration
 	// Logger receives the diagnosis; nil means none.
 	Logger *zap.Logger
 
@@ -103,6 +109,10 @@ func Wrap(g pg.ProcessGroup, st store.Store, opts Options) (*Group, error) {
 	if opts.DiagnosisTimeout == 0 {
 		opts.DiagnosisTimeout = DefaultDiagnosisTimeout
 	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = DefaultProbeTimeout
+	}
+	opts.ProbeTimeout = min(opts.ProbeTimeout, opts.DiagnosisTimeout)
 	if opts.Name == "" {
 		opts.Name = "world"
 	}
