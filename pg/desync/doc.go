@@ -47,7 +47,7 @@
 // rank 2 was stopped with SIGSTOP, rank 1 reported (rank 0 the same,
 // with "rank 0" and its own cause):
 //
-//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #2360; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: collective #2360 made no progress with rank 0 before its deadline (group timeout 3s))
+//	pg: rank 2 did not answer (stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank 1 waited in allreduce #2360; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: collective #2360 made no progress with rank 0 before its deadline (group timeout 3s))
 //
 // When rank 2 is alive but never issued the collective:
 //
@@ -69,7 +69,7 @@
 //
 // When the store does not answer (here rank 0, its host, was stopped):
 //
-//	pg: the store did not answer (hosted by rank 0, which is likely stopped or dead) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s; cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
+//	pg: the store did not answer (hosted by rank 0: stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s; cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
 //
 // # Network or process
 //
