@@ -89,13 +89,17 @@ func testNetbedFlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := time.Now()
+	stalled := j.lastStep()
 	for r := range 4 {
 		if ended := j.endedAt(r); !ended.IsZero() && ended.Before(up) {
 			t.Fatalf("rank %d ended %v after the link went down, before it came back: the flap was not mid-run\n%s", r, ended.Sub(down), j.stderr(r))
 		}
 	}
+	j.waitStep(t, stalled+1)
+	resumed := time.Since(up)
 	j.waitAll(t)
-	t.Logf("link down for %v; the job ended %v after it came back", up.Sub(down).Round(time.Millisecond), time.Since(up).Round(time.Millisecond))
+	t.Logf("link down for %v at step %d; training went on %v after the link came back, and the job ended %v after it",
+		up.Sub(down).Round(time.Millisecond), stalled, resumed.Round(10*time.Millisecond), time.Since(up).Round(10*time.Millisecond))
 	got := j.digests(t)
 	for r := range 4 {
 		if got[r] != want[0] {
@@ -207,10 +211,8 @@ func (j *netbedJob) waitStep(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, m := range netbedStepRE.FindAllStringSubmatch(j.stderr(0), -1) {
-			if s, _ := strconv.Atoi(m[1]); s >= n {
-				return
-			}
+		if j.lastStep() >= n {
+			return
 		}
 		select {
 		case <-j.done[0]:
@@ -219,6 +221,17 @@ func (j *netbedJob) waitStep(t *testing.T, n int) {
 		}
 	}
 	t.Fatalf("rank 0 did not reach step %d in 90 s:\n%s", n, j.stderr(0))
+}
+
+// lastStep is the last step rank 0 has logged.
+func (j *netbedJob) lastStep() int {
+	last := 0
+	for _, m := range netbedStepRE.FindAllStringSubmatch(j.stderr(0), -1) {
+		if s, _ := strconv.Atoi(m[1]); s > last {
+			last = s
+		}
+	}
+	return last
 }
 
 // waitAll waits, at most 60 s, for every rank to exit.
