@@ -105,7 +105,7 @@ func isTimeout(err error) bool {
 	return ok && ne.Timeout()
 }
 
-// host is the host part of a probe address ("10.0.0.2" of
+// hostOf is the host part of a probe address ("10.0.0.2" of
 // "10.0.0.2:41234"), or the address itself.
 func hostOf(addr string) string {
 	if h, _, err := net.SplitHostPort(addr); err == nil {

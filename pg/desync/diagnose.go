@@ -127,7 +127,8 @@ func (g *Group) startDiagnosis(seq uint64, op pg.OpType) <-chan struct{} {
 // diagnose asks every rank for its progress through the store and works
 // out who stalled collective seq: ranks that had not entered it, ranks
 // that did not answer, ranks that issued something else as seq. It is
-// bounded by Options.DiagnosisTimeout and by Close.
+// bounded by Options.DiagnosisTimeout, then Options.ProbeTimeout for the
+// network probes, and by Close.
 func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 	ctx, cancel := context.WithTimeout(g.life, g.opts.DiagnosisTimeout)
 	defer cancel()

@@ -38,9 +38,9 @@
 // kind (pg.ErrTimeout, pg.ErrComm or pg.ErrRemote) and the error itself.
 // The diagnosis starts on the first Wait or Err that sees a failure (Done
 // closes when the wrapped Work's does; Err then takes up to
-// DiagnosisTimeout, and Wait until its ctx ends, returning the
-// collective's own error if the ctx ends first); a rank that sees no
-// failure answers through its responder.
+// DiagnosisTimeout plus ProbeTimeout, and Wait until its ctx ends,
+// returning the collective's own error if the ctx ends first); a rank
+// that sees no failure answers through its responder.
 // Every rank reads the same reports, so all name the same culprit. The
 // message names the culprits first, then what this rank was doing, what
 // to check, and the backend's own error. On a 3-rank ddp-train job whose
