@@ -21,7 +21,7 @@ import (
 // netbedWorkerEnv, when set to "rank size storeAddr listenIP", makes this
 // test binary a rank on a netbed host: it joins the group (rank 0 hosts
 // the TCPStore), logs in JSON to stdout (the "link transports" line among
-// them), runs one AllReduce of rank+1 and prints "sum S".
+// them), runs one AllReduce of netbedValue(rank) and prints "sum S".
 const netbedWorkerEnv = "GODDP_TCP_NETBED_WORKER"
 
 func runNetbedWorker(spec string) int {
@@ -46,7 +46,7 @@ func runNetbedWorker(spec string) int {
 		return 2
 	}
 	defer g.Close()
-	v := []float32{float32(rank + 1)}
+	v := []float32{netbedValue(rank)}
 	buf := pg.Float32s(v)
 	if err := g.AllReduce(ctx, buf, pg.Op(pg.Sum)).Wait(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: AllReduce:", err)
@@ -62,13 +62,20 @@ func runNetbedWorker(spec string) int {
 	return 0
 }
 
+// netbedValue is a rank's input: their float32 sum depends on the
+// order. The hierarchical allreduce adds within each host first, (1e8 +
+// -1e8) + (1 + 1) = 2; recursive doubling over all four ranks adds (1e8 +
+// 1) + (-1e8 + 1), and 1e8 + 1 rounds to 1e8 in float32, giving 0.
+func netbedValue(rank int) float32 { return [...]float32{1e8, 1, -1e8, 1}[rank%4] }
+
 // TestNetbedShmGroupsPerNamespace: two hosts of a netbed (network
 // namespaces on one machine, one boot id), two ranks each, interleaved
 // (ranks 0 and 2 on node0, 1 and 3 on node1). The ranks of each
 // namespace share memory with each other and with no one else; every
-// rank sees 2 hosts with leaders 0 and 1, and the hierarchical path
-// adds correctly. The old agreement dropped ranks one by one and gave 3
-// hosts.
+// rank sees 2 hosts with leaders 0 and 1, and the AllReduce goes the
+// hierarchical way (its sum, 2, is what adding within hosts first gives:
+// netbedValue; a flat AllReduce gives 0). The old agreement dropped
+// ranks one by one and gave 3 hosts.
 func TestNetbedShmGroupsPerNamespace(t *testing.T) {
 	if os.Getenv("GODDP_TEST_NETBED") != "1" {
 		t.Skip("set GODDP_TEST_NETBED=1 (as root) to run the network-namespace tests")
@@ -107,8 +114,8 @@ func TestNetbedShmGroupsPerNamespace(t *testing.T) {
 		if err := waits[r](); err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-		if sum != "sum 10" {
-			t.Errorf("rank %d: %q, want sum 10", r, sum)
+		if sum != "sum 2" {
+			t.Errorf("rank %d: %q, want sum 2 (the hierarchical order of addition)", r, sum)
 		}
 		wantShm := []int{(r + 2) % 4}
 		if fmt.Sprint(transports.Shm) != fmt.Sprint(wantShm) || transports.Hosts != 2 || fmt.Sprint(transports.Leaders) != "[0 1]" {
