@@ -35,17 +35,17 @@ type Options struct {
 	// named when the store stops answering; pg.NoPeer when no rank of
 	// the group does (an in-memory store, or an external one).
 	StoreHost int
-	// ProbeTimeout bounds the network probes of the ranks a diagnosis
-	// did not hear from (pg's Note [network or process]), run after the
-	// wait for their progress when the wrapped group can probe
-	// (pg.PeerProber); zero means DefaultProbeTimeout, and it is at most
-	// DiagnosisTimeout.
+	// ProbeTimeout bounds a diagnosis's network probes of the other
+	// ranks (pg's Note [network or process]), made when the wrapped
+	// group can probe (pg.PeerProber); zero means DefaultProbeTimeout,
+	// and it is at most DiagnosisTimeout.
 	ProbeTimeout time.Duration
 	// Logger receives the diagnosis; nil means none.
 	Logger *zap.Logger
 
 	parentRanks []int // a subgroup's members' ranks in the parent group
 	sub         bool  // made by NewGroup or Split
+	lateProbes  bool  // tests: probe as a group too large to probe early does
 }
 
 // Group is a process group wrapped for desync diagnosis. It implements

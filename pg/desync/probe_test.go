@@ -63,15 +63,22 @@ func probedWorld(t *testing.T, n int, opts Options, reach map[int]pg.Reach, st f
 	return gs, ps
 }
 
-// A silent rank is probed, and only it; what the probe found is in the
-// diagnosis: a host that does not answer makes the rank unreachable and
-// the advice is about the network. Probes are bounded by ProbeTimeout.
+// What the probe found of a silent rank is in the diagnosis: a host
+// that does not answer makes the rank unreachable and the advice is
+// about the network. Probes are bounded by ProbeTimeout. A small group
+// probes every other rank as the diagnosis starts; a large one only the
+// silent ranks, after the wait.
 func TestSilentRankIsProbed(t *testing.T) {
+	t.Run("early", func(t *testing.T) { testSilentRankIsProbed(t, false, []int{1, 2}, []int{0, 2}) })
+	t.Run("late", func(t *testing.T) { testSilentRankIsProbed(t, true, []int{2}, []int{2}) })
+}
+
+func testSilentRankIsProbed(t *testing.T, late bool, probed0, probed1 []int) {
 	hs := store.NewHashStore(store.HashStoreOptions{})
 	defer hs.Close()
 	elsewhere := store.NewHashStore(store.HashStoreOptions{})
 	defer elsewhere.Close()
-	opts := Options{DiagnosisTimeout: 500 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond}
+	opts := Options{DiagnosisTimeout: 500 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, lateProbes: late}
 	gs, ps := probedWorld(t, 3, opts, map[int]pg.Reach{0: pg.ReachAnswers, 1: pg.ReachAnswers, 2: pg.ReachNoHost}, func(r int) store.Store {
 		if r == 2 {
 			return elsewhere // rank 2 never answers the diagnosis
@@ -88,8 +95,8 @@ func TestSilentRankIsProbed(t *testing.T) {
 		if !strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("rank %d's message\n%s\ndoes not start with\n%s", r, errs[r], want)
 		}
-		if got := ps[r].askedSorted(); !slices.Equal(got, []int{2}) {
-			t.Fatalf("rank %d probed %v, want only the silent rank 2", r, got)
+		if got, want := ps[r].askedSorted(), [][]int{probed0, probed1}[r]; !slices.Equal(got, want) {
+			t.Fatalf("rank %d probed %v, want %v", r, got, want)
 		}
 		if ps[r].longest > opts.ProbeTimeout {
 			t.Fatalf("rank %d's probes had %v, more than ProbeTimeout %v", r, ps[r].longest, opts.ProbeTimeout)
@@ -97,11 +104,17 @@ func TestSilentRankIsProbed(t *testing.T) {
 	}
 }
 
-// When the store does not answer, every other rank is probed; those
-// whose host does not answer are named, the others are not.
+// When the store does not answer, every other rank is probed, early or
+// late; those whose host does not answer are named, the others are not.
 func TestDeadStoreProbesEveryRank(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprint("late=", late), func(t *testing.T) { testDeadStoreProbesEveryRank(t, late) })
+	}
+}
+
+func testDeadStoreProbesEveryRank(t *testing.T, late bool) {
 	reach := map[int]pg.Reach{0: pg.ReachRefused, 1: pg.ReachRefused, 2: pg.ReachNoHost, 3: pg.ReachNoHost}
-	gs, ps := probedWorld(t, 4, Options{DiagnosisTimeout: 300 * time.Millisecond, StoreHost: 2}, reach, shared(deadStore{}))
+	gs, ps := probedWorld(t, 4, Options{DiagnosisTimeout: 300 * time.Millisecond, StoreHost: 2, lateProbes: late}, reach, shared(deadStore{}))
 	errs := onRanks(gs, []int{0, 1}, allReduce(4))
 	for _, r := range []int{0, 1} {
 		se := stallOf(t, r, errs[r])
