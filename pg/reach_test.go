@@ -43,7 +43,8 @@ func TestProbeAddrTellsStoppedFromGone(t *testing.T) {
 
 // The dial errors of a host that does not answer are told apart from a
 // refusal and from errors that say nothing of the peer. (A real
-// partition is probed in cmd/ddp-train's TestNetbedFaults.)
+// partition is probed in pg/tcp's TestNetbedProbe and cmd/ddp-train's
+// TestNetbedFaults.)
 func TestClassifyDial(t *testing.T) {
 	op := func(errno error) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: errno}}

@@ -74,13 +74,15 @@
 // # Network or process
 //
 // When the wrapped group can probe its peers (pg.PeerProber: pg/tcp
-// keeps each rank's listener open for this), the diagnosis then dials
-// each silent rank's listener once, bounded by Options.ProbeTimeout
-// (1 s), and says what answered (pg's Note [network or process]): the
+// keeps each rank's listener open for this), the diagnosis also dials
+// every other rank's listener once as it starts, alongside the wait for
+// progress (in a group of more than 65 ranks, only the silent ranks,
+// after the wait), bounded by Options.ProbeTimeout (1 s), and says of
+// each silent rank what answered (pg's Note [network or process]): the
 // host but not the process (stopped or busy), a refusal (the process is
 // gone), or nothing (the network to it is down or partitioned). When the
-// store does not answer, it probes every rank, and names those whose
-// host does not answer as unreachable. On 2 network-namespace hosts of
+// store does not answer, it names the ranks whose host does not answer
+// as unreachable. On 2 network-namespace hosts of
 // 2 ranks each (cmd/ddp-train's TestNetbedFaults), host 1's link taken
 // down mid-run:
 //
