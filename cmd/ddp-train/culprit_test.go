@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -129,5 +130,11 @@ func checkCulpritReport(t *testing.T, report, victim string, sig syscall.Signal)
 			all, _ := filepath.Glob(filepath.Join(report, "flight", "*"))
 			t.Errorf("rank %s: no flight recorder dump in %s/flight (has %v)", rank, report, all)
 		}
+	}
+	// The merge names the victim, whose dump is missing: flight.Stalled.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"fr-trace", filepath.Join(report, "flight")}, nil, &stdout, &stderr)
+	if want := "missing ranks: {" + victim + "}"; code != 1 || !strings.Contains(stdout.String(), want) {
+		t.Errorf("fr-trace of the report: exit %d, want 1 and %q:\n%s%s", code, want, stdout.String(), stderr.String())
 	}
 }
