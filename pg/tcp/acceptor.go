@@ -14,10 +14,11 @@ import (
 )
 
 // acceptor admits the lower ranks during the rendezvous, then closes
-// what arrives until its group closes (Note [probe listener]). Each connection
-// is authenticated in its own goroutine, so a slow or hostile client
-// cannot hold up the legitimate ones; one that fails the handshake is
-// logged with its address and closed, and the acceptor keeps going.
+// what arrives until its group closes (Note [probe listener]). Each
+// connection is authenticated in its own goroutine, so a slow or hostile
+// client cannot hold up the legitimate ones; one that fails the
+// handshake is logged with its address and closed, and the acceptor
+// keeps going.
 type acceptor struct {
 	ln  net.Listener
 	o   Options
