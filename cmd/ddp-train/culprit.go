@@ -51,11 +51,11 @@ type verdict struct {
 	Gone         []int `json:"gone,omitempty"`
 }
 
-// probed returns the ranks of se whose probe found reach.
+// probed returns the silent ranks of se whose probe found reach.
 func probed(se *pg.StallError, reach pg.Reach) []int {
 	var out []int
 	for _, p := range se.Progress {
-		if p.Reach == reach && (reach == pg.ReachNoHost || slices.Contains(se.Silent, p.Rank)) {
+		if p.Reach == reach && slices.Contains(se.Silent, p.Rank) {
 			out = append(out, p.Rank)
 		}
 	}
