@@ -23,6 +23,11 @@ type RankProgress struct {
 	// sequence number ("allreduce(float32 x1024, SUM)"), or "" if the
 	// rank did not report it.
 	AtSeq string
+	// Reach is what a network probe of the rank found (Note [network or
+	// process]), when the diagnosis probed it: a silent rank, or every
+	// rank when the store did not answer; Addr is the address probed.
+	Reach Reach
+	Addr  string
 }
 
 // StallError is a collective's timeout, communication or remote error
@@ -43,6 +48,10 @@ type StallError struct {
 	// Mismatched those that issued a different collective as number Seq.
 	// All ascending.
 	Behind, Silent, Mismatched []int
+	// Unreachable are the ranks whose host a network probe found not
+	// answering (Reach ReachNoHost): the network to them is down or
+	// partitioned. Silent ranks among them are in Silent too.
+	Unreachable []int
 	// Progress has one entry per rank of the group, index = rank.
 	Progress []RankProgress
 	// StoreErr is set when the store the diagnosis runs over did not
@@ -59,8 +68,9 @@ type StallError struct {
 }
 
 // Culprits are the ranks to look at, in the order the message names
-// them: silent, then behind, then mismatched. With a store that did not
-// answer and no other finding, it is the store's host rank.
+// them: silent, then unreachable, then behind, then mismatched. With a
+// store that did not answer and no other finding, it is the store's host
+// rank.
 func (e *StallError) Culprits() []int {
 	var out []int
 	add := func(rs []int) {
@@ -71,6 +81,7 @@ func (e *StallError) Culprits() []int {
 		}
 	}
 	add(e.Silent)
+	add(e.Unreachable)
 	add(e.Behind)
 	add(e.Mismatched)
 	if len(out) == 0 && e.StoreErr != nil && e.StoreHost != NoPeer {
@@ -84,9 +95,9 @@ func (e *StallError) Culprits() []int {
 //
 //	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #57; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
 func (e *StallError) Error() string {
-	var why []string
-	if len(e.Silent) > 0 {
-		why = append(why, fmt.Sprintf("%s did not answer (stopped or dead)", e.ranks(e.Silent)))
+	why := e.silentPhrases()
+	if far := e.unreachableNotSilent(); len(far) > 0 {
+		why = append(why, fmt.Sprintf("%s cannot be reached (%s)", e.ranks(far), e.reachOf(far)))
 	}
 	for _, r := range e.Behind {
 		p := e.progress(r)
@@ -107,11 +118,7 @@ func (e *StallError) Error() string {
 		why = append(why, fmt.Sprintf("%s issued %s as #%d%s", e.ranks([]int{r}), e.progress(r).AtSeq, e.Seq, ref))
 	}
 	if e.StoreErr != nil {
-		host := ""
-		if e.StoreHost != NoPeer {
-			host = fmt.Sprintf(" (hosted by %s, which is likely stopped or dead)", e.ranks([]int{e.StoreHost}))
-		}
-		why = append(why, "the store did not answer"+host)
+		why = append(why, "the store did not answer"+e.storeHostPhrase())
 	}
 	var b strings.Builder
 	b.WriteString("pg: ")
@@ -124,17 +131,7 @@ func (e *StallError) Error() string {
 	} else {
 		fmt.Fprintf(&b, "%v #%d failed on %s, but every rank answered and had entered it, so none is behind; the fault is in the transport or a host", e.Op, e.Seq, where)
 	}
-	culprits := e.Culprits()
-	switch {
-	case len(e.Mismatched) > 0:
-		b.WriteString("; make every rank issue the same collectives in the same order")
-	case len(culprits) > 0:
-		q := "is its process"
-		if len(culprits) > 1 {
-			q = "are their processes"
-		}
-		fmt.Fprintf(&b, "; check %s: %s alive, stopped, or stuck outside collectives?", e.ranks(culprits), q)
-	}
+	e.writeAdvice(&b)
 	var causes []string
 	if e.StoreErr != nil {
 		causes = append(causes, fmt.Sprintf("store: %v", e.StoreErr))
@@ -146,6 +143,89 @@ func (e *StallError) Error() string {
 		fmt.Fprintf(&b, " (%s)", strings.Join(causes, "; "))
 	}
 	return b.String()
+}
+
+// silentPhrases says which ranks did not answer, grouped by what the
+// network probes found of them: Note [network or process].
+func (e *StallError) silentPhrases() []string {
+	var out []string
+	for _, reach := range []Reach{ReachUnknown, ReachNoHost, ReachAnswers, ReachRefused} {
+		var rs []int
+		for _, r := range e.Silent {
+			if e.progress(r).Reach == reach {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) > 0 {
+			out = append(out, fmt.Sprintf("%s did not answer (%s)", e.ranks(rs), e.reachOf(rs)))
+		}
+	}
+	return out
+}
+
+// reachOf says what the probes of rs, which share a Reach, found.
+func (e *StallError) reachOf(rs []int) string {
+	addrs := make([]string, len(rs))
+	for i, r := range rs {
+		addrs[i] = e.progress(r).Addr
+	}
+	return reachDetail(e.progress(rs[0]).Reach, addrs, len(rs) > 1)
+}
+
+func (e *StallError) unreachableNotSilent() []int {
+	var out []int
+	for _, r := range e.Unreachable {
+		if !containsInt(e.Silent, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// storeHostPhrase names the store's host, with what a probe found of it.
+func (e *StallError) storeHostPhrase() string {
+	if e.StoreHost == NoPeer {
+		return ""
+	}
+	host := e.ranks([]int{e.StoreHost})
+	switch {
+	case containsInt(e.Unreachable, e.StoreHost):
+		return fmt.Sprintf(" (hosted by %s, which cannot be reached)", host)
+	case e.progress(e.StoreHost).Reach != ReachUnknown:
+		return fmt.Sprintf(" (hosted by %s: %s)", host, e.reachOf([]int{e.StoreHost}))
+	}
+	return fmt.Sprintf(" (hosted by %s, which is likely stopped or dead)", host)
+}
+
+// writeAdvice says what to check: the network to the unreachable
+// culprits' hosts, the others' processes.
+func (e *StallError) writeAdvice(b *strings.Builder) {
+	if len(e.Mismatched) > 0 {
+		b.WriteString("; make every rank issue the same collectives in the same order")
+		return
+	}
+	var procs, far []int
+	var hosts []string
+	for _, r := range e.Culprits() {
+		if !containsInt(e.Unreachable, r) {
+			procs = append(procs, r)
+			continue
+		}
+		far = append(far, r)
+		if h := hostOf(e.progress(r).Addr); h != "" && !containsString(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(far) > 0 {
+		fmt.Fprintf(b, "; check the network between this host and %s (%s)", strings.Join(hosts, ", "), e.ranks(far))
+	}
+	if len(procs) > 0 {
+		q := "is its process"
+		if len(procs) > 1 {
+			q = "are their processes"
+		}
+		fmt.Fprintf(b, "; check %s: %s alive, stopped, or stuck outside collectives?", e.ranks(procs), q)
+	}
 }
 
 // ranks names rs, with their parent ranks in a subgroup:

@@ -42,6 +42,24 @@ type verdict struct {
 	Mismatched []int  `json:"mismatched,omitempty"`
 	Store      bool   `json:"store,omitempty"` // the store did not answer; its host is the culprit
 	Timeout    bool   `json:"timeout,omitempty"`
+	// What network probes found of the silent ranks (pg's Note [network
+	// or process]): Unreachable, their host did not answer (the network
+	// is at fault); Unresponsive, their host answered but they did not
+	// (stopped or busy); Gone, their host refused (the process is gone).
+	Unreachable  []int `json:"unreachable,omitempty"`
+	Unresponsive []int `json:"unresponsive,omitempty"`
+	Gone         []int `json:"gone,omitempty"`
+}
+
+// probed returns the silent ranks of se whose probe found reach.
+func probed(se *pg.StallError, reach pg.Reach) []int {
+	var out []int
+	for _, p := range se.Progress {
+		if p.Reach == reach && slices.Contains(se.Silent, p.Rank) {
+			out = append(out, p.Rank)
+		}
+	}
+	return out
 }
 
 // writeVerdict ends a worker's standard error with its diagnosis, when
@@ -53,8 +71,9 @@ func writeVerdict(w io.Writer, err error) {
 	}
 	v := verdict{Reporter: se.Rank, Op: se.Op.String(), Seq: se.Seq, Culprits: se.Culprits(),
 		Silent: se.Silent, Behind: se.Behind, Mismatched: se.Mismatched,
-		Store:   se.StoreErr != nil && len(se.Silent)+len(se.Behind)+len(se.Mismatched) == 0,
-		Timeout: errors.Is(se.Kind, pg.ErrTimeout)}
+		Store:       se.StoreErr != nil && len(se.Silent)+len(se.Behind)+len(se.Mismatched) == 0,
+		Timeout:     errors.Is(se.Kind, pg.ErrTimeout),
+		Unreachable: se.Unreachable, Unresponsive: probed(se, pg.ReachAnswers), Gone: probed(se, pg.ReachRefused)}
 	b, jerr := json.Marshal(v)
 	if jerr == nil {
 		fmt.Fprintf(w, "%s%s\n", verdictPrefix, b)
@@ -138,6 +157,12 @@ func fate(r int, v verdict, own *launch.Failure, frozen bool) (what, waiting str
 		return "failed (" + exitStatus(own.Err) + ")", "lost it"
 	case frozen:
 		return "stopped responding (SIGSTOP: found stopped, and killed)", "timed out waiting for it"
+	case slices.Contains(v.Unreachable, r):
+		return "became unreachable (its host does not answer: the network to it is down or partitioned)", "lost it"
+	case slices.Contains(v.Gone, r):
+		return "is gone (its host refused the connection)", "lost it"
+	case slices.Contains(v.Unresponsive, r):
+		return "stopped responding (its host answers, but the process does not: stopped or busy)", "timed out waiting for it"
 	}
 	return "stopped responding (hung, or stopped)", "timed out waiting for it"
 }

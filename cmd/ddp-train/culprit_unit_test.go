@@ -29,6 +29,18 @@ func TestCulpritHeadlineFromVerdicts(t *testing.T) {
 		return launch.Failure{Rank: reporter, Err: errors.New("exit status 4"), Tail: tailWithVerdict(t, se)}
 	}
 	silent2 := func(se *pg.StallError) { se.Silent = []int{2} }
+	probed2 := func(reach pg.Reach) func(*pg.StallError) { // rank 2 silent, and what a probe found of it
+		return func(se *pg.StallError) {
+			se.Silent, se.Progress = []int{2}, make([]pg.RankProgress, 3)
+			for r := range se.Progress {
+				se.Progress[r].Rank = r
+			}
+			se.Progress[2].Reach, se.Progress[2].Addr = reach, "10.98.0.2:41000"
+			if reach == pg.ReachNoHost {
+				se.Unreachable = []int{2}
+			}
+		}
+	}
 	for _, c := range []struct {
 		name string
 		we   launch.WorkerError
@@ -44,6 +56,14 @@ func TestCulpritHeadlineFromVerdicts(t *testing.T) {
 			"rank 0 (the store's host) stopped responding (SIGSTOP: found stopped, and killed) at allreduce #57; rank 1 timed out waiting for it"},
 		{"the majority", launch.WorkerError{Failures: []launch.Failure{stall(0, func(se *pg.StallError) { se.Silent = []int{1} }), stall(1, silent2), stall(3, silent2)}},
 			"rank 2 stopped responding (hung, or stopped) at allreduce #57; ranks 1, 3 timed out waiting for it"},
+		{"unreachable", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachNoHost)), stall(1, probed2(pg.ReachNoHost))}},
+			"rank 2 became unreachable (its host does not answer: the network to it is down or partitioned) at allreduce #57; ranks 0, 1 lost it"},
+		{"gone", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachRefused))}},
+			"rank 2 is gone (its host refused the connection) at allreduce #57; rank 0 lost it"},
+		{"unresponsive", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachAnswers))}},
+			"rank 2 stopped responding (its host answers, but the process does not: stopped or busy) at allreduce #57; rank 0 timed out waiting for it"},
+		{"unresponsive, found stopped", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachAnswers))}, Frozen: []int{2}},
+			"rank 2 stopped responding (SIGSTOP: found stopped, and killed) at allreduce #57; rank 0 timed out waiting for it"},
 		{"no verdict", launch.WorkerError{Failures: []launch.Failure{{Rank: 1, Err: errors.New("exit status 4"), Tail: "ddp-train: rank 1: boom"}}}, ""},
 	} {
 		if got := culpritHeadline(&c.we); got != c.want {

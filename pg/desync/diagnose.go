@@ -127,7 +127,8 @@ func (g *Group) startDiagnosis(seq uint64, op pg.OpType) <-chan struct{} {
 // diagnose asks every rank for its progress through the store and works
 // out who stalled collective seq: ranks that had not entered it, ranks
 // that did not answer, ranks that issued something else as seq. It is
-// bounded by Options.DiagnosisTimeout and by Close.
+// bounded by Options.DiagnosisTimeout (and Options.ProbeTimeout, for the
+// network probes of a large group) and by Close.
 func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 	ctx, cancel := context.WithTimeout(g.life, g.opts.DiagnosisTimeout)
 	defer cancel()
@@ -136,6 +137,7 @@ func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 	if g.opts.sub {
 		se.Group = g.opts.Name
 	}
+	probes := g.startProbes() // network or process: probe.go
 	reports := make([]*progress, g.size)
 	g.mu.Lock()
 	g.settleLocked()
@@ -169,6 +171,7 @@ func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 		se.Progress[r] = rp
 	}
 	se.Mismatched = minority(at, fps)
+	probes.apply(se) // network or process: probe.go
 	if se.StoreErr == nil {
 		se.StoreHost = pg.NoPeer
 	}

@@ -38,16 +38,16 @@
 // kind (pg.ErrTimeout, pg.ErrComm or pg.ErrRemote) and the error itself.
 // The diagnosis starts on the first Wait or Err that sees a failure (Done
 // closes when the wrapped Work's does; Err then takes up to
-// DiagnosisTimeout, and Wait until its ctx ends, returning the
-// collective's own error if the ctx ends first); a rank that sees no
-// failure answers through its responder.
+// DiagnosisTimeout plus ProbeTimeout, and Wait until its ctx ends,
+// returning the collective's own error if the ctx ends first); a rank
+// that sees no failure answers through its responder.
 // Every rank reads the same reports, so all name the same culprit. The
 // message names the culprits first, then what this rank was doing, what
 // to check, and the backend's own error. On a 3-rank ddp-train job whose
 // rank 2 was stopped with SIGSTOP, rank 1 reported (rank 0 the same,
 // with "rank 0" and its own cause):
 //
-//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #2360; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: collective #2360 made no progress with rank 0 before its deadline (group timeout 3s))
+//	pg: rank 2 did not answer (stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank 1 waited in allreduce #2360; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: collective #2360 made no progress with rank 0 before its deadline (group timeout 3s))
 //
 // When rank 2 is alive but never issued the collective:
 //
@@ -69,7 +69,33 @@
 //
 // When the store does not answer (here rank 0, its host, was stopped):
 //
-//	pg: the store did not answer (hosted by rank 0, which is likely stopped or dead) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s; cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
+//	pg: the store did not answer (hosted by rank 0: stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s; cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
+//
+// # Network or process
+//
+// When the wrapped group can probe its peers (pg.PeerProber: pg/tcp
+// keeps each rank's listener open for this), the diagnosis also dials
+// every other rank's listener once as it starts, alongside the wait for
+// progress (in a group of more than 65 ranks, only the silent ranks,
+// after the wait), bounded by Options.ProbeTimeout (1 s), and says of
+// each silent rank what answered (pg's Note [network or process]): the
+// host but not the process (stopped or busy), a refusal (the process is
+// gone), or nothing (the network to it is down or partitioned). When the
+// store does not answer, it names the ranks whose host does not answer
+// as unreachable. On 2 network-namespace hosts of
+// 2 ranks each (cmd/ddp-train's TestNetbedFaults), host 1's link taken
+// down mid-run:
+//
+//	pg: ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or partitioned) while rank 0 waited in allreduce #N; check the network between this host and 10.98.0.2 (ranks 2, 3) (cause: ...)
+//
+// and on host 1:
+//
+//	pg: ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or partitioned); the store did not answer (hosted by rank 0, which cannot be reached) while rank 2 waited in allreduce #N; ...
+//
+// A stopped rank: "rank 3 did not answer (stopped or busy: its host
+// 10.98.0.2 answers, but the process does not respond)"; a killed one:
+// "rank 3 did not answer (gone: its host 10.98.0.2 refused the
+// connection: the process is gone)".
 //
 // A rank that finishes its diagnosis sets "desync/<name>/verdict"; ranks
 // still waiting then take a last short look and stop, so all ranks report

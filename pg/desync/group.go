@@ -35,11 +35,17 @@ type Options struct {
 	// named when the store stops answering; pg.NoPeer when no rank of
 	// the group does (an in-memory store, or an external one).
 	StoreHost int
+	// ProbeTimeout bounds a diagnosis's network probes of the other
+	// ranks (pg's Note [network or process]), made when the wrapped
+	// group can probe (pg.PeerProber); zero means DefaultProbeTimeout,
+	// and it is at most DiagnosisTimeout.
+	ProbeTimeout time.Duration
 	// Logger receives the diagnosis; nil means none.
 	Logger *zap.Logger
 
 	parentRanks []int // a subgroup's members' ranks in the parent group
 	sub         bool  // made by NewGroup or Split
+	lateProbes  bool  // tests: probe as a group too large to probe early does
 }
 
 // Group is a process group wrapped for desync diagnosis. It implements
@@ -103,6 +109,10 @@ func Wrap(g pg.ProcessGroup, st store.Store, opts Options) (*Group, error) {
 	if opts.DiagnosisTimeout == 0 {
 		opts.DiagnosisTimeout = DefaultDiagnosisTimeout
 	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = DefaultProbeTimeout
+	}
+	opts.ProbeTimeout = min(opts.ProbeTimeout, opts.DiagnosisTimeout)
 	if opts.Name == "" {
 		opts.Name = "world"
 	}

@@ -163,8 +163,8 @@ func (g *Group) settleLocked() {
 // work is the Work of a collective issued without the check: the wrapped
 // group's Work, whose error, once it has one, is explained by the
 // diagnosis. Done closes with the wrapped Work's; Err may then take up to
-// Options.DiagnosisTimeout while the first diagnosis runs, and Wait until
-// its ctx ends.
+// Options.DiagnosisTimeout plus ProbeTimeout while the first diagnosis
+// runs, and Wait until its ctx ends.
 type work struct {
 	g   *Group
 	w   pg.Work

@@ -160,8 +160,8 @@ func TestShmDesyncCaughtByTransport(t *testing.T) {
 }
 
 // A rank that dies inside a TCP subgroup (here: closes it) fails that
-// subgroup on the other members, who name it as silent by its subgroup
-// and parent rank; the parent group keeps working.
+// subgroup on the other members, who name it as silent and gone by its
+// subgroup and parent rank; the parent group keeps working.
 func TestTCPDeadRankInSubgroup(t *testing.T) {
 	gs := tcpWorld(t, 4, time.Second, Options{DiagnosisTimeout: time.Second, StoreHost: pg.NoPeer})
 	if _, ok := gs[0].Inner().(pg.Splitter); !ok {
@@ -189,8 +189,10 @@ func TestTCPDeadRankInSubgroup(t *testing.T) {
 	})
 	for _, r := range []int{1, 2} {
 		se := stallOf(t, r-1, errs[r])
-		want := fmt.Sprintf("pg: rank 2 (parent rank 3) did not answer (stopped or dead) while rank %d of group world/1 waited in allreduce #1; check rank 2 (parent rank 3):", r-1)
-		if !slices.Equal(se.Silent, []int{2}) || !strings.HasPrefix(errs[r].Error(), want) {
+		// Its listener is closed, so the probe finds the process gone
+		// (pg's Note [network or process]).
+		want := fmt.Sprintf("pg: rank 2 (parent rank 3) did not answer (gone: its host 127.0.0.1 refused the connection: the process is gone) while rank %d of group world/1 waited in allreduce #1; check rank 2 (parent rank 3):", r-1)
+		if !slices.Equal(se.Silent, []int{2}) || se.Progress[2].Reach != pg.ReachRefused || !strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("parent rank %d: %v", r, errs[r])
 		}
 	}

@@ -13,10 +13,12 @@ import (
 	"github.com/goddp/ddp/pg/internal/wire"
 )
 
-// acceptor admits the lower ranks during the rendezvous. Each connection
-// is authenticated in its own goroutine, so a slow or hostile client
-// cannot hold up the legitimate ones; one that fails the handshake is
-// logged with its address and closed, and the acceptor keeps going.
+// acceptor admits the lower ranks during the rendezvous, then closes
+// what arrives until its group closes (Note [probe listener]). Each
+// connection is authenticated in its own goroutine, so a slow or hostile
+// client cannot hold up the legitimate ones; one that fails the
+// handshake is logged with its address and closed, and the acceptor
+// keeps going.
 type acceptor struct {
 	ln  net.Listener
 	o   Options
@@ -50,6 +52,11 @@ func (a *acceptor) loop() {
 			return // the listener was closed
 		}
 		a.mu.Lock()
+		if a.handed { // a probe: Note [probe listener]
+			a.mu.Unlock()
+			c.Close()
+			continue
+		}
 		a.pending[c] = struct{}{}
 		a.mu.Unlock()
 		a.wg.Add(1)

@@ -28,6 +28,7 @@ type Group struct {
 	links      []*link     // by peer rank; nil at this rank
 	shm        *shm.World  // the shared-memory transport; nil when links use TCP only
 	hosts      *shm.Layout // the ranks of each host, when the group spans hosts and some has several; else nil
+	probes     *probes     // the listener kept for probes, every rank's address; nil for one rank
 	pool       pool
 	hooks      pg.Completions
 
@@ -76,17 +77,18 @@ func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (
 		defer cancel()
 	}
 	log := opts.Logger.With(zap.Int("rank", opts.Rank))
-	conns, err := rendezvous(ctx, st, opts, log)
+	conns, pr, err := rendezvous(ctx, st, opts, log)
 	if err != nil {
 		return nil, (&Group{parent: parent}).annotate(err)
 	}
 	sw, hosts, err := setupShm(ctx, st, opts, log)
 	if err != nil {
+		pr.stop()
 		closeAll(conns)
 		return nil, (&Group{parent: parent}).annotate(err)
 	}
 	g := &Group{
-		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: sw, hosts: hosts,
+		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: sw, hosts: hosts, probes: pr,
 		links:       make([]*link, opts.Size),
 		failed:      make(chan struct{}),
 		opKick:      make(chan struct{}, 1),
@@ -149,6 +151,7 @@ func (g *Group) Close() error {
 		g.fail(&failure{kind: pg.ErrClosed, peer: pg.NoPeer, err: errors.New("Close was called")}, kindGoodbye)
 		close(g.stopping)
 		g.wg.Wait()
+		g.probes.stop()
 		if g.shm != nil {
 			g.shm.Close()
 		}

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(netbedWorkerEnv); spec != "" {
 		os.Exit(runNetbedWorker(spec))
 	}
+	if spec := os.Getenv(probeWorkerEnv); spec != "" {
+		os.Exit(runProbeWorker(spec))
+	}
 	goleak.VerifyTestMain(m)
 }
 

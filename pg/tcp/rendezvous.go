@@ -29,53 +29,58 @@ func connectErr(o Options, peer int, kind, err error) error {
 // rank and accepts every lower one. Every connection passes the HMAC
 // handshake both ways; the hello names the dialer's rank and the
 // accepting side answers with its own. It returns the connections by peer
-// rank.
-func rendezvous(ctx context.Context, st store.Store, o Options, log *zap.Logger) ([]net.Conn, error) {
+// rank, and the listener kept open for probes with every rank's address
+// (Note [probe listener]).
+func rendezvous(ctx context.Context, st store.Store, o Options, log *zap.Logger) ([]net.Conn, *probes, error) {
 	conns := make([]net.Conn, o.Size)
 	if o.Size == 1 {
-		return conns, nil
+		return conns, nil, nil
 	}
 	ln, err := net.Listen("tcp", o.ListenAddr)
 	if err != nil {
-		return nil, connectErr(o, pg.NoPeer, pg.ErrComm, err)
+		return nil, nil, connectErr(o, pg.NoPeer, pg.ErrComm, err)
 	}
 	acc := startAcceptor(ln, o, log)
 	ok := false
 	defer func() {
-		acc.stop()
 		if !ok {
+			acc.stop()
 			closeAll(conns)
 		}
 	}()
 	adv, err := o.advertise(ln.Addr())
 	if err != nil {
-		return nil, connectErr(o, pg.NoPeer, pg.ErrInvalidArgument, err)
+		return nil, nil, connectErr(o, pg.NoPeer, pg.ErrInvalidArgument, err)
 	}
 	if err := claimRank(ctx, st, o, whoAmI(adv)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wctx, watch := watchFailure(ctx, st, o)
-	err = mesh(wctx, st, o, adv, acc, conns)
+	addrs := make([]string, o.Size)
+	addrs[o.Rank] = adv
+	err = mesh(wctx, st, o, adv, acc, conns, addrs)
 	if ferr := watch.stop(ctx); ferr != nil {
-		return nil, ferr
+		return nil, nil, ferr
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ok = true
+	readLowerAddrs(ctx, st, o, addrs, log)
 	log.Debug("mesh connected", zap.String("addr", adv))
-	return conns, nil
+	return conns, &probes{acc: acc, addrs: addrs}, nil
 }
 
 // mesh publishes this rank's address adv, dials the higher ranks and
-// waits for acc to admit the lower ones, filling conns.
-func mesh(ctx context.Context, st store.Store, o Options, adv string, acc *acceptor, conns []net.Conn) error {
+// waits for acc to admit the lower ones, filling conns (and the higher
+// ranks' addresses).
+func mesh(ctx context.Context, st store.Store, o Options, adv string, acc *acceptor, conns []net.Conn, addrs []string) error {
 	if err := st.Set(ctx, addrKey(o.Rank), []byte(adv)); err != nil {
 		return connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing this rank's address: %w", err))
 	}
 	for j := o.Rank + 1; j < o.Size; j++ {
 		var err error
-		if conns[j], err = dialPeer(ctx, st, o, j); err != nil {
+		if conns[j], addrs[j], err = dialPeer(ctx, st, o, j); err != nil {
 			return err
 		}
 	}
@@ -98,11 +103,12 @@ func closeAll(conns []net.Conn) {
 }
 
 // dialPeer connects to rank j, retrying while j's listener is not yet
-// reachable, and authenticates it.
-func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, error) {
+// reachable, and authenticates it. It returns the connection and j's
+// address.
+func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, string, error) {
 	addr, err := st.Get(ctx, addrKey(j))
 	if err != nil {
-		return nil, connectErr(o, j, storeKind(err), fmt.Errorf("reading rank %d's address: %w", j, err))
+		return nil, "", connectErr(o, j, storeKind(err), fmt.Errorf("reading rank %d's address: %w", j, err))
 	}
 	var d net.Dialer
 	backoff := 10 * time.Millisecond
@@ -117,13 +123,13 @@ func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, 
 						kind = k
 					}
 				}
-				return nil, connectErr(o, j, kind, fmt.Errorf("rank %d at %s: %w", j, addr, err))
+				return nil, "", connectErr(o, j, kind, fmt.Errorf("rank %d at %s: %w", j, addr, err))
 			}
-			return c, nil
+			return c, string(addr), nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, connectErr(o, j, pg.ErrTimeout, fmt.Errorf("dialing rank %d at %s: %w (last error: %v)", j, addr, context.Cause(ctx), err))
+			return nil, "", connectErr(o, j, pg.ErrTimeout, fmt.Errorf("dialing rank %d at %s: %w (last error: %v)", j, addr, context.Cause(ctx), err))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
