@@ -88,7 +88,11 @@ netbed_tests() {
 			return 0
 		}
 	fi
-	GODDP_TEST_NETBED=1 go test -count=1 -timeout 30m -run '^TestNetbed' "${netbed_pkgs[@]}"
+	GODDP_TEST_NETBED=1 go test -count=1 -timeout 30m -run '^TestNetbed' "${netbed_pkgs[@]}" || return
+	# mpirun --backend mpi across the bed's hosts needs a -tags mpi build.
+	if mpi_ready; then
+		GODDP_TEST_NETBED=1 go test -tags mpi -count=1 -timeout 10m -run '^TestNetbedMpirunMPI' ./cmd/ddp-train/ || return
+	fi
 }
 netbed_tests_stage() { stage "network-namespace tests (TestNetbed)" netbed_tests; }
 
