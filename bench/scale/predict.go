@@ -28,13 +28,13 @@ type clusterFlags struct {
 
 // clusterFile is --cluster's JSON.
 type clusterFile struct {
-	Ranks          []int   `json:"ranks"`
-	RanksPerHost   int     `json:"ranks_per_host"`
-	InterBitsPerS  float64 `json:"inter_bits_per_s"`
-	InterLatencyS  float64 `json:"inter_latency_s"`
-	IntraBitsPerS  float64 `json:"intra_bits_per_s"`
-	IntraLatencyS  float64 `json:"intra_latency_s"`
-	SharedMemory   bool    `json:"shared_memory"`
+	Ranks         []int   `json:"ranks"`
+	RanksPerHost  int     `json:"ranks_per_host"`
+	InterBitsPerS float64 `json:"inter_bits_per_s"`
+	InterLatencyS float64 `json:"inter_latency_s"`
+	IntraBitsPerS float64 `json:"intra_bits_per_s"`
+	IntraLatencyS float64 `json:"intra_latency_s"`
+	SharedMemory  bool    `json:"shared_memory"`
 }
 
 func (f *clusterFlags) register(fs interface {

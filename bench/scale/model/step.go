@@ -38,7 +38,7 @@ type Profile struct {
 	Forward  float64  `json:"forward_s"`
 	Backward float64  `json:"backward_s"`
 	Other    float64  `json:"other_s"` // the rest of a step: optimizer, data, copies back
-	Buckets  []Bucket `json:"buckets"`  // in launch order
+	Buckets  []Bucket `json:"buckets"` // in launch order
 }
 
 // Validate says what is wrong with p, or nil.
