@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/goddp/ddp/bench/scale/model"
@@ -19,6 +20,7 @@ import (
 // profileSource is where a compute profile comes from.
 type profileSource struct {
 	profile, timeline, mlp string
+	synthetic              string
 	skip                   int
 }
 
@@ -26,14 +28,23 @@ func (s *profileSource) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.profile, "profile", "", "a JSON profile (bench/scale/model.Profile), as 'scale profile' writes")
 	fs.StringVar(&s.timeline, "timeline", "", "a ddp-train --timeline directory (rank-0.json is read), best from a --comm-hook noop run")
 	fs.StringVar(&s.mlp, "mlp", "", "with --timeline: the MLP's layer widths, input to classes (e.g. 32,1024,1024,4 for ddp-train --hidden 1024,1024 on its synthetic data): the parameters' shapes, which PowerSGD needs")
+	fs.StringVar(&s.synthetic, "synthetic", "", "a model not at hand: params=N,forward=S,backward=S[,other=S][,rows=R] (seconds; float32 gradients ready at a constant rate through backward, DDP's default buckets, R×R matrices for PowerSGD)")
 	fs.IntVar(&s.skip, "skip", 5, "with --timeline: steps to skip at the start (warm-up, the bucket rebuild)")
 }
 
 func (s profileSource) load() (model.Profile, error) {
 	var p model.Profile
 	switch {
-	case s.profile != "" && s.timeline != "":
-		return p, errors.New("give --profile or --timeline, not both")
+	case countSet(s.profile, s.timeline, s.synthetic) > 1:
+		return p, errors.New("give one of --profile, --timeline and --synthetic")
+	case s.synthetic != "":
+		sy, err := parseSynthetic(s.synthetic)
+		if err != nil {
+			return p, err
+		}
+		if p, err = model.SyntheticProfile(sy); err != nil {
+			return p, err
+		}
 	case s.profile != "":
 		b, err := os.ReadFile(s.profile)
 		if err != nil {
@@ -56,7 +67,7 @@ func (s profileSource) load() (model.Profile, error) {
 			return p, err
 		}
 	default:
-		return p, errors.New("give --profile FILE or --timeline DIR")
+		return p, errors.New("give --profile FILE, --timeline DIR or --synthetic SPEC")
 	}
 	return p, p.Validate()
 }
@@ -215,4 +226,41 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// parseSynthetic reads --synthetic's key=value list.
+func parseSynthetic(spec string) (model.Synthetic, error) {
+	var sy model.Synthetic
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			return sy, fmt.Errorf("--synthetic: %q is not key=number", kv)
+		}
+		switch k {
+		case "params":
+			sy.Params = f
+		case "forward":
+			sy.Forward = f
+		case "backward":
+			sy.Backward = f
+		case "other":
+			sy.Other = f
+		case "rows":
+			sy.Rows = int(f)
+		default:
+			return sy, fmt.Errorf("--synthetic: no key %q; want params, forward, backward, other or rows", k)
+		}
+	}
+	return sy, nil
 }

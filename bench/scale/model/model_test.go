@@ -122,3 +122,28 @@ func TestParse(t *testing.T) {
 		t.Error("a cluster without bandwidth validated")
 	}
 }
+
+func TestSyntheticProfile(t *testing.T) {
+	p, err := SyntheticProfile(Synthetic{Params: 10 << 20, Forward: 0.1, Backward: 0.2, Rows: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 40 MiB: a 1 MiB first bucket, a 25 MiB one, and 14 MiB.
+	want := []float64{1 << 20, 25 << 20, 14 << 20}
+	if len(p.Buckets) != len(want) {
+		t.Fatalf("%d buckets, want %d", len(p.Buckets), len(want))
+	}
+	for i, b := range p.Buckets {
+		near(t, "bytes", b.Bytes, want[i])
+		var elems int
+		for _, pr := range b.Params {
+			elems += pr.Rows * max(pr.Cols, 1)
+		}
+		near(t, "elements", float64(elems), want[i]/4)
+	}
+	near(t, "last ready", p.Buckets[2].Ready, 0.2)
+	near(t, "first ready", p.Buckets[0].Ready, 0.2/40)
+	if _, err := SyntheticProfile(Synthetic{}); err == nil {
+		t.Error("no error for no parameters")
+	}
+}
