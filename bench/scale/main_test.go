@@ -24,7 +24,9 @@ func writeTrace(t *testing.T, dir string, steps int) {
 		t.Fatal(err)
 	}
 	at := time.Unix(1_700_000_000, 0)
-	ms := func(base time.Time, d float64) time.Time { return base.Add(time.Duration(d * float64(time.Millisecond))) }
+	ms := func(base time.Time, d float64) time.Time {
+		return base.Add(time.Duration(d * float64(time.Millisecond)))
+	}
 	for i := range steps {
 		s := ms(at, float64(100*i))
 		e := timeline.Event{Name: "step", Lane: timeline.LaneStep, Start: s, End: ms(s, 75)}
