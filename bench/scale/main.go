@@ -4,7 +4,10 @@
 //	scale predict --timeline DIR --mlp 32,1024,1024,4 --ranks-per-host 8 --inter 25gbit --ranks 8,16,64,256,1024
 //	scale predict --profile profile.json --cluster cluster.json
 //	scale profile --timeline DIR --mlp 32,1024,1024,4 > profile.json
-//	scale validate --ddp-train /tmp/ddp-train      # root: runs ddp-train on a netbed
+//	scale predict --synthetic params=44.5e6,forward=0.2,backward=0.4 --ranks-per-host 4 --inter 25gbit
+//	scale calibrate                                   # root: α and β of a netbed's links
+//	scale validate --ddp-train /tmp/ddp-train --out DIR  # root: ddp-train on a netbed, predicted against measured
+//	scale validate --analyze DIR                      # that table again, from DIR's record.json and traces
 //
 // predict reads one rank's compute profile: a JSON Profile (package
 // bench/scale/model), or the Chrome traces ddp-train --timeline DIR
@@ -14,7 +17,11 @@
 // for every world size, algorithm and comm hook, the predicted step
 // time, communication time, the share of it hidden behind backward, and
 // the weak-scaling efficiency (the compute-only step over the step).
-// docs/scaling.md states the model's assumptions and its validation.
+// validate runs ddp-train on two network namespaces (internal/wiring/netbed)
+// with rate-capped links, and prints, per configuration, the measured
+// step time against the model's; calibrate measures the links' α and β
+// with pg/tcp allreduces. docs/scaling.md states the model's assumptions,
+// its validation table and its predictions for large clusters.
 package main
 
 import (

@@ -132,3 +132,41 @@ func TestCalibrationFit(t *testing.T) {
 		t.Errorf("fit α %v β %v, want %v %v", c.Latency, c.Bandwidth, alpha, beta)
 	}
 }
+
+// analyze reads a record and its traces: with every run's trace the same
+// (a 100 ms step, 70 ms of it compute), the noop profile predicts the
+// uncapped allreduce, and the overhead column adds back what the model
+// missed there.
+func TestAnalyzeRecord(t *testing.T) {
+	dir := t.TempDir()
+	rec := record{Hidden: "16", Hosts: 2, Skip: 2, Calibration: calibrations{
+		Intra: model.Link{Latency: 1e-5, Bandwidth: 1e9},
+		Inter: map[string]model.Link{"none": {Latency: 1e-5, Bandwidth: 1e9}, "100mbit": {Latency: 1e-4, Bandwidth: 12.5e6}}}}
+	for _, r := range []runRecord{{0, "none", 1, "noop", "a"}, {0, "none", 1, "allreduce", "b"}, {0, "100mbit", 1, "allreduce", "c"}} {
+		if err := os.MkdirAll(filepath.Join(dir, r.Dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeTrace(t, filepath.Join(dir, r.Dir), 10)
+		rec.Runs = append(rec.Runs, r)
+	}
+	if err := writeJSON(filepath.Join(dir, "record.json"), rec); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := run([]string{"validate", "--analyze", dir}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	// Uncapped: bucket 1 (2000 bytes, ready at backward's end; recursive
+	// doubling, one round) costs α + 2 µs = 12 µs after backward. At
+	// 100 Mbit/s, 100 µs + 160 µs: 100.26 ms, and 100.25 ms once the
+	// uncapped run's overhead (−12 µs) is added.
+	for _, want := range []string{
+		"| none | 2×1 | allreduce | 100.0 (100.0–100.0) | 100.0 | +0% | – | – |",
+		"| 100mbit | 2×1 | allreduce | 100.0 (100.0–100.0) | 100.3 | +0% | 100.2 | +0% |",
+		"compute-only (noop), 2×1 ranks, median of 1 runs: forward 10.0 ms, backward 60.0 ms, other 30.0 ms",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+}
