@@ -143,6 +143,7 @@ func readTrace(path string) (trace, error) {
 // stepView is one synchronised step of a trace.
 type stepView struct {
 	start, fwd, bwd float64 // µs
+	wait            float64 // µs Finalize waited for buckets: the exposed communication
 	ready           map[int]float64
 	bytes           map[int]int64
 	bucketOf        map[int]int64 // param -> bucket
@@ -171,6 +172,8 @@ func (t trace) steps() []stepView {
 				v.ready[b], v.bytes[b] = e.Ts, e.Args["bytes"]
 			case "copy":
 				v.bucketOf[int(e.Args["param"])] = e.Args["bucket"]
+			case "wait":
+				v.wait += e.Dur
 			}
 		}
 		for b := range v.ready {
@@ -263,4 +266,19 @@ func parseSynthetic(spec string) (model.Synthetic, error) {
 		}
 	}
 	return sy, nil
+}
+
+// exposed is the median, over the steps after skip, of the time Finalize
+// waited for communication ("wait" events): the measured exposed
+// communication, in seconds.
+func (t trace) exposed(skip int) float64 {
+	st := t.steps()
+	if len(st) <= skip {
+		return 0
+	}
+	var w []float64
+	for _, s := range st[skip:] {
+		w = append(w, s.wait)
+	}
+	return median(w) / 1e6
 }
