@@ -16,7 +16,8 @@ import (
 
 // writeTrace writes, as the reducer does, steps of period 100 ms:
 // forward 10 ms, backward 60 ms, bucket 0 (params 2, 3) launched 20 ms
-// into backward, bucket 1 (params 0, 1) at its end.
+// into backward, bucket 1 (params 0, 1) at its end, and Finalize
+// waiting 2 ms for bucket 1.
 func writeTrace(t *testing.T, dir string, steps int) {
 	t.Helper()
 	w, err := timeline.Create(filepath.Join(dir, "rank-0.json"), 0)
@@ -44,6 +45,9 @@ func writeTrace(t *testing.T, dir string, steps int) {
 			l.Args[0], l.Args[1] = timeline.Arg{Key: "bucket", Value: int64(b)}, timeline.Arg{Key: "bytes", Value: int64(1000 * (b + 1))}
 			w.Write(&l)
 		}
+		wt := timeline.Event{Name: "wait", Lane: timeline.LaneReducer, Start: ms(s, 70), End: ms(s, 72)}
+		wt.Args[0] = timeline.Arg{Key: "bucket", Value: 1}
+		w.Write(&wt)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -162,7 +166,7 @@ func TestAnalyzeRecord(t *testing.T) {
 	// uncapped run's overhead (−12 µs) is added.
 	for _, want := range []string{
 		"| none | 2×1 | allreduce | 100.0 (100.0–100.0) | 100.0 | +0% | – | – |",
-		"| 100mbit | 2×1 | allreduce | 100.0 (100.0–100.0) | 100.3 | +0% | 100.2 | +0% |",
+		"| 100mbit | 2×1 | allreduce | 100.0 (100.0–100.0) | 100.3 | +0% | 100.2 | +0% | 2.0 | 0.3 |",
 		"compute-only (noop), 2×1 ranks, median of 1 runs: forward 10.0 ms, backward 60.0 ms, other 30.0 ms",
 	} {
 		if !strings.Contains(out.String(), want) {
