@@ -54,6 +54,11 @@ type InitOptions struct {
 	// is LOCAL_RANK unless NCCL.Device is set positive, and a nil Library
 	// loads NCCL and the CUDA driver as nccl.LoadFromEnv says.
 	NCCL pgnccl.Options
+	// MPIAbortGrace is, for the mpi backend, how long after a collective
+	// times out MPI_Abort ends the job (mpi.Options.AbortGrace); give a
+	// wrapper that diagnoses the timeout (pg/desync) time to finish.
+	// Zero means mpi's default, 1 s.
+	MPIAbortGrace time.Duration
 	// Logger receives the rendezvous and the group's events; nil is none.
 	Logger *zap.Logger
 }
@@ -77,12 +82,13 @@ func (g *Group) Inner() pg.ProcessGroup { return g.ProcessGroup }
 func (g *Group) Env() env.Config { return g.env }
 
 // Store returns the rendezvous store: goddp's TCPStore hosted by rank 0,
-// or torchrun's agent store under env.Config.AgentPrefix; nil for mpi,
-// which meets through MPI itself.
+// or torchrun's agent store under env.Config.AgentPrefix. An mpi job
+// meets through MPI itself; its store, hosted by rank 0 and found over
+// MPI (mpi.NewStore), serves wrappers such as pg/desync.
 func (g *Group) Store() store.Store { return g.store }
 
 // StoreHost returns the rank whose process hosts the store: 0, or
-// pg.NoPeer when torchrun's agent serves it or there is none (mpi).
+// pg.NoPeer when torchrun's agent serves it.
 func (g *Group) StoreHost() int { return g.storeHost }
 
 // Close leaves the group, then the store.

@@ -71,6 +71,27 @@ else
 fi
 stage "go test -race ./..." go test -race -timeout 30m ./...
 
+# Hosts as network namespaces on this machine (internal/wiring/netbed):
+# multi-host launches, shared memory per namespace, faults between hosts.
+# Root only; iproute2 is installed when allowed. The packages below hold
+# every TestNetbed test. It runs after the MPI stages (its mpirun test
+# needs Open MPI installed), or alone where MPI is missing.
+netbed_pkgs=(./pg/tcp/)
+netbed_tests() {
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "test.sh: skipping the network-namespace tests (they need root)" >&2
+		return 0
+	fi
+	if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+		apt_install iproute2 || {
+			echo "test.sh: skipping the network-namespace tests: iproute2 is not installed (apt-get install iproute2, or run with GODDP_TEST_INSTALL=1 as root)" >&2
+			return 0
+		}
+	fi
+	GODDP_TEST_NETBED=1 go test -count=1 -timeout 30m -run '^TestNetbed' "${netbed_pkgs[@]}"
+}
+netbed_tests_stage() { stage "network-namespace tests (TestNetbed)" netbed_tests; }
+
 # Open MPI (issue 11): pg/mpi, ddp-train --backend mpi and bench/allreduce
 # --backend mpi build with -tags mpi and run under a real mpirun. Where MPI
 # is installed, a failing MPI test fails the script.
@@ -80,6 +101,7 @@ if ! mpi_ready; then
 fi
 if ! mpi_ready; then
 	echo "test.sh: skipping the MPI tests: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config, or run with GODDP_TEST_INSTALL=1 as root)" >&2
+	netbed_tests_stage
 	exit 0
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # containers run as root
@@ -110,6 +132,8 @@ mpi_tests() {
 	timeout 120 "${mpirun[@]}" -np 2 "$mpidir/allreduce" --backend mpi --sizes 4096 --iters 5 >/dev/null
 }
 stage "MPI tests under mpirun -np 1-4" mpi_tests
+
+netbed_tests_stage
 
 # Slurm: srun --mpi=pmix -n 2 ddp-train --backend mpi ends bitwise equal to
 # --backend tcp, on a one-node Slurm set up in a temporary directory (root

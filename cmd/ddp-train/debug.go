@@ -140,6 +140,36 @@ func writeReport(dir string, d *debugState, failure error) {
 	_ = os.WriteFile(filepath.Join(rankDir, "state.json"), append(b, '\n'), 0o644)
 }
 
+// Note [a stopped rank's report]: a rank stopped by SIGSTOP (a debugger,
+// a job control mistake, a frozen container) is the culprit, and the one
+// whose stacks matter most, but it cannot write anything while stopped.
+// ddp-train's launcher, on finding a worker stopped, sends it SIGQUIT and
+// then SIGCONT (launch.Spec.StoppedStacks): the signal is pending when
+// the process resumes, and the Go runtime's handler freezes the world and
+// prints every goroutine's stack, still where they stood, before it
+// exits; the launcher writes that output to rank-N/stacks.txt instead of
+// the console. Its flight recorder is not dumped: reading it means
+// letting the rank run, and it would record collectives issued after the
+// stop (to peers that are gone), hiding the one it never reached; the
+// survivors' recorders say what it did not do. A program that is not Go
+// just dies of SIGQUIT, and the launcher kills whatever is left after
+// launch.StoppedGrace.
+
+// stoppedStacks opens the file that takes a stopped rank's stacks: Note
+// [a stopped rank's report].
+func (r reportDir) stoppedStacks(rank int) (io.WriteCloser, error) {
+	dir := filepath.Join(r.path, "rank-"+strconv.Itoa(rank))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "stacks.txt"))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(f, "rank %d was found stopped (SIGSTOP); the launcher sent it SIGQUIT and SIGCONT, and the Go runtime's dump follows:\n\n", rank)
+	return f, nil
+}
+
 // reportDir is the launcher's side of the failure report: a directory
 // made before the workers start, kept and named when the job fails,
 // removed when it ends well.

@@ -50,6 +50,12 @@ func runFrTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	findings := flight.Analyze(dumps)
 	if len(findings) == 0 {
+		// A hang whose culprit left no dump: the others all wait in one collective.
+		if findings = flight.Stalled(dumps); len(findings) > 0 {
+			fmt.Fprintln(stdout, "every rank with a dump waits in the collective below, which the ranks without one never completed:")
+		}
+	}
+	if len(findings) == 0 {
 		fmt.Fprintln(stdout, "no mismatch found: every rank issued the same collectives")
 		return 0
 	}

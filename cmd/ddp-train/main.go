@@ -168,6 +168,8 @@ func runLauncher(ctx context.Context, c config, args []string, stdout, stderr io
 		Env:        append(bar.env(), report.env()...),
 		ExtraFiles: bar.files(),
 		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
+		// A stopped worker's stacks go to the report: Note [a stopped rank's report].
+		StoppedStacks: report.stoppedStacks,
 	})
 	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go
 }

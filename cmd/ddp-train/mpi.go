@@ -7,20 +7,27 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
 	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/desync"
 	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/mpi"
 )
 
+// mpiAbortAfterDiagnosis is how long after pg/desync's diagnosis may end
+// MPI_Abort comes, so that every rank has printed its error naming the
+// culprit before mpirun ends the job.
+const mpiAbortAfterDiagnosis = 2 * time.Second
+
 // runMPI is one rank of a job started by mpirun (or srun --mpi=pmix):
-// MPI knows the ranks, so there is no MASTER_ADDR, no store and no
-// launcher. The pg/desync wrapper needs a store and is left out: a stalled
-// collective fails with pg.ErrTimeout naming its op and sequence number,
-// and pg/mpi then aborts the job (MPI_Abort).
+// MPI knows the ranks, so there is no MASTER_ADDR and no launcher of
+// ours. The group still gets a store (hosted by rank 0, found over MPI),
+// so pg/desync names a stalled or dead rank as it does over tcp; pg/mpi's
+// MPI_Abort, which ends the job, waits for that diagnosis (mpiAbortGrace).
 func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	logger, err := newLogger(c, stderr)
 	if err != nil {
@@ -31,7 +38,9 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	mg, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Backend: "mpi", Timeout: c.timeout, Logger: logger})
+	dopts := desyncOptions(c, 0, logger)
+	mg, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Backend: "mpi", Timeout: c.timeout, Logger: logger,
+		MPIAbortGrace: dopts.DiagnosisTimeout + mpiAbortAfterDiagnosis})
 	if err != nil {
 		return fmt.Errorf("--backend mpi: %w", err)
 	}
@@ -43,11 +52,17 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer metrics.Close()
-	var g pg.ProcessGroup = mg
+	// Named failures, as over tcp: a stalled or dead rank is named by every rank.
+	dg, err := desync.Wrap(mg.Inner(), mg.Store(), desyncOptions(c, mg.StoreHost(), logger))
+	if err != nil {
+		return err
+	}
+	defer dg.Close() // after the instrument wrapper's Close, which closes it first
+	var g pg.ProcessGroup = dg
 	if g, err = instrument.Wrap(g, metrics.registerer()); err != nil {
 		return err
 	}
-	defer g.Close() // the wrapper closes mg; mg.Close after it is a no-op
+	defer g.Close() // the wrappers close mg's MPI group; mg.Close then closes the store
 	// Every rank behind a flight recorder too: flight.go, Note [flight recorder].
 	rec, stopFlight, err := wrapFlight(g, c, rank, logger)
 	if err != nil {

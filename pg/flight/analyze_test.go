@@ -138,3 +138,27 @@ func TestAnalyzeLeavesOutRanksWithoutDumps(t *testing.T) {
 		t.Errorf("findings without rank 2's dump: %v", fs)
 	}
 }
+
+// Without the culprit's dump, Stalled names the collective ranks 0 and
+// 1 wait in (the fourth, which rank 2 never issued) and rank 2; with
+// every dump it says nothing (Analyze names the rank then).
+func TestStalledNamesTheRankWithoutADump(t *testing.T) {
+	dumps, err := flight.ReadDir(skippedWorld(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := flight.Stalled(dumps); len(fs) != 0 {
+		t.Errorf("Stalled with every dump: %v", fs)
+	}
+	delete(dumps, 2)
+	fs := flight.Stalled(dumps)
+	if len(fs) != 1 {
+		t.Fatalf("Stalled without rank 2's dump: %v, want one finding", fs)
+	}
+	if f := fs[0]; f.Seq != 4 || len(f.Missing) != 1 || f.Missing[0] != 2 || f.State == "completed" {
+		t.Errorf("Stalled: %+v, want collective 4, missing [2], not completed", f)
+	}
+	if s := fs[0].String(); !strings.Contains(s, "missing ranks: {2}") {
+		t.Errorf("Stalled's finding prints:\n%s", s)
+	}
+}

@@ -119,3 +119,58 @@ func signature(e *Entry) string {
 	return fmt.Sprintf("%s(input_sizes=%s, input_dtypes=%v, output_sizes=%s, output_dtypes=%v)",
 		e.ProfilingName, in, e.InputDtypes, out, e.OutputDtypes)
 }
+
+// Stalled names, for each group, the collective that every rank with a
+// dump waits in while some members left no dump: the last collective of
+// each of those ranks is the same one, and none of them saw it complete.
+// That is the shape of a hang whose culprit was stopped or killed before
+// it could dump (ddp-train's report directory has no flight recorder of a
+// stopped rank), which Analyze, comparing only the dumps it has, cannot
+// see. The Finding's Missing are the ranks without a dump, and State the
+// waiting ranks' (started or scheduled). Groups with every dump, or whose
+// ranks are not all stuck on one collective, yield nothing.
+func Stalled(dumps map[int]Dump) []Finding {
+	var out []Finding
+	for _, name := range groupNames(dumps) {
+		if f, ok := stalledGroup(dumps, name); ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func stalledGroup(dumps map[int]Dump, name string) (Finding, bool) {
+	ranks, desc := members(dumps, name)
+	ops, _ := collect(dumps, name, ranks)
+	var missing []int
+	var last *Entry
+	for _, r := range ranks {
+		ro, ok := ops[r]
+		if !ok {
+			missing = append(missing, r)
+			continue
+		}
+		e := ro.newest()
+		if e == nil || e.State == "completed" || (last != nil && signature(e) != signature(last)) ||
+			(last != nil && e.CollectiveSeqID != last.CollectiveSeqID) {
+			return Finding{}, false
+		}
+		last = e
+	}
+	if len(missing) == 0 || last == nil {
+		return Finding{}, false
+	}
+	return Finding{Group: name + ":" + desc, Seq: last.CollectiveSeqID, RecordID: last.RecordID, Op: last.ProfilingName,
+		Missing: missing, Expected: len(ranks), InputSizes: last.InputSizes, OutputSizes: last.OutputSizes, State: last.State}, true
+}
+
+// newest is the rank's collective with the highest sequence number.
+func (ro rankOps) newest() *Entry {
+	var e *Entry
+	for seq, x := range ro.bySeq {
+		if e == nil || seq > e.CollectiveSeqID {
+			e = x
+		}
+	}
+	return e
+}

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,9 @@ import (
 func TestMain(m *testing.M) {
 	if workerMain() {
 		return
+	}
+	if spec := os.Getenv(netbedWorkerEnv); spec != "" {
+		os.Exit(runNetbedWorker(spec))
 	}
 	goleak.VerifyTestMain(m)
 }

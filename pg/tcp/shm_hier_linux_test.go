@@ -267,14 +267,18 @@ func TestHierDeadMember(t *testing.T) {
 	}
 }
 
-// bootID is this host's boot id, which internal/shm publishes as the
-// host's identity.
-func bootID(t *testing.T) string {
+// hostID is the identity internal/shm publishes for this process's
+// host: the boot id and the network namespace.
+func hostID(t *testing.T) string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(bytes.TrimSpace(b))
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(bytes.TrimSpace(b)) + "/" + ns
 }
 
 // TestShmPeerUnreachable: rank 2 says it is on this host (same boot id)
@@ -296,7 +300,7 @@ func TestShmPeerUnreachable(t *testing.T) {
 	for k, v := range map[string]string{
 		// The shared-memory keys as internal/shm publishes them.
 		addrKey(2):     ln.Addr().String(),
-		"tcp/shm/2":    bootID(t) + " @goddp-pg-tcp-nobody-listens-here",
+		"tcp/shm/2":    hostID(t) + " @goddp-pg-tcp-nobody-listens-here",
 		"tcp/shmmap/2": "0,1",
 	} {
 		if err := st.Set(ctx, k, []byte(v)); err != nil {

@@ -75,6 +75,8 @@ type Elastic struct {
 	ExtraFiles []*os.File
 	// Hidden is each attempt's Spec.Hidden.
 	Hidden string
+	// StoppedStacks is each attempt's Spec.StoppedStacks.
+	StoppedStacks func(rank int) (io.WriteCloser, error)
 }
 
 // backoff is the wait before restart k (1 for the first).
@@ -193,6 +195,6 @@ func ProgramElastic(ctx context.Context, n int, path string, args, extra []strin
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
 		env = append(env, e.Env...)
-		return Spec{N: n, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden}, nil
+		return Spec{N: n, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks}, nil
 	})
 }

@@ -53,7 +53,20 @@ type Spec struct {
 	// such a line for its launcher (ddp-train: its verdict on a failure),
 	// not for the user; a line written in pieces may still show.
 	Hidden string
+	// StoppedStacks, when set, takes the goroutine stacks of a worker
+	// found stopped (SIGSTOP) before it is killed: the worker is sent
+	// SIGQUIT and then SIGCONT, so that the Go runtime prints its stacks
+	// and exits, and its stderr from then on goes to the writer
+	// StoppedStacks(rank) returns (closed when the worker has ended)
+	// instead of Stderr; it is killed after StoppedGrace if still up.
+	// Without it, or if it fails, a stopped worker is killed at once:
+	// Note [a stopped worker is killed].
+	StoppedStacks func(rank int) (io.WriteCloser, error)
 }
+
+// StoppedGrace is how long a stopped worker sent SIGQUIT
+// (Spec.StoppedStacks) has to print its stacks and exit.
+const StoppedGrace = 2 * time.Second
 
 // WorkerError reports the first worker that failed.
 type WorkerError struct {
@@ -219,6 +232,7 @@ func supervise(ctx context.Context, spec Spec, workers []*worker) error {
 	for r, w := range workers {
 		go func() {
 			err := w.cmd.Wait()
+			w.stderr.close() // Wait copied the last of its stderr
 			w.exited.Store(true)
 			exits <- exit{r, err}
 		}()
@@ -298,7 +312,7 @@ func (s *supervisor) exited(e exit) {
 
 func (s *supervisor) stopAll(sig syscall.Signal) {
 	for r, w := range s.workers {
-		if w.stop(sig, s.spec.Grace) {
+		if w.stop(sig, s.spec.Grace, s.spec.StoppedStacks) {
 			s.frozen = append(s.frozen, r)
 		}
 	}
@@ -350,7 +364,9 @@ func kill(workers []*worker) {
 }
 
 type worker struct {
+	rank   int
 	cmd    *exec.Cmd
+	stderr *divertible // the tail and the console, or the stopped worker's stacks file
 	tail   *tailBuffer
 	once   sync.Once
 	exited atomic.Bool // reaped: its pid, and so its process group id, may be reused
@@ -373,17 +389,20 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	if spec.Stderr != nil {
 		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", rank), hidden: spec.Hidden})
 	}
-	cmd.Stderr = errOut
+	stderr := &divertible{w: errOut}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &worker{cmd: cmd, tail: tail}, nil
+	return &worker{rank: rank, cmd: cmd, stderr: stderr, tail: tail}, nil
 }
 
 // stop sends sig (once: a worker may take a second signal as "stop now"),
-// then SIGKILL after grace if the worker is still up, or at once if it is
-// stopped (Note [a stopped worker is killed]), and then reports true.
-func (w *worker) stop(sig syscall.Signal, grace time.Duration) (frozen bool) {
+// then SIGKILL after grace if the worker is still up. A stopped worker
+// (Note [a stopped worker is killed]) is killed at once, or, with
+// stacks (Spec.StoppedStacks), sent SIGQUIT and continued, its stderr
+// diverted, and killed after StoppedGrace; stop then reports true.
+func (w *worker) stop(sig syscall.Signal, grace time.Duration, stacks func(int) (io.WriteCloser, error)) (frozen bool) {
 	w.once.Do(func() {
 		p := w.cmd.Process
 		if p == nil {
@@ -391,13 +410,30 @@ func (w *worker) stop(sig syscall.Signal, grace time.Duration) (frozen bool) {
 		}
 		if w.frozen() {
 			frozen = true
-			w.signalGroup(syscall.SIGKILL)
+			if stacks == nil || !w.divert(stacks) {
+				w.signalGroup(syscall.SIGKILL)
+				return
+			}
+			_ = p.Signal(syscall.SIGQUIT) // pending until it runs again: its first act
+			w.signalGroup(syscall.SIGCONT)
+			time.AfterFunc(StoppedGrace, func() { w.signalGroup(syscall.SIGKILL) })
 			return
 		}
 		w.signalGroup(sig)
 		time.AfterFunc(grace, func() { w.signalGroup(syscall.SIGKILL) })
 	})
 	return frozen
+}
+
+// divert sends the worker's stderr from now on to the writer stacks
+// opens for its rank; it reports false if that fails.
+func (w *worker) divert(stacks func(int) (io.WriteCloser, error)) bool {
+	to, err := stacks(w.rank)
+	if err != nil {
+		return false
+	}
+	w.stderr.divert(to)
+	return true
 }
 
 // frozen reports whether the worker's process is stopped (state T or t
@@ -422,6 +458,38 @@ func (w *worker) frozen() bool {
 func (w *worker) signalGroup(sig syscall.Signal) {
 	if !w.exited.Load() {
 		_ = syscall.Kill(-w.cmd.Process.Pid, sig) // an error only means they all exited
+	}
+}
+
+// divertible is a worker's stderr: w, until divert sends what follows
+// elsewhere.
+type divertible struct {
+	mu       sync.Mutex
+	w        io.Writer
+	diverted io.WriteCloser
+}
+
+func (d *divertible) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.diverted != nil {
+		return d.diverted.Write(p)
+	}
+	return d.w.Write(p)
+}
+
+func (d *divertible) divert(to io.WriteCloser) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.diverted = to
+}
+
+// close closes the writer output was diverted to, if any.
+func (d *divertible) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.diverted != nil {
+		d.diverted.Close()
 	}
 }
 

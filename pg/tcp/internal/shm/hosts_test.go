@@ -29,6 +29,17 @@ func TestAgreeHosts(t *testing.T) {
 		// A square with one diagonal missing: {0,1,2} stays (3 has the
 		// fewest, and is the highest of equals).
 		{"square", []string{"a", "a", "a", "a"}, [][]int{{1, 2, 3}, {0, 2}, {0, 1, 3}, {0, 2}}, [][]int{{0, 1, 2}, {3}}},
+		// Two network namespaces on one machine (one boot id), two ranks
+		// in each: each pair maps only its own. Two worlds, not one pair
+		// and two loners (the old greedy drop gave [[0 1] [2] [3]]).
+		{"two namespaces", []string{"a", "a", "a", "a"}, [][]int{{1}, {0}, {3}, {2}}, [][]int{{0, 1}, {2, 3}}},
+		// Three namespaces interleaved by rank.
+		{"three namespaces", []string{"a", "a", "a", "a", "a", "a"},
+			[][]int{{3}, {4}, {5}, {0}, {1}, {2}}, [][]int{{0, 3}, {1, 4}, {2, 5}}},
+		// A rank dropped from the first world forms one with a later rank:
+		// 0-1-2 a triangle, 3 maps only 2 and 4; 4 only 3.
+		{"dropped rank pairs up", []string{"a", "a", "a", "a", "a"},
+			[][]int{{1, 2}, {0, 2}, {0, 1, 3}, {2, 4}, {3}}, [][]int{{0, 1, 2}, {3, 4}}},
 	} {
 		got := agreeHosts(c.host, c.mapped)
 		if !slices.EqualFunc(got, c.want, slices.Equal) {

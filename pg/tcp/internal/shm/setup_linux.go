@@ -37,6 +37,34 @@ func bootID() string {
 	return string(bytes.TrimSpace(b))
 }
 
+// netNamespace identifies this process's network namespace
+// ("net:[4026531833]"), or is "" where /proc does not say.
+func netNamespace() string {
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return ""
+	}
+	return ns
+}
+
+// hostIdentity is what this rank publishes as its host: the boot id and
+// the network namespace, since a peer's abstract socket can be reached
+// only from its own namespace (two Kubernetes pods on one node share a
+// boot id but not a namespace), and the label the caller gave.
+func hostIdentity(label string) string {
+	id := bootID()
+	if id == "" {
+		return ""
+	}
+	if ns := netNamespace(); ns != "" {
+		id += "/" + ns
+	}
+	if label != "" {
+		id += "/" + label
+	}
+	return id
+}
+
 // Setup maps the segments of the ranks that share this host with this
 // rank, and returns the group's host layout when the group spans hosts
 // and some host has several ranks (the layout the hierarchical AllReduce
@@ -46,7 +74,8 @@ func bootID() string {
 //
 // Each rank creates an anonymous memfd segment and listens on an
 // abstract Unix socket with a random name, which it publishes with its
-// host's identity: the boot id (and Config.HostLabel). A rank connects
+// host's identity: the boot id, the network namespace (and
+// Config.HostLabel). A rank connects
 // to the socket of each peer with the same identity, proves it holds the
 // job's secret with the same HMAC handshake as pg/tcp's connections, and
 // only then receives the peer's memfd (SCM_RIGHTS). Abstract sockets
@@ -112,17 +141,14 @@ type setup struct {
 // records why, and this rank shares memory with no one.
 func (s *setup) listen() (stop func()) {
 	name, ln, fd, err := listen(s.c, s.segs)
-	boot := bootID()
+	host := hostIdentity(s.c.HostLabel)
 	switch {
 	case err != nil:
 		s.why = err
-	case boot == "":
+	case host == "":
 		s.why = errors.New("no boot id")
 	default:
-		s.host, s.name = boot, name
-		if s.c.HostLabel != "" {
-			s.host += "/" + s.c.HostLabel
-		}
+		s.host, s.name = host, name
 	}
 	if ln == nil {
 		return func() {}
