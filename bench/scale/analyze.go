@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/goddp/ddp/bench/scale/model"
@@ -101,8 +102,16 @@ func predictOwn(rec record, c config, p model.Profile) float64 {
 		return 0
 	}
 	a, h := modelOf(c.hook)
+	return model.Predict(p, clusterOf(rec, c), a, h).Exposed
+}
+
+// clusterOf is the bed as the model sees it for configuration c.
+func clusterOf(rec record, c config) model.Cluster {
 	cl := model.Cluster{Hosts: rec.Hosts, RanksPerHost: c.perHost, Inter: rec.Calibration.Inter[c.rate], Intra: rec.Calibration.Intra}
-	return model.Predict(p, cl, a, h).Exposed
+	if strings.HasSuffix(c.hook, shmSuffix) {
+		cl.SharedMemory, cl.Intra = true, rec.Calibration.IntraShm
+	}
+	return cl
 }
 
 func predictRows(rec record, profiles map[int][]model.Profile, measured map[config][]float64, order []config) []row {
@@ -111,7 +120,7 @@ func predictRows(rec record, profiles map[int][]model.Profile, measured map[conf
 	for _, c := range order {
 		p := medianProfile(profiles[c.perHost])
 		a, h := modelOf(c.hook)
-		cl := model.Cluster{Hosts: rec.Hosts, RanksPerHost: c.perHost, Inter: rec.Calibration.Inter[c.rate], Intra: rec.Calibration.Intra}
+		cl := clusterOf(rec, c)
 		if c.hook == "noop" {
 			h = model.Hook{Kind: model.Allreduce}
 			cl.Hosts, cl.RanksPerHost = 1, 1 // nothing to send

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,8 +38,8 @@ func (c calibration) String() string {
 
 // calibrate measures the link between ranks: across hosts (one rank on
 // each of two hosts) when intra is false, else two ranks on host 0
-// (loopback TCP inside its namespace).
-func calibrate(ctx context.Context, j *bedJob, rate string, intra bool, budget time.Duration) (calibration, error) {
+// (loopback TCP inside its namespace, or shared memory with shm).
+func calibrate(ctx context.Context, j *bedJob, rate string, intra, shm bool, budget time.Duration) (calibration, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return calibration{}, err
@@ -46,13 +47,13 @@ func calibrate(ctx context.Context, j *bedJob, rate string, intra bool, budget t
 	if err := j.setRate(ctx, rate); err != nil {
 		return calibration{}, err
 	}
-	argv := []string{self, probeWorkerCmd, "--sizes", probeSizes, "--budget", budget.String()}
+	argv := []string{self, probeWorkerCmd, "--sizes", probeSizes, "--budget", budget.String(), "--shm=" + strconv.FormatBool(shm)}
 	var outs []string
 	name := "probe-inter-" + rate
 	if intra {
 		hosts := j.hosts
 		j.hosts = 1 // both ranks on host 0
-		outs, err = j.run(ctx, 2, 3*time.Minute, "probe-intra", argv...)
+		outs, err = j.run(ctx, 2, 3*time.Minute, "probe-intra-shm-"+strconv.FormatBool(shm), argv...)
 		j.hosts = hosts
 	} else {
 		outs, err = j.run(ctx, 1, 3*time.Minute, name, argv...)
@@ -127,13 +128,13 @@ func runCalibrate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer j.Close()
-	c, err := calibrate(ctx, j, "", true, *budget)
+	c, err := calibrate(ctx, j, "", true, false, *budget)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "intra-host (loopback TCP in one namespace): %v\n", c)
 	for _, r := range strings.Split(*rates, ",") {
-		c, err := calibrate(ctx, j, rateArg(r), false, *budget)
+		c, err := calibrate(ctx, j, rateArg(r), false, false, *budget)
 		if err != nil {
 			return err
 		}

@@ -29,6 +29,7 @@ func runProbeWorker(args []string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("scale "+probeWorkerCmd, stderr)
 	sizes := fs.String("sizes", "8,524288,2097152,8388608", "bytes per allreduce, comma-separated")
 	budget := fs.Duration("budget", 2*time.Second, "time to spend per size (at least 3 iterations, at most 50)")
+	shm := fs.Bool("shm", false, "ranks on one host move data through shared memory")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -39,7 +40,7 @@ func runProbeWorker(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Lookup: os.LookupEnv, Timeout: 2 * time.Minute,
-		TCP: tcp.Options{NoSharedMemory: true}})
+		TCP: tcp.Options{NoSharedMemory: !*shm}})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,7 +38,7 @@ func parseValidate(args []string, stderr io.Writer) (validateOpts, error) {
 	fs.StringVar(&o.analyze, "analyze", "", "print the table of an earlier validation's directory (its record.json and traces) instead of measuring")
 	fs.StringVar(&o.out, "out", "", "directory for the runs' traces and logs (default: a new temporary one)")
 	fs.StringVar(&rates, "rates", "none,1gbit,100mbit", "link caps, comma-separated; none (uncapped) also gives each hook's overhead (see report)")
-	fs.StringVar(&hooks, "hooks", "allreduce,fp16,powersgd,hierarchical", "ddp-train comm hooks; hierarchical runs only with several ranks per host")
+	fs.StringVar(&hooks, "hooks", "allreduce,fp16,powersgd,hierarchical", "ddp-train comm hooks, run with --shm=false; a +shm suffix (allreduce+shm) runs one with --shm=true, which makes pg/tcp's allreduce hierarchical through shared memory; hierarchical and +shm run only with several ranks per host")
 	fs.StringVar(&perHost, "ranks-per-host", "1,2", "ranks per host (two hosts), comma-separated")
 	fs.StringVar(&o.hidden, "hidden", "1024,1024", "ddp-train --hidden")
 	fs.IntVar(&o.batch, "batch-size", 32, "ddp-train --batch-size")
@@ -115,8 +116,9 @@ type record struct {
 
 // calibrations are the links' α and β.
 type calibrations struct {
-	Intra model.Link
-	Inter map[string]model.Link // by rate
+	Intra    model.Link
+	IntraShm model.Link            // shared memory; zero unless a hook ran with +shm
+	Inter    map[string]model.Link // by rate
 }
 
 // runRecord is one ddp-train run: its configuration and trace directory.
@@ -138,14 +140,22 @@ func writeJSON(path string, v any) error {
 
 func calibrateAll(ctx context.Context, j *bedJob, o validateOpts, w io.Writer) (calibrations, error) {
 	cal := calibrations{Inter: map[string]model.Link{}}
-	c, err := calibrate(ctx, j, "", true, o.budget)
+	c, err := calibrate(ctx, j, "", true, false, o.budget)
 	if err != nil {
 		return cal, err
 	}
 	fmt.Fprintf(w, "# calibration, intra-host (loopback TCP in one namespace): %v\n", c)
 	cal.Intra = c.link()
+	if slices.ContainsFunc(o.hooks, func(h string) bool { return strings.HasSuffix(h, shmSuffix) }) {
+		c, err := calibrate(ctx, j, "", true, true, o.budget)
+		if err != nil {
+			return cal, err
+		}
+		fmt.Fprintf(w, "# calibration, intra-host (shared memory): %v\n", c)
+		cal.IntraShm = c.link()
+	}
 	for _, r := range o.rates {
-		c, err := calibrate(ctx, j, rateArg(r), false, o.budget)
+		c, err := calibrate(ctx, j, rateArg(r), false, false, o.budget)
 		if err != nil {
 			return cal, err
 		}
@@ -167,7 +177,7 @@ func measureAll(ctx context.Context, j *bedJob, o validateOpts, rec *record, w i
 			}
 			for _, k := range o.perHost {
 				for _, h := range append([]string{"noop"}, o.hooks...) {
-					if h == "hierarchical" && k == 1 {
+					if (h == "hierarchical" || strings.HasSuffix(h, shmSuffix)) && k == 1 { // the same as allreduce
 						continue
 					}
 					name := fmt.Sprintf("r%d-%s-%dx%d-%s", rep, rate, j.hosts, k, h)
@@ -191,11 +201,16 @@ func measureAll(ctx context.Context, j *bedJob, o validateOpts, rec *record, w i
 	return nil
 }
 
-// modelOf is the algorithm and hook of the model for a ddp-train hook
-// run with --shm=false: pg/tcp's choice by size, or the hierarchical
-// hook's reduce, leaders' allreduce and broadcast.
+// shmSuffix on a validate hook name runs it with ddp-train --shm=true:
+// "allreduce+shm" is pg/tcp's own hierarchical allreduce, through shared
+// memory within each host.
+const shmSuffix = "+shm"
+
+// modelOf is the algorithm and hook of the model for a ddp-train hook:
+// pg/tcp's choice (auto), or the hierarchical hook's reduce, leaders'
+// allreduce and broadcast.
 func modelOf(hook string) (model.Algorithm, model.Hook) {
-	switch hook {
+	switch strings.TrimSuffix(hook, shmSuffix) {
 	case "fp16":
 		return model.Auto, model.Hook{Kind: model.FP16}
 	case "bf16":
@@ -211,8 +226,8 @@ func modelOf(hook string) (model.Algorithm, model.Hook) {
 // ddpRun runs ddp-train with hook on 2 hosts × perHost ranks, writing
 // its trace to OUT/name.
 func ddpRun(ctx context.Context, j *bedJob, o validateOpts, perHost int, hook, name string) error {
-	argv := []string{o.ddpTrain, "--backend", "tcp", "--shm=false", "--hidden", o.hidden,
-		"--batch-size", strconv.Itoa(o.batch), "--steps", strconv.Itoa(o.steps), "--comm-hook", hook,
+	argv := []string{o.ddpTrain, "--backend", "tcp", "--shm=" + strconv.FormatBool(strings.HasSuffix(hook, shmSuffix)), "--hidden", o.hidden,
+		"--batch-size", strconv.Itoa(o.batch), "--steps", strconv.Itoa(o.steps), "--comm-hook", strings.TrimSuffix(hook, shmSuffix),
 		"--powersgd-start-iter", "2", "--timeline", filepath.Join(o.out, name), "--log-level", "warn", "--log-format", "json",
 		"--check-replicas-every", "0", "--find-nonfinite-origin=false", "--timeout", "2m"}
 	_, err := j.run(ctx, perHost, 3*time.Minute, name, argv...)
