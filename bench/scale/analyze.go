@@ -173,6 +173,9 @@ func medianProfile(ps []model.Profile) model.Profile {
 
 func printProfiles(w io.Writer, rec record, profiles map[int][]model.Profile) {
 	fmt.Fprintf(w, "\ncalibration: intra-host α %.0f µs, β %.0f MB/s", rec.Calibration.Intra.Latency*1e6, rec.Calibration.Intra.Bandwidth/1e6)
+	if l := rec.Calibration.IntraShm; l.Bandwidth > 0 {
+		fmt.Fprintf(w, "; intra-host shared memory α %.0f µs, β %.0f MB/s", l.Latency*1e6, l.Bandwidth/1e6)
+	}
 	for _, r := range slices.Sorted(mapKeys(rec.Calibration.Inter)) {
 		l := rec.Calibration.Inter[r]
 		fmt.Fprintf(w, "; %s α %.0f µs, β %.1f MB/s", r, l.Latency*1e6, l.Bandwidth/1e6)
