@@ -287,8 +287,8 @@ type layer struct {
 func layerTable() []layer {
 	const engineFree, gorgonia = false, true
 	return []layer{
-		{"leaf helpers: kernels, bounds, the NCCL/CUDA binding, log and trace formats", []string{
-			"internal/base/...", "nccl", "logger", "timeline",
+		{"leaf helpers: kernels, bounds, the NCCL/CUDA binding, log and trace formats, the scaling model", []string{
+			"internal/base/...", "nccl", "logger", "timeline", "bench/scale/model",
 		}, engineFree},
 		{"the process-group interface", []string{"pg"}, engineFree},
 		{"what backends share: reduction kernels, the wire format", []string{"pg/internal/..."}, engineFree},
