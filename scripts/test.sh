@@ -76,7 +76,7 @@ stage "go test -race ./..." go test -race -timeout 30m ./...
 # Root only; iproute2 is installed when allowed. The packages below hold
 # every TestNetbed test. It runs after the MPI stages (its mpirun test
 # needs Open MPI installed), or alone where MPI is missing.
-netbed_pkgs=(./pg/tcp/ ./cmd/ddp-train/)
+netbed_pkgs=(./pg/tcp/ ./cmd/ddp-train/ ./bench/scale/)
 netbed_tests() {
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "test.sh: skipping the network-namespace tests (they need root)" >&2
