@@ -123,3 +123,36 @@ func BenchmarkLoopbackReference(b *testing.B) {
 	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu_us/op")
 	b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "busbw_GB/s")
 }
+
+// BenchmarkBarrier times Barrier on 2 ranks through shared memory and
+// over loopback TCP, in the same run.
+//
+//	go test -run '^$' -bench Barrier ./pg/tcp
+func BenchmarkBarrier(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Options)
+	}{
+		{"shm", nil},
+		{"tcp", func(o *Options) { o.NoSharedMemory = true }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			gs := newGroups(b, 2, time.Minute, tc.tweak)
+			ctx := context.Background()
+			b.ResetTimer()
+			errs := each(gs, func(_ int, g *Group) error {
+				for range b.N {
+					if err := g.Barrier(ctx).Wait(ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					b.Fatalf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}

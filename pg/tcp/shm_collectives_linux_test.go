@@ -241,6 +241,12 @@ func TestShmCollectivesMismatch(t *testing.T) {
 			in, out := [][]int{{2, 2}, {1, 3}}[r], [][]int{{2, 3}, {1, 3}}[r]
 			return g.AllToAll(ctx, f32(sum(out)), f32(sum(in)), out, in)
 		}},
+		{"barrier beside allreduce", "allreduce of 400 bytes", func(ctx context.Context, r int, g *Group) pg.Work {
+			if r == 0 {
+				return g.Barrier(ctx)
+			}
+			return g.AllReduce(ctx, f32(100), pg.Op(pg.Sum))
+		}},
 		{"alltoall beside gather", "gather of 400 bytes", func(ctx context.Context, r int, g *Group) pg.Work {
 			if r == 0 {
 				return g.AllToAll(ctx, f32(200), f32(200), nil, nil)

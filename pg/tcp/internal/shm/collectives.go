@@ -245,3 +245,18 @@ func (w *World) Reduce(r Run, t pg.Tensor, root int, op pg.ReduceOp) error {
 	}
 	return nil
 }
+
+// Barrier is one chunk with no data: every rank arrives with the call,
+// waits until every peer has arrived, checks their calls and is done. A
+// rank leaves only once all have arrived; none writes a slot.
+func (w *World) Barrier(r Run) error {
+	c, slot, err := w.next(r)
+	if err != nil {
+		return err
+	}
+	if err := w.arrive(r, c, slot, Call{Op: pg.OpBarrier}); err != nil {
+		return err
+	}
+	w.publish(OffDone, c)
+	return nil
+}
