@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/kernel"
 	"github.com/goddp/ddp/pg/pgtest"
 	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
@@ -368,4 +370,47 @@ func TestShmCollectivesPeerGone(t *testing.T) {
 			t.Errorf("got %v and %v, want a timeout naming rank 2", errs[0], errs[1])
 		}
 	})
+}
+
+// TestShmAllReduceSmallSameBits: at and below shm.SmallAllReduceBytes
+// every rank folds every rank's input itself; above it each rank folds
+// one shard. Both must give, on every rank, the bits of one fold of the
+// inputs in rank order (kernel.ReduceN), for SUM and AVG, on 3 ranks.
+func TestShmAllReduceSmallSameBits(t *testing.T) {
+	const n = 3
+	gs := newGroups(t, n, time.Minute, nil)
+	if gs[0].shm == nil {
+		t.Fatal("shared memory not in use")
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	limit := shm.SmallAllReduceBytes / 4
+	for _, elems := range []int{1, 7, 1000, limit, limit + 1, 3*limit + 5} {
+		for _, op := range []pg.ReduceOp{pg.Op(pg.Sum), pg.Op(pg.Avg)} {
+			ins := make([]pg.Tensor, n)
+			for r := range ins {
+				v := make([]float32, elems)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64() * 1e3)
+				}
+				ins[r] = pg.Float32s(v)
+			}
+			want := make([]pg.Tensor, n)
+			for r := range want {
+				want[r] = pg.Float32s(slices.Clone(pg.View[float32](ins[r])))
+				kernel.Prepare(want[r], op, n)
+			}
+			kernel.ReduceN(want[:1], want, kernel.BaseKind(op))
+			kernel.Finish(want[0], op, n)
+			ctx := context.Background()
+			errs := each(gs, func(r int, g *Group) error { return g.AllReduce(ctx, ins[r], op).Wait(ctx) })
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+				if !bytes.Equal(ins[r].Data, want[0].Data) {
+					t.Errorf("%d elements, %v: rank %d's result differs from the rank-order fold", elems, op, r)
+				}
+			}
+		}
+	}
 }

@@ -25,6 +25,9 @@ import (
 // order, as pg/local does, so every rank gets the same bits) into both its
 // tensor and its slot, and copies the peers' reduced shards out.
 func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
+	if len(t.Data) <= SmallAllReduceBytes {
+		return w.allReduceSmall(r, t, op)
+	}
 	n, me := len(w.segs), w.me
 	kind := kernel.BaseKind(op)
 	es := t.Dtype.Size()
@@ -72,6 +75,40 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 		}
 		w.publish(OffDone, c)
 	}
+	kernel.Finish(t, op, n)
+	return nil
+}
+
+// SmallAllReduceBytes is the largest AllReduce that allReduceSmall runs.
+const SmallAllReduceBytes = 16 << 10
+
+// allReduceSmall is AllReduce for a tensor of at most
+// SmallAllReduceBytes: every rank copies its whole input into its slot
+// and, once all have arrived, folds every rank's slot itself, in rank
+// order, as the sharded path's owner of each element does, so the bits
+// are the same on every rank and the same as the sharded path's. It reads
+// n times the tensor instead of once, which costs nothing at this size,
+// and saves the sharded path's second round (waiting for every shard to
+// be reduced) and its copy out.
+func (w *World) allReduceSmall(r Run, t pg.Tensor, op pg.ReduceOp) error {
+	n, me := len(w.segs), w.me
+	kind := kernel.BaseKind(op)
+	kernel.Prepare(t, op, n)
+	call := Call{Op: pg.OpAllReduce, Bytes: len(t.Data), Dtype: t.Dtype, Kind: kind}
+	c, slot, err := w.next(r)
+	if err != nil {
+		return err
+	}
+	copy(w.slot(me, slot), t.Data)
+	if err := w.arrive(r, c, slot, call); err != nil {
+		return err
+	}
+	ins := make([]pg.Tensor, n)
+	for j := range n {
+		ins[j] = pg.Tensor{Dtype: t.Dtype, Data: w.slot(j, slot)[:len(t.Data)]}
+	}
+	w.scratch.ReduceN([]pg.Tensor{t}, ins, kind)
+	w.publish(OffDone, c)
 	kernel.Finish(t, op, n)
 	return nil
 }
