@@ -131,7 +131,13 @@ func checkCulpritReport(t *testing.T, report, victim string, sig syscall.Signal)
 			t.Errorf("rank %s: no flight recorder dump in %s/flight (has %v)", rank, report, all)
 		}
 	}
-	// The merge names the victim, whose dump is missing: flight.Stalled.
+	// The merge names a stopped victim, whose dump is missing, while the
+	// others all wait in one collective: flight.Stalled. (A killed one is
+	// not checked: the survivors learn of it at different collectives,
+	// from their broken links, so their dumps need not agree.)
+	if sig != syscall.SIGSTOP {
+		return
+	}
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"fr-trace", filepath.Join(report, "flight")}, nil, &stdout, &stderr)
 	if want := "missing ranks: {" + victim + "}"; code != 1 || !strings.Contains(stdout.String(), want) {
