@@ -47,10 +47,12 @@ func benchAllReduce(b *testing.B, n, bytes int, tweak func(*Options)) {
 	b.SetBytes(int64(bytes))
 	b.ReportAllocs()
 	cpu := cpuTime()
+	sw := startSwitches()
 	b.ResetTimer()
 	errs := run(b.N)
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu_us/op")
+	sw.report(b)
 	for r, err := range errs {
 		if err != nil {
 			b.Fatalf("rank %d: %v", r, err)
@@ -139,6 +141,7 @@ func BenchmarkBarrier(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			gs := newGroups(b, 2, time.Minute, tc.tweak)
 			ctx := context.Background()
+			sw := startSwitches()
 			b.ResetTimer()
 			errs := each(gs, func(_ int, g *Group) error {
 				for range b.N {
@@ -148,6 +151,8 @@ func BenchmarkBarrier(b *testing.B) {
 				}
 				return nil
 			})
+			b.StopTimer()
+			sw.report(b)
 			for r, err := range errs {
 				if err != nil {
 					b.Fatalf("rank %d: %v", r, err)
@@ -155,4 +160,21 @@ func BenchmarkBarrier(b *testing.B) {
 			}
 		})
 	}
+}
+
+// switchCount is the process's context switches when a benchmark began.
+type switchCount struct{ v, iv int64 }
+
+func startSwitches() switchCount {
+	v, iv := switches()
+	return switchCount{v, iv}
+}
+
+// report reports the context switches per op since s: vcsw/op counts the
+// futex sleeps and parked-thread wake-ups that hand-offs cost, for all the
+// ranks in this process together.
+func (s switchCount) report(b *testing.B) {
+	v, iv := switches()
+	b.ReportMetric(float64(v-s.v)/float64(b.N), "vcsw/op")
+	b.ReportMetric(float64(iv-s.iv)/float64(b.N), "ivcsw/op")
 }
