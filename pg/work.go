@@ -31,7 +31,7 @@ type Future struct {
 	once  sync.Once
 	err   error
 	seq   uint64
-	times OpTimes // set by CompleteAt, before done is closed
+	times *OpTimes // set by CompleteAt, before done is closed; a pointer keeps untimed Futures small
 }
 
 // NewFuture returns an unfinished Future with sequence number 0.
@@ -62,7 +62,7 @@ func (f *Future) Complete(err error) {
 // times at which the backend saw the collective run (see [TimedWork]).
 func (f *Future) CompleteAt(err error, t OpTimes) {
 	f.once.Do(func() {
-		f.err, f.times = err, t
+		f.err, f.times = err, &t
 		close(f.done)
 	})
 }
@@ -72,10 +72,12 @@ func (f *Future) CompleteAt(err error, t OpTimes) {
 func (f *Future) Times() OpTimes {
 	select {
 	case <-f.done:
-		return f.times
+		if f.times != nil {
+			return *f.times
+		}
 	default:
-		return OpTimes{}
 	}
+	return OpTimes{}
 }
 
 // OpTimes is when a backend saw a collective run, from its own
