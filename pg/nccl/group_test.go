@@ -234,6 +234,10 @@ func TestWatchdogTimeout(t *testing.T) {
 	if err := waitErr(t, gs[0].Barrier(ctx), time.Second); !errors.Is(err, pg.ErrTimeout) {
 		t.Fatalf("a call after the failure: %v", err)
 	}
+	// The watchdog logs the recorder after failing the Works: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("nccl flight recorder").Len() < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if logs.FilterMessage("nccl flight recorder").Len() != 2 {
 		t.Fatalf("flight recorder dump has %d entries, want 2 (barrier, allreduce)", logs.FilterMessage("nccl flight recorder").Len())
 	}
