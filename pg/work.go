@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Work is the handle of an asynchronous collective, like c10d's Work.
@@ -26,10 +27,11 @@ type Work interface {
 // Future is the Work that backends return. The backend calls Complete
 // exactly once; later calls are ignored.
 type Future struct {
-	done chan struct{}
-	once sync.Once
-	err  error
-	seq  uint64
+	done  chan struct{}
+	once  sync.Once
+	err   error
+	seq   uint64
+	times *OpTimes // set by CompleteAt, before done is closed; a pointer keeps untimed Futures small
 }
 
 // NewFuture returns an unfinished Future with sequence number 0.
@@ -54,6 +56,63 @@ func (f *Future) Complete(err error) {
 		f.err = err
 		close(f.done)
 	})
+}
+
+// CompleteAt finishes the Future with err, as Complete, and with the
+// times at which the backend saw the collective run (see [TimedWork]).
+func (f *Future) CompleteAt(err error, t OpTimes) {
+	f.once.Do(func() {
+		f.err, f.times = err, &t
+		close(f.done)
+	})
+}
+
+// Times is what CompleteAt was given: the zero OpTimes until Done is
+// closed, or if the Future was finished by Complete.
+func (f *Future) Times() OpTimes {
+	select {
+	case <-f.done:
+		if f.times != nil {
+			return *f.times
+		}
+	default:
+	}
+	return OpTimes{}
+}
+
+// OpTimes is when a backend saw a collective run, from its own
+// knowledge of the device (pg/nccl's watchdog, from CUDA events) rather
+// than from when someone polling its Work noticed it finished. A zero
+// field is unknown.
+type OpTimes struct {
+	// Started is when the backend found the collective started on the
+	// device, Completed when it found it completed (zero if it failed).
+	Started, Completed time.Time
+	// Duration is the collective's time on the device, measured between
+	// a start and an end event (cudaEventElapsedTime); 0 when not
+	// measured.
+	Duration time.Duration
+}
+
+// TimedWork is a Work whose backend knows when it ran (an optional
+// ability; *Future has it, and backends that record times finish their
+// Futures with CompleteAt). Times is valid once Done is closed. pg/flight
+// fills its dumps' started and completed times and duration_ms from it.
+type TimedWork interface {
+	Work
+	Times() OpTimes
+}
+
+var _ TimedWork = (*Future)(nil)
+
+// TimesOf is w's times if it is a TimedWork, else the zero OpTimes. A
+// wrapper whose Work stands for another's forwards them with it, so that
+// the backend's times reach what is over the wrapper (pg/flight).
+func TimesOf(w Work) OpTimes {
+	if tw, ok := w.(TimedWork); ok {
+		return tw.Times()
+	}
+	return OpTimes{}
 }
 
 // Done is closed once the collective has finished.

@@ -72,3 +72,26 @@ func TestFutureWaitNilContext(t *testing.T) {
 		t.Fatalf("Wait(nil) on a finished collective: %v, want its result", err)
 	}
 }
+
+// CompleteAt's times are the Future's once it is done, and only then;
+// Complete leaves them zero; TimesOf reads them through the interface.
+func TestFutureTimes(t *testing.T) {
+	at := time.Unix(100, 0)
+	want := pg.OpTimes{Started: at, Completed: at.Add(time.Second), Duration: time.Millisecond}
+	f := pg.NewSeqFuture(1)
+	if f.Times() != (pg.OpTimes{}) {
+		t.Fatal("an unfinished Future has times")
+	}
+	f.CompleteAt(nil, want)
+	f.CompleteAt(nil, pg.OpTimes{}) // ignored, as a second Complete
+	if got := pg.TimesOf(f); got != want {
+		t.Fatalf("TimesOf %+v, want %+v", got, want)
+	}
+	if got := pg.TimesOf(pg.Completed(nil)); got != (pg.OpTimes{}) {
+		t.Fatalf("a Future finished by Complete has times %+v", got)
+	}
+	var w pg.Work = struct{ pg.Work }{f} // a Work that is not a TimedWork
+	if got := pg.TimesOf(w); got != (pg.OpTimes{}) {
+		t.Fatalf("TimesOf an untimed Work: %+v", got)
+	}
+}

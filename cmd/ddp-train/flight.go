@@ -31,6 +31,12 @@ import (
 //     worker.
 //
 // `ddp-train fr-trace DIR` merges the ranks' dumps (frtrace.go).
+//
+// With --backend nccl this is the NCCL group's only recorder (pg/nccl's
+// Note [one flight recorder]): Wrap finds the group behind pg/desync and
+// pg/instrument and attaches itself, the watchdog's CUDA-event times
+// reach the entries through those wrappers' Works, and the watchdog logs
+// the recorder when a collective times out.
 
 // flightDir is where failures dump the recorder: "" for nowhere.
 func flightDir(c config) string {

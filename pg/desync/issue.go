@@ -175,6 +175,10 @@ type work struct {
 func (w *work) Seq() uint64           { return w.seq }
 func (w *work) Done() <-chan struct{} { return w.w.Done() }
 
+// Times forwards the wrapped Work's times (pg.TimedWork), for pg/flight
+// over this group.
+func (w *work) Times() pg.OpTimes { return pg.TimesOf(w.w) }
+
 func (w *work) Err() error {
 	select {
 	case <-w.w.Done():
@@ -206,7 +210,7 @@ func (g *Group) track(it item) {
 	if !g.mon.push(it) {
 		// Closed: the wrapped group is closed too, so it fails at once.
 		<-it.w.Done()
-		it.fut.Complete(it.w.Err())
+		it.fut.CompleteAt(it.w.Err(), pg.TimesOf(it.w))
 	}
 }
 
@@ -247,7 +251,7 @@ func (g *Group) monitor() {
 		if err != nil {
 			err = g.explain(context.Background(), it.seq, it.op, err)
 		}
-		it.fut.Complete(err)
+		it.fut.CompleteAt(err, pg.TimesOf(it.w)) // the backend's times, for pg/flight over this group
 		if g.hooks.Active() {
 			info := it.info
 			if info.Started.IsZero() {

@@ -16,7 +16,10 @@
 // TORCH_FR_BUFFER_SIZE) of collectives and point-to-point operations,
 // each with its sequence numbers, op, input and output sizes and
 // dtypes, state (scheduled, started, completed), and when it was
-// created and found started and completed. Recording is a mutex, a
+// created and found started and completed: by the recorder's own
+// polls, or, for a backend that knows (pg.TimedWork: pg/nccl's
+// watchdog, from CUDA events), by the backend, with torch's duration_ms
+// when it measured one (Note [event times]). Recording is a mutex, a
 // clock read and a few stores per operation and no goroutine (see Note
 // [discovered, not watched]), cheap enough to be on by default:
 // BenchmarkRecord and BenchmarkAllReduce measure it.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goddp/ddp/pg"
 )
@@ -189,6 +190,10 @@ func toEntry(e entry) Entry {
 	if e.completed != 0 {
 		c := e.completed
 		out.TimeDiscoveredCompletedNs, out.State = &c, "completed"
+	}
+	if e.duration > 0 { // torch's duration_ms: cudaEventElapsedTime (Note [event times])
+		ms := float64(e.duration) / float64(time.Millisecond)
+		out.DurationMs = &ms
 	}
 	return out
 }

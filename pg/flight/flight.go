@@ -70,7 +70,12 @@ func Wrap(g pg.ProcessGroup, o Options) (*Recorder, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("flight: Options.Entries is %d; want 0 (the default, %d) or more", n, DefaultEntries)
 	}
-	if n == 0 {
+	var a Attacher
+	attached := pg.As(g, &a)
+	if n == 0 && attached {
+		n = a.FlightEntries()
+	}
+	if n <= 0 {
 		n = DefaultEntries
 	}
 	ranks := o.Ranks
@@ -98,7 +103,24 @@ func Wrap(g pg.ProcessGroup, o Options) (*Recorder, error) {
 	}
 	r := &ring{entries: make([]entry, n), rank: o.GlobalRank}
 	r.groups = append(r.groups, gi)
-	return &Recorder{ProcessGroup: g, ring: r, grp: gi}, nil
+	rec := &Recorder{ProcessGroup: g, ring: r, grp: gi}
+	if attached {
+		a.AttachFlight(rec)
+	}
+	return rec, nil
+}
+
+// Attacher is a group that takes part in its recording: Wrap (and a
+// recorded Split or NewGroup, for the subgroup) finds it behind any
+// wrappers with pg.As, sizes the ring by FlightEntries when
+// Options.Entries is 0 (0 or less: DefaultEntries), and calls
+// AttachFlight with the new Recorder. pg/nccl's Group is one: its
+// watchdog sees a timeout before any caller does, and logs and dumps the
+// Recorder then, as torch's watchdog dumps its flight recorder. (Its
+// event times reach the ring through its Works: pg.TimedWork.)
+type Attacher interface {
+	AttachFlight(*Recorder)
+	FlightEntries() int
 }
 
 // Inner is the recorded group.
@@ -181,6 +203,9 @@ type work struct {
 	pg.Work
 	r *Recorder
 }
+
+// Times forwards the backend's times (pg.TimedWork).
+func (w *work) Times() pg.OpTimes { return pg.TimesOf(w.Work) }
 
 // Wait waits for the operation, and reports a failure to OnFailure.
 func (w *work) Wait(ctx context.Context) error {

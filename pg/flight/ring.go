@@ -33,7 +33,8 @@ type entry struct {
 	created            int64 // ns since the Unix epoch
 	started, completed int64 // 0 until discovered
 	retired            bool
-	work               pg.Work // nil once discovered finished
+	duration           time.Duration // on the device, from the backend's events; 0: not measured
+	work               pg.Work       // nil once discovered finished
 }
 
 // ring is the bounded buffer of one process's recorders.
@@ -106,7 +107,10 @@ func (r *ring) discoverLocked(now int64, all bool) {
 	}
 }
 
-// poll marks e completed or retired if its Work has finished.
+// poll marks e completed or retired if its Work has finished. A Work
+// whose backend knows when it ran (pg.TimedWork: pg/nccl's watchdog,
+// from CUDA events) gives its own times, which mean what torch's do (see
+// Note [event times]); any other is stamped now, when it was discovered.
 func poll(e *entry, now int64) bool {
 	if e.work == nil {
 		return false // not yet attached: its call is still issuing
@@ -116,13 +120,22 @@ func poll(e *entry, now int64) bool {
 	default:
 		return false
 	}
+	t := pg.TimesOf(e.work)
+	if !t.Started.IsZero() {
+		e.started = t.Started.UnixNano()
+	}
 	if e.work.Err() != nil {
 		e.retired = true
 	} else {
-		if e.started == 0 {
-			e.started = now
+		completed := now
+		if !t.Completed.IsZero() {
+			completed = t.Completed.UnixNano()
 		}
-		e.completed, e.retired = now, true
+		if e.started == 0 {
+			e.started = completed
+		}
+		e.completed, e.retired = completed, true
+		e.duration = t.Duration
 	}
 	e.work = nil
 	return true

@@ -183,7 +183,12 @@ func (v splitter) sub(g pg.ProcessGroup, err error, ranks []int) (pg.ProcessGrou
 		timeoutMS: v.r.grp.timeoutMS, onFailure: v.r.grp.onFailure,
 	}
 	r.groups = append(r.groups, gi)
-	return &Recorder{ProcessGroup: g, ring: r, grp: gi}, err
+	rec := &Recorder{ProcessGroup: g, ring: r, grp: gi}
+	var a Attacher
+	if pg.As(g, &a) {
+		a.AttachFlight(rec) // the ring is the parent's: FlightEntries is not asked
+	}
+	return rec, err
 }
 
 // extended is the whole set, every part that communicates recorded but

@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
@@ -38,8 +39,12 @@ func (b *cudaBackend) D2D(dst, src nccl.DevicePtr, n int) error {
 	return b.stream.CopyDtoD(dst, src, n)
 }
 
-func (b *cudaBackend) Record() (binding.Event, error) {
-	e, err := b.dev.NewEvent(false)
+func (b *cudaBackend) Record() (binding.Event, error) { return b.record(false) }
+
+func (b *cudaBackend) RecordTiming() (binding.Event, error) { return b.record(true) }
+
+func (b *cudaBackend) record(timing bool) (binding.Event, error) {
+	e, err := b.dev.NewEvent(timing)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +59,16 @@ type cudaEvent struct{ e *nccl.Event }
 
 func (e cudaEvent) Query() error   { return e.e.Query() }
 func (e cudaEvent) Destroy() error { return e.e.Destroy() }
+
+// Elapsed is cuEventElapsedTime(start, e).
+func (e cudaEvent) Elapsed(start binding.Event) (time.Duration, error) {
+	s, ok := start.(cudaEvent)
+	if !ok {
+		return 0, fmt.Errorf("nccl: elapsed time from a foreign event %T", start)
+	}
+	ms, err := e.e.Elapsed(s.e)
+	return time.Duration(float64(ms) * float64(time.Millisecond)), err
+}
 
 func (b *cudaBackend) Synchronize(ctx context.Context) error {
 	ev, err := b.Record()

@@ -43,9 +43,15 @@
 // pg.ErrRemote for ncclRemoteError, pg.ErrComm otherwise); the group then
 // refuses new work, as ProcessGroupNCCL after an abort.
 //
-// Flight recorder: a ring of the last FlightRecorderSize collectives (seq,
-// op, dtype, sizes, state, times), dumped to the logger on a timeout and
-// readable with FlightRecorder.
+// Flight recorder: the group keeps none of its own; it is recorded by the
+// pg/flight Recorder put over it (flight.Wrap, which sizes the ring by
+// Options.FlightRecorderSize), and the watchdog's times reach that ring
+// through the Works (pg.TimedWork): when each collective was found
+// started and completed from its CUDA events, and, with
+// Options.EnableTiming, its GPU time (torch's duration_ms). On a timeout
+// the watchdog logs the Recorder and, with Options.FlightDumpDir, dumps
+// it in torch's layout. FlightRecorder returns it. See Note [one flight
+// recorder].
 //
 // Collectives: AllReduce, Broadcast, AllGather, ReduceScatter and Reduce
 // map to NCCL's; BAND/BOR/BXOR, which NCCL lacks, are an ncclAllGather

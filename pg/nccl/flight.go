@@ -1,114 +1,75 @@
 package nccl
 
 import (
-	"sync"
-	"time"
-
 	"go.uber.org/zap"
 
-	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/flight"
 )
 
-// FlightState is where a recorded collective is.
-type FlightState uint8
+// Note [one flight recorder]
+//
+// The group keeps no ring of its own: its collectives are recorded by
+// the pg/flight Recorder put over it (flight.Wrap; cmd/ddp-train puts
+// one over every worker's group), in torch's layout, and what only the
+// watchdog knows, when each collective's CUDA events passed, reaches
+// that Recorder through the Works' Futures (Note [watchdog times]). The
+// group is a flight.Attacher: Wrap hands it the Recorder, so that the
+// watchdog, which sees a timeout before any caller does, can log it and
+// dump it (Options.FlightDumpDir) as torch's watchdog dumps its flight
+// recorder. A group nobody wrapped logs only the collectives pending
+// when it timed out.
 
-// The states of a FlightEntry.
-const (
-	stateScheduled FlightState = iota + 1 // issued, its event not passed
-	stateCompleted
-	stateFailed
-)
+var _ flight.Attacher = (*Group)(nil)
 
-func (s FlightState) String() string {
-	switch s {
-	case stateScheduled:
-		return "scheduled"
-	case stateCompleted:
-		return "completed"
-	case stateFailed:
-		return "failed"
-	}
-	return "unknown"
-}
+// AttachFlight is called by flight.Wrap with the Recorder put over this
+// group (flight.Attacher); a later Wrap replaces an earlier one.
+func (g *Group) AttachFlight(r *flight.Recorder) { g.flight.Store(r) }
 
-// FlightEntry is one collective in the flight recorder, as an entry of
-// c10d's NCCL trace buffer.
-type FlightEntry struct {
-	Seq               uint64
-	Op                pg.OpType
-	Peer              int // for Send and Recv; pg.NoPeer otherwise
-	Dtype             pg.Dtype
-	InBytes, OutBytes int64
-	State             FlightState
-	Issued, Finished  time.Time
-}
+// FlightEntries is Options.FlightRecorderSize: the size of the ring
+// flight.Wrap makes over this group when its own Options.Entries is 0.
+func (g *Group) FlightEntries() int { return g.opts.FlightRecorderSize }
 
-// flightRecorder is a bounded ring of the last collectives, which the
-// watchdog logs when one times out. It is kept beside pg/flight, the
-// recorder every backend gets (and ddp-train puts over this group too),
-// because it lives inside the watchdog and sees what a wrapper cannot:
-// when each collective's CUDA event passed. pg/flight's dumps, in
-// torch's layout, are the ones to merge; folding this ring's event
-// times into them is left to do (docs/observability.md).
-type flightRecorder struct {
-	mu   sync.Mutex
-	ring []FlightEntry
-	next int // index of the next slot
-	n    int // entries held
-}
+// FlightRecorder is the pg/flight Recorder put over this group, which
+// records its collectives, or nil if it was not wrapped (flight.Wrap).
+func (g *Group) FlightRecorder() *flight.Recorder { return g.flight.Load() }
 
-func newFlightRecorder(size int) *flightRecorder {
-	return &flightRecorder{ring: make([]FlightEntry, size)}
-}
-
-func (f *flightRecorder) add(e FlightEntry) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.ring[f.next] = e
-	f.next = (f.next + 1) % len(f.ring)
-	if f.n < len(f.ring) {
-		f.n++
-	}
-}
-
-// finish marks the newest entry for (seq, op) done.
-func (f *flightRecorder) finish(seq uint64, op pg.OpType, s FlightState, at time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i := 1; i <= f.n; i++ {
-		e := &f.ring[(f.next-i+len(f.ring))%len(f.ring)]
-		if e.Seq == seq && e.Op == op && e.State == stateScheduled {
-			e.State, e.Finished = s, at
-			return
+// dumpFlight logs the flight recorder on a timeout, one line per entry
+// under torch's key names, oldest first, and writes it to
+// Options.FlightDumpDir if set. Without a recorder it logs what was
+// pending.
+func (g *Group) dumpFlight(culprit *work) {
+	rec := g.flight.Load()
+	if rec == nil {
+		fields := []zap.Field{zap.String("hint", "wrap the group with pg/flight (flight.Wrap) to keep its last collectives")}
+		if culprit != nil {
+			fields = append(fields, zap.Stringer("op", culprit.op), zap.Uint64("seq", culprit.seq))
 		}
+		g.log.Error("nccl: collective timed out; no flight recorder", fields...)
+		return
 	}
-}
-
-// entries returns the ring, oldest first.
-func (f *flightRecorder) entries() []FlightEntry {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]FlightEntry, 0, f.n)
-	for i := f.n; i >= 1; i-- {
-		out = append(out, f.ring[(f.next-i+len(f.ring))%len(f.ring)])
+	d := rec.Snapshot()
+	g.log.Error("nccl: collective timed out; the flight recorder", zap.Int("entries", len(d.Entries)))
+	for _, e := range d.Entries {
+		fields := []zap.Field{zap.Uint64("record_id", e.RecordID), zap.Int("pg_id", e.PgID),
+			zap.Uint64("collective_seq_id", e.CollectiveSeqID), zap.Uint64("p2p_seq_id", e.P2PSeqID),
+			zap.String("profiling_name", e.ProfilingName), zap.String("state", e.State), zap.Bool("retired", e.Retired),
+			zap.Int64("time_created_ns", e.TimeCreatedNs)}
+		if e.TimeDiscoveredStartedNs != nil {
+			fields = append(fields, zap.Int64("time_discovered_started_ns", *e.TimeDiscoveredStartedNs))
+		}
+		if e.TimeDiscoveredCompletedNs != nil {
+			fields = append(fields, zap.Int64("time_discovered_completed_ns", *e.TimeDiscoveredCompletedNs))
+		}
+		if e.DurationMs != nil {
+			fields = append(fields, zap.Float64("duration_ms", *e.DurationMs))
+		}
+		g.log.Error("nccl flight recorder", fields...)
 	}
-	return out
-}
-
-// dump logs every entry, oldest first.
-func (f *flightRecorder) dump(log *zap.Logger, msg string) {
-	es := f.entries()
-	log.Error(msg, zap.Int("entries", len(es)))
-	for _, e := range es {
-		fields := []zap.Field{zap.Uint64("seq", e.Seq), zap.Stringer("op", e.Op), zap.Stringer("state", e.State),
-			zap.Stringer("dtype", e.Dtype), zap.Int64("in_bytes", e.InBytes), zap.Int64("out_bytes", e.OutBytes),
-			zap.Time("issued", e.Issued)}
-		if e.Peer != pg.NoPeer {
-			fields = append(fields, zap.Int("peer", e.Peer))
+	if dir := g.opts.FlightDumpDir; dir != "" {
+		if path, err := rec.DumpFile(dir); err != nil {
+			g.log.Error("nccl: flight recorder not dumped", zap.Error(err))
+		} else {
+			g.log.Error("nccl: flight recorder dumped", zap.String("path", path))
 		}
-		if !e.Finished.IsZero() {
-			fields = append(fields, zap.Duration("took", e.Finished.Sub(e.Issued)))
-		}
-		log.Error("nccl flight recorder", fields...)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/pg/pgtest"
 	"github.com/goddp/ddp/pg/store"
 )
@@ -80,9 +81,13 @@ func TestGPUConformance(t *testing.T) {
 func TestGPUWatchdogTimeout(t *testing.T) {
 	gs := gpuWorld(t, 1, time.Microsecond)
 	g := gs[0]
+	rec, err := flight.Wrap(g, flight.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	x := make([]float32, 64<<20)
 	x[0] = 42
-	err := waitErr(t, g.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)), time.Minute)
+	err = waitErr(t, rec.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)), time.Minute)
 	if !errors.Is(err, pg.ErrTimeout) {
 		t.Fatalf("%v, want a timeout", err)
 	}
@@ -93,7 +98,7 @@ func TestGPUWatchdogTimeout(t *testing.T) {
 	if err := waitErr(t, g.Barrier(context.Background()), time.Second); !errors.Is(err, pg.ErrTimeout) {
 		t.Fatalf("after the failure: %v", err)
 	}
-	if fr := g.FlightRecorder(); len(fr) != 1 || fr[0].State != stateFailed {
+	if fr := g.FlightRecorder().Snapshot().Entries; len(fr) != 1 || fr[0].State == "completed" || !fr[0].Retired {
 		t.Fatalf("flight recorder %+v", fr)
 	}
 	start := time.Now()

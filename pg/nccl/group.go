@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"github.com/goddp/ddp/pg/store"
 )
@@ -36,9 +38,10 @@ type Group struct {
 	closed   bool
 	mbRounds int // MonitoredBarrier calls so far
 
-	dev    devState // device buckets: devbucket.go
-	flight *flightRecorder
-	hooks  pg.Completions
+	dev        devState                        // device buckets: devbucket.go
+	flight     atomic.Pointer[flight.Recorder] // put over this group by flight.Wrap (flight.go)
+	lastFinish atomic.Int64                    // ns: when the watchdog last found an end event passed
+	hooks      pg.Completions
 
 	kick      chan struct{} // the watchdog has new Works (capacity 1)
 	dead      chan struct{} // closed when the group fails or closes
@@ -145,7 +148,6 @@ func newGroup(be binding.Backend, opts Options, st store.Store) *Group {
 		p2pSeq: map[p2pKey]uint64{},
 		lanes:  map[laneKey]*lane{},
 		dead:   make(chan struct{}),
-		flight: newFlightRecorder(opts.FlightRecorderSize),
 		kick:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		exited: make(chan struct{}),
@@ -166,9 +168,6 @@ func (g *Group) Backend() string { return "nccl" }
 
 // OnCompletion registers a completion hook (pg.CompletionHooker).
 func (g *Group) OnCompletion(hook func(pg.WorkInfo)) { g.hooks.Register(hook) }
-
-// FlightRecorder returns the recorded collectives, oldest first.
-func (g *Group) FlightRecorder() []FlightEntry { return g.flight.entries() }
 
 // Abort aborts the communicator (ncclCommAbort) and fails every pending
 // and future collective with pg.ErrAborted wrapping cause.
@@ -228,7 +227,8 @@ func (g *Group) Close() error {
 // fail records the group's failure (the first wins), aborts the
 // communicator and fails every pending Work with kind, naming each Work's
 // collective and sequence number. culprit, if any, is the Work that
-// caused it (a timeout); the flight recorder is dumped for timeouts.
+// caused it (a timeout); the flight recorder is logged (and dumped with
+// Options.FlightDumpDir) for timeouts, once every pending Work has failed.
 func (g *Group) fail(kind, cause error, culprit *work) {
 	g.mu.Lock()
 	if g.failure != nil {
@@ -238,6 +238,10 @@ func (g *Group) fail(kind, cause error, culprit *work) {
 	g.failure = &pg.CollectiveError{Op: "group", Rank: g.rank, Peer: pg.NoPeer, Kind: kind, Err: cause}
 	pending := g.pending
 	g.pending = nil
+	var head *work // the collective the stream is in: it has started
+	if len(pending) > 0 && pending[0].ev != nil {
+		head = pending[0]
+	}
 	close(g.dead)
 	var laneBackends []binding.Backend
 	for _, l := range g.lanes {
@@ -270,19 +274,23 @@ func (g *Group) fail(kind, cause error, culprit *work) {
 	if kind != pg.ErrClosed {
 		g.log.Warn("nccl process group failed", zap.Error(g.failure), zap.Int("pending", len(pending)))
 	}
-	if kind == pg.ErrTimeout {
-		g.flight.dump(g.log, "nccl: collective timed out; the last collectives")
-	}
 	now := time.Now()
 	for _, w := range pending {
 		err := cause
 		if culprit != nil && w != culprit {
 			err = fmt.Errorf("after %v seq %d failed: %w", culprit.op, culprit.seq, cause)
 		}
+		var started time.Time // Note [watchdog times]: only the head had started
+		if w == head {
+			started = time.Unix(0, g.lastFinish.Load())
+		}
 		w.finish(g, &pg.CollectiveError{Op: w.op.String(), Rank: g.rank, Peer: w.peer,
-			Kind: kind, Err: fmt.Errorf("seq %d: %w", w.seq, err)}, now, time.Time{})
+			Kind: kind, Err: fmt.Errorf("seq %d: %w", w.seq, err)}, now, started)
 		// The stream may still touch this Work's staging buffers: they are
 		// not reused (w.finish left them out of the pool).
+	}
+	if kind == pg.ErrTimeout {
+		g.dumpFlight(culprit)
 	}
 }
 

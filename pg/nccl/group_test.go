@@ -14,6 +14,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/flight"
 )
 
 func closeAll(t testing.TB, gs []*Group) {
@@ -192,22 +193,25 @@ func TestCollectivesOverFake(t *testing.T) {
 // fails on every rank with pg.ErrTimeout naming the collective and its
 // sequence number, after about the group timeout; the communicator is
 // aborted, the caller's tensor is left untouched, later calls fail at
-// once, and the flight recorder is dumped to the log.
+// once, and the pg/flight Recorder over the group is logged.
 func TestWatchdogTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	core, logs := observer.New(zap.DebugLevel)
 	gs, bs := fakeWorld(t, 2, timeout)
 	gs[0].log = zap.New(core)
 	defer closeAll(t, gs)
+	rec, err := flight.Wrap(gs[0], flight.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	// A collective that completes first, then one that stalls on rank 0.
-	for _, g := range gs {
-		_ = g.Barrier(ctx)
-	}
+	_ = rec.Barrier(ctx)
+	_ = gs[1].Barrier(ctx)
 	bs[0].StallNext()
 	data := [][]float32{{1, 2}, {3, 4}}
 	start := time.Now()
-	ws := []pg.Work{gs[0].AllReduce(ctx, pg.Float32s(data[0]), pg.Op(pg.Sum)), gs[1].AllReduce(ctx, pg.Float32s(data[1]), pg.Op(pg.Sum))}
+	ws := []pg.Work{rec.AllReduce(ctx, pg.Float32s(data[0]), pg.Op(pg.Sum)), gs[1].AllReduce(ctx, pg.Float32s(data[1]), pg.Op(pg.Sum))}
 	for r, w := range ws {
 		err := waitErr(t, w, 10*time.Second)
 		var ce *pg.CollectiveError
@@ -230,11 +234,19 @@ func TestWatchdogTimeout(t *testing.T) {
 	if err := waitErr(t, gs[0].Barrier(ctx), time.Second); !errors.Is(err, pg.ErrTimeout) {
 		t.Fatalf("a call after the failure: %v", err)
 	}
+	// The watchdog logs the recorder after failing the Works: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("nccl flight recorder").Len() < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if logs.FilterMessage("nccl flight recorder").Len() != 2 {
 		t.Fatalf("flight recorder dump has %d entries, want 2 (barrier, allreduce)", logs.FilterMessage("nccl flight recorder").Len())
 	}
-	fr := gs[0].FlightRecorder()
-	if len(fr) != 2 || fr[0].State != stateCompleted || fr[1].State != stateFailed || fr[1].Op != pg.OpAllReduce || fr[1].InBytes != 8 {
+	if gs[0].FlightRecorder() != rec || gs[1].FlightRecorder() != nil {
+		t.Fatal("FlightRecorder is not the Recorder flight.Wrap put over the group")
+	}
+	fr := rec.Snapshot().Entries
+	if len(fr) != 2 || fr[0].State != "completed" || fr[1].State != "started" || !fr[1].Retired ||
+		fr[1].ProfilingName != "nccl:all_reduce" || fr[1].InputSizes[0][0] != 2 {
 		t.Fatalf("flight recorder: %+v", fr)
 	}
 }
@@ -337,18 +349,6 @@ func TestStagingPool(t *testing.T) {
 	closeAll(t, gs)
 	if bs[0].Freed() != 1 || !bs[0].Closed() {
 		t.Fatalf("Close freed %d buffers", bs[0].Freed())
-	}
-}
-
-func TestFlightRecorderRing(t *testing.T) {
-	f := newFlightRecorder(3)
-	for s := uint64(1); s <= 5; s++ {
-		f.add(FlightEntry{Seq: s, Op: pg.OpAllReduce, State: stateScheduled})
-	}
-	f.finish(4, pg.OpAllReduce, stateCompleted, time.Now())
-	es := f.entries()
-	if len(es) != 3 || es[0].Seq != 3 || es[2].Seq != 5 || es[1].State != stateCompleted || es[2].State != stateScheduled {
-		t.Fatalf("%+v", es)
 	}
 }
 

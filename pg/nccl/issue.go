@@ -6,6 +6,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // A collective is issued in three phases, all enqueued on the group's
@@ -123,8 +124,6 @@ func (g *Group) stage(ctx context.Context, d desc, build func(s *stager) ([]part
 	}
 	w = &work{fut: pg.NewSeqFuture(seq), op: d.op, seq: seq, peer: d.peer, dtype: d.dtype, inBytes: d.inBytes,
 		outBytes: d.outBytes, issued: now, deadline: now.Add(g.opts.Timeout), ctx: ctx}
-	g.flight.add(FlightEntry{Seq: seq, Op: d.op, Peer: d.peer, Dtype: d.dtype, InBytes: d.inBytes, OutBytes: d.outBytes,
-		State: stateScheduled, Issued: now})
 	s := &stager{g: g, w: w}
 	parts, err := build(s)
 	if err != nil {
@@ -161,6 +160,9 @@ func (g *Group) enqueue(s *stager, parts []part) error {
 		}
 		return nil
 	}
+	if err := g.recordTiming(&s.w.start); err != nil {
+		return err
+	}
 	var err error
 	if len(parts) > 1 {
 		err = g.be.Group(comms)
@@ -168,6 +170,9 @@ func (g *Group) enqueue(s *stager, parts []part) error {
 		err = comms()
 	}
 	if err != nil {
+		return err
+	}
+	if err := g.recordTiming(&s.w.stop); err != nil {
 		return err
 	}
 	for _, p := range parts {
@@ -183,6 +188,17 @@ func (g *Group) enqueue(s *stager, parts []part) error {
 	}
 	s.w.ev = ev
 	return nil
+}
+
+// recordTiming records a timing event into *ev with Options.EnableTiming
+// (Note [watchdog times]).
+func (g *Group) recordTiming(ev *binding.Event) error {
+	if !g.opts.EnableTiming {
+		return nil
+	}
+	e, err := g.be.RecordTiming()
+	*ev = e
+	return err
 }
 
 // kindOfFailure is the sentinel of the group's failure.

@@ -12,7 +12,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultFlightRecorderSize = 2000 // as TORCH_NCCL_TRACE_BUFFER_SIZE's usual setting
+	DefaultFlightRecorderSize = 2000 // flight.DefaultEntries, as TORCH_NCCL_TRACE_BUFFER_SIZE's usual setting
 	DefaultPollInterval       = 200 * time.Microsecond
 	DefaultAsyncErrorInterval = 50 * time.Millisecond
 	DefaultStoreKey           = "nccl/unique_id"
@@ -32,16 +32,32 @@ type Options struct {
 	// It also bounds New when ctx has no deadline. Zero means
 	// pg.DefaultTimeout.
 	Timeout time.Duration
-	// Logger receives failures and the flight recorder's dump; nil means
-	// no logging.
+	// Logger receives failures and, on a timeout, the flight recorder's
+	// entries; nil means no logging.
 	Logger *zap.Logger
 	// StoreKey is the store key under which rank 0 publishes the unique
 	// id. Zero means DefaultStoreKey; use a prefix store or a distinct key
 	// per group made on one store.
 	StoreKey string
-	// FlightRecorderSize is how many recent collectives are kept for the
-	// dump on a timeout. Zero means DefaultFlightRecorderSize.
+	// FlightRecorderSize is how many recent operations the pg/flight
+	// Recorder put over this group keeps (flight.Wrap asks the group,
+	// through flight.Attacher, when its own Options.Entries is 0). Zero
+	// means DefaultFlightRecorderSize. The group keeps no ring itself.
 	FlightRecorderSize int
+	// FlightDumpDir, if not empty, is where the watchdog writes the
+	// attached pg/flight Recorder (flight.Recorder.DumpFile) when a
+	// collective times out, as torch dumps on a watchdog timeout
+	// (TORCH_NCCL_DUMP_ON_TIMEOUT). Without it the entries are only
+	// logged.
+	FlightDumpDir string
+	// EnableTiming records a timing CUDA event before and after each
+	// collective's NCCL calls, as TORCH_NCCL_ENABLE_TIMING: the watchdog
+	// then finds when each collective started on the stream from the
+	// first, and measures its time on the GPU (cuEventElapsedTime), which
+	// pg/flight dumps as duration_ms. Off, a collective is found started
+	// when the one before it on the stream completed, and no duration is
+	// measured. Two events per collective more.
+	EnableTiming bool
 	// PollInterval is how often the watchdog queries pending Works'
 	// events, AsyncErrorInterval how often it asks NCCL for asynchronous
 	// errors. Zero means the defaults.

@@ -102,8 +102,6 @@ func (g *Group) issueP2P(ctx context.Context, k laneKey, t pg.Tensor) pg.Work {
 	seq := g.p2pSeq[pk]
 	w := &work{fut: pg.NewSeqFuture(seq), op: op, seq: seq, peer: k.peer, dtype: t.Dtype, inBytes: d.inBytes,
 		outBytes: d.outBytes, issued: now, deadline: now.Add(g.opts.Timeout), ctx: ctx}
-	g.flight.add(FlightEntry{Seq: seq, Op: op, Peer: k.peer, Dtype: t.Dtype, InBytes: d.inBytes, OutBytes: d.outBytes,
-		State: stateScheduled, Issued: now})
 	l := g.lanes[k]
 	if l == nil {
 		l = &lane{g: g, key: k, kick: make(chan struct{}, 1), done: make(chan struct{})}

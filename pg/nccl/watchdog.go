@@ -70,10 +70,17 @@ func (g *Group) poll(lastFinish time.Time) time.Time {
 			}
 			g.pending = g.pending[1:]
 			g.mu.Unlock()
+			if w.start != nil && w.startedAt.Load() == 0 { // found started as it is found completed, as torch's update_state
+				w.startedAt.Store(now.UnixNano())
+			}
 			w.finish(g, nil, now, lastFinish)
 			lastFinish = now
+			g.lastFinish.Store(now.UnixNano())
 			continue
 		case errors.Is(err, nccl.ErrNotReady):
+			if w.start != nil && w.startedAt.Load() == 0 && w.start.Query() == nil {
+				w.startedAt.Store(now.UnixNano()) // Note [watchdog times]
+			}
 			g.checkDeadlines(now)
 			return lastFinish
 		default:

@@ -27,6 +27,9 @@ type Options struct {
 	// BucketRegistration and Logger are passed to the Groups' Options.
 	BucketRegistration pgnccl.Registration
 	Logger             *zap.Logger
+	// EnableTiming is passed to the Groups' Options: timing events
+	// around each collective, for pg/flight's duration_ms.
+	EnableTiming bool
 }
 
 // World is n ranks of NCCL Groups over the test double.
@@ -57,7 +60,8 @@ func NewWorld(n int, o Options) (*World, error) {
 		// Fast polling: tests of timeouts and asynchronous errors should
 		// not wait on the watchdog's production intervals.
 		opts := pgnccl.Options{Rank: r, Size: n, Timeout: o.Timeout, PollInterval: 100 * time.Microsecond,
-			AsyncErrorInterval: 5 * time.Millisecond, BucketRegistration: o.BucketRegistration, Logger: o.Logger}
+			AsyncErrorInterval: 5 * time.Millisecond, BucketRegistration: o.BucketRegistration, Logger: o.Logger,
+			EnableTiming: o.EnableTiming}
 		if w.Groups[r], err = pgnccl.NewOnBackend(bs[r], st, opts); err != nil {
 			w.Groups = w.Groups[:r]
 			return nil, errors.Join(err, w.Close())

@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"time"
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
@@ -23,6 +24,9 @@ type Backend interface {
 	D2H(dst []byte, src nccl.DevicePtr) error
 	D2D(dst, src nccl.DevicePtr, n int) error
 	Record() (Event, error)
+	// RecordTiming is Record with a timing event (cuEventCreate without
+	// CU_EVENT_DISABLE_TIMING), which Elapsed can measure from.
+	RecordTiming() (Event, error)
 	// Synchronize waits for the stream, at most until ctx ends.
 	Synchronize(ctx context.Context) error
 
@@ -74,6 +78,9 @@ type Event interface {
 	// Query is nil once the stream has passed the point, nccl.ErrNotReady
 	// before, or the error of the work before it.
 	Query() error
+	// Elapsed is the device time from start to this event, both timing
+	// events (RecordTiming) that have passed: cuEventElapsedTime.
+	Elapsed(start Event) (time.Duration, error)
 	Destroy() error
 }
 

@@ -172,7 +172,12 @@ func (s *stream) run() {
 	}
 }
 
-type event struct{ done chan struct{} }
+// event is a mark on a stream; at, for a timing event, is stamped with
+// the time the stream passed it, before done is closed.
+type event struct {
+	done chan struct{}
+	at   *time.Time
+}
 
 func (e event) Query() error {
 	select {
@@ -183,6 +188,19 @@ func (e event) Query() error {
 	}
 }
 func (e event) Destroy() error { return nil }
+
+// Elapsed is the wall time between the stream passing start and e, as
+// cuEventElapsedTime measures the device's; it refuses what CUDA refuses.
+func (e event) Elapsed(start binding.Event) (time.Duration, error) {
+	s, ok := start.(event)
+	if !ok || e.at == nil || s.at == nil {
+		return 0, &nccl.Error{Func: "cuEventElapsedTime", Code: nccl.InvalidArgument, Desc: "not two timing events of the fake"}
+	}
+	if s.Query() != nil || e.Query() != nil {
+		return 0, nccl.ErrNotReady
+	}
+	return e.at.Sub(*s.at), nil
+}
 
 // wait blocks until the stream has passed e, at most until ctx ends.
 func (e event) wait(ctx context.Context) error {
@@ -215,6 +233,11 @@ func (b *Backend) D2D(dst, src nccl.DevicePtr, n int) error {
 	return nil
 }
 func (b *Backend) Record() (binding.Event, error) { return b.mark(), nil }
+func (b *Backend) RecordTiming() (binding.Event, error) {
+	e := event{done: make(chan struct{}), at: new(time.Time)}
+	b.st.enqueue(func() { *e.at = time.Now(); close(e.done) })
+	return e, nil
+}
 func (b *Backend) Synchronize(ctx context.Context) error {
 	return b.mark().wait(ctx)
 }
