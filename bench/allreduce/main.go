@@ -7,8 +7,10 @@
 //	go build -tags mpi -o allreduce ./bench/allreduce && mpirun -np 2 ./allreduce --backend mpi
 //
 // --op is allreduce, allgather, reducescatter, alltoall, broadcast,
-// reduce, gather, scatter or sendrecv, a comma-separated list of them, or
-// all (which skips, with a note, the ops the backend lacks). The CSV
+// reduce, gather, scatter, sendrecv or barrier, a comma-separated list of
+// them, or all (which skips, with a note, the ops the backend lacks). A
+// barrier moves nothing: it is timed once, as a row of 0 bytes, whatever
+// --sizes says. The CSV
 // output is
 //
 //	bytes,count,type,op,redop,root,time_us,algbw_GBps,busbw_GBps

@@ -71,17 +71,20 @@ func TestBusFactorsFollowNcclTests(t *testing.T) {
 			"allreduce": {1, 250, 1000}, "broadcast": {1, 250, 1000}, "reduce": {1, 250, 1000}, "sendrecv": {1, 250, 1000},
 			"allgather": {0.5, 125, 1000}, "reducescatter": {0.5, 125, 1000}, "alltoall": {0.5, 125, 1000},
 			"gather": {0.5, 125, 1000}, "scatter": {0.5, 125, 1000},
+			"barrier": {1, 0, 0}, // no bytes: timed once, as 0 (so busbw 0)
 		},
 		4: {
 			"allreduce": {1.5, 250, 1000}, "broadcast": {1, 250, 1000}, "reduce": {1, 250, 1000}, "sendrecv": {1, 250, 1000},
 			// 250 elements over 4 ranks: chunks of 62, 248 elements in all.
 			"allgather": {0.75, 62, 992}, "reducescatter": {0.75, 62, 992}, "alltoall": {0.75, 62, 992},
 			"gather": {0.75, 62, 992}, "scatter": {0.75, 62, 992},
+			"barrier": {1, 0, 0},
 		},
 		8: {
 			"allreduce": {1.75, 250, 1000}, "broadcast": {1, 250, 1000}, "reduce": {1, 250, 1000}, "sendrecv": {1, 250, 1000},
 			"allgather": {0.875, 31, 992}, "reducescatter": {0.875, 31, 992}, "alltoall": {0.875, 31, 992},
 			"gather": {0.875, 31, 992}, "scatter": {0.875, 31, 992},
+			"barrier": {1, 0, 0},
 		},
 	}
 	for n, ops := range cases {
@@ -144,8 +147,8 @@ func TestEveryOpOnLocal(t *testing.T) {
 		}
 	}
 	for _, c := range collectives() {
-		if rows[c.name] != 2 {
-			t.Errorf("%s: %d rows, want 2\n%s", c.name, rows[c.name], out.String())
+		if want := map[bool]int{false: 2, true: 1}[c.sizeless]; rows[c.name] != want {
+			t.Errorf("%s: %d rows, want %d\n%s", c.name, rows[c.name], want, out.String())
 		}
 	}
 	out.Reset()
@@ -191,11 +194,14 @@ func TestTCPWorkers(t *testing.T) {
 		t.Fatalf("output:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	}
 	for i, c := range collectives() {
-		count := 16384
-		if c.chunked {
+		count, size := 16384, 65536
+		switch {
+		case c.chunked:
 			count = 8192
+		case c.sizeless:
+			count, size = 0, 0
 		}
-		if want := fmt.Sprintf("65536,%d,float32,%s,", count, c.name); !strings.HasPrefix(lines[1+i], want) {
+		if want := fmt.Sprintf("%d,%d,float32,%s,", size, count, c.name); !strings.HasPrefix(lines[1+i], want) {
 			t.Errorf("row %q, want it to start with %q", lines[1+i], want)
 		}
 	}

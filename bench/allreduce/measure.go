@@ -125,7 +125,11 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config, out io.Writer) ([
 		}
 		var busSum float64
 		var opRows int
-		for _, size := range c.sizes {
+		sizes := c.sizes
+		if op.sizeless {
+			sizes = []int{0} // a barrier has no size: once
+		}
+		for _, size := range sizes {
 			r, err := measureOne(ctx, g, c, op, size)
 			if err != nil {
 				return nil, fmt.Errorf("%s at %d bytes: %w", op.name, size, err)

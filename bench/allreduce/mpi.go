@@ -49,14 +49,17 @@ func runMPI(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	if g.Rank() == 0 && len(mpiRows) == len(tcpRows) {
-		fmt.Fprintln(stdout, "# op,bytes,mpi_busbw_GBps,tcp_busbw_GBps,mpi/tcp")
+		fmt.Fprintln(stdout, "# op,bytes,mpi_busbw_GBps,tcp_busbw_GBps,mpi/tcp,mpi_us,tcp_us")
 		for i, m := range mpiRows {
 			t := tcpRows[i]
+			// mpi/tcp is the busbw ratio, tcp's time over mpi's, which
+			// also holds for a barrier, that moves no bytes.
 			ratio := 0.0
-			if t.busbw() > 0 {
-				ratio = m.busbw() / t.busbw()
+			if m.perIter > 0 {
+				ratio = float64(t.perIter) / float64(m.perIter)
 			}
-			fmt.Fprintf(stdout, "# %s,%d,%.3f,%.3f,%.2f\n", m.op.name, m.bytes, m.busbw(), t.busbw(), ratio)
+			fmt.Fprintf(stdout, "# %s,%d,%.3f,%.3f,%.2f,%.2f,%.2f\n", m.op.name, m.bytes, m.busbw(), t.busbw(), ratio,
+				float64(m.perIter.Nanoseconds())/1e3, float64(t.perIter.Nanoseconds())/1e3)
 		}
 	}
 	return nil

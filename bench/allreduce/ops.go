@@ -32,12 +32,13 @@ import (
 // (Recent nccl-tests also round gather's per-rank count down to a
 // multiple of 16 bytes; this command does not.)
 type collective struct {
-	name    string
-	chunked bool // nccl-tests' count is the per-rank chunk, S/e/n
-	rooted  bool // has a root (printed in the root column)
-	reduces bool // takes a reduction op (printed in the redop column)
-	factor  func(n int) float64
-	formula string // factor, as text
+	name     string
+	chunked  bool // nccl-tests' count is the per-rank chunk, S/e/n
+	rooted   bool // has a root (printed in the root column)
+	reduces  bool // takes a reduction op (printed in the redop column)
+	sizeless bool // moves no data (barrier): timed once, whatever --sizes says, as 0 bytes
+	factor   func(n int) float64
+	formula  string // factor, as text
 	// iface names the optional interface the op needs, "" for none.
 	iface string
 	// prepare allocates one rank's buffers and returns a function that
@@ -61,6 +62,7 @@ func collectives() []collective {
 		{name: "gather", chunked: true, rooted: true, factor: chunkFactor, formula: "(n-1)/n", iface: "pg.Rooted", prepare: prepGather},
 		{name: "scatter", chunked: true, rooted: true, factor: chunkFactor, formula: "(n-1)/n", iface: "pg.Rooted", prepare: prepScatter},
 		{name: "sendrecv", factor: unitFactor, formula: "1", iface: "pg.PointToPoint", prepare: prepSendRecv},
+		{name: "barrier", sizeless: true, factor: unitFactor, formula: "1", prepare: prepBarrier},
 	}
 }
 
@@ -99,6 +101,9 @@ func opNames() string {
 // bytes on n ranks, and the bytes of its size column (which algbw
 // divides by the time).
 func (c collective) layout(size int, d pg.Dtype, n int) (count, bytes int) {
+	if c.sizeless {
+		return 0, 0
+	}
 	count = size / d.Size()
 	if c.chunked {
 		count /= n
@@ -145,6 +150,10 @@ func waitFor(issue func(ctx context.Context) pg.Work) func(context.Context) erro
 func prepAllReduce(g pg.ProcessGroup, d pg.Dtype, count, _ int) (func(context.Context) error, error) {
 	t := pg.NewTensor(d, count)
 	return waitFor(func(ctx context.Context) pg.Work { return g.AllReduce(ctx, t, pg.Op(pg.Sum)) }), nil
+}
+
+func prepBarrier(g pg.ProcessGroup, _ pg.Dtype, _, _ int) (func(context.Context) error, error) {
+	return waitFor(g.Barrier), nil
 }
 
 func prepBroadcast(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Context) error, error) {
