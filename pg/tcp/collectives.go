@@ -80,9 +80,6 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 		timeout = g.opts.Timeout
 	}
 	w := g.submit(ctx, pg.OpMonitoredBarrier, meta{}, func(r *run) error { return g.monitoredBarrier(r, timeout, waitAll) })
-	if ww, ok := w.(*work); ok {
-		ww.g.runThrough(ww.o) // Note [the caller runs]
-	}
 	<-w.Done()
 	return w.Err()
 }

@@ -34,7 +34,6 @@ type op struct {
 	fut     *pg.Future
 	do      func(*run) error
 	stop    func() bool // unregisters the ctx watch
-	taken   bool        // the executor or a Wait has taken it to run (Group.mu)
 }
 
 // meta is what a collective's WorkInfo says about its buffers.
@@ -55,40 +54,30 @@ func (g *Group) invalid(typ pg.OpType, err error) pg.Work {
 }
 
 // submit issues a collective: it takes the next sequence number and
-// queues do for the executor, or for the caller's Wait (Note [the caller
-// runs]). A nil ctx is refused before anything is taken.
+// queues do for the executor. A nil ctx is refused before anything is
+// taken.
 func (g *Group) submit(ctx context.Context, typ pg.OpType, m meta, do func(*run) error) pg.Work {
 	if err := pg.CheckContext(ctx); err != nil {
 		return g.invalid(typ, err)
 	}
 	o := &op{typ: typ, name: typ.String(), ctx: ctx, issued: time.Now(), meta: m, do: do}
-	kick, err := g.enqueue(o)
-	if err != nil {
+	if err := g.enqueue(o); err != nil {
 		return pg.Completed(g.annotate(err))
 	}
-	if kick {
-		g.kick()
-	}
-	return &work{Future: o.fut, g: g, o: o}
-}
-
-// kick wakes the executor to run what is queued.
-func (g *Group) kick() {
 	select {
 	case g.opKick <- struct{}{}:
 	default:
 	}
+	return o.fut
 }
 
 // enqueue numbers o and queues it, or returns the error of the group's
-// failure (exited implies failed). It reports whether the executor must
-// be kicked; when not, o is left for its caller's Wait and the lazy timer
-// kicks the executor after lazyGrace if no Wait claims it first.
-func (g *Group) enqueue(o *op) (kick bool, err error) {
+// failure (exited implies failed).
+func (g *Group) enqueue(o *op) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f := g.failure.Load(); f != nil || g.exited {
-		return false, f.errorFor(o.name, g.rank)
+		return f.errorFor(o.name, g.rank)
 	}
 	o.seq = g.nextSeq
 	g.nextSeq++
@@ -99,14 +88,7 @@ func (g *Group) enqueue(o *op) (kick bool, err error) {
 		o.stop = context.AfterFunc(o.ctx, func() { g.cancelled(o) })
 	}
 	g.queue = append(g.queue, o)
-	if g.lazy != nil && !g.running && (len(g.queue) == 1 || g.armed) {
-		if !g.armed {
-			g.lazy.Reset(lazyGrace)
-			g.armed = true
-		}
-		return false, nil
-	}
-	return true, nil
+	return nil
 }
 
 // cancelled aborts the group because o's ctx ended.
@@ -124,49 +106,28 @@ func (g *Group) execute() {
 		if o == nil {
 			return
 		}
-		g.runAndFinish(o)
-		g.idle()
+		err := g.annotate(g.runOne(o))
+		if o.stop != nil {
+			o.stop()
+		}
+		o.fut.Complete(err)
+		if g.hooks.Active() {
+			g.hooks.Deliver(pg.WorkInfo{Op: o.typ, Seq: o.seq + 1, Rank: g.rank, Dtype: o.meta.dtype,
+				InBytes: o.meta.in, OutBytes: o.meta.out,
+				Issued: o.issued, Started: o.started, Finished: time.Now(), Err: err})
+		}
 	}
 }
 
-// runAndFinish runs o and completes its Work.
-func (g *Group) runAndFinish(o *op) {
-	err := g.annotate(g.runOne(o))
-	if o.stop != nil {
-		o.stop()
-	}
-	o.fut.Complete(err)
-	if g.hooks.Active() {
-		g.hooks.Deliver(pg.WorkInfo{Op: o.typ, Seq: o.seq + 1, Rank: g.rank, Dtype: o.meta.dtype,
-			InBytes: o.meta.in, OutBytes: o.meta.out,
-			Issued: o.issued, Started: o.started, Finished: time.Now(), Err: err})
-	}
-}
-
-// idle gives up the right to run collectives, which the executor or a
-// caller's Wait took, and kicks the executor if more are queued.
-func (g *Group) idle() {
-	g.mu.Lock()
-	g.running = false
-	more := len(g.queue) > 0
-	g.mu.Unlock()
-	if more {
-		g.kick()
-	}
-}
-
-// next waits for the next queued op and takes the right to run it; nil
-// means the group is closing and nothing is left.
+// next waits for the next queued op; nil means the group is closing and
+// nothing is left.
 func (g *Group) next() *op {
 	for {
 		g.mu.Lock()
-		if len(g.queue) > 0 && !g.running {
+		if len(g.queue) > 0 {
 			o := g.queue[0]
 			g.queue[0] = nil
 			g.queue = g.queue[1:]
-			o.taken = true
-			g.running = true
-			g.armed = false
 			g.mu.Unlock()
 			return o
 		}
@@ -175,25 +136,14 @@ func (g *Group) next() *op {
 		case <-g.opKick:
 		case <-g.stopping:
 			g.mu.Lock()
-			// A caller's Wait that runs collectives holds the group's
-			// WaitGroup itself, and kicks when it is done.
 			empty := len(g.queue) == 0
 			g.exited = empty // submit fails what comes later itself
 			g.mu.Unlock()
 			if empty {
 				return nil
 			}
-			if g.isRunning() {
-				<-g.opKick
-			}
 		}
 	}
-}
-
-func (g *Group) isRunning() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.running
 }
 
 // runOne runs o and returns its result. A failed collective fails the

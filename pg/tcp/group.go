@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -34,12 +33,9 @@ type Group struct {
 	hooks      pg.Completions
 
 	mu      sync.Mutex
-	queue   []*op       // issued, not yet run
-	nextSeq uint64      // the sequence number of the next collective issued
-	exited  bool        // the executor has stopped
-	running bool        // a goroutine (the executor or a Wait) runs collectives: Note [the caller runs]
-	armed   bool        // the queue holds collectives issued with no kick, and lazy will kick
-	lazy    *time.Timer // kicks the executor when a Wait does not claim a collective in time; nil when every collective is kicked at once
+	queue   []*op  // issued, not yet run
+	nextSeq uint64 // the sequence number of the next collective issued
+	exited  bool   // the executor has stopped
 
 	curSeq   atomic.Uint64 // the collective running or last run
 	failure  atomic.Pointer[failure]
@@ -119,10 +115,6 @@ func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (
 			go l.writeLoop()
 		}
 	}
-	if sw != nil && sw.Full() {
-		g.lazy = time.AfterFunc(time.Hour, g.kick)
-		g.lazy.Stop()
-	}
 	g.wg.Add(1)
 	go g.execute()
 	log.Debug("process group ready", zap.Int("size", opts.Size))
@@ -158,9 +150,6 @@ func (g *Group) Close() error {
 	g.closeOnce.Do(func() {
 		g.fail(&failure{kind: pg.ErrClosed, peer: pg.NoPeer, err: errors.New("Close was called")}, kindGoodbye)
 		close(g.stopping)
-		if g.lazy != nil {
-			g.lazy.Stop()
-		}
 		g.wg.Wait()
 		g.probes.stop()
 		if g.shm != nil {
