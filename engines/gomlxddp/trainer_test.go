@@ -1,0 +1,71 @@
+package gomlxddp_test
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/goddp/ddp/engines/gomlxddp"
+)
+
+// TestSameAsOneProcess: N ranks, each on its shard of every batch, end
+// with the parameters that GoMLX's own Trainer reaches alone on the whole
+// batches, and with the same bits on every rank.
+func TestSameAsOneProcess(t *testing.T) {
+	const steps, rows = 12, 12
+	for _, opt := range []string{"sgd", "adam"} {
+		_, want := reference(t, opt, steps, rows)
+		for _, size := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/%d", opt, size), func(t *testing.T) {
+				got := runRanks(t, opt, size, steps, rows, gomlxddp.Options{})
+				checkClose(t, got[0].params, want, 1e-9)
+				for r := 1; r < size; r++ {
+					checkBitwise(t, r, got[r].params, got[0].params)
+				}
+			})
+		}
+	}
+}
+
+func checkClose(t *testing.T, got, want map[string][]float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("%d trainable variables, want %d", len(got), len(want))
+	}
+	for name, w := range want {
+		g := got[name]
+		if len(g) != len(w) {
+			t.Fatalf("%s: %d values, want %d", name, len(g), len(w))
+		}
+		for i := range w {
+			if d := math.Abs(g[i] - w[i]); d > tol*math.Max(1, math.Abs(w[i])) || math.IsNaN(g[i]) {
+				t.Fatalf("%s[%d] = %v, one process on the whole batch: %v (diff %.3g)", name, i, g[i], w[i], d)
+			}
+		}
+	}
+}
+
+func checkBitwise(t *testing.T, rank int, got, rank0 map[string][]float64) {
+	t.Helper()
+	for name, w := range rank0 {
+		g := got[name]
+		for i := range w {
+			if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
+				t.Fatalf("rank %d: %s[%d] = %v, rank 0 has %v: replicas differ", rank, name, i, g[i], w[i])
+			}
+		}
+	}
+	if len(got) != len(rank0) || !slices.Equal(keys(got), keys(rank0)) {
+		t.Fatalf("rank %d has variables %v, rank 0 %v", rank, keys(got), keys(rank0))
+	}
+}
+
+func keys(m map[string][]float64) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
