@@ -2,6 +2,7 @@ package gomlxddp_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -60,14 +61,22 @@ func shard(rows [][]float64, rank, size int) *tensors.Tensor {
 
 // newOptimizer is one of the optimizers under test.
 func newOptimizer(t testing.TB, name string) optimizers.Interface {
+	t.Helper()
+	o, err := optimizerByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func optimizerByName(name string) (optimizers.Interface, error) {
 	switch name {
 	case "sgd":
-		return optimizers.StochasticGradientDescent().WithDecay(false).WithLearningRate(0.05).Done()
+		return optimizers.StochasticGradientDescent().WithDecay(false).WithLearningRate(0.05).Done(), nil
 	case "adam":
-		return optimizers.Adam().LearningRate(0.01).Done()
+		return optimizers.Adam().LearningRate(0.01).Done(), nil
 	}
-	t.Fatalf("no optimizer %q", name)
-	return nil
+	return nil, fmt.Errorf("no optimizer %q", name)
 }
 
 func newBackend(t testing.TB) backends.Backend {
@@ -87,8 +96,7 @@ func newContext(initSeed int64) *mlctx.Context {
 }
 
 // values reads every trainable variable of c, by scope and name.
-func values(t testing.TB, c *mlctx.Context) map[string][]float64 {
-	t.Helper()
+func values(c *mlctx.Context) (map[string][]float64, error) {
 	out := map[string][]float64{}
 	for v := range c.IterVariables() {
 		if !v.Trainable {
@@ -96,11 +104,13 @@ func values(t testing.TB, c *mlctx.Context) map[string][]float64 {
 		}
 		val, err := v.Value()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		out[v.ScopeAndName()] = tensors.MustCopyFlatData[float64](val)
+		if out[v.ScopeAndName()], err = tensors.CopyFlatData[float64](val); err != nil {
+			return nil, err
+		}
 	}
-	return out
+	return out, nil
 }
 
 // reference trains the model alone with GoMLX's own Trainer, on the
@@ -118,13 +128,17 @@ func reference(t testing.TB, opt string, steps, rows int) ([]float64, map[string
 		}
 		curve = append(curve, m[0].Value().(float64))
 	}
-	return curve, values(t, c)
+	vals, err := values(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return curve, vals
 }
 
 // rankResult is what one rank of a data-parallel run ends with.
 type rankResult struct {
-	losses []float64 // this rank's loss at each step
-	params map[string][]float64
+	Losses []float64 // this rank's loss at each step
+	Params map[string][]float64
 }
 
 // runRanks trains the model data-parallel on size in-process ranks over
@@ -150,10 +164,26 @@ func runRanks(t *testing.T, opt string, size, steps, rows int, o gomlxddp.Option
 }
 
 func runRank(t *testing.T, g pg.ProcessGroup, opt string, steps, rows int, o gomlxddp.Options) (rankResult, error) {
+	t.Helper()
+	optimizer, err := optimizerByName(opt)
+	if err != nil {
+		return rankResult{}, err
+	}
+	return trainRank(g, optimizer, steps, rows, o)
+}
+
+// trainRank is one rank of a data-parallel run, in this process or a
+// worker process: it starts from its own initial values (rank 0's win).
+func trainRank(g pg.ProcessGroup, opt optimizers.Interface, steps, rows int, o gomlxddp.Options) (rankResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	backend, err := simplego.New("")
+	if err != nil {
+		return rankResult{}, err
+	}
+	defer backend.Finalize()
 	c := newContext(seed + int64(1000*g.Rank()))
-	tr, err := gomlxddp.New(newBackend(t), c, g, mlp, losses.MeanSquaredError, newOptimizer(t, opt), o)
+	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, opt, o)
 	if err != nil {
 		return rankResult{}, err
 	}
@@ -165,13 +195,13 @@ func runRank(t *testing.T, g pg.ProcessGroup, opt string, steps, rows int, o gom
 		if err != nil {
 			return res, err
 		}
-		res.losses = append(res.losses, loss)
+		res.Losses = append(res.Losses, loss)
 	}
 	if err := tr.VerifyReplicas(ctx); err != nil {
 		return res, err
 	}
-	res.params = values(t, c)
-	return res, nil
+	res.Params, err = values(c)
+	return res, err
 }
 
 // tcpGroups starts n tcp ranks on loopback, meeting through a HashStore.

@@ -19,9 +19,9 @@ func TestSameAsOneProcess(t *testing.T) {
 		for _, size := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%s/%d", opt, size), func(t *testing.T) {
 				got := runRanks(t, opt, size, steps, rows, gomlxddp.Options{})
-				checkClose(t, got[0].params, want, 1e-9)
+				checkClose(t, got[0].Params, want, 1e-9)
 				for r := 1; r < size; r++ {
-					checkBitwise(t, r, got[r].params, got[0].params)
+					checkBitwise(t, r, got[r].Params, got[0].Params)
 				}
 			})
 		}
