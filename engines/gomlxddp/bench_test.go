@@ -114,4 +114,3 @@ func benchDDP(b *testing.B, size int) {
 	b.ResetTimer()
 	run(b.N)
 }
-
