@@ -29,8 +29,10 @@ import (
 // the gradient of each trainable variable the loss reaches.
 func (t *Trainer) gradGraph(ctx *mlctx.Context, inputsAndLabels []*graph.Node) []*graph.Node {
 	g := inputsAndLabels[0].Graph()
-	if t.graphs > 0 {
-		ctx = ctx.Checked(false) // the variables exist from the first graph
+	if t.graphs > 0 || t.loaded {
+		// The variables exist: from the first graph, or from a checkpoint
+		// loaded before the first step.
+		ctx = ctx.Checked(false)
 	}
 	ctx.SetTraining(g, true)
 	inputs, labels := inputsAndLabels[:t.numInputs], inputsAndLabels[t.numInputs:]

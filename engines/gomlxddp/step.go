@@ -21,6 +21,7 @@ func (t *Trainer) setup(ctx context.Context, inputs, labels []*tensors.Tensor) e
 		return fmt.Errorf("%w: gomlxddp: a step needs at least one input tensor", pg.ErrInvalidArgument)
 	}
 	t.numInputs = len(inputs)
+	t.loaded = t.mctx.NumVariables() > 0 || t.mctx.Loader() != nil
 	if err := catch(func() error { return t.declare(inputs, labels) }); err != nil {
 		return fmt.Errorf("gomlxddp: building the model's graph: %w", err)
 	}
@@ -47,7 +48,10 @@ func (t *Trainer) setup(ctx context.Context, inputs, labels []*tensors.Tensor) e
 		if t.applyExec, err = mlctx.NewExecAny(t.backend, t.mctx, t.applyGraph); err != nil {
 			return err
 		}
-		return t.mctx.InitializeVariables(t.backend, nil)
+		if err := t.mctx.InitializeVariables(t.backend, nil); err != nil {
+			return err
+		}
+		return ensureRNGState(t.mctx)
 	})
 	if err != nil {
 		return fmt.Errorf("gomlxddp: initialising the variables: %w", err)

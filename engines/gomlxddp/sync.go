@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"strings"
 
 	"github.com/goddp/ddp/pg"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -25,13 +27,28 @@ import (
 // gradients with the same compiled graph, so the replicas stay bitwise
 // identical (VerifyReplicas checks it).
 
-// variables lists the context's variables in its (deterministic) order.
+// variables lists the context's variables by scope and name: the
+// context's own order is the order of creation, which differs between a
+// rank that loaded a checkpoint and one that did not.
 func variables(mctx *mlctx.Context) []*mlctx.Variable {
 	var vs []*mlctx.Variable
 	for v := range mctx.IterVariables() {
 		vs = append(vs, v)
 	}
+	slices.SortFunc(vs, func(a, b *mlctx.Variable) int { return strings.Compare(a.ScopeAndName(), b.ScopeAndName()) })
 	return vs
+}
+
+// ensureRNGState gives the context its random-number state if it has
+// none yet: GoMLX creates it while initialising variables, so a rank
+// whose variables all came from a checkpoint lacks it, and the ranks
+// would hold different sets of variables.
+func ensureRNGState(mctx *mlctx.Context) error {
+	v := mctx.GetVariableByScopeAndName(mlctx.RootScope, mlctx.RNGStateVariableName)
+	if v != nil && v.HasValue() {
+		return nil
+	}
+	return mctx.ResetRNGState()
 }
 
 // broadcastVariables copies rank 0's values of vs to every rank. It is

@@ -50,7 +50,8 @@ type Trainer struct {
 
 	gradExec, applyExec *mlctx.Exec
 	numInputs           int
-	graphs              int // gradient graphs built (one per input shape)
+	graphs              int  // gradient graphs built (one per input shape)
+	loaded              bool // the context held variables, or a checkpoint to load them from, before the first step
 	lossDType           dtypes.DType
 
 	params  []*mlctx.Variable // trainable variables the loss reaches, in GoMLX's order
