@@ -1,12 +1,18 @@
 package gomlxddp_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/engines/gomlxddp"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/reducer"
 )
 
 // TestSameAsOneProcess: N ranks, each on its shard of every batch, end
@@ -68,4 +74,42 @@ func keys(m map[string][]float64) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// TestBucketsAndHook: with small buckets the gradients travel in several
+// buckets, through a comm hook of the user's, and the result is the same.
+func TestBucketsAndHook(t *testing.T) {
+	const steps, rows, size = 6, 12, 2
+	_, want := reference(t, "sgd", steps, rows)
+	var calls atomic.Int64
+	hook := commhook.HookFunc(func(ctx context.Context, g pg.ProcessGroup, b *commhook.GradBucket) pg.Work {
+		calls.Add(1)
+		return commhook.Allreduce{}.Run(ctx, g, b)
+	})
+	o := gomlxddp.Options{Reducer: reducer.Options{BucketCapBytes: 64, FirstBucketBytes: 64, Hook: hook}}
+	got := runRanks(t, "sgd", size, steps, rows, o)
+	checkClose(t, got[0].Params, want, 1e-9)
+	checkBitwise(t, 1, got[1].Params, got[0].Params)
+	// The first iteration has one bucket (DDP's rule before the rebuild);
+	// later ones one per 64 bytes or so: 4 parameters, 8 float64s each at most.
+	t.Logf("hook calls per rank: %d", calls.Load()/size)
+	if perRank := calls.Load() / size; perRank < 1+2*(steps-1) {
+		t.Errorf("the hook ran %d times per rank in %d steps; want several buckets per step", perRank, steps)
+	}
+}
+
+// TestRefusedOptions: options this engine cannot honour are refused, with
+// the reason.
+func TestRefusedOptions(t *testing.T) {
+	for name, o := range map[string]gomlxddp.Options{
+		"FindUnusedParameters": {Reducer: reducer.Options{FindUnusedParameters: true}},
+		"GradientAsBucketView": {Reducer: reducer.Options{GradientAsBucketView: true}},
+		"Timeout":              {Timeout: -1},
+	} {
+		groups := tcpGroups(t, 1)
+		_, err := gomlxddp.New(newBackend(t), newContext(1), groups[0], mlp, nil, newOptimizer(t, "sgd"), o)
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: New said %v", name, err)
+		}
+	}
 }
