@@ -18,21 +18,33 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 )
 
-// The benchmark's model: an MLP 64 → 256 → 256 → 10 in float32 (85k
-// parameters, 340 KB of gradients), on batches of 64 rows.
-const benchBatch, benchIn = 64, 64
+// benchModel is a benchmark's model: an MLP in float32 with 10 classes,
+// on batches of batch rows.
+type benchModel struct {
+	name      string
+	batch, in int
+	hidden    []int
+}
 
-func benchMLP(ctx *mlctx.Context, _ any, inputs []*graph.Node) []*graph.Node {
+// The benchmark's models: "mlp85k", 64 → 256 → 256 → 10 (85k
+// parameters, 340 KB of gradients) on 64 rows, and "tiny", 8 → 16 → 10
+// (314 parameters) on 8 rows, where a step's fixed costs show.
+var benchModels = []benchModel{
+	{name: "mlp85k", batch: 64, in: 64, hidden: []int{256, 256}},
+	{name: "tiny", batch: 8, in: 8, hidden: []int{16}},
+}
+
+func (m benchModel) fn(ctx *mlctx.Context, _ any, inputs []*graph.Node) []*graph.Node {
 	x := inputs[0]
-	for i, n := range []int{256, 256} {
+	for i, n := range m.hidden {
 		x = graph.Tanh(layers.Dense(ctx.Inf("fc%d", i), x, true, n))
 	}
 	return []*graph.Node{layers.Dense(ctx.In("logits"), x, true, 10)}
 }
 
-func benchData(rows int) (*tensors.Tensor, *tensors.Tensor) {
+func (m benchModel) data(rows int) (*tensors.Tensor, *tensors.Tensor) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, rows*benchIn)
+	x := make([]float32, rows*m.in)
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
 	}
@@ -40,44 +52,47 @@ func benchData(rows int) (*tensors.Tensor, *tensors.Tensor) {
 	for i := range y {
 		y[i] = int32(rng.IntN(10))
 	}
-	return tensors.FromFlatDataAndDimensions(x, rows, benchIn), tensors.FromFlatDataAndDimensions(y, rows, 1)
+	return tensors.FromFlatDataAndDimensions(x, rows, m.in), tensors.FromFlatDataAndDimensions(y, rows, 1)
 }
 
 // BenchmarkStep: one training step (Adam) of the same model on the same
-// batch, by GoMLX's own Trainer ("gomlx", the reference) and by a
-// gomlxddp Trainer on a tcp group of one rank ("ddp/1": the cost of the
-// split step, the host copies and the reducer, with a loopback-free
-// allreduce) and of two ranks in this process, each on half the batch
-// ("ddp/2": ns/op is one step of the pair). Compare ddp/1 to gomlx for
-// the overhead of DDP itself.
+// batch, by GoMLX's own Trainer ("gomlx", the reference: one program per
+// step, with its loss metrics) and by a gomlxddp Trainer on a tcp group of
+// one rank ("ddp-1": the split step, the host copies, the reducer and its
+// one-rank allreduce) and of two ranks in this process, each on half the
+// batch ("ddp-2": ns/op is one step of the pair, sharing this machine's
+// cores). ddp-1 against gomlx is the overhead of DDP itself.
 func BenchmarkStep(b *testing.B) {
-	b.Run("gomlx", func(b *testing.B) {
-		backend := newBackend(b)
-		c := newContext(seed)
-		tr := train.NewTrainer(backend, c, benchMLP, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), nil, nil)
-		x, y := benchData(benchBatch)
-		step := func() {
-			if _, err := tr.TrainStep(nil, []*tensors.Tensor{x}, []*tensors.Tensor{y}); err != nil {
-				b.Fatal(err)
-			}
+	for _, m := range benchModels {
+		b.Run(m.name+"/gomlx", func(b *testing.B) { benchGoMLX(b, m) })
+		for _, size := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/ddp-%d", m.name, size), func(b *testing.B) { benchDDP(b, m, size) })
 		}
-		step() // compile
-		b.ResetTimer()
-		for range b.N {
-			step()
-		}
-	})
-	for _, size := range []int{1, 2} {
-		b.Run(fmt.Sprintf("ddp/%d", size), func(b *testing.B) { benchDDP(b, size) })
 	}
 }
 
-func benchDDP(b *testing.B, size int) {
+func benchGoMLX(b *testing.B, m benchModel) {
+	c := newContext(seed)
+	tr := train.NewTrainer(newBackend(b), c, m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), nil, nil)
+	x, y := m.data(m.batch)
+	step := func() {
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{x}, []*tensors.Tensor{y}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	step() // compile
+	b.ResetTimer()
+	for range b.N {
+		step()
+	}
+}
+
+func benchDDP(b *testing.B, m benchModel, size int) {
 	groups := tcpGroups(b, size)
 	trainers := make([]*gomlxddp.Trainer, size)
 	for r := range size {
 		c := newContext(seed)
-		tr, err := gomlxddp.New(newBackend(b), c, groups[r], benchMLP, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), gomlxddp.Options{})
+		tr, err := gomlxddp.New(newBackend(b), c, groups[r], m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), gomlxddp.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -86,7 +101,7 @@ func benchDDP(b *testing.B, size int) {
 	}
 	xs, ys := make([]*tensors.Tensor, size), make([]*tensors.Tensor, size)
 	for r := range size { // a tensor belongs to one backend
-		xs[r], ys[r] = benchData(benchBatch / size)
+		xs[r], ys[r] = m.data(m.batch / size)
 	}
 	run := func(steps int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
