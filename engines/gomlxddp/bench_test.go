@@ -129,3 +129,43 @@ func benchDDP(b *testing.B, m benchModel, size int) {
 	b.ResetTimer()
 	run(b.N)
 }
+
+// BenchmarkOverhead pairs the two: each iteration runs one step of GoMLX's
+// Trainer and one of a gomlxddp Trainer on a one-rank tcp group, same
+// model and batch, back to back, and reports each one's mean and their
+// ratio (ddp/gomlx). Pairing the steps cancels the drift of a shared
+// machine's load, which separate sub-benchmarks do not.
+func BenchmarkOverhead(b *testing.B) {
+	for _, m := range benchModels {
+		b.Run(m.name, func(b *testing.B) {
+			ref := train.NewTrainer(newBackend(b), newContext(seed), m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), nil, nil)
+			tr, err := gomlxddp.New(newBackend(b), newContext(seed), tcpGroups(b, 1)[0], m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), gomlxddp.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			refX, refY := m.data(m.batch)
+			x, y := m.data(m.batch)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			var inRef, inDDP time.Duration
+			for i := range b.N + 1 { // the first pair compiles, untimed
+				t0 := time.Now()
+				if _, err := ref.TrainStep(nil, []*tensors.Tensor{refX}, []*tensors.Tensor{refY}); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if _, err := tr.TrainStep(ctx, []*tensors.Tensor{x}, []*tensors.Tensor{y}); err != nil {
+					b.Fatal(err)
+				}
+				if i > 0 {
+					inRef += t1.Sub(t0)
+					inDDP += time.Since(t1)
+				}
+			}
+			b.ReportMetric(float64(inRef.Nanoseconds())/float64(b.N), "gomlx-ns/step")
+			b.ReportMetric(float64(inDDP.Nanoseconds())/float64(b.N), "ddp-ns/step")
+			b.ReportMetric(float64(inDDP)/float64(inRef), "ddp/gomlx")
+		})
+	}
+}
