@@ -62,10 +62,11 @@
 //
 // Options.Reducer.FindUnusedParameters (unneeded: a variable the loss
 // does not reach is not a parameter here), GradientAsBucketView and
-// MixedPrecision are refused. There is no no_sync (gradient accumulation
-// across steps) yet; per-step update functions registered with
+// MixedPrecision are refused. Per-step update functions registered with
 // train.AddPerStepUpdateGraphFn in the model do not run (they belong to
 // the first graph); GoMLX's metrics and train.Loop are not driven.
 // Non-trainable variables the model changes (batch-normalisation
 // statistics) are per rank unless Options.BroadcastBuffers is set.
+// TrainStepNoSync is DDP's no_sync (gradient accumulation without
+// communication).
 package gomlxddp

@@ -83,12 +83,12 @@ func (t *Trainer) declare(inputs, labels []*tensors.Tensor) error {
 	return nil
 }
 
-// step is one TrainStep after Setup.
-func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor) (float64, error) {
+// step is one TrainStep (sync) or TrainStepNoSync after Setup.
+func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor, sync bool) (float64, error) {
 	if len(inputs) != t.numInputs {
 		return 0, fmt.Errorf("%w: gomlxddp: %d inputs, but the first step had %d", pg.ErrInvalidArgument, len(inputs), t.numInputs)
 	}
-	if every := t.opts.Reducer.CheckReplicasEvery; every > 0 && t.steps > 0 && t.steps%every == 0 {
+	if every := t.opts.Reducer.CheckReplicasEvery; sync && every > 0 && t.steps > 0 && t.steps%every == 0 {
 		if err := t.VerifyReplicas(ctx); err != nil {
 			return 0, err
 		}
@@ -106,8 +106,11 @@ func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor) (f
 	if len(outs) != 1+len(t.params) {
 		return 0, fmt.Errorf("gomlxddp: the gradient graph returned %d outputs for %d parameters", len(outs), len(t.params))
 	}
-	if err := t.reduce(ctx, outs[1:]); err != nil {
+	if err := t.reduce(ctx, outs[1:], sync); err != nil {
 		return 0, err
+	}
+	if !sync {
+		return scalar(outs[0])
 	}
 	if err := t.apply(); err != nil {
 		return 0, err
@@ -121,10 +124,11 @@ func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor) (f
 }
 
 // reduce feeds the gradients to the reducer, last parameter first (the
-// order backward would produce them in), and waits for the averages,
-// which the reducer writes back into t.grads.
-func (t *Trainer) reduce(ctx context.Context, grads []*tensors.Tensor) error {
-	if err := t.r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {
+// order backward would produce them in). With sync it waits for the
+// averages, which the reducer writes back into t.grads; without, the
+// reducer adds them to its buckets for the next synchronised step.
+func (t *Trainer) reduce(ctx context.Context, grads []*tensors.Tensor, sync bool) error {
+	if err := t.r.Prepare(ctx, reducer.Iteration{Sync: sync}); err != nil {
 		return err
 	}
 	t.r.MarkBackwardStart()

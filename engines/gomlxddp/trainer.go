@@ -129,13 +129,30 @@ func (t *Trainer) Setup(ctx context.Context, inputs, labels []*tensors.Tensor) e
 // reducer's buckets and comm hook, then the optimizer's update with the
 // averaged gradients. It returns this rank's loss. It is collective. After
 // an error the Trainer is unusable: its ranks are out of step.
+//
+// After TrainStepNoSync calls, the optimizer receives the average over
+// ranks of the sum of this step's and those steps' gradients, as after
+// torch's no_sync.
 func (t *Trainer) TrainStep(ctx context.Context, inputs, labels []*tensors.Tensor) (float64, error) {
+	return t.run(ctx, inputs, labels, true)
+}
+
+// TrainStepNoSync is DDP's no_sync: forward and backward without
+// communication and without an optimizer step; the gradients add up in
+// the reducer's buckets until the next TrainStep reduces their sum. Every
+// rank must make the same sequence of calls (the first call, which sets
+// up, is collective).
+func (t *Trainer) TrainStepNoSync(ctx context.Context, inputs, labels []*tensors.Tensor) (float64, error) {
+	return t.run(ctx, inputs, labels, false)
+}
+
+func (t *Trainer) run(ctx context.Context, inputs, labels []*tensors.Tensor, sync bool) (float64, error) {
 	if err := t.Setup(ctx, inputs, labels); err != nil {
 		return 0, err
 	}
 	ctx, cancel := t.bound(ctx)
 	defer cancel()
-	loss, err := t.step(ctx, inputs, labels)
+	loss, err := t.step(ctx, inputs, labels, sync)
 	if err != nil {
 		t.err = err
 		if t.r != nil {
@@ -143,7 +160,9 @@ func (t *Trainer) TrainStep(ctx context.Context, inputs, labels []*tensors.Tenso
 		}
 		return 0, err
 	}
-	t.steps++
+	if sync {
+		t.steps++
+	}
 	return loss, nil
 }
 

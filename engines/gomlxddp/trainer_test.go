@@ -6,13 +6,20 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/engines/gomlxddp"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
+	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/train"
+	"github.com/gomlx/gomlx/pkg/ml/train/losses"
+	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 )
 
 // TestSameAsOneProcess: N ranks, each on its shard of every batch, end
@@ -112,4 +119,80 @@ func TestRefusedOptions(t *testing.T) {
 			t.Errorf("%s: New said %v", name, err)
 		}
 	}
+}
+
+// TestNoSync: two micro-batches per step, the first with TrainStepNoSync:
+// the optimizer gets the sum of the two micro-batches' averages, which for
+// SGD is one process on the whole batch with twice the learning rate.
+func TestNoSync(t *testing.T) {
+	const size, micro, steps, rows = 2, 2, 6, 16
+	ref := newContext(seed)
+	tr := train.NewTrainer(newBackend(t), ref, mlp, losses.MeanSquaredError,
+		optimizers.StochasticGradientDescent().WithDecay(false).WithLearningRate(0.05*micro).Done(), nil, nil)
+	for s := range steps {
+		x, y := batch(s, rows)
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := values(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := tcpGroups(t, size)
+	got := make([]map[string][]float64, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Go(func() {
+			if got[r], errs[r] = noSyncRank(groups[r], micro, steps, rows); errs[r] != nil {
+				groups[r].Abort(errs[r])
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkClose(t, got[0], want, 1e-9)
+	checkBitwise(t, 1, got[1], got[0])
+}
+
+func noSyncRank(g pg.ProcessGroup, micro, steps, rows int) (map[string][]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	backend, err := simplego.New("")
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Finalize()
+	c := newContext(seed + int64(g.Rank()))
+	o, err := optimizerByName("sgd")
+	if err != nil {
+		return nil, err
+	}
+	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, o, gomlxddp.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	for s := range steps {
+		x, y := batch(s, rows)
+		for m := range micro { // micro-batch m of rank r is shard m·size+r
+			step := tr.TrainStepNoSync
+			if m == micro-1 {
+				step = tr.TrainStep
+			}
+			k := m*g.Size() + g.Rank()
+			if _, err := step(ctx, []*tensors.Tensor{shard(x, k, micro*g.Size())}, []*tensors.Tensor{shard(y, k, micro*g.Size())}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if tr.Steps() != steps {
+		return nil, fmt.Errorf("%d optimizer steps, want %d", tr.Steps(), steps)
+	}
+	return values(c)
 }
