@@ -16,7 +16,10 @@ import (
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/layers"
 	"github.com/gomlx/gomlx/pkg/ml/train"
 	"github.com/gomlx/gomlx/pkg/ml/train/losses"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
@@ -195,4 +198,49 @@ func noSyncRank(g pg.ProcessGroup, micro, steps, rows int) (map[string][]float64
 		return nil, fmt.Errorf("%d optimizer steps, want %d", tr.Steps(), steps)
 	}
 	return values(c)
+}
+
+// TestDifferentModels: ranks whose models or optimizers differ fail
+// together at set-up, saying so, instead of hanging or training apart.
+func TestDifferentModels(t *testing.T) {
+	wider := func(ctx *mlctx.Context, _ any, inputs []*graph.Node) []*graph.Node {
+		x := graph.Tanh(layers.Dense(ctx.In("hidden"), inputs[0], true, hidden+1))
+		return []*graph.Node{layers.Dense(ctx.In("out"), x, true, 1)}
+	}
+	for name, c := range map[string]struct {
+		model     func(*mlctx.Context, any, []*graph.Node) []*graph.Node
+		optimizer string
+		want      string
+	}{
+		"model":     {wider, "sgd", "the same model on every rank"},
+		"optimizer": {mlp, "adam", "different variables"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			groups := tcpGroups(t, 2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Go(func() {
+					model, opt := mlp, "sgd"
+					if r == 1 {
+						model, opt = c.model, c.optimizer
+					}
+					tr, err := gomlxddp.New(newBackend(t), newContext(seed), groups[r], model, losses.MeanSquaredError, newOptimizer(t, opt), gomlxddp.Options{Timeout: 20 * time.Second})
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					defer tr.Close()
+					x, y := batch(0, 4)
+					_, errs[r] = tr.TrainStep(context.Background(), []*tensors.Tensor{shard(x, r, 2)}, []*tensors.Tensor{shard(y, r, 2)})
+				})
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("rank %d: %v; want an error saying %q", r, err, c.want)
+				}
+			}
+		})
+	}
 }
