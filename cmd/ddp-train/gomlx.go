@@ -84,7 +84,7 @@ func (t *trainer) runGoMLX(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	backend, err := simplego.New("")
+	backend, err := simplego.New("ops_sequential") // see docs/gomlx.md: simplego's parallel executor races in v0.26.0
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func bnRanks(t *testing.T, size, steps, rows int, o gomlxddp.Options) []map[stri
 func bnRank(g pg.ProcessGroup, steps, rows int, o gomlxddp.Options) (map[string][]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	backend, err := simplego.New("")
+	backend, err := simplego.New(simplegoConfig)
 	if err != nil {
 		return nil, err
 	}

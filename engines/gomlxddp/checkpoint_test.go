@@ -62,7 +62,7 @@ func runPhases(t *testing.T, size, rows int, phases [][2]int, load, save string)
 func checkpointRank(g pg.ProcessGroup, rows int, phases [][2]int, load, save string) (map[string][]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	backend, err := simplego.New("")
+	backend, err := simplego.New(simplegoConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,7 @@
 // package adds what it lacks, training over several processes.
 //
 //	group, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{}) // or any pg.ProcessGroup
-//	backend, err := simplego.New("")                           // or any GoMLX backend
+//	backend, err := simplego.New("ops_sequential")             // or any GoMLX backend (docs/gomlx.md)
 //	mctx := mlctx.New()
 //	tr, err := gomlxddp.New(backend, mctx, group, modelFn, losses.MeanSquaredError,
 //		optimizers.Adam().Done(), gomlxddp.Options{})

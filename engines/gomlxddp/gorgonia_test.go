@@ -156,7 +156,7 @@ func variable(ctx *mlctx.Context, p *model.Params, init [][]float64, i, rank int
 func gomlxCurve(g pg.ProcessGroup, p *model.Params, init [][]float64, steps int, lr float64) ([]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	backend, err := simplego.New("")
+	backend, err := simplego.New(simplegoConfig)
 	if err != nil {
 		return nil, err
 	}

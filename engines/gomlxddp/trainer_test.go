@@ -166,7 +166,7 @@ func TestNoSync(t *testing.T) {
 func noSyncRank(g pg.ProcessGroup, micro, steps, rows int) (map[string][]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	backend, err := simplego.New("")
+	backend, err := simplego.New(simplegoConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func trainRank(ctx context.Context, g pg.ProcessGroup, c config) (result, error)
 	}
 	rows := c.batch / g.Size() // this rank's share of each global batch
 	trainSet, testSet := dataset.Synthetic(c.seed, 4096), dataset.Synthetic(c.seed+1, 1024)
-	backend, err := simplego.New("")
+	backend, err := simplego.New("ops_sequential") // see docs/gomlx.md: simplego's parallel executor races in v0.26.0
 	if err != nil {
 		return result{}, err
 	}
