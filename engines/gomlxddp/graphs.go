@@ -81,7 +81,8 @@ func sameVariables(a, b []*mlctx.Variable) bool {
 
 // applyGraph is the second graph of a step: the optimizer's update of
 // t.params with the averaged gradients, then the per-step update
-// functions registered for it. Its output is the global step.
+// functions registered for it. Its output is a constant zero (GoMLX
+// returns the changed variables besides).
 func (t *Trainer) applyGraph(ctx *mlctx.Context, grads []*graph.Node) *graph.Node {
 	g := grads[0].Graph()
 	ctx = ctx.Checked(false)

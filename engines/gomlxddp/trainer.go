@@ -92,9 +92,8 @@ func New(backend backends.Backend, mctx *mlctx.Context, group pg.ProcessGroup,
 	return &Trainer{backend: backend, mctx: mctx, group: group, model: model, loss: loss, opt: withGrads, opts: o}, nil
 }
 
-// Reducer returns the reducer, nil before the first step: for comm hooks
-// (RegisterCommHook before the first step is not possible; set
-// Options.Reducer.Hook instead), inspection and metrics.
+// Reducer returns the reducer, for inspection (buckets, copy counts); nil
+// before the first step. Choose the comm hook with Options.Reducer.Hook.
 func (t *Trainer) Reducer() *reducer.Reducer { return t.r }
 
 // Params returns the trainable variables DDP reduces, in the reducer's
@@ -104,10 +103,11 @@ func (t *Trainer) Params() []*mlctx.Variable { return t.params }
 // Steps is the number of optimizer steps taken.
 func (t *Trainer) Steps() int { return t.steps }
 
-// Setup builds and compiles the step's graphs for inputs' and labels'
-// shapes, creates the model's and optimizer's variables, checks that
-// every rank holds the same model, and copies every variable from rank 0
-// to every rank. It is collective. TrainStep calls it on first use.
+// Setup creates the model's and the optimizer's variables (by building
+// both graphs of a step for inputs' and labels' shapes, uncompiled),
+// initialises them, checks that every rank holds the same ones, and
+// copies every variable from rank 0 to every rank. It is collective.
+// TrainStep calls it on first use; the graphs compile at the first step.
 func (t *Trainer) Setup(ctx context.Context, inputs, labels []*tensors.Tensor) error {
 	if t.err != nil {
 		return t.err
