@@ -12,6 +12,7 @@ import (
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
+	"github.com/goddp/ddp/reducer"
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -147,6 +148,7 @@ func reference(t testing.TB, opt string, steps, rows int) ([]float64, map[string
 type rankResult struct {
 	Losses []float64 // this rank's loss at each step
 	Params map[string][]float64
+	Copies reducer.CopyStats // the reducer's, at the end
 }
 
 // runRanks trains the model data-parallel on size in-process ranks over
@@ -210,6 +212,7 @@ func trainRank(g pg.ProcessGroup, opt optimizers.Interface, steps, rows int, o g
 	if err := tr.VerifyReplicas(ctx); err != nil {
 		return res, err
 	}
+	res.Copies = tr.Reducer().CopyStats()
 	res.Params, err = values(c)
 	return res, err
 }

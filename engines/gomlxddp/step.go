@@ -132,11 +132,22 @@ func (t *Trainer) reduce(ctx context.Context, grads []*tensors.Tensor, sync bool
 		return err
 	}
 	t.r.MarkBackwardStart()
+	view, add := t.opts.Reducer.GradientAsBucketView, t.r.Accumulating()
 	for i := len(grads) - 1; i >= 0; i-- {
-		if err := copyOut(t.grads[i], grads[i]); err != nil {
+		dst := t.grads[i]
+		if view { // Note [gradient as bucket view]: straight into the bucket
+			dst = t.r.GradientBuffer(i)
+		}
+		var err error
+		if view && add {
+			err = addOut(dst, grads[i])
+		} else {
+			err = copyOut(dst, grads[i])
+		}
+		if err != nil {
 			return t.r.Fail(fmt.Errorf("gomlxddp: gradient of %s: %w", t.params[i].ScopeAndName(), err))
 		}
-		if err := t.r.MarkReady(i, t.grads[i]); err != nil {
+		if err := t.r.MarkReady(i, dst); err != nil {
 			return err
 		}
 	}
@@ -147,7 +158,11 @@ func (t *Trainer) reduce(ctx context.Context, grads []*tensors.Tensor, sync bool
 // apply runs the optimizer's graph on the averaged gradients.
 func (t *Trainer) apply() error {
 	for i, in := range t.applyIn {
-		if err := copyIn(in, t.grads[i]); err != nil {
+		avg := t.grads[i]
+		if t.opts.Reducer.GradientAsBucketView {
+			avg = t.r.Gradient(i) // the average, in its bucket
+		}
+		if err := copyIn(in, avg); err != nil {
 			return fmt.Errorf("gomlxddp: averaged gradient of %s: %w", t.params[i].ScopeAndName(), err)
 		}
 	}

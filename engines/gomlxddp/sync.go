@@ -139,6 +139,16 @@ func copyOut(dst pg.Tensor, src *tensors.Tensor) error {
 	return err
 }
 
+// addOut adds a GoMLX tensor's values into a host tensor of the same
+// size and dtype.
+func addOut(dst pg.Tensor, src *tensors.Tensor) error {
+	var err error
+	if e := src.ConstBytes(func(data []byte) { err = pg.Add(dst, pg.Tensor{Dtype: dst.Dtype, Data: data}) }); e != nil {
+		return e
+	}
+	return err
+}
+
 // copyIn copies a host tensor's bytes into a GoMLX tensor of the same size.
 func copyIn(dst *tensors.Tensor, src pg.Tensor) error {
 	var n int

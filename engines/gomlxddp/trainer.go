@@ -20,8 +20,11 @@ import (
 type Options struct {
 	// Reducer configures the gradient reducer: bucket sizes, the comm
 	// hook, CheckFinite, FindNonFiniteOrigin, CheckReplicasEvery, the
-	// logger, the metrics registerer and the timeline. FindUnusedParameters,
-	// GradientAsBucketView and MixedPrecision are refused: see docs/gomlx.md.
+	// logger, the metrics registerer and the timeline. With
+	// GradientAsBucketView each gradient is copied from GoMLX straight into
+	// its bucket and the optimizer's graph reads the average from there:
+	// one host copy per gradient less. FindUnusedParameters and
+	// MixedPrecision are refused: see docs/gomlx.md.
 	Reducer reducer.Options
 	// BroadcastBuffers (DDP's broadcast_buffers): after every step, rank
 	// 0's values of the non-trainable variables that the model's graph
@@ -77,8 +80,8 @@ func New(backend backends.Backend, mctx *mlctx.Context, group pg.ProcessGroup,
 		return nil, fmt.Errorf("%w: gomlxddp.New needs a backend, a context, a process group, a model and an optimizer", pg.ErrInvalidArgument)
 	case o.Reducer.FindUnusedParameters:
 		return nil, errors.New("gomlxddp: Options.Reducer.FindUnusedParameters is not supported: GoMLX differentiates the whole graph at once, so a parameter the loss does not reach is simply not a parameter here (it is left out of the reducer)")
-	case o.Reducer.GradientAsBucketView || o.Reducer.MixedPrecision != nil:
-		return nil, errors.New("gomlxddp: Options.Reducer.GradientAsBucketView and MixedPrecision are not supported yet; leave them off")
+	case o.Reducer.MixedPrecision != nil:
+		return nil, errors.New("gomlxddp: Options.Reducer.MixedPrecision is not supported yet; leave it nil")
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("%w: gomlxddp: Options.Timeout is %v; want 0 (pg.DefaultTimeout) or more", pg.ErrInvalidArgument, o.Timeout)
 	}

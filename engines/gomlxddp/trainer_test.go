@@ -100,10 +100,18 @@ func TestBucketsAndHook(t *testing.T) {
 	got := runRanks(t, "sgd", size, steps, rows, o)
 	checkClose(t, got[0].Params, want, 1e-9)
 	checkBitwise(t, 1, got[1].Params, got[0].Params)
+	// The same with the gradients in their buckets: GradientAsBucketView.
+	o.Reducer.GradientAsBucketView = true
+	viewed := runRanks(t, "sgd", size, steps, rows, o)
+	checkBitwise(t, 0, viewed[0].Params, got[0].Params)
+	checkBitwise(t, 1, viewed[1].Params, got[0].Params)
+	if viewed[0].Copies.In != 0 || got[0].Copies.In == 0 {
+		t.Errorf("the reducer copied %d bytes in with GradientAsBucketView, %d without; want none with", viewed[0].Copies.In, got[0].Copies.In)
+	}
 	// The first iteration has one bucket (DDP's rule before the rebuild);
 	// later ones one per 64 bytes or so: 4 parameters, 8 float64s each at most.
-	t.Logf("hook calls per rank: %d", calls.Load()/size)
-	if perRank := calls.Load() / size; perRank < 1+2*(steps-1) {
+	t.Logf("hook calls per rank and run: %d", calls.Load()/(2*size))
+	if perRank := calls.Load() / (2 * size); perRank < 1+2*(steps-1) {
 		t.Errorf("the hook ran %d times per rank in %d steps; want several buckets per step", perRank, steps)
 	}
 }
@@ -113,7 +121,7 @@ func TestBucketsAndHook(t *testing.T) {
 func TestRefusedOptions(t *testing.T) {
 	for name, o := range map[string]gomlxddp.Options{
 		"FindUnusedParameters": {Reducer: reducer.Options{FindUnusedParameters: true}},
-		"GradientAsBucketView": {Reducer: reducer.Options{GradientAsBucketView: true}},
+		"MixedPrecision":       {Reducer: reducer.Options{MixedPrecision: &reducer.MixedPrecision{ParamDtype: pg.BFloat16}}},
 		"Timeout":              {Timeout: -1},
 	} {
 		groups := tcpGroups(t, 1)
@@ -142,28 +150,33 @@ func TestNoSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := tcpGroups(t, size)
-	got := make([]map[string][]float64, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if got[r], errs[r] = noSyncRank(groups[r], micro, steps, rows); errs[r] != nil {
-				groups[r].Abort(errs[r])
+	for _, view := range []bool{false, true} { // the gradients in their own buffers, or in their buckets
+		t.Run(fmt.Sprintf("GradientAsBucketView=%v", view), func(t *testing.T) {
+			groups := tcpGroups(t, size)
+			got := make([]map[string][]float64, size)
+			errs := make([]error, size)
+			var wg sync.WaitGroup
+			for r := range size {
+				wg.Go(func() {
+					o := gomlxddp.Options{Reducer: reducer.Options{GradientAsBucketView: view}}
+					if got[r], errs[r] = noSyncRank(groups[r], micro, steps, rows, o); errs[r] != nil {
+						groups[r].Abort(errs[r])
+					}
+				})
 			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			checkClose(t, got[0], want, 1e-9)
+			checkBitwise(t, 1, got[1], got[0])
 		})
 	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	checkClose(t, got[0], want, 1e-9)
-	checkBitwise(t, 1, got[1], got[0])
 }
 
-func noSyncRank(g pg.ProcessGroup, micro, steps, rows int) (map[string][]float64, error) {
+func noSyncRank(g pg.ProcessGroup, micro, steps, rows int, o gomlxddp.Options) (map[string][]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	backend, err := simplego.New(simplegoConfig)
@@ -172,11 +185,11 @@ func noSyncRank(g pg.ProcessGroup, micro, steps, rows int) (map[string][]float64
 	}
 	defer backend.Finalize()
 	c := newContext(seed + int64(g.Rank()))
-	o, err := optimizerByName("sgd")
+	opt, err := optimizerByName("sgd")
 	if err != nil {
 		return nil, err
 	}
-	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, o, gomlxddp.Options{})
+	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, opt, o)
 	if err != nil {
 		return nil, err
 	}
