@@ -37,7 +37,7 @@ import (
 func gomlxUnsupported() []string {
 	return []string{
 		"init", "save", "checkpoint", "checkpoint-every", "checkpoint-keep", "resume", "resume-allow-changes",
-		"find-unused-parameters", "static-graph", "gradient-as-bucket-view", "find-nonfinite-origin",
+		"find-unused-parameters", "static-graph", "find-nonfinite-origin",
 		"on-nonfinite", "summary", "timeline",
 	}
 }
@@ -94,12 +94,13 @@ func (t *trainer) runGoMLX(ctx context.Context) error {
 		return usageError{err}
 	}
 	opts := gomlxddp.Options{Timeout: t.c.timeout, Reducer: reducer.Options{
-		BucketCapBytes:     int(t.c.bucketCapMB * (1 << 20)),
-		FirstBucketBytes:   int(t.c.firstBucketMB * (1 << 20)),
-		CheckReplicasEvery: t.c.checkReplicas,
-		Hook:               hook,
-		Logger:             t.log,
-		Registerer:         t.reg,
+		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
+		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
+		CheckReplicasEvery:   t.c.checkReplicas,
+		GradientAsBucketView: t.c.bucketView,
+		Hook:                 hook,
+		Logger:               t.log,
+		Registerer:           t.reg,
 	}}
 	tr, err := gomlxddp.New(backend, mlctx.New(), t.g, gomlxMLP(spec, p), gomlxLoss(t.c.gradAccum), gomlxOptimizer(t.c), opts)
 	if err != nil {

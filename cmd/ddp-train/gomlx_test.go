@@ -34,7 +34,8 @@ func trainLosses(t *testing.T, stderr string) []float64 {
 // same arithmetic in another engine), within 1e-5 with Adam (GoMLX's
 // Adam orders its operations differently from optim's torch-style one,
 // multiplying by reciprocal bias corrections; the curves agree to about
-// 1e-6 relative, not to the last bits).
+// 1e-6 relative, not to the last bits), and through the fp16 comm hook
+// with the gradients in their (small) buckets.
 func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -43,6 +44,7 @@ func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 	}{
 		{"tcp-sgd", 1e-9, []string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--grad-accum", "2"}},
 		{"local-adam", 1e-5, []string{"--backend", "local", "--nproc", "3", "--optimizer", "adam", "--lr", "0.01"}},
+		{"fp16-bucket-view", 1e-6, []string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--comm-hook", "fp16", "--gradient-as-bucket-view", "--bucket-cap-mb", "0.01"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			common := args(append([]string{"--steps", "12", "--log-every", "1", "--dtype", "float64", "--activation", "tanh"}, c.args...)...)

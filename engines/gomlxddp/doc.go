@@ -43,7 +43,9 @@
 // gradients exist only when the whole backward pass has finished. The
 // buckets are filled and launched back to back after it, so communication
 // overlaps only the copying of the later buckets, not backward itself,
-// and each gradient is copied to the host and back once per step. The
+// and each gradient is copied out of GoMLX and back in once per step
+// (with Options.Reducer.GradientAsBucketView straight into and out of its
+// bucket; otherwise through a buffer of its own, two copies more). The
 // optimizer runs as a second, small program.
 //
 // The alternative, a backend collective (a GoMLX backend whose AllReduce
@@ -61,8 +63,7 @@
 // # Not supported yet
 //
 // Options.Reducer.FindUnusedParameters (unneeded: a variable the loss
-// does not reach is not a parameter here), GradientAsBucketView and
-// MixedPrecision are refused. Per-step update functions registered with
+// does not reach is not a parameter here) and MixedPrecision are refused. Per-step update functions registered with
 // train.AddPerStepUpdateGraphFn in the model do not run (they belong to
 // the first graph); GoMLX's metrics and train.Loop are not driven.
 // Non-trainable variables the model changes (batch-normalisation
