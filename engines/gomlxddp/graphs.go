@@ -51,6 +51,7 @@ func (t *Trainer) gradGraph(ctx *mlctx.Context, inputsAndLabels []*graph.Node) [
 		panic(fmt.Errorf("gomlxddp: the model produced no loss: pass a loss function, or add losses with train.AddLoss"))
 	}
 	grads := ctx.BuildTrainableVariablesGradientsGraph(loss)
+	t.perStep = perStepFns(ctx, g)
 	params, buffers := t.usedVariables(ctx, g)
 	if t.graphs > 0 && !sameVariables(params, t.params) {
 		panic(fmt.Errorf("gomlxddp: the model's graph for these input shapes reaches other trainable variables than the first graph's; DDP needs the same parameters at every step"))
@@ -81,7 +82,7 @@ func sameVariables(a, b []*mlctx.Variable) bool {
 
 // applyGraph is the second graph of a step: the optimizer's update of
 // t.params with the averaged gradients, then the per-step update
-// functions registered for it. Its output is a constant zero (GoMLX
+// functions the model registered (train.AddPerStepUpdateGraphFn). Its output is a constant zero (GoMLX
 // returns the changed variables besides).
 func (t *Trainer) applyGraph(ctx *mlctx.Context, grads []*graph.Node) *graph.Node {
 	g := grads[0].Graph()
@@ -90,6 +91,29 @@ func (t *Trainer) applyGraph(ctx *mlctx.Context, grads []*graph.Node) *graph.Nod
 		v.ValueGraph(g) // marks v as used by g: see Note [two graphs per step]
 	}
 	t.opt.UpdateGraphWithGradients(ctx, grads, t.lossDType)
-	train.ExecPerStepUpdateGraphFn(ctx, g)
+	for _, f := range t.perStep { // after the update, as GoMLX's Trainer runs them
+		f.fn(ctx.InAbsPath(f.scope), g)
+	}
+	train.ExecPerStepUpdateGraphFn(ctx, g) // any registered on this graph
 	return graph.Const(g, int32(0))
+}
+
+// perStepFn is a function the model registered with
+// train.AddPerStepUpdateGraphFn, and the scope it registered it in.
+type perStepFn struct {
+	scope string
+	fn    train.ContextGraphFn
+}
+
+// perStepFns lists the per-step update functions the model registered on
+// g, the gradient graph: they belong after the optimizer's update, so
+// applyGraph runs them.
+func perStepFns(ctx *mlctx.Context, g *graph.Graph) []perStepFn {
+	var fns []perStepFn
+	ctx.EnumerateGraphParams(g, func(scope, key string, value any) {
+		if fn, ok := value.(train.ContextGraphFn); ok && key == train.TrainerPerStepUpdateGraphFnParamKey {
+			fns = append(fns, perStepFn{scope, fn})
+		}
+	})
+	return fns
 }

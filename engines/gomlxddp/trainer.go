@@ -59,6 +59,7 @@ type Trainer struct {
 
 	params  []*mlctx.Variable // trainable variables the loss reaches, in GoMLX's order
 	buffers []*mlctx.Variable // non-trainable variables the gradient graph changes
+	perStep []perStepFn       // what the model registered with train.AddPerStepUpdateGraphFn
 	r       *reducer.Reducer
 	grads   []pg.Tensor       // host copy of each parameter's gradient; the reducer writes the average back
 	applyIn []*tensors.Tensor // the averaged gradients, as inputs of the optimizer's graph

@@ -257,3 +257,90 @@ func TestDifferentModels(t *testing.T) {
 		})
 	}
 }
+
+// clippedMLP registers a per-step update function, as a weight
+// constraint would: after each optimizer step, the hidden weights are
+// clipped to [-0.3, 0.3].
+func clippedMLP(ctx *mlctx.Context, spec any, inputs []*graph.Node) []*graph.Node {
+	out := mlp(ctx, spec, inputs)
+	train.AddPerStepUpdateGraphFn(ctx.In("clip"), inputs[0].Graph(), func(ctx *mlctx.Context, g *graph.Graph) {
+		v := ctx.GetVariableByScopeAndName("/hidden/dense", "weights")
+		v.SetValueGraph(graph.ClipScalar(v.ValueGraph(g), -0.3, 0.3))
+	})
+	return out
+}
+
+// TestPerStepUpdate: functions the model registers with
+// train.AddPerStepUpdateGraphFn run after each update, as under GoMLX's
+// Trainer: two ranks end where the Trainer does alone.
+func TestPerStepUpdate(t *testing.T) {
+	const size, steps, rows = 2, 8, 12
+	ref := newContext(seed)
+	tr := train.NewTrainer(newBackend(t), ref, clippedMLP, losses.MeanSquaredError, newOptimizer(t, "adam"), nil, nil)
+	for s := range steps {
+		x, y := batch(s, rows)
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := values(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clipped := 0
+	for _, w := range want["/hidden/dense/weights"] {
+		if math.Abs(w) == 0.3 {
+			clipped++
+		}
+	}
+	if clipped == 0 {
+		t.Fatal("no weight reached the clip: the test checks nothing")
+	}
+	groups := tcpGroups(t, size)
+	got := make([]map[string][]float64, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Go(func() {
+			if got[r], errs[r] = modelRank(groups[r], clippedMLP, steps, rows); errs[r] != nil {
+				groups[r].Abort(errs[r])
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkClose(t, got[0], want, 1e-9)
+	checkBitwise(t, 1, got[1], got[0])
+}
+
+// modelRank trains model with Adam on this rank's shards.
+func modelRank(g pg.ProcessGroup, model train.ModelFn, steps, rows int) (map[string][]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	backend, err := simplego.New(simplegoConfig)
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Finalize()
+	c := newContext(seed + int64(g.Rank()))
+	opt, err := optimizerByName("adam")
+	if err != nil {
+		return nil, err
+	}
+	tr, err := gomlxddp.New(backend, c, g, model, losses.MeanSquaredError, opt, gomlxddp.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	for s := range steps {
+		x, y := batch(s, rows)
+		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
+			return nil, err
+		}
+	}
+	return values(c)
+}
