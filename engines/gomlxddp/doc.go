@@ -60,14 +60,14 @@
 // the package to GoMLX's experimental distributed API. docs/gomlx.md weighs
 // both.
 //
-// # Not supported yet
+// # What else works, and what not yet
 //
-// Options.Reducer.FindUnusedParameters (unneeded: a variable the loss
-// does not reach is not a parameter here) and MixedPrecision are refused. Per-step update functions registered with
-// train.AddPerStepUpdateGraphFn in the model do not run (they belong to
-// the first graph); GoMLX's metrics and train.Loop are not driven.
-// Non-trainable variables the model changes (batch-normalisation
-// statistics) are per rank unless Options.BroadcastBuffers is set.
 // TrainStepNoSync is DDP's no_sync (gradient accumulation without
-// communication).
+// communication). Per-step update functions the model registers with
+// train.AddPerStepUpdateGraphFn run after the update, in the second
+// graph. Non-trainable variables the model changes (batch-normalisation
+// statistics) stay each rank's own unless Options.BroadcastBuffers is
+// set. Options.Reducer.FindUnusedParameters (unneeded: a variable the
+// loss does not reach is not a parameter here) and MixedPrecision are
+// refused; GoMLX's metrics and train.Loop are not driven.
 package gomlxddp
