@@ -344,3 +344,69 @@ func modelRank(g pg.ProcessGroup, model train.ModelFn, steps, rows int) (map[str
 	}
 	return values(c)
 }
+
+// TestNewBatchSize: a step with another batch size (an epoch's short last
+// batch) builds a second gradient graph; training goes on as GoMLX's
+// Trainer does alone.
+func TestNewBatchSize(t *testing.T) {
+	const size = 2
+	rowsAt := []int{12, 12, 8, 12, 4} // global rows per step
+	ref := newContext(seed)
+	tr := train.NewTrainer(newBackend(t), ref, mlp, losses.MeanSquaredError, newOptimizer(t, "adam"), nil, nil)
+	for s, rows := range rowsAt {
+		x, y := batch(s, rows)
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := values(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := tcpGroups(t, size)
+	got := make([]map[string][]float64, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Go(func() {
+			if got[r], errs[r] = rowsRank(groups[r], rowsAt); errs[r] != nil {
+				groups[r].Abort(errs[r])
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkClose(t, got[0], want, 1e-9)
+	checkBitwise(t, 1, got[1], got[0])
+}
+
+func rowsRank(g pg.ProcessGroup, rowsAt []int) (map[string][]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	backend, err := simplego.New(simplegoConfig)
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Finalize()
+	c := newContext(seed + int64(g.Rank()))
+	opt, err := optimizerByName("adam")
+	if err != nil {
+		return nil, err
+	}
+	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, opt, gomlxddp.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	for s, rows := range rowsAt {
+		x, y := batch(s, rows)
+		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
+			return nil, fmt.Errorf("step %d (%d rows): %w", s, rows, err)
+		}
+	}
+	return values(c)
+}
