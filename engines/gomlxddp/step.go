@@ -107,6 +107,10 @@ func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor, sy
 		return 0, fmt.Errorf("gomlxddp: the gradient graph returned %d outputs for %d parameters", len(outs), len(t.params))
 	}
 	if err := t.reduce(ctx, outs[1:], sync); err != nil {
+		if errors.Is(err, reducer.ErrNonFinite) { // Options.Reducer.CheckFinite: skip the update
+			loss, _ := scalar(outs[0])
+			return loss, err
+		}
 		return 0, err
 	}
 	if !sync {

@@ -132,7 +132,11 @@ func (t *Trainer) Setup(ctx context.Context, inputs, labels []*tensors.Tensor) e
 // rank's inputs and labels, the gradients' reduction through the
 // reducer's buckets and comm hook, then the optimizer's update with the
 // averaged gradients. It returns this rank's loss. It is collective. After
-// an error the Trainer is unusable: its ranks are out of step.
+// an error the Trainer is unusable: its ranks are out of step. The one
+// exception: with Options.Reducer.CheckFinite (or FindNonFiniteOrigin), an
+// error that errors.Is reducer.ErrNonFinite says that some averaged
+// gradient holds a NaN or an infinity; it comes on every rank at the same
+// step, the optimizer's update is skipped, and training may go on.
 //
 // After TrainStepNoSync calls, the optimizer receives the average over
 // ranks of the sum of this step's and those steps' gradients, as after
@@ -157,6 +161,9 @@ func (t *Trainer) run(ctx context.Context, inputs, labels []*tensors.Tensor, syn
 	ctx, cancel := t.bound(ctx)
 	defer cancel()
 	loss, err := t.step(ctx, inputs, labels, sync)
+	if errors.Is(err, reducer.ErrNonFinite) {
+		return loss, err // a complete step, without its update: the Trainer goes on
+	}
 	if err != nil {
 		t.err = err
 		if t.r != nil {

@@ -2,6 +2,7 @@ package gomlxddp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -407,6 +408,83 @@ func rowsRank(g pg.ProcessGroup, rowsAt []int) (map[string][]float64, error) {
 		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
 			return nil, fmt.Errorf("step %d (%d rows): %w", s, rows, err)
 		}
+	}
+	return values(c)
+}
+
+// TestNonFiniteSkipped: with CheckFinite, a NaN in one rank's input makes
+// every rank's step return ErrNonFinite and skip its update; training goes
+// on, and ends where GoMLX's Trainer ends without that step.
+func TestNonFiniteSkipped(t *testing.T) {
+	const size, steps, rows, bad = 2, 6, 12, 2
+	ref := newContext(seed)
+	tr := train.NewTrainer(newBackend(t), ref, mlp, losses.MeanSquaredError, newOptimizer(t, "adam"), nil, nil)
+	for s := range steps {
+		if s == bad {
+			continue
+		}
+		x, y := batch(s, rows)
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := values(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := tcpGroups(t, size)
+	got := make([]map[string][]float64, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Go(func() {
+			if got[r], errs[r] = nanRank(groups[r], steps, rows, bad); errs[r] != nil {
+				groups[r].Abort(errs[r])
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkClose(t, got[0], want, 1e-9)
+	checkBitwise(t, 1, got[1], got[0])
+}
+
+// nanRank trains with CheckFinite; at step bad rank 1's first feature is
+// NaN. Every rank must see ErrNonFinite there and nowhere else.
+func nanRank(g pg.ProcessGroup, steps, rows, bad int) (map[string][]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	backend, err := simplego.New(simplegoConfig)
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Finalize()
+	c := newContext(seed + int64(g.Rank()))
+	opt, err := optimizerByName("adam")
+	if err != nil {
+		return nil, err
+	}
+	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, opt, gomlxddp.Options{Reducer: reducer.Options{CheckFinite: true}})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	for s := range steps {
+		x, y := batch(s, rows)
+		if s == bad && g.Rank() == 1 {
+			x[rows/2][0] = math.NaN() // the first row of rank 1's shard
+		}
+		_, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())})
+		if nonFinite := errors.Is(err, reducer.ErrNonFinite); nonFinite != (s == bad) || (err != nil && !nonFinite) {
+			return nil, fmt.Errorf("step %d: %v", s, err)
+		}
+	}
+	if tr.Steps() != steps-1 {
+		return nil, fmt.Errorf("%d optimizer steps, want %d", tr.Steps(), steps-1)
 	}
 	return values(c)
 }
