@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,15 +31,15 @@ import (
 // Its "train" lines carry the same loss (the mean over ranks and the
 // window's steps), so a run can be compared with --engine gorgonia line
 // by line. What the Gorgonia loop adds (checkpoints, the non-finite
-// guard, the progress bar, summaries, timelines, the training metrics)
-// is not there yet: the flags for them are refused (gomlxUnsupported).
+// guard's naming of the culprit, the progress bar, summaries, timelines,
+// the training metrics) is not there yet: the flags for them are refused (gomlxUnsupported).
 
 // gomlxUnsupported are the flags --engine gomlx refuses, for now.
 func gomlxUnsupported() []string {
 	return []string{
 		"init", "save", "checkpoint", "checkpoint-every", "checkpoint-keep", "resume", "resume-allow-changes",
 		"find-unused-parameters", "static-graph", "find-nonfinite-origin",
-		"on-nonfinite", "summary", "timeline",
+		"summary", "timeline",
 	}
 }
 
@@ -96,6 +97,7 @@ func (t *trainer) runGoMLX(ctx context.Context) error {
 	opts := gomlxddp.Options{Timeout: t.c.timeout, Reducer: reducer.Options{
 		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
+		CheckFinite:          true, // --on-nonfinite, as the Gorgonia loop: Note [non-finite guard]
 		CheckReplicasEvery:   t.c.checkReplicas,
 		GradientAsBucketView: t.c.bucketView,
 		Hook:                 hook,
@@ -132,6 +134,12 @@ func (t *trainer) gomlxLoop(ctx context.Context, tr *gomlxddp.Trainer, spec mode
 				run = tr.TrainStepNoSync
 			}
 			l, err := run(ctx, []*tensors.Tensor{x}, []*tensors.Tensor{y})
+			if errors.Is(err, reducer.ErrNonFinite) && t.c.onNonFinite == "skip" {
+				if t.g.Rank() == 0 {
+					t.log.Warn("skipping the update: the gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1), zap.Error(err))
+				}
+				err = nil // every rank skipped the update; the Trainer goes on
+			}
 			if err != nil {
 				return fmt.Errorf("step %d: %w", step+1, err)
 			}

@@ -84,3 +84,19 @@ func TestEngineGoMLXRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineGoMLXNonFinite: gradients that overflow stop the run, naming
+// them, or with --on-nonfinite skip, skip the update and go on, as with
+// the Gorgonia engine.
+func TestEngineGoMLXNonFinite(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // where the failed run leaves its report
+	common := args("--engine", "gomlx", "--nproc", "2", "--steps", "4", "--lr", "1e30")
+	r := ddpTrain(t, common...)
+	if r.code == 0 || !strings.Contains(r.stderr, "not finite") {
+		t.Errorf("overflowing gradients: exit %d\n%s", r.code, r.stderr)
+	}
+	r = ddpTrain(t, append(common, "--on-nonfinite", "skip")...)
+	if r.code != 0 || !strings.Contains(r.stderr, "skipping the update") {
+		t.Errorf("--on-nonfinite skip: exit %d\n%s", r.code, r.stderr)
+	}
+}
