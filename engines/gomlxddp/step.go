@@ -187,6 +187,8 @@ func (t *Trainer) VerifyReplicas(ctx context.Context) error {
 	if t.r == nil {
 		return errors.New("gomlxddp: VerifyReplicas before the first step")
 	}
+	ctx, cancel := t.bound(ctx)
+	defer cancel()
 	values := make([]pg.Tensor, len(t.params))
 	for i, v := range t.params {
 		val, err := v.Value()
