@@ -102,6 +102,11 @@ func bnRank(g pg.ProcessGroup, steps, rows int, o gomlxddp.Options) (map[string]
 			return nil, err
 		}
 	}
+	return allValues(c)
+}
+
+// allValues reads every float64 variable of c, trainable or not.
+func allValues(c *mlctx.Context) (map[string][]float64, error) {
 	out := map[string][]float64{}
 	for v := range c.IterVariables() {
 		if v.DType() != dtypes.Float64 {

@@ -63,7 +63,7 @@
 // # What else works, and what not yet
 //
 // TrainStepNoSync is DDP's no_sync (gradient accumulation without
-// communication). Per-step update functions the model registers with
+// communication); NewJoin is torch's Join, for uneven inputs. Per-step update functions the model registers with
 // train.AddPerStepUpdateGraphFn run after the update, in the second
 // graph. Non-trainable variables the model changes (batch-normalisation
 // statistics) stay each rank's own unless Options.BroadcastBuffers is

@@ -54,6 +54,11 @@ func ensureRNGState(mctx *mlctx.Context) error {
 // broadcastVariables copies rank 0's values of vs to every rank. It is
 // collective, and vs must describe the same variables on every rank.
 func broadcastVariables(ctx context.Context, g pg.ProcessGroup, vs []*mlctx.Variable) error {
+	return broadcastVariablesFrom(ctx, g, vs, 0)
+}
+
+// broadcastVariablesFrom is broadcastVariables from rank root.
+func broadcastVariablesFrom(ctx context.Context, g pg.ProcessGroup, vs []*mlctx.Variable, root int) error {
 	if err := checkSameVariables(ctx, g, vs); err != nil {
 		return err
 	}
@@ -62,15 +67,15 @@ func broadcastVariables(ctx context.Context, g pg.ProcessGroup, vs []*mlctx.Vari
 		size += int(v.Shape().Memory())
 	}
 	buf := pg.NewTensor(pg.Uint8, size)
-	if g.Rank() == 0 {
+	if g.Rank() == root {
 		if err := packVariables(buf.Data, vs); err != nil {
 			return err
 		}
 	}
-	if err := g.Broadcast(ctx, buf, 0).Wait(ctx); err != nil {
-		return fmt.Errorf("gomlxddp: broadcasting rank 0's variables: %w", err)
+	if err := g.Broadcast(ctx, buf, root).Wait(ctx); err != nil {
+		return fmt.Errorf("gomlxddp: broadcasting rank %d's variables: %w", root, err)
 	}
-	if g.Rank() == 0 {
+	if g.Rank() == root {
 		return nil
 	}
 	return unpackVariables(buf.Data, vs)
