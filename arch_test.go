@@ -275,9 +275,11 @@ type layer struct {
 	// one, so that a package moved or added under a placed tree lands with
 	// its parent, and one placed nowhere fails the test until it is placed.
 	pkgs []string
-	// gorgonia is whether the layer's packages may import Gorgonia: the
-	// reducer and everything below it know no autodiff engine
-	// (docs/architecture.md), so that any engine can drive them.
+	// gorgonia is whether the layer's packages may import an autodiff
+	// engine (Gorgonia or GoMLX, see engineOf): the reducer and everything
+	// below it know no autodiff engine (docs/architecture.md), so that any
+	// engine can drive them. A library package imports one engine at most
+	// (checkOneEngine).
 	gorgonia bool
 }
 
@@ -299,6 +301,7 @@ func layerTable() []layer {
 		}, engineFree},
 		{"engine-free DDP parts: buckets and comm hooks", []string{"bucket/...", "commhook/..."}, engineFree},
 		{"the reducer", []string{"reducer/..."}, engineFree},
+		{"GoMLX engine: data-parallel GoMLX training over the reducer", []string{"engines/gomlxddp/..."}, gorgonia},
 		{"Gorgonia glue: gradient-ready hooks, Gorgonia values as pg.Tensor", []string{"autogradhooks/...", "gtensor/..."}, gorgonia},
 		{"training packages", []string{
 			"averaging/...", "optim/...", "checkpoint/...", "sampler/...", "dataset/...", "npy/...",
@@ -334,6 +337,7 @@ func TestLayers(t *testing.T) {
 	table := layerTable()
 	checkLayerTable(t, table, imports)
 	checkEngineFree(t, modPath, table, all)
+	checkOneEngine(t, modPath, table, all)
 
 	known := map[[2]string]bool{}
 	for _, v := range knownLayerViolations() {
@@ -367,8 +371,19 @@ func TestLayers(t *testing.T) {
 	}
 }
 
-// checkEngineFree fails for a package of a layer drawn below the Gorgonia
-// line that imports Gorgonia.
+// engineOf names the autodiff engine an import path belongs to, "" for
+// none.
+func engineOf(importPath string) string {
+	for prefix, engine := range map[string]string{"gorgonia.org": "Gorgonia", "github.com/gomlx": "GoMLX"} {
+		if importPath == prefix || strings.HasPrefix(importPath, prefix+"/") {
+			return engine
+		}
+	}
+	return ""
+}
+
+// checkEngineFree fails for a package of a layer drawn below the engine
+// line that imports an autodiff engine (Gorgonia or GoMLX).
 func checkEngineFree(t *testing.T, modPath string, table []layer, all map[string][]string) {
 	t.Helper()
 	for _, dir := range sortedKeys(all) {
@@ -377,9 +392,31 @@ func checkEngineFree(t *testing.T, modPath string, table []layer, all map[string
 			continue
 		}
 		for _, p := range all[dir] {
-			if p == "gorgonia.org" || strings.HasPrefix(p, "gorgonia.org/") {
-				t.Errorf("%s (layer %d, %s) imports %s, but the layers marked engineFree (the reducer and below) know no autodiff engine", pkgPath(modPath, dir), l, table[l].name, p)
+			if e := engineOf(p); e != "" {
+				t.Errorf("%s (layer %d, %s) imports %s (%s), but the layers marked engineFree (the reducer and below) know no autodiff engine", pkgPath(modPath, dir), l, table[l].name, p, e)
 			}
+		}
+	}
+}
+
+// checkOneEngine fails for a library package (any layer but the
+// programs) that imports two autodiff engines: an engine's glue must not
+// drag the other engine into its users' binaries.
+func checkOneEngine(t *testing.T, modPath string, table []layer, all map[string][]string) {
+	t.Helper()
+	for _, dir := range sortedKeys(all) {
+		l, ok := layerOf(table, dir)
+		if !ok || l == len(table)-1 { // the programs may offer several engines
+			continue
+		}
+		engines := map[string]string{}
+		for _, p := range all[dir] {
+			if e := engineOf(p); e != "" {
+				engines[e] = p
+			}
+		}
+		if len(engines) > 1 {
+			t.Errorf("%s (layer %d, %s) imports two autodiff engines (%v); a library package drives one engine", pkgPath(modPath, dir), l, table[l].name, engines)
 		}
 	}
 }

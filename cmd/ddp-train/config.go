@@ -18,6 +18,7 @@ type config struct {
 	nproc   int
 	backend string
 
+	engine     string // --engine: gorgonia or gomlx (gomlx.go)
 	model      string
 	hidden     []int
 	activation string
@@ -97,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var hidden string
 	fs.IntVar(&c.nproc, "nproc", 2, "number of worker processes (or goroutine ranks with --backend local)")
 	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback), local (goroutines in one process), nccl (worker processes, one GPU each: GPU LOCAL_RANK; GODDP_NCCL_LIBRARY names libnccl.so.2) or mpi (under mpirun -np N; needs a binary built with -tags mpi)")
+	fs.StringVar(&c.engine, "engine", "gorgonia", "autodiff engine: gorgonia, or gomlx (GoMLX on its pure-Go simplego backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
 	fs.StringVar(&c.model, "model", "mlp", "model: mlp or cnn")
 	fs.StringVar(&hidden, "hidden", "128,128", "mlp hidden layer sizes, comma-separated")
 	fs.StringVar(&c.activation, "activation", "relu", "activation: relu or tanh")
@@ -177,6 +179,7 @@ func (c config) validate() error {
 		func() error { return c.nodeFlags.validate(c) },
 		c.validateOptimizer,
 		c.validateHook,
+		c.validateEngine,
 		func() error { return validateLimits(c) },
 		c.stragglerFlags.validate,
 	}
