@@ -93,16 +93,3 @@ func TestMPIEngineGoMLX(t *testing.T) {
 		})
 	}
 }
-
-// sameDigests reports whether d holds n ranks' digests, all equal.
-func sameDigests(d map[string]string, n int) bool {
-	if len(d) != n {
-		return false
-	}
-	for _, v := range d {
-		if v != d["0"] {
-			return false
-		}
-	}
-	return true
-}

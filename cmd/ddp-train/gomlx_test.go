@@ -63,6 +63,9 @@ func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 					t.Fatalf("--engine %s: exit %d\n%s", engine, r.code, r.stderr)
 				}
 				curves[engine] = trainLosses(t, r.stderr)
+				if d := digests(r.stderr); len(d) < 2 || !sameDigests(d, len(d)) {
+					t.Fatalf("--engine %s: final parameter digests %v, want one per rank, equal\n%s", engine, d, r.stderr)
+				}
 			}
 			want, got := curves["gorgonia"], curves["gomlx"]
 			if len(want) != 12 || len(got) != 12 {
@@ -158,4 +161,17 @@ func TestTorchrunEngineGoMLX(t *testing.T) {
 	if d := digests(log); len(d) != 2 || d["0"] != want || d["1"] != want {
 		t.Fatalf("final parameter digests %v, want both ranks at %s (ddp-train --nproc 2)\n%s", d, want, log)
 	}
+}
+
+// sameDigests reports whether d holds n ranks' digests, all equal.
+func sameDigests(d map[string]string, n int) bool {
+	if len(d) != n {
+		return false
+	}
+	for _, v := range d {
+		if v != d["0"] {
+			return false
+		}
+	}
+	return true
 }
