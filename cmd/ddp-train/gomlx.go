@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -109,11 +111,11 @@ func (t *trainer) runGoMLX(ctx context.Context) error {
 		return err
 	}
 	defer tr.Close()
-	return t.gomlxLoop(ctx, tr, spec)
+	return t.gomlxLoop(ctx, tr, spec, p)
 }
 
 // gomlxLoop runs the steps and logs rank 0's "train" lines.
-func (t *trainer) gomlxLoop(ctx context.Context, tr *gomlxddp.Trainer, spec model.Spec) error {
+func (t *trainer) gomlxLoop(ctx context.Context, tr *gomlxddp.Trainer, spec model.Spec, p *model.Params) error {
 	smp, err := sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed)
 	if err != nil {
 		return err
@@ -156,9 +158,39 @@ func (t *trainer) gomlxLoop(ctx context.Context, tr *gomlxddp.Trainer, spec mode
 	if err := tr.VerifyReplicas(ctx); err != nil {
 		return err
 	}
+	d, err := gomlxDigest(tr, p)
+	if err != nil {
+		return err
+	}
 	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.String("engine", "gomlx"),
-		zap.Duration("took", time.Since(began)))
+		zap.Duration("took", time.Since(began)), zap.String("param_digest", d))
 	return nil
+}
+
+// gomlxDigest is digest for the GoMLX variables: a hash of every
+// parameter's bytes, in p's order, so equal digests mean bitwise equal
+// replicas (and, with --dtype float64, the Gorgonia engine's digest
+// of the same bits).
+func gomlxDigest(tr *gomlxddp.Trainer, p *model.Params) (string, error) {
+	byName := map[string]*mlctx.Variable{}
+	for _, v := range tr.Params() {
+		byName[v.Name()] = v
+	}
+	h := sha256.New()
+	for i := range p.Len() {
+		v := byName[p.Name(i)]
+		if v == nil {
+			return "", fmt.Errorf("no GoMLX variable %s", p.Name(i))
+		}
+		val, err := v.Value()
+		if err == nil {
+			err = val.ConstBytes(func(data []byte) { h.Write(data) })
+		}
+		if err != nil {
+			return "", fmt.Errorf("variable %s: %w", p.Name(i), err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12]), nil
 }
 
 // gomlxLine logs the window's mean loss over ranks and steps, as the

@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/goddp/ddp/internal/wiring/launch"
 )
 
 // trainLosses reads rank 0's "train" lines (--log-format json) from a
@@ -55,6 +63,9 @@ func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 					t.Fatalf("--engine %s: exit %d\n%s", engine, r.code, r.stderr)
 				}
 				curves[engine] = trainLosses(t, r.stderr)
+				if d := digests(r.stderr); len(d) < 2 || !sameDigests(d, len(d)) {
+					t.Fatalf("--engine %s: final parameter digests %v, want one per rank, equal\n%s", engine, d, r.stderr)
+				}
 			}
 			want, got := curves["gorgonia"], curves["gomlx"]
 			if len(want) != 12 || len(got) != 12 {
@@ -99,4 +110,68 @@ func TestEngineGoMLXNonFinite(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "skipping the update") {
 		t.Errorf("--on-nonfinite skip: exit %d\n%s", r.code, r.stderr)
 	}
+}
+
+// TestTorchrunEngineGoMLX runs ddp-train --engine gomlx under a real
+// torchrun (static rendezvous, TestTorchrun's first case): both workers
+// must train one 2-rank job with GoMLX and end with bitwise the
+// parameters that ddp-train's own launcher gives for the same flags.
+func TestTorchrunEngineGoMLX(t *testing.T) {
+	py := torchrunPython(t)
+	flags := args("--engine", "gomlx", "--steps", "12", "--dtype", "float64", "--optimizer", "adam", "--lr", "0.01")
+	ref := ddpTrain(t, append([]string{"--nproc", "2"}, flags...)...)
+	if ref.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", ref.code, ref.stderr)
+	}
+	want := digests(ref.stderr)["0"]
+	if want == "" {
+		t.Fatalf("reference run printed no digest:\n%s", ref.stderr)
+	}
+	port, err := launch.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := launch.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, append([]string{"-m", "torch.distributed.run", "--log_dir", t.TempDir(),
+		"--redirects", "0:1,1:1", "--tee", "0:1,1:1", // see TestTorchrun
+		"--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", strconv.Itoa(port),
+		"--no_python", self}, flags...)...)
+	cmd.Env = append(os.Environ(), "GODDP_SECRET="+secret, "GORACE=atexit_sleep_ms=0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	log := out.String()
+	if err != nil {
+		t.Fatalf("torchrun: %v after %v\n%s", err, time.Since(start).Round(time.Millisecond), log)
+	}
+	t.Logf("torchrun: %v", time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(log, `"world_size":2`) || strings.Count(log, `"msg":"done"`) != 2 || strings.Count(log, `"engine":"gomlx"`) < 2 {
+		t.Fatalf("the workers did not train one 2-rank job with --engine gomlx:\n%s", log)
+	}
+	if d := digests(log); len(d) != 2 || d["0"] != want || d["1"] != want {
+		t.Fatalf("final parameter digests %v, want both ranks at %s (ddp-train --nproc 2)\n%s", d, want, log)
+	}
+}
+
+// sameDigests reports whether d holds n ranks' digests, all equal.
+func sameDigests(d map[string]string, n int) bool {
+	if len(d) != n {
+		return false
+	}
+	for _, v := range d {
+		if v != d["0"] {
+			return false
+		}
+	}
+	return true
 }

@@ -155,7 +155,13 @@ type rankResult struct {
 // tcp, each starting from different initial values (rank 0's win).
 func runRanks(t *testing.T, opt string, size, steps, rows int, o gomlxddp.Options) []rankResult {
 	t.Helper()
-	groups := tcpGroups(t, size)
+	return runRanksOn(t, tcpGroups(t, size), opt, steps, rows, o)
+}
+
+// runRanksOn is runRanks on the given groups, one per rank.
+func runRanksOn(t *testing.T, groups []pg.ProcessGroup, opt string, steps, rows int, o gomlxddp.Options) []rankResult {
+	t.Helper()
+	size := len(groups)
 	out := make([]rankResult, size)
 	errs := make([]error, size)
 	var wg sync.WaitGroup
@@ -220,6 +226,13 @@ func trainRank(g pg.ProcessGroup, opt optimizers.Interface, steps, rows int, o g
 // tcpGroups starts n tcp ranks on loopback, meeting through a HashStore.
 func tcpGroups(t testing.TB, n int) []pg.ProcessGroup {
 	t.Helper()
+	return tcpGroupsWith(t, n, nil)
+}
+
+// tcpGroupsWith is tcpGroups with each rank's tcp.Options changed by
+// change (nil: none): the shared-memory transport off, a logger.
+func tcpGroupsWith(t testing.TB, n int, change func(*tcp.Options)) []pg.ProcessGroup {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st := store.NewHashStore(store.HashStoreOptions{})
@@ -228,8 +241,12 @@ func tcpGroups(t testing.TB, n int) []pg.ProcessGroup {
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			out[r], errs[r] = tcp.New(ctx, st, tcp.Options{Rank: r, Size: n, Secret: []byte("gomlxddp-test-secret-0123456789"),
-				ListenAddr: "127.0.0.1:0", Timeout: 30 * time.Second})
+			o := tcp.Options{Rank: r, Size: n, Secret: []byte("gomlxddp-test-secret-0123456789"),
+				ListenAddr: "127.0.0.1:0", Timeout: 30 * time.Second}
+			if change != nil {
+				change(&o)
+			}
+			out[r], errs[r] = tcp.New(ctx, st, o)
 		})
 	}
 	wg.Wait()

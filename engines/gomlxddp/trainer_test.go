@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/engines/gomlxddp"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/tcp"
 	"github.com/goddp/ddp/reducer"
 	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -24,23 +26,78 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train"
 	"github.com/gomlx/gomlx/pkg/ml/train/losses"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestSameAsOneProcess: N ranks, each on its shard of every batch, end
 // with the parameters that GoMLX's own Trainer reaches alone on the whole
-// batches, and with the same bits on every rank.
+// batches, and with the same bits on every rank, over tcp both ways the
+// ranks of one host can talk: through the shared-memory transport (the
+// default; checked to be in use: every rank's "link transports" line
+// names every other rank under shm, so its world is the whole group and
+// AllReduce moves the data through the segments) and over TCP alone
+// (tcp.Options.NoSharedMemory; the line names every other rank under
+// tcp).
 func TestSameAsOneProcess(t *testing.T) {
 	const steps, rows = 12, 12
 	for _, opt := range []string{"sgd", "adam"} {
 		_, want := reference(t, opt, steps, rows)
 		for _, size := range []int{2, 3} {
-			t.Run(fmt.Sprintf("%s/%d", opt, size), func(t *testing.T) {
-				got := runRanks(t, opt, size, steps, rows, gomlxddp.Options{})
-				checkClose(t, got[0].Params, want, 1e-9)
-				for r := 1; r < size; r++ {
-					checkBitwise(t, r, got[r].Params, got[0].Params)
-				}
-			})
+			for _, transport := range []string{"shm", "tcp"} {
+				t.Run(fmt.Sprintf("%s/%d/%s", opt, size, transport), func(t *testing.T) {
+					if transport == "shm" && runtime.GOOS != "linux" {
+						t.Skip("the shared-memory transport is Linux-only")
+					}
+					groups, logs := transportGroups(t, size, transport == "tcp")
+					checkTransports(t, logs, transport)
+					got := runRanksOn(t, groups, opt, steps, rows, gomlxddp.Options{})
+					checkClose(t, got[0].Params, want, 1e-9)
+					for r := 1; r < size; r++ {
+						checkBitwise(t, r, got[r].Params, got[0].Params)
+					}
+				})
+			}
+		}
+	}
+}
+
+// transportGroups is tcpGroups with the shared-memory transport on or
+// off, and each rank's log.
+func transportGroups(t *testing.T, size int, noShm bool) ([]pg.ProcessGroup, []*observer.ObservedLogs) {
+	t.Helper()
+	logs := make([]*observer.ObservedLogs, size)
+	loggers := make([]*zap.Logger, size)
+	for r := range size {
+		var core zapcore.Core
+		core, logs[r] = observer.New(zap.InfoLevel)
+		loggers[r] = zap.New(core)
+	}
+	groups := tcpGroupsWith(t, size, func(o *tcp.Options) {
+		o.NoSharedMemory, o.Logger = noShm, loggers[o.Rank]
+	})
+	return groups, logs
+}
+
+// checkTransports wants every rank to reach every other one through
+// transport, "shm" or "tcp", as its "link transports" line says.
+func checkTransports(t *testing.T, logs []*observer.ObservedLogs, transport string) {
+	t.Helper()
+	for r, l := range logs {
+		lines := l.FilterMessage("link transports").All()
+		if len(lines) != 1 {
+			t.Fatalf("rank %d: %d \"link transports\" lines, want 1", r, len(lines))
+		}
+		var others []any
+		for j := range logs {
+			if j != r {
+				others = append(others, j)
+			}
+		}
+		fields := lines[0].ContextMap()
+		if got, want := fmt.Sprint(fields[transport]), fmt.Sprint(others); got != want {
+			t.Fatalf("rank %d reaches %s over %s (link transports: %v), want %s", r, got, transport, fields, want)
 		}
 	}
 }
