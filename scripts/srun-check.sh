@@ -4,7 +4,8 @@
 # directory through SLURM_CONF, with a private munged whose key and socket
 # live there too; installed only with GODDP_TEST_INSTALL=1) runs `srun --mpi=pmix -n 2 ddp-train
 # --backend mpi`, which must end with bitwise the parameters of
-# `ddp-train --backend tcp` on the same flags. Exit 0 ok, 1 mismatch or
+# `ddp-train --backend tcp` on the same flags, with each engine (--engine
+# gorgonia and gomlx). Exit 0 ok, 1 mismatch or
 # failure, 3 Slurm could not be set up here (the caller skips, saying so).
 set -euo pipefail
 bin=${1:?usage: srun-check.sh path/to/ddp-train-built-with-tags-mpi}
@@ -72,10 +73,13 @@ srun --mpi=list 2>&1 | grep -q pmix || setup_fail "this Slurm has no pmix plugin
 
 flags=(--steps 20 --hidden 16 --samples 512 --batch-size 16 --log-format json)
 digests() { grep -o '"param_digest":"[0-9a-f]*"' | sort -u; }
-want=$("$bin" --nproc 2 "${flags[@]}" 2>&1 | digests)
-got=$(cd "$dir" && timeout 120 srun --mpi=pmix -n 2 --oversubscribe "$bin" --backend mpi "${flags[@]}" 2>&1 | digests)
-if [ -z "$want" ] || [ "$got" != "$want" ]; then
-	echo "srun-check: srun --mpi=pmix -n 2 ddp-train --backend mpi ended with $got, --backend tcp with $want" >&2
-	exit 1
-fi
-echo "srun-check: srun --mpi=pmix -n 2 ddp-train --backend mpi == --backend tcp ($got)" >&2
+# Both engines: --engine gomlx takes the same MPI path (engines/gomlxddp).
+for engine in gorgonia gomlx; do
+	want=$("$bin" --engine "$engine" --nproc 2 "${flags[@]}" 2>&1 | digests)
+	got=$(cd "$dir" && timeout 120 srun --mpi=pmix -n 2 --oversubscribe "$bin" --engine "$engine" --backend mpi "${flags[@]}" 2>&1 | digests)
+	if [ -z "$want" ] || [ "$got" != "$want" ]; then
+		echo "srun-check: srun --mpi=pmix -n 2 ddp-train --engine $engine --backend mpi ended with $got, --backend tcp with $want" >&2
+		exit 1
+	fi
+	echo "srun-check: srun --mpi=pmix -n 2 ddp-train --engine $engine --backend mpi == --backend tcp ($got)" >&2
+done
