@@ -31,12 +31,7 @@ func TestMain(m *testing.M) {
 
 func netbedOrSkip(t *testing.T) {
 	t.Helper()
-	if err := netbed.Available(); err != nil {
-		t.Skip(err)
-	}
-	if os.Getenv("GODDP_TEST_NETBED") != "1" {
-		t.Skip("set GODDP_TEST_NETBED=1 to run tests on network namespaces")
-	}
+	netbed.SkipUnless(t, os.Getenv("GODDP_TEST_NETBED") == "1")
 }
 
 // On two namespaces joined by a 100 Mbit/s link, fp16 and PowerSGD beat

@@ -35,12 +35,7 @@ const netbedFaultTimeout = 5 * time.Second
 const netbedFailBound = netbedFaultTimeout + desync.DefaultDiagnosisTimeout + desync.DefaultProbeTimeout + 4*time.Second
 
 func TestNetbedFaults(t *testing.T) {
-	if os.Getenv("GODDP_TEST_NETBED") != "1" {
-		t.Skip("set GODDP_TEST_NETBED=1 (as root) to run the network-namespace tests")
-	}
-	if err := netbed.Available(); err != nil {
-		t.Skip(err)
-	}
+	netbed.SkipUnless(t, os.Getenv("GODDP_TEST_NETBED") == "1")
 	t.Run("link down", testNetbedLinkDown)
 	t.Run("flap shorter than the timeout", testNetbedFlap)
 	t.Run("host's ranks killed", testNetbedHostKilled)
@@ -163,12 +158,9 @@ func startNetbedJob(t *testing.T, extra ...string) *netbedJob {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	b, err := netbed.New(ctx, netbed.Options{Hosts: 2, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := netbed.ForTest(t, true, netbed.Options{Hosts: 2}) // TestNetbedFaults checked the gate
 	j := &netbedJob{bed: b, ctx: ctx}
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before ForTest's: the bed's processes must die before their ends are awaited
 		if err := b.Close(); err != nil {
 			t.Error(err)
 		}

@@ -37,33 +37,20 @@ import (
 // wrong samples) moves the parameters by far more (docs/multi-host.md).
 const netbedTolerance = 1e-5
 
+// netbedEnabled is the gate of the tests on a network-namespace bed.
+func netbedEnabled() bool { return os.Getenv("GODDP_TEST_NETBED") == "1" }
+
 // netbedOrSkip skips unless GODDP_TEST_NETBED=1 and this machine can
 // build a bed (root, iproute2, util-linux).
 func netbedOrSkip(t *testing.T) {
 	t.Helper()
-	if os.Getenv("GODDP_TEST_NETBED") != "1" {
-		t.Skip("skipping: set GODDP_TEST_NETBED=1 to launch across a network-namespace test bed (needs root)")
-	}
-	if err := netbed.Available(); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	netbed.SkipUnless(t, netbedEnabled())
 }
 
 // newNetbed builds a bed of n hosts, removed when the test ends.
 func newNetbed(t *testing.T, n int) *netbed.Bed {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := netbed.New(ctx, netbed.Options{Hosts: n, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return b
+	return netbed.ForTest(t, netbedEnabled(), netbed.Options{Hosts: n})
 }
 
 // netbedFlags are the training flags of every launch, short so that a

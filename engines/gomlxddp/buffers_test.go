@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,22 +57,7 @@ func TestBroadcastBuffers(t *testing.T) {
 func bnRanks(t *testing.T, size, steps, rows int, o gomlxddp.Options) []map[string][]float64 {
 	t.Helper()
 	groups := tcpGroups(t, size)
-	out := make([]map[string][]float64, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if out[r], errs[r] = bnRank(groups[r], steps, rows, o); errs[r] != nil {
-				groups[r].Abort(errs[r])
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	out := onRanks(t, groups, func(r int) (map[string][]float64, error) { return bnRank(groups[r], steps, rows, o) })
 	return out
 }
 

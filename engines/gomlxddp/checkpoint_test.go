@@ -2,7 +2,6 @@ package gomlxddp_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,22 +39,7 @@ func TestCheckpointResume(t *testing.T) {
 func runPhases(t *testing.T, size, rows int, phases [][2]int, load, save string) []map[string][]float64 {
 	t.Helper()
 	groups := tcpGroups(t, size)
-	out := make([]map[string][]float64, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if out[r], errs[r] = checkpointRank(groups[r], rows, phases, load, save); errs[r] != nil {
-				groups[r].Abort(errs[r]) // the others fail at once
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	out := onRanks(t, groups, func(r int) (map[string][]float64, error) { return checkpointRank(groups[r], rows, phases, load, save) })
 	return out
 }
 

@@ -161,24 +161,7 @@ func runRanks(t *testing.T, opt string, size, steps, rows int, o gomlxddp.Option
 // runRanksOn is runRanks on the given groups, one per rank.
 func runRanksOn(t *testing.T, groups []pg.ProcessGroup, opt string, steps, rows int, o gomlxddp.Options) []rankResult {
 	t.Helper()
-	size := len(groups)
-	out := make([]rankResult, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if out[r], errs[r] = runRank(t, groups[r], opt, steps, rows, o); errs[r] != nil {
-				groups[r].Abort(errs[r]) // the others fail at once
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return out
+	return onRanks(t, groups, func(r int) (rankResult, error) { return runRank(t, groups[r], opt, steps, rows, o) })
 }
 
 func runRank(t *testing.T, g pg.ProcessGroup, opt string, steps, rows int, o gomlxddp.Options) (rankResult, error) {
@@ -261,6 +244,31 @@ func tcpGroupsWith(t testing.TB, n int, change func(*tcp.Options)) []pg.ProcessG
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// onRanks runs f for every rank of groups at once and returns what each
+// returned, failing t with the first rank's error. A rank that fails
+// aborts its group, so that the others fail at once instead of waiting
+// out the group timeout.
+func onRanks[T any](t *testing.T, groups []pg.ProcessGroup, f func(r int) (T, error)) []T {
+	t.Helper()
+	out := make([]T, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() {
+			if out[r], errs[r] = f(r); errs[r] != nil {
+				g.Abort(errs[r])
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
 	return out

@@ -3,7 +3,6 @@ package gomlxddp_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,22 +21,7 @@ func TestJoin(t *testing.T) {
 	const size, rows = 2, 12
 	batches := []int{5, 3}
 	groups := tcpGroups(t, size)
-	got := make([]map[string][]float64, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if got[r], errs[r] = joinRank(groups[r], batches[r], rows); errs[r] != nil {
-				groups[r].Abort(errs[r])
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	got := onRanks(t, groups, func(r int) (map[string][]float64, error) { return joinRank(groups[r], batches[r], rows) })
 	checkBitwise(t, 1, got[1], got[0])
 }
 

@@ -355,22 +355,7 @@ func TestPerStepUpdate(t *testing.T) {
 		t.Fatal("no weight reached the clip: the test checks nothing")
 	}
 	groups := tcpGroups(t, size)
-	got := make([]map[string][]float64, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if got[r], errs[r] = modelRank(groups[r], clippedMLP, steps, rows); errs[r] != nil {
-				groups[r].Abort(errs[r])
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	got := onRanks(t, groups, func(r int) (map[string][]float64, error) { return modelRank(groups[r], clippedMLP, steps, rows) })
 	checkClose(t, got[0], want, 1e-9)
 	checkBitwise(t, 1, got[1], got[0])
 }
@@ -422,22 +407,7 @@ func TestNewBatchSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	groups := tcpGroups(t, size)
-	got := make([]map[string][]float64, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if got[r], errs[r] = rowsRank(groups[r], rowsAt); errs[r] != nil {
-				groups[r].Abort(errs[r])
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	got := onRanks(t, groups, func(r int) (map[string][]float64, error) { return rowsRank(groups[r], rowsAt) })
 	checkClose(t, got[0], want, 1e-9)
 	checkBitwise(t, 1, got[1], got[0])
 }
@@ -490,22 +460,7 @@ func TestNonFiniteSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	groups := tcpGroups(t, size)
-	got := make([]map[string][]float64, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			if got[r], errs[r] = nanRank(groups[r], steps, rows, bad); errs[r] != nil {
-				groups[r].Abort(errs[r])
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	got := onRanks(t, groups, func(r int) (map[string][]float64, error) { return nanRank(groups[r], steps, rows, bad) })
 	checkClose(t, got[0], want, 1e-9)
 	checkBitwise(t, 1, got[1], got[0])
 }

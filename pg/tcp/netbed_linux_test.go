@@ -77,19 +77,9 @@ func netbedValue(rank int) float32 { return [...]float32{1e8, 1, -1e8, 1}[rank%4
 // netbedValue; a flat AllReduce gives 0). The old agreement dropped
 // ranks one by one and gave 3 hosts.
 func TestNetbedShmGroupsPerNamespace(t *testing.T) {
-	if os.Getenv("GODDP_TEST_NETBED") != "1" {
-		t.Skip("set GODDP_TEST_NETBED=1 (as root) to run the network-namespace tests")
-	}
-	if err := netbed.Available(); err != nil {
-		t.Skip(err)
-	}
+	b := netbed.ForTest(t, os.Getenv("GODDP_TEST_NETBED") == "1", netbed.Options{Hosts: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := netbed.New(ctx, netbed.Options{Hosts: 2, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	hosts := b.Hosts()
 	storeAddr := hosts[0].Addr + ":29611"
 	const size = 4

@@ -61,19 +61,9 @@ func runProbeWorker(spec string) int {
 // back up, answers; host 1's rank stopped, answers (its kernel accepts);
 // killed, refused.
 func TestNetbedProbe(t *testing.T) {
-	if os.Getenv("GODDP_TEST_NETBED") != "1" {
-		t.Skip("set GODDP_TEST_NETBED=1 (as root) to run the network-namespace tests")
-	}
-	if err := netbed.Available(); err != nil {
-		t.Skip(err)
-	}
+	b := netbed.ForTest(t, os.Getenv("GODDP_TEST_NETBED") == "1", netbed.Options{Hosts: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := netbed.New(ctx, netbed.Options{Hosts: 2, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	hosts := b.Hosts()
 	var ranks [2]*probeRank
 	for r := range 2 {
