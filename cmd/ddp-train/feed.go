@@ -27,11 +27,18 @@ func newFeeder(ds *dataset.Dataset, smp *sampler.Sampler, batch int) *feeder {
 
 // load feeds micro-batch m to the session's net and returns its labels.
 func (f *feeder) load(s *session, m int) ([]int, error) {
+	x, y := f.gather(m)
+	return y, s.net.Feed(s.spec, x, y)
+}
+
+// gather returns micro-batch m's features (rows of ds.D) and labels, in
+// the feeder's buffers: valid until the next call.
+func (f *feeder) gather(m int) ([]float64, []int) {
 	if ep := m / f.perEp; ep != f.epoch {
 		f.epoch, f.batches = ep, sampler.Batches(f.smp.Indices(ep), f.batch)
 	}
 	idx := f.batches[m%f.perEp]
 	x, y := f.x[:len(idx)*f.ds.D], f.y[:len(idx)]
 	f.ds.Gather(idx, x, y)
-	return y, s.net.Feed(s.spec, x, y)
+	return x, y
 }

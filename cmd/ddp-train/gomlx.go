@@ -217,21 +217,16 @@ type gomlxFeeder struct {
 
 // load returns micro-batch m's features and labels.
 func (f gomlxFeeder) load(m int) (*tensors.Tensor, *tensors.Tensor) {
-	if ep := m / f.perEp; ep != f.epoch {
-		f.feeder.epoch, f.feeder.batches = ep, sampler.Batches(f.smp.Indices(ep), f.batch)
-	}
-	idx := f.batches[m%f.perEp]
-	x, y := f.x[:len(idx)*f.ds.D], f.y[:len(idx)]
-	f.ds.Gather(idx, x, y)
+	x, y := f.gather(m)
 	labels := make([]int32, len(y))
 	for i, c := range y {
 		labels[i] = int32(c)
 	}
 	lt := tensors.FromFlatDataAndDimensions(labels, len(y), 1)
 	if f.dtype == "float32" {
-		return tensors.FromFlatDataAndDimensions(toFloat32(x), len(idx), f.ds.D), lt
+		return tensors.FromFlatDataAndDimensions(toFloat32(x), len(y), f.ds.D), lt
 	}
-	return tensors.FromFlatDataAndDimensions(slices.Clone(x), len(idx), f.ds.D), lt
+	return tensors.FromFlatDataAndDimensions(slices.Clone(x), len(y), f.ds.D), lt
 }
 
 func toFloat32(v []float64) []float32 {

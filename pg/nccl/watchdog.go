@@ -21,7 +21,6 @@ func (g *Group) watchdog() {
 	timer := time.NewTimer(g.opts.AsyncErrorInterval)
 	defer timer.Stop()
 	lastAsync := time.Now()
-	var lastFinish time.Time
 	for {
 		g.mu.Lock()
 		busy := len(g.pending) > 0 && g.failure == nil
@@ -37,7 +36,7 @@ func (g *Group) watchdog() {
 		case <-g.kick:
 		case <-timer.C:
 		}
-		lastFinish = g.poll(lastFinish)
+		g.poll()
 		if time.Since(lastAsync) >= g.opts.AsyncErrorInterval {
 			lastAsync = time.Now()
 			g.checkAsync()
@@ -47,17 +46,17 @@ func (g *Group) watchdog() {
 
 // poll completes the finished Works at the head of the queue and checks
 // the deadlines of the rest. It returns when the head is not done.
-func (g *Group) poll(lastFinish time.Time) time.Time {
+func (g *Group) poll() {
 	for {
 		g.mu.Lock()
 		if len(g.pending) == 0 || g.failure != nil {
 			g.mu.Unlock()
-			return lastFinish
+			return
 		}
 		w := g.pending[0]
 		g.mu.Unlock()
 		if w.ev == nil { // still being issued
-			return lastFinish
+			return
 		}
 		err := w.ev.Query()
 		now := time.Now()
@@ -66,15 +65,14 @@ func (g *Group) poll(lastFinish time.Time) time.Time {
 			g.mu.Lock()
 			if len(g.pending) == 0 || g.pending[0] != w {
 				g.mu.Unlock() // failed meanwhile
-				return lastFinish
+				return
 			}
 			g.pending = g.pending[1:]
 			g.mu.Unlock()
 			if w.start != nil && w.startedAt.Load() == 0 { // found started as it is found completed, as torch's update_state
 				w.startedAt.Store(now.UnixNano())
 			}
-			w.finish(g, nil, now, lastFinish)
-			lastFinish = now
+			w.finish(g, nil, now, g.lastFinished())
 			g.lastFinish.Store(now.UnixNano())
 			continue
 		case errors.Is(err, nccl.ErrNotReady):
@@ -82,12 +80,21 @@ func (g *Group) poll(lastFinish time.Time) time.Time {
 				w.startedAt.Store(now.UnixNano()) // Note [watchdog times]
 			}
 			g.checkDeadlines(now)
-			return lastFinish
+			return
 		default:
 			g.fail(pg.ErrComm, fmt.Errorf("%v seq %d: the CUDA stream failed: %w", w.op, w.seq, err), w)
-			return lastFinish
+			return
 		}
 	}
+}
+
+// lastFinished is when the watchdog last found an end event passed, or
+// zero if it has found none yet.
+func (g *Group) lastFinished() time.Time {
+	if ns := g.lastFinish.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // checkDeadlines fails the group if a pending Work is past the group
