@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/goddp/ddp/nccl"
@@ -264,7 +265,10 @@ func peerAddrs(e env.Config) (listen, advertise string) {
 // joinNCCL meets the job as tcp does and makes the NCCL group on GPU
 // LOCAL_RANK (or NCCL.Device).
 func joinNCCL(ctx context.Context, e env.Config, o InitOptions) (*Group, error) {
-	opts := o.NCCL
+	opts, err := ncclEnv(o.NCCL, o.lookup())
+	if err != nil {
+		return nil, err
+	}
 	if opts.Library == nil {
 		getenv := func(name string) string { v, _ := o.lookup()(name); return v }
 		lib, cu, err := nccl.LoadFromEnv(getenv)
@@ -293,6 +297,24 @@ func joinNCCL(ctx context.Context, e env.Config, o InitOptions) (*Group, error) 
 		zap.Int("device", opts.Device))
 	g.ProcessGroup = ng
 	return g, nil
+}
+
+// ncclEnv applies torch's TORCH_NCCL_ENABLE_TIMING to opts, as
+// ProcessGroupNCCL reads it: set to a true value, every collective gets
+// timing events and its flight-recorder entry a duration_ms. An option set
+// in code wins; a value that is not a boolean is an error, not ignored.
+func ncclEnv(opts pgnccl.Options, lookup func(string) (string, bool)) (pgnccl.Options, error) {
+	const name = "TORCH_NCCL_ENABLE_TIMING"
+	v, ok := lookup(name)
+	if !ok || v == "" || opts.EnableTiming {
+		return opts, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return opts, fmt.Errorf("%w: %s=%q: want 1 or 0 (true or false)", pg.ErrInvalidArgument, name, v)
+	}
+	opts.EnableTiming = on
+	return opts, nil
 }
 
 // lookup is Lookup, or os.LookupEnv.

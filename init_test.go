@@ -37,6 +37,8 @@ func TestInitProcessGroupRefusals(t *testing.T) {
 			pg.ErrInvalidArgument, "MASTER_ADDR is not set"},
 		{"no NCCL", ctx, ddp.InitOptions{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"GODDP_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})},
 			ddp.ErrBackendUnavailable, "GODDP_NCCL_LIBRARY"},
+		{"NCCL timing not a boolean", ctx, ddp.InitOptions{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"TORCH_NCCL_ENABLE_TIMING": "sometimes"})},
+			pg.ErrInvalidArgument, `TORCH_NCCL_ENABLE_TIMING="sometimes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := ddp.InitProcessGroup(tc.ctx, tc.o)

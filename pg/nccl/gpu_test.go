@@ -39,6 +39,13 @@ func libs(t testing.TB) (*nccl.Library, *nccl.CUDA, int) {
 // the machine has fewer GPUs (NCCL refuses two ranks on one GPU).
 func gpuWorld(t testing.TB, n int, timeout time.Duration) []*Group {
 	t.Helper()
+	return gpuWorldWith(t, n, Options{Timeout: timeout})
+}
+
+// gpuWorldWith is gpuWorld with more options: base's Rank, Size, Device,
+// Library and CUDA are set for each rank.
+func gpuWorldWith(t testing.TB, n int, base Options) []*Group {
+	t.Helper()
 	lib, cu, gpus := libs(t)
 	if n > gpus {
 		t.Skipf("a world of %d NCCL ranks needs %d GPUs; this machine has %d", n, n, gpus)
@@ -51,7 +58,9 @@ func gpuWorld(t testing.TB, n int, timeout time.Duration) []*Group {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			gs[r], errs[r] = New(ctx, st, Options{Rank: r, Size: n, Device: r, Library: lib, CUDA: cu, Timeout: timeout})
+			o := base
+			o.Rank, o.Size, o.Device, o.Library, o.CUDA = r, n, r, lib, cu
+			gs[r], errs[r] = New(ctx, st, o)
 		})
 	}
 	wg.Wait()
