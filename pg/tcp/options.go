@@ -86,6 +86,13 @@ type Options struct {
 	// between hosts. A positive LinkBytesPerSec, which emulates a
 	// network, turns it off too. See doc.go.
 	NoSharedMemory bool
+	// SharedArenaBytes sizes the part of this rank's shared-memory
+	// segment from which NewHostBuffer hands out buffers (the reducer
+	// keeps its gradient buckets there), which the ranks of its host read
+	// in place in an AllReduce instead of copying them through the
+	// segment's slots. 0 means 1 GiB; negative, none. It is virtual size:
+	// memory is used only as buffers touch it.
+	SharedArenaBytes int
 
 	// hostLabel, for tests and benchmarks only, splits this host into
 	// simulated hosts: ranks with different labels never share memory,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -23,7 +24,7 @@ import (
 // which hold several of its ranks.
 func setupShm(ctx context.Context, st store.Store, o Options, log *zap.Logger) (*shm.World, *shm.Layout, error) {
 	c := shm.Config{Rank: o.Rank, Size: o.Size, HostLabel: o.hostLabel, Secret: o.Secret,
-		Hello: helloOf(o).encode(), HandshakeTimeout: handshakeTimeout, Logger: log}
+		Hello: helloOf(o).encode(), HandshakeTimeout: handshakeTimeout, Logger: log, ArenaBytes: o.SharedArenaBytes}
 	if o.NoSharedMemory || o.LinkBytesPerSec > 0 {
 		c.Off = errors.New("shared memory switched off (Options.NoSharedMemory or LinkBytesPerSec)")
 	}
@@ -68,3 +69,44 @@ func (r *run) Check(peer int) error {
 // Fail is the collective's error about peer, for the shared-memory
 // transport.
 func (r *run) Fail(peer int, kind, err error) error { return r.errf(peer, kind, err) }
+
+var _ pg.HostBufferAllocator = (*Group)(nil)
+
+// NewHostBuffer implements pg.HostBufferAllocator: numel zeroed elements
+// of d in this rank's shared-memory arena (Options.SharedArenaBytes),
+// which the ranks of its host read in place when every rank's tensor of
+// an AllReduce lies in its arena (Note [buffers peers read in place] in
+// pg/tcp/internal/shm). It fails when the group does not run its
+// collectives through shared memory alone (a rank alone on its host,
+// ranks on several hosts, NoSharedMemory) or the arena is full. A buffer
+// outlives the group's Close: the arena stays mapped while any is open.
+func (g *Group) NewHostBuffer(d pg.Dtype, numel int) (pg.HostBuffer, error) {
+	if g.shm == nil || !g.shm.Full() {
+		return nil, fmt.Errorf("%w: pg/tcp: rank %d shares no memory with all its peers, so it has no host buffers", pg.ErrUnsupported, g.rank)
+	}
+	if numel <= 0 || d.Size() == 0 {
+		return nil, fmt.Errorf("%w: pg/tcp: a host buffer of %d elements of %v", pg.ErrInvalidArgument, numel, d)
+	}
+	b, off, err := g.shm.Alloc(numel * d.Size())
+	if err != nil {
+		return nil, err
+	}
+	return &hostBuffer{w: g.shm, t: pg.Tensor{Dtype: d, Data: b}, off: off}, nil
+}
+
+// hostBuffer is a buffer in this rank's arena.
+type hostBuffer struct {
+	w      *shm.World
+	t      pg.Tensor
+	off    int
+	closed atomic.Bool
+}
+
+func (b *hostBuffer) Tensor() pg.Tensor { return b.t }
+
+func (b *hostBuffer) Close() error {
+	if b.closed.Swap(true) {
+		return fmt.Errorf("%w: pg/tcp: host buffer closed twice", pg.ErrInvalidArgument)
+	}
+	return b.w.Free(b.off)
+}

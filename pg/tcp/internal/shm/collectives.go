@@ -1,6 +1,9 @@
 package shm
 
 import (
+	"encoding/binary"
+	"fmt"
+
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/internal/kernel"
 )
@@ -23,7 +26,9 @@ import (
 // copies the peers' shards of its input into its own slot, reduces its
 // own shard straight from every rank's slot and its own tensor (in rank
 // order, as pg/local does, so every rank gets the same bits) into both its
-// tensor and its slot, and copies the peers' reduced shards out.
+// tensor and its slot, and copies the peers' reduced shards out. When
+// every rank's tensor lies in its arena, the ranks read each other's
+// tensors in place instead: Note [buffers peers read in place].
 func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 	if len(t.Data) <= SmallAllReduceBytes {
 		return w.allReduceSmall(r, t, op)
@@ -34,6 +39,8 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 	chunkBytes := SlotBytes / es * es
 	kernel.Prepare(t, op, n)
 	call := Call{Op: pg.OpAllReduce, Bytes: len(t.Data), Dtype: t.Dtype, Kind: kind}
+	place, inArena := w.ownOffset(t.Data)
+	var tensors [][]byte // in place: every rank's tensor, decided at the first chunk
 	ins := make([]pg.Tensor, n)
 	for lo := 0; lo < len(t.Data); lo += chunkBytes {
 		hi := min(lo+chunkBytes, len(t.Data))
@@ -46,13 +53,41 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 		// The peers' shards of this rank's input go into its slot; its
 		// own shard is reduced straight from t.
 		mine := w.slot(me, slot)
-		for j := range n {
-			if a, b := shard(j); j != me {
-				copy(mine[a:b], t.Data[lo+a:lo+b])
+		copyIn := func() {
+			for j := range n {
+				if a, b := shard(j); j != me {
+					copy(mine[a:b], t.Data[lo+a:lo+b])
+				}
 			}
 		}
-		if err := w.arrive(r, c, slot, call); err != nil {
+		meta := call.Meta(c)
+		first := lo == 0
+		switch {
+		case first && inArena:
+			binary.LittleEndian.PutUint64(meta[OffMetaPlace:], uint64(place)+1)
+		case tensors == nil:
+			copyIn()
+		}
+		if err := w.arriveWith(r, c, slot, meta); err != nil {
 			return err
+		}
+		if first {
+			if tensors, err = w.decide(r, c, slot, t, inArena, copyIn); err != nil {
+				return err
+			}
+		}
+		if tensors != nil {
+			w.reduceInPlace(r, t, tensors, lo, shard, ins, kind)
+			if err := w.waitAll(r, OffReduced, c); err != nil {
+				return err
+			}
+			for j := range n {
+				if a, b := shard(j); j != me {
+					copy(t.Data[lo+a:lo+b], tensors[j][lo+a:lo+b])
+				}
+			}
+			w.publish(OffDone, c)
+			continue
 		}
 		if a, b := shard(me); b > a {
 			own := pg.Tensor{Dtype: t.Dtype, Data: t.Data[lo+a : lo+b]}
@@ -75,8 +110,76 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 		}
 		w.publish(OffDone, c)
 	}
+	if tensors != nil {
+		w.inPlace++
+		// The peers read t until they are done with the last chunk.
+		if err := w.waitAll(r, OffDone, w.chunk); err != nil {
+			return err
+		}
+	}
 	kernel.Finish(t, op, n)
 	return nil
+}
+
+// reduceInPlace reduces this rank's shard of the chunk at lo straight
+// from every rank's tensor into t, and publishes it reduced.
+func (w *World) reduceInPlace(r Run, t pg.Tensor, tensors [][]byte, lo int, shard func(int) (int, int), ins []pg.Tensor, kind pg.ReduceKind) {
+	if a, b := shard(w.me); b > a {
+		for j := range tensors {
+			ins[j] = pg.Tensor{Dtype: t.Dtype, Data: tensors[j][lo+a : lo+b]}
+		}
+		own := ins[w.me]
+		w.scratch.ReduceN([]pg.Tensor{own}, ins, kind)
+	}
+	w.publish(OffReduced, w.chunk)
+}
+
+// decide chooses, at an AllReduce's first chunk c, once every rank has
+// arrived with where its tensor lies, how the collective runs (Note
+// [buffers peers read in place]): in place when every rank's tensor lies
+// in its arena (it returns them, checked), through the slots otherwise.
+// In a mixed world the ranks that did not copy their first chunk in
+// (copyIn) do so now, and every rank waits for every peer's.
+func (w *World) decide(r Run, c uint32, slot int, t pg.Tensor, inArena bool, copyIn func()) ([][]byte, error) {
+	places := w.places[:0]
+	all, some := true, inArena
+	for j := range w.segs {
+		p := uint64(0)
+		if j == w.me {
+			if inArena {
+				p = 1
+			}
+		} else {
+			p = binary.LittleEndian.Uint64(w.meta(j, slot)[OffMetaPlace:])
+		}
+		all, some = all && p != 0, some || p != 0
+		places = append(places, int(min(p, 1<<62))-1)
+	}
+	w.places = places
+	if all {
+		tensors := make([][]byte, len(w.segs))
+		for j := range w.segs {
+			if j == w.me {
+				tensors[j] = t.Data
+				continue
+			}
+			b, ok := w.peerTensor(j, places[j], len(t.Data), t.Dtype.Size())
+			if !ok {
+				return nil, r.Fail(j, pg.ErrMismatch, fmt.Errorf("rank %d published its tensor of %d bytes at offset %d of its %d-byte shared-memory arena, which does not hold it: its segment is corrupt",
+					j, len(t.Data), places[j], len(w.arenaOf(j))))
+			}
+			tensors[j] = b
+		}
+		return tensors, nil
+	}
+	if !some {
+		return nil, nil
+	}
+	if inArena {
+		copyIn()
+	}
+	w.publish(OffCopied, c)
+	return nil, w.waitAll(r, OffCopied, c)
 }
 
 // SmallAllReduceBytes is the largest AllReduce that allReduceSmall runs.

@@ -26,11 +26,12 @@ func listen(c Config, segs [][]byte) (string, *net.UnixListener, int, error) {
 	if err != nil {
 		return "", nil, -1, fmt.Errorf("memfd_create: %w", err)
 	}
-	if err := unix.Ftruncate(fd, SegBytes); err != nil {
+	size := SegBytes + c.arenaBytes()
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return "", nil, -1, fmt.Errorf("sizing the segment: %w", err)
 	}
-	m, err := unix.Mmap(fd, 0, SegBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return "", nil, -1, fmt.Errorf("mapping the segment: %w", err)
@@ -103,10 +104,12 @@ func dial(ctx context.Context, name string, cfg Config) ([]byte, error) {
 	if err := unix.Fstat(fds[0], &stt); err != nil {
 		return nil, err
 	}
-	if stt.Size != SegBytes {
-		return nil, fmt.Errorf("the segment is %d bytes, want %d", stt.Size, SegBytes)
+	// The slots, then an arena of whole pages, if any (Note [buffers
+	// peers read in place]).
+	if arena := stt.Size - SegBytes; arena < 0 || arena > MaxArenaBytes || arena%arenaAlign != 0 {
+		return nil, fmt.Errorf("the segment is %d bytes, want %d and an arena of whole pages up to %d bytes", stt.Size, SegBytes, int64(MaxArenaBytes))
 	}
-	return unix.Mmap(fds[0], 0, SegBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	return unix.Mmap(fds[0], 0, int(stt.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
 // handshakeDeadline is d from now, or ctx's deadline if sooner.

@@ -20,6 +20,12 @@ type Config struct {
 	// holds before it receives this rank's segment; Hello is what this
 	// rank says, in the same handshake, when it asks for a peer's.
 	Secret, Hello []byte
+	// ArenaBytes sizes this rank's arena, the part of its segment from
+	// which Alloc hands out buffers its peers read in place (Note
+	// [buffers peers read in place]): 0 is DefaultArenaBytes, negative is
+	// none. It is virtual size: a page costs memory once a buffer
+	// touches it.
+	ArenaBytes int
 	// HandshakeTimeout bounds each handshake.
 	HandshakeTimeout time.Duration
 	// Logger receives the transports chosen and any connection refused;
@@ -36,3 +42,15 @@ type StoreError struct {
 
 func (e *StoreError) Error() string { return e.Err.Error() }
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// arenaBytes is the arena's size in bytes: ArenaBytes rounded up to
+// whole pages, DefaultArenaBytes for 0, none for negative.
+func (c Config) arenaBytes() int {
+	switch {
+	case c.ArenaBytes < 0:
+		return 0
+	case c.ArenaBytes == 0:
+		return DefaultArenaBytes
+	}
+	return min((c.ArenaBytes+arenaAlign-1)&^(arenaAlign-1), MaxArenaBytes)
+}

@@ -292,7 +292,7 @@ func (s *setup) keep(mine []int) *World {
 		}
 	}
 	s.kept = true
-	return &World{segs: s.segs, members: mine, me: s.c.Rank}
+	return &World{segs: s.segs, members: mine, me: s.c.Rank, arena: newArena(s.segs[s.c.Rank][SegBytes:])}
 }
 
 // unmapUnkept unmaps every segment unless a World holds them.

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -30,13 +31,20 @@ const (
 	OffArrive  = 0   // chunks whose input this rank has copied in
 	OffReduced = 64  // chunks whose shard this rank has reduced
 	OffDone    = 128 // chunks this rank has copied out (its slots may be reused)
+	OffCopied  = 192 // a mixed in-place AllReduce: this rank's first chunk is in its slot (Note [buffers peers read in place])
 	// OffSleeping, added to a counter's offset, is the word where this
 	// rank says it sleeps in the kernel on some peer's counter at that
 	// offset: Note [wake only sleepers].
 	OffSleeping = 4
 
-	OffMeta    = 256 // per slot, MetaStride bytes: the chunk's Call and number
+	OffMeta    = 256 // per slot, MetaStride bytes: the chunk's Call and number, then OffMetaPlace
 	MetaStride = 64
+	// CallBytes of a slot's metadata are the Call and chunk number that
+	// every rank compares with its own; then, at OffMetaPlace, where this
+	// rank's tensor starts in its arena plus one (0: not in its arena),
+	// which differs by rank: Note [buffers peers read in place].
+	CallBytes    = 32
+	OffMetaPlace = 32
 )
 
 // Run is the collective a transfer belongs to, as the group runs it: the
@@ -61,7 +69,14 @@ type World struct {
 	me      int
 	chunk   uint32 // the chunks this world has run so far (the same on every member)
 	scratch kernel.Scratch
+	arena   *arena // this rank's arena (Alloc, Free); nil in worlds made without one
+	places  []int  // AllReduce's scratch: every rank's tensor's offset in its arena
+	inPlace int    // AllReduces that read the peers' tensors in place
 }
+
+// InPlaceRuns is how many AllReduces read the peers' tensors in place
+// (Note [buffers peers read in place]).
+func (w *World) InPlaceRuns() int { return w.inPlace }
 
 // Full reports whether every rank of the group is a member, so that a
 // collective can run entirely through shared memory.
@@ -77,8 +92,17 @@ func (w *World) Chunk() uint32 { return w.chunk }
 // for tests that play a faulty peer by writing garbage into it.
 func (w *World) Segment(rank int) []byte { return w.segs[rank] }
 
-// Close unmaps every segment. The world must not be used after.
+// Close unmaps every segment. The world must not be used after. While
+// buffers from Alloc are live, this rank's own segment stays mapped
+// (until the process exits): a caller may still hold them, and reading
+// an unmapped buffer would crash the process, not fail.
 func (w *World) Close() {
+	if w.Live() > 0 {
+		segs := slices.Clone(w.segs)
+		segs[w.me] = nil
+		unmapAll(segs)
+		return
+	}
 	unmapAll(w.segs)
 }
 
@@ -205,7 +229,12 @@ func (w *World) next(r Run) (uint32, int, error) {
 // the call, waits until every peer's is, and checks that every peer's
 // call is this rank's.
 func (w *World) arrive(r Run, c uint32, slot int, call Call) error {
-	meta := call.Meta(c)
+	return w.arriveWith(r, c, slot, call.Meta(c))
+}
+
+// arriveWith is arrive with the metadata already made (Call.Meta and,
+// for AllReduce's first chunk, where this rank's tensor lies).
+func (w *World) arriveWith(r Run, c uint32, slot int, meta [MetaStride]byte) error {
 	copy(w.meta(w.me, slot), meta[:])
 	w.publish(OffArrive, c)
 	if err := w.waitAll(r, OffArrive, c); err != nil {
@@ -225,8 +254,8 @@ func (w *World) arrive(r Run, c uint32, slot int, call Call) error {
 // peer's slot is the one this rank expects (meta). It only compares:
 // nothing read from the peer is used as a length or an offset.
 func (w *World) checkMeta(r Run, peer, slot int, meta []byte) error {
-	pm := w.meta(peer, slot)
-	if string(pm) == string(meta) {
+	pm := w.meta(peer, slot)[:CallBytes]
+	if string(pm) == string(meta[:CallBytes]) {
 		return nil
 	}
 	theirs, tc := callOf(pm)
