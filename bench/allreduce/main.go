@@ -78,6 +78,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
+	fs.BoolVar(&o.cfg.heapBuffers, "heap-buffers", false, "allreduce on the heap; by default on memory the group hands out where it does (pg/tcp: its shared-memory arena, which the ranks of a host read in place), as the reducer keeps its buckets")
 	o.job.AddFlags(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err

@@ -20,6 +20,9 @@ type config struct {
 	iters  int // 0 picks per size
 	warmup int
 	table  bool // nccl-tests' aligned text instead of CSV
+	// heapBuffers: allreduce on the heap, not on memory the group hands
+	// out (pg.HostBufferAllocator), where the reducer keeps its buckets.
+	heapBuffers bool
 }
 
 // itersFor picks enough iterations to time a size well without taking
@@ -156,7 +159,11 @@ func measure(ctx context.Context, g pg.ProcessGroup, c config, out io.Writer) ([
 // measureOne times op at one requested size on this rank.
 func measureOne(ctx context.Context, g pg.ProcessGroup, c config, op collective, size int) (result, error) {
 	count, bytes := op.layout(size, c.dtype, g.Size())
-	once, err := op.prepare(g, c.dtype, count, c.root)
+	prepare := op.prepare
+	if op.name == "allreduce" && !c.heapBuffers {
+		prepare = prepAllReduceGroupBuffer
+	}
+	once, err := prepare(g, c.dtype, count, c.root)
 	if err != nil {
 		return result{}, err
 	}

@@ -152,6 +152,24 @@ func prepAllReduce(g pg.ProcessGroup, d pg.Dtype, count, _ int) (func(context.Co
 	return waitFor(func(ctx context.Context) pg.Work { return g.AllReduce(ctx, t, pg.Op(pg.Sum)) }), nil
 }
 
+// prepAllReduceGroupBuffer is prepAllReduce on memory from the group
+// when it hands some out (pg.HostBufferAllocator: pg/tcp's shared-memory
+// arena, which the ranks of a host read in place), as the reducer keeps
+// its buckets; elsewhere, or when the group has no room, on the heap. The
+// buffer lives as long as the process.
+func prepAllReduceGroupBuffer(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Context) error, error) {
+	var a pg.HostBufferAllocator
+	if !pg.As(g, &a) || count == 0 {
+		return prepAllReduce(g, d, count, root)
+	}
+	b, err := a.NewHostBuffer(d, count)
+	if err != nil {
+		return prepAllReduce(g, d, count, root)
+	}
+	t := b.Tensor()
+	return waitFor(func(ctx context.Context) pg.Work { return g.AllReduce(ctx, t, pg.Op(pg.Sum)) }), nil
+}
+
 func prepBarrier(g pg.ProcessGroup, _ pg.Dtype, _, _ int) (func(context.Context) error, error) {
 	return waitFor(g.Barrier), nil
 }

@@ -13,25 +13,33 @@ import (
 // Through the slots, an AllReduce moves each byte of a rank's tensor
 // through memory about 4 times (copied into its slot, reduced from it,
 // the result written to the slot as well, copied out by the peer), where
-// ranks in one process (pg/local) read each other's tensors where they
-// lie and move it 2.5 times: at 64 MiB that held pg/tcp to about half of
-// pg/local's bandwidth, whatever the chunk size.
+// ranks in one process (pg/local) read and write each other's tensors
+// where they lie: each reduces its shard of every rank's tensor into
+// every rank's tensor, so an element is read n times and written n times
+// in all. At 64 MiB that held pg/tcp to about half of pg/local's
+// bandwidth, whatever the chunk size.
 //
 // So each rank's segment ends in an arena (Config.ArenaBytes, sparse: a
 // page costs memory only once touched), which the peers map with the
 // rest of the segment at Setup. World.Alloc hands out buffers from this
 // rank's arena (pg.HostBufferAllocator, through pg/tcp's group; the
-// reducer keeps its buckets there). When every rank's tensor of a
-// collective lies in its arena, AllReduce reads the peers' tensors in
-// place (allReduceInPlace) instead of copying them through the slots.
+// reducer keeps its buckets there). When every rank's tensor of an
+// AllReduce lies in its arena, the ranks do what pg/local does
+// (allReduceInPlace): after the first chunk's arrival, each reduces its
+// shard straight from every rank's tensor into every rank's tensor, in
+// rank order (the bits of the slots' path), publishes that it is done,
+// and returns once every peer is: two waits in all, whatever the size.
 //
 // Each rank publishes where in its arena its tensor starts, with the
-// chunk's metadata. That is the one value read from a peer that is used
-// as an offset, so it is checked before any use: the tensor must lie
+// first chunk's metadata. That is the one value read from a peer that is
+// used as an offset, so it is checked before any use: the tensor must lie
 // wholly inside the peer's mapped arena (the length is this rank's own,
-// which the call check has shown to be the peer's too), and aligned to
-// the dtype. A peer that lies about it can make this rank read the
-// wrong bytes of that peer's own arena, never outside a mapping.
+// which the call check has shown to be the peer's too), and be aligned to
+// the dtype. A peer that lies about it can make this rank read and write
+// the wrong bytes of that peer's own arena, never outside a mapping. In
+// place, a rank writes into its peers' tensors (its shard of each): the
+// one exception to "a rank writes only its own segment", and no more
+// trust than a peer already has, whose contribution is in every sum.
 //
 // The ranks must choose the same path, and each knows only where its own
 // tensor lies: they decide at the first chunk, from the offsets all of
@@ -41,10 +49,6 @@ import (
 // copies then, and every rank waits once more (OffCopied) before
 // reading the slots. Worlds where no tensor is in an arena run exactly
 // as before.
-//
-// In place, a rank's tensor is read by its peers until they are done
-// with the last chunk, so AllReduce returns (and hands the tensor back
-// to its caller) only after every peer has published that chunk done.
 
 // DefaultArenaBytes is the arena's size when Config.ArenaBytes is 0:
 // virtual size, 1 GiB, which costs memory only as buffers are used.

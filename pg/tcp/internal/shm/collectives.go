@@ -77,17 +77,10 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 			}
 		}
 		if tensors != nil {
-			w.reduceInPlace(r, t, tensors, lo, shard, ins, kind)
-			if err := w.waitAll(r, OffReduced, c); err != nil {
+			if err := w.allReduceInPlace(r, c, t, tensors, kind); err != nil {
 				return err
 			}
-			for j := range n {
-				if a, b := shard(j); j != me {
-					copy(t.Data[lo+a:lo+b], tensors[j][lo+a:lo+b])
-				}
-			}
-			w.publish(OffDone, c)
-			continue
+			break
 		}
 		if a, b := shard(me); b > a {
 			own := pg.Tensor{Dtype: t.Dtype, Data: t.Data[lo+a : lo+b]}
@@ -110,28 +103,28 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 		}
 		w.publish(OffDone, c)
 	}
-	if tensors != nil {
-		w.inPlace++
-		// The peers read t until they are done with the last chunk.
-		if err := w.waitAll(r, OffDone, w.chunk); err != nil {
-			return err
-		}
-	}
 	kernel.Finish(t, op, n)
 	return nil
 }
 
-// reduceInPlace reduces this rank's shard of the chunk at lo straight
-// from every rank's tensor into t, and publishes it reduced.
-func (w *World) reduceInPlace(r Run, t pg.Tensor, tensors [][]byte, lo int, shard func(int) (int, int), ins []pg.Tensor, kind pg.ReduceKind) {
-	if a, b := shard(w.me); b > a {
+// allReduceInPlace is AllReduce once every rank has arrived at chunk c
+// with its tensor in its arena: as pg/local does, each rank reduces its
+// shard of the whole tensor straight from every rank's tensor (in rank
+// order, so the bits are those of the slots' path) into every rank's
+// tensor, then waits until every peer is done writing into this rank's.
+// The shards are disjoint, so no rank waits for another in between.
+func (w *World) allReduceInPlace(r Run, c uint32, t pg.Tensor, tensors [][]byte, kind pg.ReduceKind) error {
+	a, b := shardsOf(len(t.Data), t.Dtype.Size(), len(tensors))(w.me)
+	if b > a {
+		parts := make([]pg.Tensor, len(tensors))
 		for j := range tensors {
-			ins[j] = pg.Tensor{Dtype: t.Dtype, Data: tensors[j][lo+a : lo+b]}
+			parts[j] = pg.Tensor{Dtype: t.Dtype, Data: tensors[j][a:b]}
 		}
-		own := ins[w.me]
-		w.scratch.ReduceN([]pg.Tensor{own}, ins, kind)
+		w.scratch.ReduceN(parts, parts, kind)
 	}
-	w.publish(OffReduced, w.chunk)
+	w.publish(OffDone, c)
+	w.inPlace++
+	return w.waitAll(r, OffDone, c)
 }
 
 // decide chooses, at an AllReduce's first chunk c, once every rank has

@@ -15,7 +15,14 @@
 // straight from the peers' slots. Every chunk carries its Call, which
 // every rank compares with its peers', so ranks that disagree fail with
 // pg.ErrMismatch naming the peer; nothing read from a peer's segment is
-// ever used as an offset or a length.
+// used as an offset or a length unless checked to lie in its mapping.
+//
+// Each segment ends in an arena from which World.Alloc hands out buffers
+// (pg/tcp's NewHostBuffer, where the reducer keeps its buckets). An
+// AllReduce whose tensors lie in every rank's arena skips the slots: the
+// ranks reduce straight from each other's tensors into each other's
+// tensors, as ranks in one process do (Note [buffers peers read in
+// place]).
 //
 // The group supplies, through Run, what a wait checks between sleeps
 // (its deadline, the caller's ctx, its failure, the peer's connection)

@@ -14,10 +14,12 @@ import (
 // data slots that alternate between consecutive chunks, so that copying
 // chunk c+1 in overlaps the peers copying chunk c out.
 //
-// Nothing read from a peer's segment is ever used as an offset or a
-// length: every offset is computed from this rank's own tensor, and the
-// only values read back (the three progress counters and the chunk's
-// metadata) are compared, never indexed with. A buggy peer that writes
+// Nothing read from a peer's segment is used as an offset or a length
+// without a bounds check: every offset is computed from this rank's own
+// tensor, and the values read back (the progress counters and the
+// chunk's metadata) are compared, never indexed with, but for one: where
+// a peer's tensor lies in its arena, checked to lie inside it (Note
+// [buffers peers read in place]). A buggy peer that writes
 // garbage can therefore make a collective fail (the metadata check
 // reports pg.ErrMismatch) or time out, but never make this rank read or
 // write outside a mapping.
