@@ -118,20 +118,36 @@ func TestHostBuffers(t *testing.T) {
 }
 
 // TestHostBufferOutlivesGroup: a buffer still open when its group closes
-// stays readable and writable (the arena stays mapped), and closes after.
+// keeps its contents and stays writable (the arena stays mapped), and
+// closes after; a view of a buffer freed before the Close (a gradient of
+// a closed reducer) reads zeros, its memory given back, instead of
+// crashing the process.
 func TestHostBufferOutlivesGroup(t *testing.T) {
 	gs := newGroups(t, 2, time.Minute, nil)
-	b, err := gs[0].NewHostBuffer(pg.Int64, 512)
+	live, err := gs[0].NewHostBuffer(pg.Int64, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeGroups(gs)
-	v := pg.View[int64](b.Tensor())
-	v[511] = 7
-	if v[511] != 7 {
-		t.Fatal("the buffer is not memory")
+	freed, err := gs[0].NewHostBuffer(pg.Int64, 1024)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := b.Close(); err != nil {
+	pg.View[int64](live.Tensor())[3] = 5
+	stale := pg.View[int64](freed.Tensor())
+	stale[7] = 9
+	if err := freed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closeGroups(gs)
+	v := pg.View[int64](live.Tensor())
+	v[511] = 7
+	if v[511] != 7 || v[3] != 5 {
+		t.Fatalf("the live buffer after Close: [3] = %d, [511] = %d; want 5 and 7", v[3], v[511])
+	}
+	if stale[7] != 0 {
+		t.Fatalf("a freed buffer after Close reads %d, want 0 (its memory given back)", stale[7])
+	}
+	if err := live.Close(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -66,10 +66,12 @@ const arenaAlign = 4096
 // free list. It is used by Alloc and Free, from any goroutine, never by
 // the collectives.
 type arena struct {
-	mu   sync.Mutex
-	mem  []byte
-	free []span      // sorted by off, coalesced
-	live map[int]int // off -> length of the buffers handed out
+	mu     sync.Mutex
+	mem    []byte
+	free   []span      // sorted by off, coalesced
+	live   map[int]int // off -> length of the buffers handed out
+	used   bool        // Alloc has handed out a buffer
+	closed bool        // the world is closed: freed memory goes back to the kernel
 }
 
 type span struct{ off, n int }
@@ -107,6 +109,7 @@ func (w *World) Alloc(n int) ([]byte, int, error) {
 			a.free[i] = span{s.off + size, s.n - size}
 		}
 		a.live[s.off] = size
+		a.used = true
 		b := a.mem[s.off : s.off+n : s.off+n]
 		clear(b)
 		return b, s.off, nil
@@ -130,6 +133,9 @@ func (w *World) Free(off int) error {
 	delete(a.live, off)
 	i, _ := slices.BinarySearchFunc(a.free, off, func(s span, off int) int { return s.off - off })
 	a.free = slices.Insert(a.free, i, span{off, size})
+	if a.closed {
+		releasePages(a.mem[off : off+size])
+	}
 	// Coalesce with the neighbours.
 	if i+1 < len(a.free) && a.free[i].off+a.free[i].n == a.free[i+1].off {
 		a.free[i].n += a.free[i+1].n
@@ -150,6 +156,25 @@ func (w *World) Live() int {
 	w.arena.mu.Lock()
 	defer w.arena.mu.Unlock()
 	return len(w.arena.live)
+}
+
+// retire, at the world's Close, reports whether the arena ever handed
+// out a buffer, in which case this rank's segment must stay mapped: a
+// caller may still hold a buffer, or a view of one it freed (a gradient
+// of a closed reducer), and touching unmapped memory would crash the
+// process. The memory of every free span, now and later, goes back to
+// the kernel (it reads as zeros); only the buffers still live keep theirs.
+func (a *arena) retire() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	if !a.used {
+		return false
+	}
+	for _, s := range a.free {
+		releasePages(a.mem[s.off : s.off+s.n])
+	}
+	return true
 }
 
 func (a *arena) inUse() int {

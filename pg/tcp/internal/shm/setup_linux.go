@@ -309,3 +309,11 @@ func unmapAll(segs [][]byte) {
 		}
 	}
 }
+
+// releasePages gives b's memory back to the kernel; b reads as zeros
+// after. b is in a shared mapping of a memfd (an arena).
+func releasePages(b []byte) {
+	if len(b) > 0 {
+		_ = unix.Madvise(b, unix.MADV_REMOVE)
+	}
+}

@@ -94,12 +94,11 @@ func (w *World) Chunk() uint32 { return w.chunk }
 // for tests that play a faulty peer by writing garbage into it.
 func (w *World) Segment(rank int) []byte { return w.segs[rank] }
 
-// Close unmaps every segment. The world must not be used after. While
-// buffers from Alloc are live, this rank's own segment stays mapped
-// (until the process exits): a caller may still hold them, and reading
-// an unmapped buffer would crash the process, not fail.
+// Close unmaps every segment. The world must not be used after. Once
+// Alloc has handed out a buffer, this rank's own segment stays mapped
+// until the process exits, its free memory given back (arena.retire).
 func (w *World) Close() {
-	if w.Live() > 0 {
+	if w.arena != nil && w.arena.retire() {
 		segs := slices.Clone(w.segs)
 		segs[w.me] = nil
 		unmapAll(segs)
