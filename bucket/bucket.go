@@ -18,6 +18,13 @@ type Bucket struct {
 // New lays out a bucket for params, where numel[p] is parameter p's
 // element count, and allocates its buffer.
 func New(index int, params []int, numel []int, dtype pg.Dtype, limit int) *Bucket {
+	return NewOn(index, params, numel, dtype, limit, pg.NewTensor)
+}
+
+// NewOn is New with the buffer from alloc, which must return n zeroed
+// elements of d: memory a process group hands out
+// (pg.HostBufferAllocator), for instance.
+func NewOn(index int, params []int, numel []int, dtype pg.Dtype, limit int, alloc func(d pg.Dtype, n int) pg.Tensor) *Bucket {
 	b := &Bucket{Index: index, Params: params, Limit: limit}
 	off := 0
 	for _, p := range params {
@@ -25,7 +32,7 @@ func New(index int, params []int, numel []int, dtype pg.Dtype, limit int) *Bucke
 		b.Lengths = append(b.Lengths, numel[p])
 		off += numel[p]
 	}
-	b.Buffer = pg.NewTensor(dtype, off)
+	b.Buffer = alloc(dtype, off)
 	return b
 }
 

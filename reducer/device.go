@@ -362,5 +362,8 @@ func (r *Reducer) Close() error {
 	if err := closeTwins(twins); err != nil {
 		return fmt.Errorf("reducer: releasing device buckets: %w", err)
 	}
+	if err := r.closeHostBuffers(); err != nil {
+		return fmt.Errorf("reducer: returning host buckets to the process group: %w", err)
+	}
 	return nil
 }

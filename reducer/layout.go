@@ -52,7 +52,7 @@ func (r *Reducer) newLayout(plan [][]int, limits []int) *layout {
 		works:    make([]pg.Work, len(plan)),
 	}
 	for b, idx := range plan {
-		bk := bucket.New(b, idx, r.numel, r.dtypes[idx[0]], limits[b])
+		bk := r.newBucket(b, idx, limits[b]) // hostbuf.go
 		l.buckets = append(l.buckets, bk)
 		views := make([]commhook.ParamView, len(idx))
 		for j, p := range idx {

@@ -58,6 +58,7 @@ type Reducer struct {
 
 	mixed *mixedState // MixedPrecision; nil when off: see mixed.go
 	dev   deviceState // device buckets: device.go
+	host  hostBuffers // host buckets in the group's memory: hostbuf.go
 
 	origin originState // FindNonFiniteOrigin's findings: origin.go
 
@@ -106,6 +107,7 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if err != nil {
 		return nil, err
 	}
+	r.initHostBuffers() // hostbuf.go
 	r.layout = r.newLayout(plan, limits)
 	r.m = newMachine(params, g.Rank(), opts, plan)
 	r.initDevice() // device.go

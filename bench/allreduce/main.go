@@ -41,6 +41,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,10 +54,11 @@ import (
 )
 
 type options struct {
-	backend string
-	nproc   int
-	cfg     config
-	job     launch.Loopback // --timeout, --link-bytes-per-sec, --shm
+	backend      string
+	compareLocal bool // tcp: rank 0 also measures pg/local in the same job
+	nproc        int
+	cfg          config
+	job          launch.Loopback // --timeout, --link-bytes-per-sec, --shm
 }
 
 func main() { cli.Main("allreduce", run) }
@@ -74,6 +76,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.root, "root", 0, "root rank of broadcast, reduce, gather and scatter")
 	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local, tcp, nccl (one GPU per worker: GPU LOCAL_RANK, host tensors staged) or mpi (under mpirun -np N, built with -tags mpi; also measures tcp in the same job and prints the ratio)")
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
+	fs.BoolVar(&o.compareLocal, "compare-local", false, "tcp only: once the job is measured, rank 0 measures the same on goroutine ranks of the in-process backend (the others wait) and prints tcp's busbw over local's, with the memory-bandwidth bound, on stderr")
 	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864", "comma-separated sizes in bytes, as nccl-tests' -b/-e (see above for each op's buffers)")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
@@ -86,6 +89,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	var err error
 	if o.backend != "local" && o.backend != "tcp" && o.backend != "nccl" && o.backend != "mpi" {
 		return o, cli.Usage(fmt.Errorf("--backend %q: want local, tcp, nccl or mpi", o.backend))
+	}
+	if o.compareLocal && o.backend != "tcp" {
+		return o, cli.Usage(fmt.Errorf("--compare-local is for --backend tcp, not %q", o.backend))
 	}
 	if o.nproc < 1 {
 		return o, cli.Usage(fmt.Errorf("--nproc %d: want at least 1", o.nproc))
@@ -139,9 +145,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 func runLocal(ctx context.Context, o options, stdout, stderr io.Writer) error {
+	rows, err := measureLocal(ctx, o, stdout)
+	if err == nil {
+		reportBound(stderr, o.nproc, rows)
+	}
+	return err
+}
+
+// measureLocal measures o's ops on o.nproc goroutine ranks of pg/local,
+// printing rank 0's rows to stdout, and returns them.
+func measureLocal(ctx context.Context, o options, stdout io.Writer) ([]result, error) {
 	groups, err := local.New(o.nproc, local.Options{Timeout: o.job.Timeout})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	errs := make(chan error, len(groups))
 	var rows []result
@@ -163,10 +179,7 @@ func runLocal(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	for _, g := range groups {
 		g.Close()
 	}
-	if first == nil {
-		reportBound(stderr, o.nproc, rows)
-	}
-	return first
+	return rows, first
 }
 
 func runLauncher(ctx context.Context, o options, args []string, stdout, stderr io.Writer) error {
@@ -188,6 +201,40 @@ func runWorker(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	_, err = measure(ctx, m, o.cfg, stdout)
+	rows, err := measure(ctx, m, o.cfg, stdout)
+	if err != nil || !o.compareLocal {
+		return err
+	}
+	if m.Rank() == 0 {
+		err = compareLocal(ctx, o, rows, os.Stderr)
+	}
+	// The other workers wait, asleep, while rank 0 measures pg/local.
+	if berr := m.Barrier(ctx).Wait(ctx); err == nil {
+		err = berr
+	}
 	return err
+}
+
+// compareLocal is --compare-local, on rank 0 of a tcp job once the job's
+// own measurement is done: the same ops on as many goroutine ranks of
+// pg/local in this process, then, per size, tcp's busbw over pg/local's
+// and the memory-bandwidth bound beside both.
+func compareLocal(ctx context.Context, o options, tcpRows []result, stderr io.Writer) error {
+	localRows, err := measureLocal(ctx, o, io.Discard)
+	if err != nil {
+		return fmt.Errorf("--compare-local: %w", err)
+	}
+	for _, t := range tcpRows {
+		for _, l := range localRows {
+			if l.op.name == t.op.name && l.bytes == t.bytes && l.busbw() > 0 {
+				fmt.Fprintf(stderr, "# %s bytes=%d tcp busbw=%.2f GB/s local busbw=%.2f GB/s tcp/local=%.2f\n",
+					t.op.name, t.bytes, t.busbw(), l.busbw(), t.busbw()/l.busbw())
+			}
+		}
+	}
+	bmem := memoryBandwidth(64<<20, 8)
+	fmt.Fprintf(stderr, "# memory bandwidth (parallel copy on %d cores): %.2f GB/s of traffic; the bound, for tcp, then for local:\n", runtime.GOMAXPROCS(0), bmem/1e9)
+	reportBoundAt(stderr, o.nproc, tcpRows, bmem)
+	reportBoundAt(stderr, o.nproc, localRows, bmem)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -48,6 +49,7 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--backend", "mpi"}, {"--nproc", "0"}, {"--sizes", "12,x"}, {"--dtype", "int128"},
 		{"--op", "allreduce,bcast"}, {"--op", ""}, {"--format", "json"}, {"--root", "2"}, {"--root", "-1"},
+		{"--backend", "local", "--compare-local"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(args, &out, &errOut)
@@ -203,6 +205,28 @@ func TestTCPWorkers(t *testing.T) {
 		}
 		if want := fmt.Sprintf("%d,%d,float32,%s,", size, count, c.name); !strings.HasPrefix(lines[1+i], want) {
 			t.Errorf("row %q, want it to start with %q", lines[1+i], want)
+		}
+	}
+}
+
+// TestCompareLocal: --compare-local prints, for each allreduce size,
+// tcp's busbw over pg/local's measured in the same job, and the bound for
+// both.
+func TestCompareLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	var out, errOut bytes.Buffer
+	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--sizes", "65536,1048576", "--iters", "2", "--warmup", "1", "--timeout", "30s", "--compare-local"}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`# allreduce bytes=65536 tcp busbw=[0-9.]+ GB/s local busbw=[0-9.]+ GB/s tcp/local=[0-9.]+`),
+		regexp.MustCompile(`# allreduce bytes=1048576 tcp busbw=[0-9.]+ GB/s local busbw=[0-9.]+ GB/s tcp/local=[0-9.]+`),
+		regexp.MustCompile(`(?s)# bytes=1048576 ranks=2 bound=[0-9.]+us measured=.*# bytes=1048576 ranks=2 bound=[0-9.]+us measured=`),
+	} {
+		if !want.MatchString(errOut.String()) {
+			t.Errorf("stderr does not match %v:\n%s", want, errOut.String())
 		}
 	}
 }

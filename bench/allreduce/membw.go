@@ -44,6 +44,11 @@ func reportBound(w io.Writer, n int, rows []result) {
 	}
 	bmem := memoryBandwidth(64<<20, 8)
 	fmt.Fprintf(w, "# memory bandwidth (parallel copy on %d cores): %.2f GB/s of traffic\n", runtime.GOMAXPROCS(0), bmem/1e9)
+	reportBoundAt(w, n, rows, bmem)
+}
+
+// reportBoundAt is reportBound at a measured memory bandwidth bmem.
+func reportBoundAt(w io.Writer, n int, rows []result, bmem float64) {
 	for _, r := range rows {
 		if r.op.name != "allreduce" {
 			continue

@@ -72,6 +72,17 @@ func (r *run) Fail(peer int, kind, err error) error { return r.errf(peer, kind, 
 
 var _ pg.HostBufferAllocator = (*Group)(nil)
 
+// InPlaceAllReduces is how many AllReduces this rank ran in place through
+// shared memory, reading and writing its peers' tensors where they lie
+// because every rank's was a host buffer (NewHostBuffer). It is for
+// diagnostics and tests.
+func (g *Group) InPlaceAllReduces() int {
+	if g.shm == nil {
+		return 0
+	}
+	return g.shm.InPlaceRuns()
+}
+
 // NewHostBuffer implements pg.HostBufferAllocator: numel zeroed elements
 // of d in this rank's shared-memory arena (Options.SharedArenaBytes),
 // which the ranks of its host read in place when every rank's tensor of

@@ -123,7 +123,7 @@ func (w *World) allReduceInPlace(r Run, c uint32, t pg.Tensor, tensors [][]byte,
 		w.scratch.ReduceN(parts, parts, kind)
 	}
 	w.publish(OffDone, c)
-	w.inPlace++
+	w.inPlace.Add(1)
 	return w.waitAll(r, OffDone, c)
 }
 

@@ -71,14 +71,15 @@ type World struct {
 	me      int
 	chunk   uint32 // the chunks this world has run so far (the same on every member)
 	scratch kernel.Scratch
-	arena   *arena // this rank's arena (Alloc, Free); nil in worlds made without one
-	places  []int  // AllReduce's scratch: every rank's tensor's offset in its arena
-	inPlace int    // AllReduces that read the peers' tensors in place
+	arena   *arena       // this rank's arena (Alloc, Free); nil in worlds made without one
+	places  []int        // AllReduce's scratch: every rank's tensor's offset in its arena
+	inPlace atomic.Int64 // AllReduces that read the peers' tensors in place
 }
 
 // InPlaceRuns is how many AllReduces read the peers' tensors in place
-// (Note [buffers peers read in place]).
-func (w *World) InPlaceRuns() int { return w.inPlace }
+// (Note [buffers peers read in place]). It may be read while collectives
+// run.
+func (w *World) InPlaceRuns() int { return int(w.inPlace.Load()) }
 
 // Full reports whether every rank of the group is a member, so that a
 // collective can run entirely through shared memory.
