@@ -23,7 +23,11 @@ import (
 //
 // 64 B and 4 KiB measure latency, 64 MiB bandwidth. vcsw/op counts the
 // hand-offs between goroutines on parked threads (both ranks together);
-// BenchmarkLoopbackPingPong is the floor in the same run.
+// BenchmarkLoopbackPingPong is the floor in the same run. On the shared
+// 2-core development machine (2026-11-26) oneway/64B took 36-51 µs, all
+// of it CPU (cpu_us/op about equal), against 20 µs for the floor; in a
+// CPU profile the writev and read system calls of loopback TCP were half
+// of it and the scheduler (netpoll, futex wake-ups) most of the rest.
 //
 //	go test -run '^$' -bench 'SendRecv|PingPong' ./pg/tcp
 func BenchmarkSendRecv(b *testing.B) {
