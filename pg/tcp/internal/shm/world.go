@@ -91,9 +91,15 @@ func (w *World) Members() []int { return w.members }
 // Chunk is how many chunks the world has run.
 func (w *World) Chunk() uint32 { return w.chunk }
 
-// Segment is rank's mapped segment, nil when rank is no member. It is
-// for tests that play a faulty peer by writing garbage into it.
-func (w *World) Segment(rank int) []byte { return w.segs[rank] }
+// Segment is rank's mapped segment up to its arena (the header and the
+// slots), nil when rank is no member. It is for tests that play a faulty
+// peer by writing garbage into it.
+func (w *World) Segment(rank int) []byte {
+	if w.segs[rank] == nil {
+		return nil
+	}
+	return w.segs[rank][:SegBytes]
+}
 
 // Close unmaps every segment. The world must not be used after. Once
 // Alloc has handed out a buffer, this rank's own segment stays mapped
