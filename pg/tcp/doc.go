@@ -155,6 +155,14 @@
 // TCP. Options.NoSharedMemory turns it off for a rank, which then uses
 // TCP with every peer.
 //
+// Each segment ends in an arena (Options.SharedArenaBytes) from which
+// NewHostBuffer (pg.HostBufferAllocator) hands out buffers; the reducer
+// keeps its gradient buckets there. An AllReduce whose tensors are host
+// buffers on every rank skips the copies through the segments: each rank
+// reduces its shard of every rank's tensor straight into every rank's
+// tensor, as pg/local's goroutine ranks do, with the same bits
+// (InPlaceAllReduces counts them).
+//
 // The ranks agree on who shares memory through the store: each publishes
 // its host's identity and socket, maps the segments of the peers with
 // the same identity, and publishes which it mapped; from these every rank
