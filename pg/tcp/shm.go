@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -95,7 +96,7 @@ func (g *Group) NewHostBuffer(d pg.Dtype, numel int) (pg.HostBuffer, error) {
 	if g.shm == nil || !g.shm.Full() {
 		return nil, fmt.Errorf("%w: pg/tcp: rank %d shares no memory with all its peers, so it has no host buffers", pg.ErrUnsupported, g.rank)
 	}
-	if numel <= 0 || d.Size() == 0 {
+	if numel <= 0 || d.Size() == 0 || numel > math.MaxInt/d.Size() {
 		return nil, fmt.Errorf("%w: pg/tcp: a host buffer of %d elements of %v", pg.ErrInvalidArgument, numel, d)
 	}
 	b, off, err := g.shm.Alloc(numel * d.Size())

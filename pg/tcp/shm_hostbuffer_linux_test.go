@@ -88,6 +88,9 @@ func TestHostBuffers(t *testing.T) {
 			if _, err := gs[0].NewHostBuffer(pg.Float32, 0); err == nil {
 				t.Error("a host buffer of 0 elements")
 			}
+			if _, err := gs[0].NewHostBuffer(pg.Float64, math.MaxInt/4); !errors.Is(err, pg.ErrInvalidArgument) {
+				t.Errorf("a host buffer of more bytes than an int holds: %v, want pg.ErrInvalidArgument", err)
+			}
 			b, err := gs[0].NewHostBuffer(pg.Float32, 10)
 			if err != nil {
 				t.Fatal(err)

@@ -93,7 +93,7 @@ var ErrArenaFull = errors.New("shm: no room in the shared-memory arena")
 // offset there. Free returns it.
 func (w *World) Alloc(n int) ([]byte, int, error) {
 	a := w.arena
-	if a == nil || n <= 0 {
+	if a == nil || n <= 0 || n > len(a.mem) {
 		return nil, 0, fmt.Errorf("%w (%d bytes asked)", ErrArenaFull, n)
 	}
 	size := (n + arenaAlign - 1) &^ (arenaAlign - 1)
@@ -191,16 +191,17 @@ func (w *World) arenaOf(rank int) []byte {
 	return w.segs[rank][SegBytes:]
 }
 
-// ownOffset is where b starts in this rank's arena, if b lies wholly
-// inside it.
-func (w *World) ownOffset(b []byte) (int, bool) {
+// ownOffset is where b, a tensor of es-byte elements, starts in this
+// rank's arena, if it lies wholly inside it, aligned to es (the peers
+// would refuse it otherwise, as they refuse a corrupt offset).
+func (w *World) ownOffset(b []byte, es int) (int, bool) {
 	mine := w.arenaOf(w.me)
 	if len(b) == 0 || len(mine) == 0 {
 		return 0, false
 	}
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(mine)))
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	if p < base || p-base > uintptr(len(mine)) || uintptr(len(mine))-(p-base) < uintptr(len(b)) {
+	if p < base || p-base > uintptr(len(mine)) || uintptr(len(mine))-(p-base) < uintptr(len(b)) || (p-base)%uintptr(es) != 0 {
 		return 0, false
 	}
 	return int(p - base), true

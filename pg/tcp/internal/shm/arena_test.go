@@ -53,6 +53,9 @@ func TestArenaAllocFree(t *testing.T) {
 	if err != nil || off != 0 || all[arenaAlign] != 0 {
 		t.Fatalf("the whole arena after freeing everything: off %d, %v, reused byte %d", off, err, all[arenaAlign])
 	}
+	if _, _, err := w.Alloc(math.MaxInt - 10); !errors.Is(err, ErrArenaFull) {
+		t.Fatalf("an Alloc whose rounding would overflow: %v, want ErrArenaFull", err)
+	}
 	if _, _, err := inProcess(1)[0].Alloc(1); !errors.Is(err, ErrArenaFull) {
 		t.Fatalf("a world without an arena: %v, want ErrArenaFull", err)
 	}
@@ -94,18 +97,26 @@ func TestAllReduceInPlace(t *testing.T) {
 		{"slots", func(int) bool { return false }, 0},
 		{"in place", func(int) bool { return true }, 1},
 		{"mixed", func(r int) bool { return r == 1 }, 0},
+		{"unaligned", func(int) bool { return true }, 0}, // in the arenas, off the dtype's alignment: the slots
 	} {
 		bufs := make([][]float64, n)
+		tensors := make([]pg.Tensor, n)
 		for r := range n {
 			bufs[r] = make([]float64, length)
 			if tc.inArena(r) {
 				bufs[r] = arena[r]
 			}
 			fill(r, bufs[r])
+			tensors[r] = pg.Float64s(bufs[r])
+			if tc.name == "unaligned" {
+				b := pg.Float64s(arena[r]).Data
+				tensors[r] = pg.Tensor{Dtype: pg.Float64, Data: b[4 : 4+8*(length-1)]}
+				copy(tensors[r].Data, pg.Float64s(heap[r][:length-1]).Data)
+			}
 		}
 		before := ws[0].InPlaceRuns()
 		errs := each(ws, func(r int, w *World) error {
-			return w.AllReduce(run, pg.Float64s(bufs[r]), pg.Op(pg.Avg))
+			return w.AllReduce(run, tensors[r], pg.Op(pg.Avg))
 		})
 		for r := range n {
 			if errs[r] != nil {
@@ -120,6 +131,14 @@ func TestAllReduceInPlace(t *testing.T) {
 				copy(heap[r], bufs[r])
 			}
 			continue
+		}
+		if tc.name == "unaligned" {
+			for r := range n {
+				if ws[r].InPlaceRuns() != ws[0].InPlaceRuns() {
+					t.Fatalf("unaligned: ranks disagree on the path")
+				}
+			}
+			continue // its sums are over other inputs; the path is what it checks
 		}
 		for r := range n {
 			for i := range bufs[r] {

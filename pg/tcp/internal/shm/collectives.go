@@ -39,7 +39,7 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 	chunkBytes := SlotBytes / es * es
 	kernel.Prepare(t, op, n)
 	call := Call{Op: pg.OpAllReduce, Bytes: len(t.Data), Dtype: t.Dtype, Kind: kind}
-	place, inArena := w.ownOffset(t.Data)
+	place, inArena := w.ownOffset(t.Data, es)
 	var tensors [][]byte // in place: every rank's tensor, decided at the first chunk
 	ins := make([]pg.Tensor, n)
 	for lo := 0; lo < len(t.Data); lo += chunkBytes {
