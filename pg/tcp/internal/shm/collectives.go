@@ -20,7 +20,9 @@ import (
 // so that, with two slots per rank, a rank writes chunk c+1 while its
 // peers still read chunk c. Every offset and length comes from this
 // rank's own tensors; what is read back from a peer's segment is only
-// compared. They need a Full world: every rank of the group a member.
+// compared, but for where an AllReduce's tensor lies in the peer's arena,
+// which is checked (Note [buffers peers read in place]). They need a Full
+// world: every rank of the group a member.
 
 // AllReduce reduces t through the segments: per chunk, each rank
 // copies the peers' shards of its input into its own slot, reduces its
@@ -62,10 +64,10 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 		}
 		meta := call.Meta(c)
 		first := lo == 0
-		switch {
-		case first && inArena:
+		if first && inArena {
+			// Where t lies instead of its copy: decide below.
 			binary.LittleEndian.PutUint64(meta[OffMetaPlace:], uint64(place)+1)
-		case tensors == nil:
+		} else {
 			copyIn()
 		}
 		if err := w.arriveWith(r, c, slot, meta); err != nil {
@@ -76,7 +78,7 @@ func (w *World) AllReduce(r Run, t pg.Tensor, op pg.ReduceOp) error {
 				return err
 			}
 		}
-		if tensors != nil {
+		if tensors != nil { // the whole tensor at once, no more chunks
 			if err := w.allReduceInPlace(r, c, t, tensors, kind); err != nil {
 				return err
 			}
