@@ -1,6 +1,7 @@
 package local_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -654,6 +655,9 @@ func TestExtendedCompletionHookSeesFailuresAndPointToPoint(t *testing.T) {
 	_ = groups[0].Close()
 	mu.Lock()
 	defer mu.Unlock()
+	// The failed barrier's WorkInfo may be delivered after the send's: its
+	// Wait returns on the timeout before the group records the failure.
+	slices.SortFunc(got, func(a, b pg.WorkInfo) int { return cmp.Compare(a.Issued.UnixNano(), b.Issued.UnixNano()) })
 	if len(got) != 2 || got[0].Op != pg.OpBarrier || !errors.Is(got[0].Err, pg.ErrTimeout) || got[1].Op != pg.OpSend || got[1].Seq != 1 || got[1].InBytes != 8 || got[1].Err != nil {
 		t.Fatalf("got %+v, want the failed barrier and the send", got)
 	}
