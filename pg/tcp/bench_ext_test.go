@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -76,23 +75,7 @@ func BenchmarkSendRecv(b *testing.B) {
 // the first reads: one message and its ack, with no framing, matching,
 // queue or Future.
 func BenchmarkLoopbackPingPong(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	c1, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	c2 := <-accepted
-	defer c1.Close()
-	defer c2.Close()
+	c1, c2 := loopbackPair(b)
 	const msg, ack = 20 + 64, 20 + 8
 	done := make(chan error, 1)
 	go func() {

@@ -80,23 +80,7 @@ func sizeName(bytes int) string {
 // drift).
 func BenchmarkLoopbackReference(b *testing.B) {
 	const bytes, chunk = 64 << 20, 2 << 20
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	c1, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	c2 := <-accepted
-	defer c1.Close()
-	defer c2.Close()
+	c1, c2 := loopbackPair(b)
 	b.SetBytes(bytes)
 	runtime.GC()
 	cpu := cpuTime()
@@ -130,6 +114,31 @@ func BenchmarkLoopbackReference(b *testing.B) {
 // over loopback TCP, in the same run.
 //
 //	go test -run '^$' -bench Barrier ./pg/tcp
+//
+// loopbackPair is two ends of one loopback TCP connection, closed when
+// the benchmark ends: the floor the Loopback benchmarks measure pg/tcp
+// against.
+func loopbackPair(b *testing.B) (net.Conn, net.Conn) {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c1, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	c2 := <-accepted
+	b.Cleanup(func() { c1.Close(); c2.Close() })
+	return c1, c2
+}
+
 func BenchmarkBarrier(b *testing.B) {
 	for _, tc := range []struct {
 		name  string

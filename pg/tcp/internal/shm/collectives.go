@@ -136,21 +136,13 @@ func (w *World) allReduceInPlace(r Run, c uint32, t pg.Tensor, tensors [][]byte,
 // In a mixed world the ranks that did not copy their first chunk in
 // (copyIn) do so now, and every rank waits for every peer's.
 func (w *World) decide(r Run, c uint32, slot int, t pg.Tensor, inArena bool, copyIn func()) ([][]byte, error) {
-	places := w.places[:0]
-	all, some := true, inArena
-	for j := range w.segs {
-		p := uint64(0)
-		if j == w.me {
-			if inArena {
-				p = 1
-			}
-		} else {
-			p = binary.LittleEndian.Uint64(w.meta(j, slot)[OffMetaPlace:])
+	all, some := inArena, inArena
+	for _, j := range w.members {
+		if j != w.me {
+			p := w.placeOf(j, slot)
+			all, some = all && p != 0, some || p != 0
 		}
-		all, some = all && p != 0, some || p != 0
-		places = append(places, int(min(p, 1<<62))-1)
 	}
-	w.places = places
 	if all {
 		tensors := make([][]byte, len(w.segs))
 		for j := range w.segs {
@@ -158,10 +150,11 @@ func (w *World) decide(r Run, c uint32, slot int, t pg.Tensor, inArena bool, cop
 				tensors[j] = t.Data
 				continue
 			}
-			b, ok := w.peerTensor(j, places[j], len(t.Data), t.Dtype.Size())
+			off := int(min(w.placeOf(j, slot), 1<<62)) - 1
+			b, ok := w.peerTensor(j, off, len(t.Data), t.Dtype.Size())
 			if !ok {
 				return nil, r.Fail(j, pg.ErrMismatch, fmt.Errorf("rank %d published its tensor of %d bytes at offset %d of its %d-byte shared-memory arena, which does not hold it: its segment is corrupt",
-					j, len(t.Data), places[j], len(w.arenaOf(j))))
+					j, len(t.Data), off, len(w.arenaOf(j))))
 			}
 			tensors[j] = b
 		}
@@ -175,6 +168,12 @@ func (w *World) decide(r Run, c uint32, slot int, t pg.Tensor, inArena bool, cop
 	}
 	w.publish(OffCopied, c)
 	return nil, w.waitAll(r, OffCopied, c)
+}
+
+// placeOf is where peer published, with its chunk in slot, that its
+// tensor lies in its arena, plus one; 0 when it does not.
+func (w *World) placeOf(peer, slot int) uint64 {
+	return binary.LittleEndian.Uint64(w.meta(peer, slot)[OffMetaPlace:])
 }
 
 // SmallAllReduceBytes is the largest AllReduce that allReduceSmall runs.

@@ -72,7 +72,6 @@ type World struct {
 	chunk   uint32 // the chunks this world has run so far (the same on every member)
 	scratch kernel.Scratch
 	arena   *arena       // this rank's arena (Alloc, Free); nil in worlds made without one
-	places  []int        // AllReduce's scratch: every rank's tensor's offset in its arena
 	inPlace atomic.Int64 // AllReduces that read the peers' tensors in place
 }
 
