@@ -51,6 +51,12 @@ type Bed struct {
 	hosts  []Host
 	logf   func(string, ...any)
 	closed bool
+	// life ends at Close, and with it every Command's process, even one
+	// that has not entered its host's namespace yet (ip netns exec opens
+	// the namespace, then joins it), which Close's sweep of the
+	// namespace's pids cannot see.
+	life context.Context
+	end  context.CancelFunc
 }
 
 // Available returns nil where this machine can build beds, or an error
@@ -109,6 +115,7 @@ func New(ctx context.Context, o Options) (*Bed, error) {
 		return nil, err
 	}
 	b := &Bed{prefix: prefix, bridge: prefix + "br", logf: o.Logf}
+	b.life, b.end = context.WithCancel(context.Background())
 	if err := b.build(ctx, o); err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
@@ -219,6 +226,8 @@ func (b *Bed) Wrap(i int, argv ...string) []string {
 // process is killed when ctx ends, and by Close if it is still running.
 func (b *Bed) Command(ctx context.Context, i int, name string, arg ...string) *exec.Cmd {
 	argv := b.Wrap(i, append([]string{name}, arg...)...)
+	ctx, stop := context.WithCancel(ctx)
+	context.AfterFunc(b.life, stop)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
@@ -289,6 +298,7 @@ func (b *Bed) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.end()
 	return removeBed(context.Background(), b.prefix)
 }
 
