@@ -50,24 +50,23 @@ func writeNPY(path string, shape []int, data []float64) error {
 	return npy.WriteFile(path, shape, data)
 }
 
-// Save writes c to dir atomically: into a fresh temporary directory beside
-// dir, every file synced, then swapped in for dir in one step (see
-// atomicdir.Write). If Save fails, or the process dies during it, dir
-// still holds the previous checkpoint, whole.
-//
-// Layout: manifest.json (step, dtype, names, shapes, each file's size and
-// CRC-32C, and its own checksum on its last line; see Note [checksums]),
-// then params/<name>.npy, optimizer/<k>.npy and extra/<k>.npy, all float64
-// (which holds float32 values exactly). Save keeps one checkpoint; see
-// SaveWith for several.
-func Save(dir string, c *Checkpoint) error { return save(dir, c, writeNPY) }
+// Save writes c to dir, keeping one checkpoint: SaveWith with the zero
+// Options. dir is created if needed and never replaced or removed; Save
+// writes and deletes only its own files in it (see the package
+// documentation's Layout and Atomicity). If Save fails, or the process
+// dies during it, dir still holds the previous checkpoint, whole.
+func Save(dir string, c *Checkpoint) error { return SaveWith(dir, c, Options{}) }
 
-func save(dir string, c *Checkpoint, write writeFunc) error {
-	if err := c.validate(); err != nil {
-		return err
-	}
+// writeDir writes c as one checkpoint into the directory path, atomically
+// (atomicdir.Write: a temporary directory beside path, in path's parent,
+// every file synced, then swapped in for path). Its layout: manifest.json
+// (step, dtype, names, shapes, each file's size and CRC-32C, and its own
+// checksum on its last line; see Note [checksums]), then
+// params/<name>.npy, optimizer/<k>.npy and extra/<k>.npy, all float64
+// (which holds float32 values exactly).
+func writeDir(path string, c *Checkpoint, write writeFunc) error {
 	m := newManifest(c)
-	err := atomicdir.Write(dir, func(tmp string) error {
+	return atomicdir.Write(path, func(tmp string) error {
 		for _, sub := range []string{paramsDir, optimDir, extraDir} {
 			if err := os.Mkdir(filepath.Join(tmp, sub), 0o755); err != nil {
 				return err
@@ -87,10 +86,6 @@ func save(dir string, c *Checkpoint, write writeFunc) error {
 		}
 		return m.write(filepath.Join(tmp, manifestName))
 	})
-	if err != nil {
-		return fmt.Errorf("checkpoint: saving to %s: %w", dir, err)
-	}
-	return nil
 }
 
 // Load reads the checkpoint Save (or SaveWith) wrote to dir, checking the

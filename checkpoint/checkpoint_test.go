@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// at is the directory of the checkpoint of step in dir.
+func at(dir string, step int) string { return filepath.Join(dir, stepDirName(step)) }
 
 // sample is a checkpoint with every kind of content, its values awkward
 // enough that any rounding shows.
@@ -52,7 +56,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if !math.Signbit(got.Params["fc1.weight"][4]) {
 		t.Error("-0 lost its sign")
 	}
-	// Saving again replaces the whole directory.
+	// Saving again replaces the checkpoint: the new one is whole, the
+	// old one gone.
 	next := sample(8)
 	next.Extra = nil
 	if err := Save(dir, next); err != nil {
@@ -61,8 +66,11 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if got, err = Load(dir); err != nil || got.Step != 8 || len(got.Extra) != 0 {
 		t.Fatalf("after a second save: step %v, extra %v, err %v", got.Step, got.Extra, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, extraDir, "0.npy")); !os.IsNotExist(err) {
-		t.Errorf("the first save's extra file survived the second: %v", err)
+	if _, err := os.Stat(filepath.Join(at(dir, 8), extraDir, "0.npy")); !os.IsNotExist(err) {
+		t.Errorf("the second save has an extra file: %v", err)
+	}
+	if got, want := entryNames(t, dir), []string{"latest", "step-000000008"}; !slices.Equal(got, want) {
+		t.Errorf("after the second save the directory holds %v, want %v", got, want)
 	}
 }
 
@@ -81,7 +89,7 @@ func TestFailedSaveKeepsThePreviousCheckpoint(t *testing.T) {
 		}
 		return writeNPY(path, shape, data)
 	}
-	if err := save(dir, sample(2), failing); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if err := save(dir, sample(2), failing, Options{}); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("save with a failing write: %v", err)
 	}
 	if writes != 3 {
@@ -97,7 +105,10 @@ func TestFailedSaveKeepsThePreviousCheckpoint(t *testing.T) {
 		t.Errorf("after a failed save the checkpoint is %+v, want the previous one", got)
 	}
 	if entries, _ := os.ReadDir(root); len(entries) != 1 {
-		t.Errorf("the failed save left %d entries beside the checkpoint", len(entries)-1)
+		t.Errorf("the failed save left %d entries beside the checkpoint directory", len(entries)-1)
+	}
+	if got, want := entryNames(t, dir), []string{"latest", "step-000000001"}; !slices.Equal(got, want) {
+		t.Errorf("after the failed save the directory holds %v, want %v", got, want)
 	}
 }
 
@@ -109,7 +120,7 @@ func TestKilledSaveLeavesTheCheckpointLoadable(t *testing.T) {
 	if err := Save(dir, sample(1)); err != nil {
 		t.Fatal(err)
 	}
-	stale := filepath.Join(root, ".ckpt.tmp-123456")
+	stale := filepath.Join(dir, ".step-000000002.tmp-123456")
 	if err := os.MkdirAll(filepath.Join(stale, paramsDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +174,7 @@ func TestLoadRejectsDamagedCheckpoints(t *testing.T) {
 		if err := Save(dir, sample(1)); err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(dir, manifestName)
+		path := filepath.Join(at(dir, 1), manifestName)
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -186,7 +197,7 @@ func TestLoadRejectsDamagedCheckpoints(t *testing.T) {
 	if err := Save(dir, sample(1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, optimDir, "2.npy")); err != nil {
+	if err := os.Remove(filepath.Join(at(dir, 1), optimDir, "2.npy")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Load(dir); !errors.Is(err, ErrBadCheckpoint) || !strings.Contains(err.Error(), "2.npy") {

@@ -71,7 +71,7 @@ func TestEveryDamagedFileIsCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := checkpointFiles(t, dir)
-	if len(files) != 8 { // manifest, 2 params, 4 optimizer buffers, 1 extra
+	if len(files) != 9 { // latest, manifest, 2 params, 4 optimizer buffers, 1 extra
 		t.Fatalf("the sample checkpoint has files %v", files)
 	}
 	for _, f := range files {
@@ -102,7 +102,7 @@ func TestDamagedDataIsAChecksumMismatch(t *testing.T) {
 	if err := Save(dir, sample(3)); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, paramsDir, "fc1.weight.npy")
+	path := filepath.Join(at(dir, 3), paramsDir, "fc1.weight.npy")
 	size := len(mustRead(t, path))
 	for i := size - 48; i < size; i++ { // the 6 float64s
 		restore := damage(t, path, func(b []byte) []byte { b[i] ^= 0x80; return b })
@@ -130,7 +130,7 @@ func TestManifestRecordsChecksums(t *testing.T) {
 	if err := Save(dir, sample(3)); err != nil {
 		t.Fatal(err)
 	}
-	b := mustRead(t, filepath.Join(dir, manifestName))
+	b := mustRead(t, filepath.Join(at(dir, 3), manifestName))
 	var m manifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
@@ -139,18 +139,20 @@ func TestManifestRecordsChecksums(t *testing.T) {
 		t.Errorf("format %q, checksum %q", m.Format, m.Checksum)
 	}
 	for _, e := range m.entries() {
-		sum, size, err := sumFile(filepath.Join(dir, e.File))
+		sum, size, err := sumFile(filepath.Join(at(dir, 3), e.File))
 		if err != nil || sum != e.CRC32C || size != e.Size {
 			t.Errorf("%s: recorded %s/%d, file %s/%d (%v)", e.File, e.CRC32C, e.Size, sum, size, err)
 		}
 	}
 }
 
-// A checkpoint of format 1 (no checksums) loads, with a warning.
+// A checkpoint of format 1 (no checksums), in the layout of the versions
+// that wrote it (the checkpoint in the directory itself), loads, with a
+// warning.
 func TestLegacyCheckpointLoadsWithAWarning(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	want := sample(4)
-	if err := Save(dir, want); err != nil {
+	if err := writeDir(dir, want, writeNPY); err != nil {
 		t.Fatal(err)
 	}
 	b := mustRead(t, filepath.Join(dir, manifestName))

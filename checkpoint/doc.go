@@ -13,18 +13,27 @@
 //
 // # Layout
 //
-//	dir/manifest.json          format, step, dtype, names, shapes, files, each file's size
-//	                           and CRC-32C, meta; its own CRC-32C on its last line
-//	dir/params/<name>.npy      one per parameter, with its shape if known (float64)
-//	dir/optimizer/<k>.npy      one per optimizer buffer, a vector (float64)
-//	dir/extra/<k>.npy          one per Extra entry, a vector (float64)
+// Every checkpoint is a subdirectory of dir, and dir/latest names the
+// newest; Options.Keep says how many are kept (1 by default):
 //
-// SaveWith and LoadWith with Options.Keep K > 1 keep the last K
-// checkpoints instead, each in the layout above:
+//	dir/step-000000200/                the checkpoint of step 200 (nine digits):
+//	dir/step-000000200/manifest.json   format, step, dtype, names, shapes, files, each file's size
+//	                                   and CRC-32C, meta; its own CRC-32C on its last line
+//	dir/step-000000200/params/<name>.npy  one per parameter, with its shape if known (float64)
+//	dir/step-000000200/optimizer/<k>.npy  one per optimizer buffer, a vector (float64)
+//	dir/step-000000200/extra/<k>.npy      one per Extra entry, a vector (float64)
+//	dir/latest                         "step-000000200 crc32c:XXXXXXXX": the newest, replaced atomically
+//	dir/.ddp-train.lock                Lock's file (Note [one run per checkpoint directory])
 //
-//	dir/step-000000100/        the checkpoint of step 100 (nine digits)
-//	dir/step-000000200/
-//	dir/latest                 "step-000000200 crc32c:XXXXXXXX": the newest, replaced atomically
+// dir is the user's: a save writes and deletes only the names above (and
+// its temporaries, .step-NNNNNNNNN.tmp-N and .latest.tmp-N), never
+// replaces or removes dir itself, and leaves every other file in it alone
+// (Note [a checkpoint owns only its files]); CheckDir refuses a directory
+// where a file of those names is not a checkpoint's. Load also reads a
+// checkpoint in the layout older versions wrote, dir/manifest.json with
+// dir/params, dir/optimizer and dir/extra, so that a run resumes across
+// the upgrade; the first new save removes that checkpoint's files, as its
+// manifest lists them, and nothing else.
 //
 // # Checksums
 //
@@ -48,12 +57,16 @@
 //
 // # Atomicity
 //
-// Save writes into a fresh temporary directory beside dir, syncs every
-// file and the directory, and then swaps it in for dir in one step
-// (atomicdir.Write), removing the old one after. A failure or a crash at
-// any point leaves dir holding the previous checkpoint, whole; the next
-// Save removes a crashed one's leftovers. One process saves to a given dir
-// at a time.
+// A save writes the new checkpoint into a fresh temporary directory
+// inside dir, syncs every file and the directory, and renames it into
+// place (atomicdir.Write, which swaps it in where a checkpoint of the same
+// step is there); then it points dir/latest at it (a synced temporary
+// file renamed over the old), and only then removes older checkpoints. A
+// failure or a crash at any point leaves dir/latest naming a whole
+// checkpoint, the previous one or the new one; the next save removes a
+// crashed one's leftovers. Everything happens inside dir, so it works on a
+// mount point and under a parent the run cannot write. One process saves
+// to a given dir at a time (Lock).
 //
 // Load reads only into typed structures and checks everything: the
 // manifest's format and fields, that every file lies in its subdirectory,

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,11 +19,10 @@ import (
 // Options are SaveWith's and LoadWith's settings. The zero value is Save's
 // and Load's behaviour.
 type Options struct {
-	// Keep is how many checkpoints to keep. 0 or 1: one, and dir is that
-	// checkpoint (the layout Save has always written). More: dir holds
-	// the newest Keep checkpoints as dir/step-NNNNNNNNN/, with dir/latest
-	// naming the newest, and LoadWith falls back to the newest intact one
-	// when a newer one is damaged.
+	// Keep is how many checkpoints to keep: 0 or 1, one; more, the newest
+	// Keep, and LoadWith falls back to the newest intact one when a newer
+	// one is damaged. Either way each is dir/step-NNNNNNNNN/, with
+	// dir/latest naming the newest.
 	Keep int
 	// Logger gets LoadWith's warnings: a fallback past a damaged
 	// checkpoint, a checkpoint too old to have checksums. nil: none.
@@ -42,8 +42,12 @@ const (
 )
 
 // killedSave matches what follows ".step-" in the name of a temporary
-// directory atomicdir.Write left when its process was killed.
-var killedSave = regexp.MustCompile(`^[0-9]{9,}\.tmp-[0-9]+$`)
+// directory atomicdir.Write left when its process was killed; killedLatest
+// what follows ".latest.tmp-" in writeLatest's.
+var (
+	killedSave   = regexp.MustCompile(`^[0-9]{9,}\.tmp-[0-9]+$`)
+	killedLatest = regexp.MustCompile(`^[0-9]+$`)
+)
 
 // stepDirName is the rotated layout's directory for a checkpoint of step.
 func stepDirName(step int) string { return fmt.Sprintf("%s%09d", stepPrefix, step) }
@@ -58,34 +62,40 @@ func parseStepDir(name string) (int, bool) {
 	return n, err == nil
 }
 
-// SaveWith saves c to dir keeping o.Keep checkpoints. With Keep <= 1 it
-// is Save. With more, it writes dir/step-NNNNNNNNN/ (c.Step, nine digits)
-// atomically as Save writes a checkpoint, then points dir/latest at it
-// (written to a temporary file, synced, renamed), then removes every
-// other checkpoint but the Keep-1 newest older than c.Step (a newer one
-// is from a run that c's run abandoned, when it fell back past it). A
-// checkpoint Save wrote to dir itself (with Keep 1) is removed after the
-// first rotated one is in place; with Keep <= 1, rotated checkpoints in
-// dir are replaced by the one, with a warning.
-func SaveWith(dir string, c *Checkpoint, o Options) error {
-	if o.Keep <= 1 {
-		if steps, _ := stepDirs(dir); len(steps) > 0 {
-			o.logger().Warn("checkpoint: keeping one checkpoint: replacing the rotated checkpoints in this directory by the new one",
-				zap.String("checkpoint", dir), zap.Int("replaced", len(steps)), zap.Int("step", c.Step))
-		}
-		return Save(dir, c)
-	}
+// SaveWith saves c to dir keeping o.Keep checkpoints (at least one). It
+// writes dir/step-NNNNNNNNN/ (c.Step, nine digits) atomically, into a
+// temporary directory inside dir that is synced and then renamed (or
+// swapped, when a checkpoint of that step is there) into place, then
+// points dir/latest at it (written to a temporary file, synced, renamed),
+// then removes every other checkpoint but the Keep-1 newest older than
+// c.Step (a newer one is from a run that c's run abandoned, when it fell
+// back past it). dir is created if needed, and never replaced or removed:
+// SaveWith writes and deletes only its own files in it (Note [a checkpoint
+// owns only its files]). A checkpoint an older Save wrote in dir itself
+// (manifest.json, params/, optimizer/, extra/) is removed after the first
+// new one is in place, file by file as its manifest lists them.
+func SaveWith(dir string, c *Checkpoint, o Options) error { return save(dir, c, writeNPY, o) }
+
+func save(dir string, c *Checkpoint, write writeFunc, o Options) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	keep := max(o.Keep, 1)
+	if steps, _ := stepDirs(dir); o.Keep <= 1 && len(slices.DeleteFunc(steps, func(s int) bool { return s == c.Step })) > 1 {
+		o.logger().Warn("checkpoint: keeping one checkpoint: replacing the rotated checkpoints in this directory by the new one",
+			zap.String("checkpoint", dir), zap.Int("replaced", len(steps)), zap.Int("step", c.Step))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: saving to %s: %w", dir, err)
+	}
 	name := stepDirName(c.Step)
-	if err := Save(filepath.Join(dir, name), c); err != nil {
-		return err
+	if err := writeDir(filepath.Join(dir, name), c, write); err != nil {
+		return fmt.Errorf("checkpoint: saving to %s: %w", dir, err)
 	}
 	if err := writeLatest(dir, name); err != nil {
 		return fmt.Errorf("checkpoint: saving to %s: %w", dir, err)
 	}
-	return prune(dir, c.Step, o.Keep)
+	return prune(dir, c.Step, keep)
 }
 
 // writeLatest points dir/latest at name, atomically.
@@ -148,7 +158,8 @@ func stepDirs(dir string) ([]int, error) {
 }
 
 // prune keeps the checkpoint of step and the keep-1 newest older ones,
-// removes the rest and the files of a checkpoint Save wrote to dir itself.
+// removes the rest, killed saves' temporaries, and a checkpoint an older
+// Save wrote in dir itself (removeOldLayout).
 func prune(dir string, step, keep int) error {
 	steps, err := stepDirs(dir)
 	if err != nil {
@@ -163,27 +174,79 @@ func prune(dir string, step, keep int) error {
 		}
 		errs = append(errs, os.RemoveAll(filepath.Join(dir, stepDirName(s))))
 	}
-	// Killed saves' temporary directories (atomicdir removes only those of
-	// the step it writes).
-	if entries, err := os.ReadDir(dir); err == nil {
-		for _, e := range entries {
-			if rest, ok := strings.CutPrefix(e.Name(), "."+stepPrefix); ok && e.IsDir() && killedSave.MatchString(rest) {
-				errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
-			}
-		}
-	}
-	// A single-layout checkpoint in dir: its manifest first, so that a
-	// crash part way leaves no manifest naming missing files.
-	if _, err := os.Stat(filepath.Join(dir, manifestName)); err == nil {
-		errs = append(errs, os.Remove(filepath.Join(dir, manifestName)))
-		for _, sub := range []string{paramsDir, optimDir, extraDir} {
-			errs = append(errs, os.RemoveAll(filepath.Join(dir, sub)))
-		}
-	}
+	errs = append(errs, removeTemporaries(dir), removeOldLayout(dir))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("checkpoint: removing old checkpoints in %s: %w", dir, err)
 	}
 	return nil
+}
+
+// removeTemporaries deletes what killed saves left in dir: atomicdir's
+// temporary step directories (it removes only those of the step it
+// writes) and writeLatest's temporary files.
+func removeTemporaries(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if rest, ok := strings.CutPrefix(name, "."+stepPrefix); ok && e.IsDir() && killedSave.MatchString(rest) {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, name)))
+		}
+		if rest, ok := strings.CutPrefix(name, "."+latestName+".tmp-"); ok && e.Type().IsRegular() && killedLatest.MatchString(rest) {
+			errs = append(errs, os.Remove(filepath.Join(dir, name)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeOldLayout deletes a checkpoint an older Save wrote in dir itself
+// and nothing else: its manifest first, so that a crash part way leaves
+// no manifest naming missing files, then each file the manifest lists,
+// then params/, optimizer/ and extra/ where that leaves them empty. A
+// manifest.json that is not a checkpoint's is left alone (CheckDir names
+// it); one too damaged to list its files is removed alone.
+func removeOldLayout(dir string) error {
+	path := filepath.Join(dir, manifestName)
+	if !ownManifest(path) {
+		return nil
+	}
+	m, readErr := readManifest(path)
+	if err := os.Remove(path); err != nil {
+		return err
+	}
+	if readErr != nil {
+		return nil
+	}
+	var errs []error
+	for _, e := range m.entries() {
+		sub, _, _ := strings.Cut(e.File, "/")
+		if fi, err := os.Lstat(filepath.Join(dir, sub)); err != nil || !fi.IsDir() {
+			continue // gone, or not the directory the checkpoint made: a link is never followed
+		}
+		if err := os.Remove(filepath.Join(dir, e.File)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	for _, sub := range []string{paramsDir, optimDir, extraDir} {
+		if fi, err := os.Lstat(filepath.Join(dir, sub)); err == nil && fi.IsDir() {
+			os.Remove(filepath.Join(dir, sub)) // fails, harmlessly, where other files remain
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ownManifest reports whether path is a regular file that a checkpoint
+// wrote: a manifest of one of its formats, even a damaged one.
+func ownManifest(path string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxManifest {
+		return false
+	}
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Contains(b, []byte(`"format": "goddp-checkpoint/`))
 }
 
 // Exists reports whether dir holds a checkpoint to resume from, in

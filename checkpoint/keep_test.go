@@ -142,18 +142,31 @@ func TestDamagedLatestPointer(t *testing.T) {
 }
 
 // A run that resumed from an older checkpoint (past damaged newer ones)
-// and saves again removes the abandoned newer ones; moving from Keep 1 to
-// Keep 2 replaces the single checkpoint by the rotated layout.
+// and saves again removes the abandoned newer ones; a checkpoint of the
+// older layout (in the directory itself) is removed by the first new
+// save, file by file, leaving what it did not write; going back to Keep 1
+// keeps one.
 func TestSaveWithPrunesAndMigrates(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ckpt")
-	if err := Save(dir, sample(5)); err != nil { // the single layout
+	if err := writeDir(dir, sample(5), writeNPY); err != nil { // the older layout
 		t.Fatal(err)
+	}
+	for _, f := range []string{"README", filepath.Join(paramsDir, "mine.npy")} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("the user's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := Load(dir); err != nil || c.Step != 5 {
+		t.Fatalf("Load of the older layout: %v, %v", c, err)
 	}
 	if err := SaveWith(dir, sample(10), Options{Keep: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := entryNames(t, dir), []string{"latest", "step-000000010"}; !slices.Equal(got, want) {
-		t.Errorf("after moving to Keep 2: %v, want %v", got, want)
+	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000010"}; !slices.Equal(got, want) {
+		t.Errorf("after the first new save: %v, want %v", got, want)
+	}
+	if got := entryNames(t, filepath.Join(dir, paramsDir)); !slices.Equal(got, []string{"mine.npy"}) {
+		t.Errorf("the older checkpoint's params/ holds %v after its removal, want the user's mine.npy alone", got)
 	}
 	for _, s := range []int{20, 30} {
 		if err := SaveWith(dir, sample(s), Options{Keep: 2}); err != nil {
@@ -164,13 +177,13 @@ func TestSaveWithPrunesAndMigrates(t *testing.T) {
 	if err := SaveWith(dir, sample(25), Options{Keep: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := entryNames(t, dir), []string{"latest", "step-000000020", "step-000000025"}; !slices.Equal(got, want) {
+	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000020", "step-000000025"}; !slices.Equal(got, want) {
 		t.Errorf("after saving step 25 past step 30: %v, want %v", got, want)
 	}
 	if c, err := Load(dir); err != nil || c.Step != 25 {
 		t.Errorf("Load: %v, %v", c, err)
 	}
-	// Back to Keep 1: the single layout again, whole.
+	// Back to Keep 1: one checkpoint, with a warning.
 	core, logs := observer.New(zap.WarnLevel)
 	if err := SaveWith(dir, sample(26), Options{Keep: 1, Logger: zap.New(core)}); err != nil {
 		t.Fatal(err)
@@ -181,15 +194,15 @@ func TestSaveWithPrunesAndMigrates(t *testing.T) {
 	if c, err := Load(dir); err != nil || c.Step != 26 {
 		t.Errorf("Load after going back to Keep 1: %v, %v", c, err)
 	}
-	if slices.Contains(entryNames(t, dir), "latest") {
-		t.Errorf("the rotated layout survived a Keep 1 save: %v", entryNames(t, dir))
+	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000026"}; !slices.Equal(got, want) {
+		t.Errorf("after a Keep 1 save: %v, want %v", got, want)
 	}
 }
 
 func TestExists(t *testing.T) {
 	root := t.TempDir()
 	single, rotated, leftovers := filepath.Join(root, "single"), filepath.Join(root, "rotated"), filepath.Join(root, "leftovers")
-	if err := Save(single, sample(1)); err != nil {
+	if err := writeDir(single, sample(1), writeNPY); err != nil { // the older layout
 		t.Fatal(err)
 	}
 	if err := SaveWith(rotated, sample(1), Options{Keep: 2}); err != nil {

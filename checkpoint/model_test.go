@@ -171,7 +171,7 @@ func TestCheckpointParamsAreAnInitDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.LoadNPY(filepath.Join(dir, "params")); err != nil {
+	if err := dst.LoadNPY(filepath.Join(dir, "step-000000000", "params")); err != nil {
 		t.Fatal(err)
 	}
 	for i := range src.p.Nodes {
