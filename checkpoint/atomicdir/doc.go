@@ -9,5 +9,8 @@
 // rename(2) cannot replace a non-empty directory, so Write swaps the new
 // directory and the old one with renameat2(RENAME_EXCHANGE) on Linux, and
 // elsewhere (or on a file system without it) moves the old one aside
-// first. model.Params.SaveNPY and checkpoint.Save use it.
+// first. Write creates its temporary directory in dir's parent, so that
+// parent is the directory it needs to write: checkpoint's saves use it for
+// each DIR/step-NNNNNNNNN, so that they write only inside the user's DIR
+// and never replace DIR itself.
 package atomicdir

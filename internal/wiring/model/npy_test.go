@@ -45,18 +45,23 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	}
 }
 
-// Saving again replaces the directory as a whole: a file the new save
-// does not write is gone, and nothing is left beside it.
-func TestSaveReplacesTheDirectory(t *testing.T) {
+// Saving again writes and removes only the save's own files: a previous
+// model's files are gone, the user's files in the directory stay, the
+// directory itself is not replaced, and nothing is left beside it.
+func TestSaveTouchesOnlyItsOwnFiles(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "init")
-	a, _ := NewParams(mlpSpec(tensor.Float64, 1, 2), 1)
-	if err := a.SaveNPY(dir); err != nil {
+	big, _ := NewParams(mlpSpec(tensor.Float64, 1, 2, 2), 1) // fc1..fc3
+	if err := big.SaveNPY(dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "stale.npy"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
+	before, _ := os.Stat(dir)
+	for _, f := range []string{"stale.npy", "README", ".fc1.weight.npy.tmp-123"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	a, _ := NewParams(mlpSpec(tensor.Float64, 1, 2), 1) // fc1, fc2
 	if err := a.SaveNPY(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +70,72 @@ func TestSaveReplacesTheDirectory(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if want := []string{"fc1.bias.npy", "fc1.weight.npy", "fc2.bias.npy", "fc2.weight.npy"}; !slices.Equal(names, want) {
+	if want := []string{SaveList, "README", "fc1.bias.npy", "fc1.weight.npy", "fc2.bias.npy", "fc2.weight.npy", "stale.npy"}; !slices.Equal(names, want) {
 		t.Errorf("after a second save the directory holds %v, want %v", names, want)
+	}
+	if after, _ := os.Stat(dir); !os.SameFile(before, after) {
+		t.Error("the directory itself was replaced")
 	}
 	if siblings, _ := os.ReadDir(root); len(siblings) != 1 {
 		t.Errorf("the parent holds %d entries, want just the directory", len(siblings))
+	}
+	rec, err := readSaveList(dir)
+	if err != nil || len(rec.Files) != 4 {
+		t.Fatalf("the save's list: %+v, %v", rec, err)
+	}
+	for _, f := range rec.Files {
+		b, _ := os.ReadFile(filepath.Join(dir, f.Name))
+		if int64(len(b)) != f.Size || crcOf(b) != f.CRC32C {
+			t.Errorf("%s: %d bytes %s, the list says %d %s", f.Name, len(b), crcOf(b), f.Size, f.CRC32C)
+		}
+	}
+	if err := CheckSaveDir(dir, a.Names); err != nil {
+		t.Errorf("CheckSaveDir after our own save: %v", err)
+	}
+}
+
+// CheckSaveDir names a file the save would overwrite that no save wrote,
+// a link where a file would go, and a list that is not ours.
+func TestCheckSaveDirRefusesForeignFiles(t *testing.T) {
+	names := ParamNames("mlp", 1)
+	for what, plant := range map[string]func(dir string) (string, error){
+		"a user's file": func(dir string) (string, error) {
+			p := filepath.Join(dir, "fc1.weight.npy")
+			return p, os.WriteFile(p, []byte("mine"), 0o644)
+		},
+		"a link": func(dir string) (string, error) {
+			p := filepath.Join(dir, "fc2.bias.npy")
+			return p, os.Symlink("/etc/passwd", p)
+		},
+		"a foreign list": func(dir string) (string, error) {
+			p := filepath.Join(dir, SaveList)
+			return p, os.WriteFile(p, []byte("{}"), 0o644)
+		},
+	} {
+		dir := t.TempDir()
+		path, err := plant(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckSaveDir(dir, names); err == nil || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: CheckSaveDir gave %v; want an error naming %s", what, err, path)
+		}
+	}
+	if err := CheckSaveDir(filepath.Join(t.TempDir(), "none"), names); err != nil {
+		t.Errorf("a missing directory: %v", err)
+	}
+}
+
+// ParamNames are NewParams' names, without the data's sizes.
+func TestParamNames(t *testing.T) {
+	for _, spec := range []Spec{mlpSpec(tensor.Float64, 1), mlpSpec(tensor.Float64, 1, 3, 4), cnnSpec(tensor.Float64, 1)} {
+		p, err := NewParams(spec, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ParamNames(spec.Kind, len(spec.Hidden)); !slices.Equal(got, p.Names) {
+			t.Errorf("%s %v: ParamNames %v, NewParams %v", spec.Kind, spec.Hidden, got, p.Names)
+		}
 	}
 }
 

@@ -158,6 +158,23 @@ func (s Spec) layers() []layer {
 	return ls
 }
 
+// ParamNames are the names NewParams gives the parameters of a model of
+// kind ("mlp" or "cnn") with hidden hidden layers (the MLP's; the CNN has
+// its own), in order: what SaveNPY writes, one <name>.npy each, known
+// before the data that gives the model its sizes.
+func ParamNames(kind string, hidden int) []string {
+	layers := hidden + 1
+	var names []string
+	if kind == "cnn" {
+		names = []string{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"}
+		layers = 3
+	}
+	for l := 1; l <= layers; l++ {
+		names = append(names, fmt.Sprintf("fc%d.weight", l), fmt.Sprintf("fc%d.bias", l))
+	}
+	return names
+}
+
 // cnnSide is the height (or width) of the second pool's output for an
 // input side of n: conv1 keeps n, pool halves it (floor), conv2 takes 4
 // off, pool halves again.
