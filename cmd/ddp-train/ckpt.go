@@ -37,23 +37,45 @@ func (t *trainer) checkpointOptions() checkpoint.Options {
 }
 
 // loadCheckpoint reads --checkpoint for --resume: the newest intact
-// checkpoint (see checkpoint.LoadWith), every file verified. Every rank
-// reads it, and then they check that they read the same step: with
-// --checkpoint-keep, a rank that saw damage the others did not (another
-// node's copy of the directory, say) would fall back alone.
+// checkpoint (see checkpoint.LoadWith), every file verified, or nil when
+// the directory holds none yet (Note [checkpoint directories are owned]).
+// Every rank reads it, and then they check that they read the same step:
+// with --checkpoint-keep, a rank that saw damage the others did not
+// (another node's copy of the directory, say) would fall back alone.
 func (t *trainer) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, error) {
-	ck, from, err := checkpoint.LoadWith(t.c.checkpointDir, t.checkpointOptions())
-	if err != nil {
-		return nil, err
+	var ck *checkpoint.Checkpoint
+	step, from := -1, t.c.checkpointDir // -1: none
+	if checkpoint.Exists(t.c.checkpointDir) {
+		var err error
+		if ck, from, err = checkpoint.LoadWith(t.c.checkpointDir, t.checkpointOptions()); err != nil {
+			return nil, err
+		}
+		step = ck.Step
+		t.log.Info("checkpoint loaded", zap.Int("rank", t.g.Rank()), zap.String("checkpoint", from), zap.Int("step", ck.Step))
 	}
-	t.log.Info("checkpoint loaded", zap.Int("rank", t.g.Rank()), zap.String("checkpoint", from), zap.Int("step", ck.Step))
-	v := []float64{float64(ck.Step), -float64(ck.Step)}
+	v := []float64{float64(step), -float64(step)}
 	if err := t.g.AllReduce(ctx, pg.Float64s(v), pg.Op(pg.Max)).Wait(ctx); err != nil {
 		return nil, fmt.Errorf("checking that every rank loaded the same checkpoint: %w", err)
 	}
 	if hi, lo := int(v[0]), int(-v[1]); hi != lo {
+		if lo < 0 {
+			return nil, usagef("some ranks found no checkpoint in --checkpoint %s and others one of step %d (this rank: %s); "+
+				"every rank must see the same --checkpoint directory", t.c.checkpointDir, hi, describeStep(step))
+		}
 		return nil, usagef("the ranks loaded checkpoints of different steps, %d to %d (this rank: step %d from %s); "+
 			"every rank must see the same --checkpoint directory", lo, hi, ck.Step, from)
 	}
+	if ck == nil && t.g.Rank() == 0 {
+		t.log.Info("--resume: no checkpoint in the directory yet; starting from step 0", zap.String("checkpoint", t.c.checkpointDir))
+	}
 	return ck, nil
+}
+
+// describeStep is a rank's part of the message about ranks that loaded
+// different checkpoints.
+func describeStep(step int) string {
+	if step < 0 {
+		return "none"
+	}
+	return fmt.Sprintf("step %d", step)
 }

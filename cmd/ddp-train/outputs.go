@@ -18,6 +18,7 @@ import (
 
 	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/dataset"
+	"github.com/goddp/ddp/internal/wiring/model"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )
@@ -31,21 +32,50 @@ import (
 //   - Every output path is checked before any worker starts (checkOutputs,
 //     exit 2): --save and --checkpoint must be directories or absent under
 //     a writable directory, --summary a file in a writable directory,
-//     --timeline a directory it can make. A worker under an external
-//     launcher checks the paths its rank writes before the rendezvous.
+//     --timeline a directory it can make. The check does in each directory
+//     what the run will do there (create a file, rename it, remove it, and
+//     a subdirectory for --checkpoint), so that a read-only file system,
+//     a missing permission or a mount point's EBUSY shows before training.
+//     A worker under an external launcher checks the paths its rank
+//     writes before the rendezvous.
 //   - --save and --summary are written only at the end of a run whose
 //     parameters passed the non-finite guard, each atomically; the summary
 //     is written to a temporary file first, so a failure of either leaves
 //     the other's old contents, and a failed run leaves both as they were.
+//
+// Note [outputs own only their files]
+//
+// An output directory is the user's: the working directory, $HOME, a
+// Kubernetes volume's mount point, a directory whose parent they cannot
+// write. So no output replaces or removes a directory it was given, nor
+// a file in it that the run's outputs did not write: --save writes
+// <name>.npy files and .ddp-train-save (model's Note [a save owns only
+// its files]), --checkpoint its step directories, latest and lock file
+// (checkpoint's Note [a checkpoint owns only its files]), --flight-dir
+// nccl_trace_rank_N, --timeline rank-N.json, --summary its one file. Up
+// front (exit 2, nothing trained): a directory holding a file of one of
+// those names that the outputs did not write is refused, naming the file
+// (model.CheckSaveDir, checkpoint.CheckDir); outputs that overlap (--save
+// equal to, inside or containing --checkpoint; --summary, --timeline or
+// --flight-dir where --save or --checkpoint write their own files) are
+// refused, comparing real paths (checkOverlaps); and a directory the run
+// makes inside an output (CHECKPOINT/flight) that is a link or not a
+// directory is refused, since nothing is written through a link the run
+// did not make.
 //
 // Note [checkpoint directories are owned]
 //
 // A run never deletes or overwrites checkpoints it did not write. Without
 // --resume, a --checkpoint directory that already holds checkpoints is
 // refused (exit 2) unless --overwrite-checkpoints says to delete them and
-// start over. One run per directory at a time: the launcher (or, under an
-// external launcher, rank 0) holds checkpoint.Lock for the whole run, and
-// a second run is refused at once naming the holder.
+// start over. With --resume, a directory that holds none yet (empty, or
+// missing) starts the run from step 0, saying so in one line, so that a
+// job that always passes --resume (an elastic or JobSet job) can start;
+// a damaged checkpoint is still exit 2. One run per directory at a time:
+// the launcher (or, under an external launcher, rank 0) holds
+// checkpoint.Lock, a lock file inside the directory, for the whole run,
+// and a second run, by any path to the directory, is refused at once
+// naming the holder.
 //
 // Note [resume that cannot lie]
 //
@@ -62,22 +92,34 @@ import (
 // (rank0), or only --timeline. Errors are usage errors (exit 2).
 func checkOutputs(c config, rank0 bool) error {
 	if c.timeline != "" {
-		if err := checkDirPath("--timeline", c.timeline); err != nil {
+		if err := checkDirPath("--timeline", c.timeline, false); err != nil {
 			return err
 		}
 	}
 	if !rank0 {
 		return nil
 	}
+	if err := checkOverlaps(c); err != nil {
+		return err
+	}
 	if c.saveDir != "" {
-		if err := checkDirPath("--save", c.saveDir); err != nil {
+		if err := checkDirPath("--save", c.saveDir, false); err != nil {
 			return err
+		}
+		if err := model.CheckSaveDir(c.saveDir, model.ParamNames(c.model, len(c.hidden))); err != nil {
+			return usagef("--save %s: %v", c.saveDir, err)
 		}
 	}
 	if c.checkpointDir != "" {
-		if err := checkDirPath("--checkpoint", c.checkpointDir); err != nil {
+		if err := checkDirPath("--checkpoint", c.checkpointDir, true); err != nil {
 			return err
 		}
+		if err := checkpoint.CheckDir(c.checkpointDir); err != nil {
+			return usagef("--checkpoint %s: %v", c.checkpointDir, err)
+		}
+	}
+	if err := checkFlightDir(c); err != nil {
+		return err
 	}
 	if c.summary != "" {
 		if err := checkFilePath("--summary", c.summary); err != nil {
@@ -88,14 +130,14 @@ func checkOutputs(c config, rank0 bool) error {
 }
 
 // checkDirPath: path is a directory or absent, and the nearest directory
-// above it that exists can be written.
-func checkDirPath(flagName, path string) error {
+// above it that exists can be written; sub: subdirectories too.
+func checkDirPath(flagName, path string, sub bool) error {
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && !fi.IsDir():
 		return usagef("%s %s: it is a file, not a directory", flagName, path)
 	case err == nil:
-		return writable(flagName, path, path)
+		return writable(flagName, path, path, sub)
 	case !errors.Is(err, fs.ErrNotExist):
 		return usagef("%s %s: %v", flagName, path, err)
 	}
@@ -105,7 +147,7 @@ func checkDirPath(flagName, path string) error {
 			if !fi.IsDir() {
 				return usagef("%s %s: %s is a file, so the directory cannot be made", flagName, path, dir)
 			}
-			return writable(flagName, path, dir)
+			return writable(flagName, path, dir, true) // the run makes a directory here
 		}
 		if !errors.Is(err, fs.ErrNotExist) || dir == filepath.Dir(dir) {
 			return usagef("%s %s: %v", flagName, path, err)
@@ -124,18 +166,168 @@ func checkFilePath(flagName, path string) error {
 	if err != nil || !fi.IsDir() {
 		return usagef("%s %s: the directory %s does not exist; create it first", flagName, path, dir)
 	}
-	return writable(flagName, path, dir)
+	return writable(flagName, path, dir, false)
 }
 
-// writable checks that a file can be made in dir, by making one.
-func writable(flagName, path, dir string) error {
-	f, err := os.CreateTemp(dir, ".ddp-train-probe-*")
-	if err != nil {
+// writable checks that the run can do in dir what it will do there, by
+// doing it: create a file, rename it, remove it, and with sub the same
+// with a directory.
+func writable(flagName, path, dir string, sub bool) error {
+	fail := func(err error) error {
 		return usagef("%s %s: cannot write in %s: %v", flagName, path, dir, err)
 	}
+	f, err := os.CreateTemp(dir, ".ddp-train-probe-*")
+	if err != nil {
+		return fail(err)
+	}
 	f.Close()
-	os.Remove(f.Name())
+	renamed := f.Name() + ".renamed"
+	err = os.Rename(f.Name(), renamed)
+	if err != nil {
+		os.Remove(f.Name())
+		return fail(err)
+	}
+	if err := os.Remove(renamed); err != nil {
+		return fail(err)
+	}
+	if !sub {
+		return nil
+	}
+	d, err := os.MkdirTemp(dir, ".ddp-train-probe-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(d)
+	if err := os.WriteFile(filepath.Join(d, "f"), nil, 0o644); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(d, d+".renamed"); err != nil {
+		return fail(err)
+	}
+	if err := os.RemoveAll(d + ".renamed"); err != nil {
+		return fail(err)
+	}
 	return nil
+}
+
+// checkFlightDir refuses a CHECKPOINT/flight (the default --flight-dir)
+// that is not a directory the run may write into: Note [outputs own only
+// their files].
+func checkFlightDir(c config) error {
+	if c.flightDir != "" || c.checkpointDir == "" {
+		return nil
+	}
+	if err := ownSubdir(filepath.Join(c.checkpointDir, "flight")); err != nil {
+		return usagef("--checkpoint %s: %v; remove it, or name a --flight-dir", c.checkpointDir, err)
+	}
+	return nil
+}
+
+// ownSubdir: path, a directory the run makes inside an output, is absent
+// or a directory, not a link to one.
+func ownSubdir(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symbolic link, and no output is written through a link the run did not make", path)
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	return nil
+}
+
+// checkOverlaps refuses outputs that would write over each other's files
+// (Note [outputs own only their files]), comparing real paths.
+func checkOverlaps(c config) error {
+	save, ck := realPath(c.saveDir), realPath(c.checkpointDir)
+	if save != "" && ck != "" && (within(save, ck) || within(ck, save)) {
+		return usagef("--save %s and --checkpoint %s overlap (one is, or is inside, the other), and the final save and the checkpoints would replace each other's files; give each a directory of its own", c.saveDir, c.checkpointDir)
+	}
+	names := model.ParamNames(c.model, len(c.hidden))
+	for _, o := range []struct{ flag, path string }{{"--summary", c.summary}, {"--timeline", c.timeline}, {"--flight-dir", c.flightDir}} {
+		p := realPath(o.path)
+		if p == "" {
+			continue
+		}
+		if first, ok := firstBelow(p, ck); ok && checkpointOwns(first) {
+			return usagef("%s %s lies where --checkpoint %s keeps its own files (%s); choose a path outside them", o.flag, o.path, c.checkpointDir, first)
+		}
+		if first, ok := firstBelow(p, save); ok && saveOwns(first, names) {
+			return usagef("%s %s lies where --save %s writes its own files (%s); choose a path outside them", o.flag, o.path, c.saveDir, first)
+		}
+	}
+	return nil
+}
+
+// checkpointOwns: the entry name of a checkpoint directory is one that
+// its saves write or prune.
+func checkpointOwns(name string) bool {
+	switch name {
+	case "manifest.json", "latest", "params", "optimizer", "extra", ".ddp-train.lock":
+		return true
+	}
+	return strings.HasPrefix(name, "step-") || strings.HasPrefix(name, ".step-") || strings.HasPrefix(name, ".latest.tmp-")
+}
+
+// saveOwns: the entry name of a --save directory is one that the save
+// writes or removes.
+func saveOwns(name string, params []string) bool {
+	for _, n := range append(params, strings.TrimSuffix(model.SaveList, ".npy")) {
+		if name == n+".npy" || name == n || strings.HasPrefix(name, "."+n) {
+			return true
+		}
+	}
+	return false
+}
+
+// realPath is path made absolute with every link in its longest existing
+// prefix resolved, so that two paths to one place compare equal; "" for
+// "".
+func realPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return filepath.Clean(path)
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if dir == filepath.Dir(dir) {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
+}
+
+// within: path is dir or inside it.
+func within(path, dir string) bool {
+	_, ok := firstBelow(path, dir)
+	return ok
+}
+
+// firstBelow is the first element of path below dir ("" for dir itself),
+// and whether path is dir or inside it.
+func firstBelow(path, dir string) (string, bool) {
+	if path == "" || dir == "" {
+		return "", false
+	}
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", false
+	}
+	if rel == "." {
+		return "", true
+	}
+	first, _, _ := strings.Cut(rel, string(filepath.Separator))
+	return first, true
 }
 
 // setupChecks is checkOutputs and claimCheckpoint for a worker under an

@@ -159,9 +159,12 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 
 // resumeSession loads the newest checkpoint into s's parameters, optimizer
 // and comm hook, and refuses one that does not match this run or holds a
-// non-finite parameter.
+// non-finite parameter. Without one yet, the run starts from step 0.
 func (t *trainer) resumeSession(ctx context.Context, s *session) error {
 	ck, err := t.loadCheckpoint(ctx) // ckpt.go
+	if err == nil && ck == nil {
+		return nil // Note [checkpoint directories are owned]
+	}
 	if err == nil {
 		err = t.checkResume(ck.Meta) // outputs.go: Note [resume that cannot lie]
 	}
