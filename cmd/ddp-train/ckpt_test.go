@@ -51,12 +51,12 @@ func TestResumeRefusesADamagedCheckpoint(t *testing.T) {
 	}
 	var files []string
 	filepath.WalkDir(ck, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
+		if err == nil && d.Type().IsRegular() && d.Name() != ".ddp-train.lock" {
 			files = append(files, path)
 		}
 		return err
 	})
-	if len(files) != 9 { // manifest, 4 parameters, 4 momentum buffers
+	if len(files) != 10 { // latest, manifest, 4 parameters, 4 momentum buffers
 		t.Fatalf("the checkpoint holds %v", files)
 	}
 	resume := slices.Concat(common, []string{"--steps", "6", "--resume"})
@@ -93,7 +93,7 @@ func TestResumeFallsBackToTheNewestIntactCheckpoint(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, " ") != "latest step-000000004 step-000000006" {
+	if strings.Join(names, " ") != ".ddp-train.lock latest step-000000004 step-000000006" {
 		t.Fatalf("--checkpoint-keep 2 left %v", names)
 	}
 	bad := filepath.Join(ck, "step-000000006", "params", "fc1.weight.npy")

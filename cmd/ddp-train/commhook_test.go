@@ -72,7 +72,7 @@ func TestResumeWithPowerSGDEqualsUninterrupted(t *testing.T) {
 	if r := ddpTrain(t, append(common, "--steps", "7", "--checkpoint", ck, "--checkpoint-every", "7")...); r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	manifest, err := os.ReadFile(filepath.Join(ck, "manifest.json"))
+	manifest, err := os.ReadFile(filepath.Join(ck, "step-000000007", "manifest.json"))
 	if err != nil || !bytes.Contains(manifest, []byte("commhook/rank1/error/0")) || !bytes.Contains(manifest, []byte("commhook/rank0/q/2")) {
 		t.Fatalf("the checkpoint lacks the ranks' PowerSGD state (%v):\n%s", err, manifest)
 	}

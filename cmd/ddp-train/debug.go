@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/reducer"
 )
@@ -29,8 +31,9 @@ import (
 // metrics are served, ddp-train's own launcher gives every worker a
 // report directory (reportDirEnv); a worker that fails writes its
 // goroutine stacks and its state there (rank-N/), and the launcher
-// prints the directory's path under its error line. A run that ends well
-// leaves no directory behind.
+// prints the directory's path under its error line. A run that ends well,
+// or that was stopped by a signal (SIGINT, SIGTERM: the user's choice,
+// not a failure), leaves no directory behind.
 
 // reportDirEnv names the directory where a failing worker writes its
 // report; ddp-train's launcher sets it.
@@ -187,10 +190,12 @@ func newReportDir() (reportDir, error) {
 func (r reportDir) env() []string { return []string{reportDirEnv + "=" + r.path} }
 
 // finish passes err on; with a failure it prints where the reports are,
-// if any worker wrote one, else it removes the directory.
+// if any worker wrote one, else (success, a signal, no reports) it
+// removes the directory.
 func (r reportDir) finish(err error, stderr io.Writer) error {
 	entries, _ := os.ReadDir(r.path)
-	if err == nil || len(entries) == 0 {
+	var stopped *launch.Interrupted
+	if err == nil || len(entries) == 0 || errors.As(err, &stopped) {
 		os.RemoveAll(r.path)
 		return err
 	}

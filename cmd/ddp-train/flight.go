@@ -25,10 +25,18 @@ import (
 //     report's directory (REPORT/flight, Note [debug endpoint and
 //     report]), or nowhere: a job without an output directory leaves no
 //     files behind it;
-//   - on SIGUSR1, into the same directory, or the temporary directory
-//     (torch's default is /tmp/nccl_trace_rank_N) without either, so
-//     that a hung job can always be asked; SIGUSR1 no longer kills a
-//     worker.
+//   - on SIGUSR1, into --flight-dir, or CHECKPOINT/flight, or the
+//     temporary directory (torch's default is /tmp/nccl_trace_rank_N)
+//     without either, also under ddp-train's own launcher: never into the
+//     report's directory, which is removed when the run ends well or by a
+//     signal, so that a dump the user asked for is kept where the log
+//     line says. A hung job can always be asked; SIGUSR1 no longer kills
+//     a worker.
+//
+// The dump is written to a temporary file (O_EXCL) renamed into place,
+// so a link planted at its name is replaced, not followed; and
+// CHECKPOINT/flight, which the run makes, is not written through when it
+// is a link (checkFlightDir refuses it up front, the dump at the time).
 //
 // `ddp-train fr-trace DIR` merges the ranks' dumps (frtrace.go).
 //
@@ -52,11 +60,29 @@ func flightDir(c config) string {
 	return ""
 }
 
+// signalDir is where SIGUSR1 dumps the recorder (Note [flight
+// recorder]).
+func signalDir(c config) string {
+	if c.flightDir != "" {
+		return c.flightDir
+	}
+	if c.checkpointDir != "" {
+		return filepath.Join(c.checkpointDir, "flight")
+	}
+	return os.TempDir()
+}
+
 // wrapFlight wraps g in a flight recorder of the job's rank that dumps
 // on failure and on SIGUSR1 (Note [flight recorder]); stop ends the
 // signal watch.
 func wrapFlight(g pg.ProcessGroup, c config, rank int, logger *zap.Logger) (rec *flight.Recorder, stop func(), err error) {
 	dump := func(dir, why string) {
+		if c.flightDir == "" && c.checkpointDir != "" && dir == filepath.Join(c.checkpointDir, "flight") {
+			if err := ownSubdir(dir); err != nil { // outputs.go
+				logger.Warn("flight recorder not dumped", zap.String("why", why), zap.Error(err))
+				return
+			}
+		}
 		path, err := rec.DumpFile(dir)
 		if err != nil {
 			logger.Warn("flight recorder not dumped", zap.String("why", why), zap.Error(err))
@@ -79,11 +105,7 @@ func wrapFlight(g pg.ProcessGroup, c config, rank int, logger *zap.Logger) (rec 
 		for {
 			select {
 			case <-sig:
-				dir := flightDir(c)
-				if dir == "" {
-					dir = os.TempDir()
-				}
-				dump(dir, "SIGUSR1")
+				dump(signalDir(c), "SIGUSR1")
 			case <-done:
 				return
 			}

@@ -223,7 +223,7 @@ func TestResumeCannotLie(t *testing.T) {
 		t.Fatalf("a finished checkpoint: exit %d, summary %+v (%v)\n%s", r.code, s, err, r.stderr)
 	}
 
-	c, from, err := checkpoint.LoadWith(ck, checkpoint.Options{})
+	c, _, err := checkpoint.LoadWith(ck, checkpoint.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestResumeCannotLie(t *testing.T) {
 		c.Params[name][0] = math.NaN()
 		break
 	}
-	if err := checkpoint.Save(from, c); err != nil {
+	if err := checkpoint.Save(ck, c); err != nil {
 		t.Fatal(err)
 	}
 	r = ddpTrain(t, args("--steps", "9", "--checkpoint", ck, "--resume")...)
