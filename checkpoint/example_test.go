@@ -1,6 +1,7 @@
 package checkpoint_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -96,4 +97,41 @@ func ExampleLoadWith() {
 	// step-000000300
 	// keep 1: checkpoint: bad checkpoint: .../ckpt/step-000000300/params/w.npy: damaged: its checksum is crc32c:26aaded3, but the manifest recorded crc32c:9711f0ef
 	// keep 2: step 200 from step-000000200 <nil>
+}
+
+// Saving into a directory that holds other files (a home directory, a
+// mount point): each checkpoint is its own step directory, latest names
+// the newest, and nothing else in the directory is touched. CheckDir
+// refuses a directory where a file of a checkpoint's names is someone
+// else's.
+func ExampleSave() {
+	dir, err := os.MkdirTemp("", "checkpoint-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("the user's"), 0o644)
+	for step := 1; step <= 2; step++ {
+		c := &checkpoint.Checkpoint{Step: step, Params: map[string][]float64{"w": {float64(step)}}}
+		if err := checkpoint.Save(dir, c); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fmt.Println(e.Name())
+	}
+	fmt.Println(checkpoint.CheckDir(dir))
+
+	os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"name": "a web app"}`), 0o644)
+	err = checkpoint.CheckDir(dir)
+	fmt.Println(errors.Is(err, checkpoint.ErrNotOurs), strings.Contains(err.Error(), "manifest.json: it is not a checkpoint's manifest"))
+	// Output:
+	// latest
+	// notes.txt
+	// step-000000002
+	// <nil>
+	// true true
 }

@@ -2,6 +2,8 @@ package model_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/goddp/ddp/internal/wiring/model"
 	"github.com/goddp/ddp/optim"
@@ -67,4 +69,40 @@ func Example() {
 	// fc2.weight [8 2]
 	// fc2.bias [2]
 	// loss fell from 0.85: true; 3 of 3 right
+}
+
+// SaveNPY writes one .npy file per parameter and the list of what it
+// wrote, and leaves the directory's other files alone; CheckSaveDir
+// refuses, before a run, a file the save would overwrite that no save
+// wrote.
+func ExampleParams_SaveNPY() {
+	dir, err := os.MkdirTemp("", "model-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("the user's"), 0o644)
+	spec := model.Spec{Kind: "mlp", InputShape: []int{2}, Activation: "tanh", Classes: 2, Dtype: tensor.Float32, Batch: 1}
+	p, _ := model.NewParams(spec, 1)
+	if err := p.SaveNPY(dir); err != nil {
+		fmt.Println(err)
+		return
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fmt.Println(e.Name())
+	}
+	fmt.Println(model.CheckSaveDir(dir, model.ParamNames("mlp", 0)))
+	other := filepath.Join(dir, "other")
+	os.Mkdir(other, 0o755)
+	os.WriteFile(filepath.Join(other, "fc1.bias.npy"), []byte("someone else's"), 0o644)
+	fmt.Println(model.CheckSaveDir(other, model.ParamNames("mlp", 0)) != nil)
+	// Output:
+	// .ddp-train-save
+	// fc1.bias.npy
+	// fc1.weight.npy
+	// notes.txt
+	// <nil>
+	// true
 }
