@@ -57,9 +57,11 @@ func New(w io.Writer, rank int) *Writer {
 	return t
 }
 
-// Create writes a trace for rank to a new file at path.
+// Create writes a trace for rank to a new file at path, replacing a file
+// there; a symbolic link at path is refused (where the platform can tell,
+// with O_NOFOLLOW), never written through.
 func Create(path string, rank int) (*Writer, error) {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|oNoFollow, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("timeline: %w", err)
 	}

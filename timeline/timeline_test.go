@@ -97,6 +97,23 @@ func TestCreate(t *testing.T) {
 	if _, err := timeline.Create(t.TempDir()+"/no/such/dir/x.json", 0); err == nil {
 		t.Error("Create in a missing directory succeeded")
 	}
+	// A link planted at the path (in a directory others can write) is
+	// refused, and what it points at is untouched.
+	dir := t.TempDir()
+	victim := dir + "/victim"
+	if err := os.WriteFile(victim, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, dir+"/rank-1.json"); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := timeline.Create(dir+"/rank-1.json", 1); err == nil {
+		w.Close()
+		t.Error("Create wrote through a symbolic link")
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Errorf("the link's target is now %q", b)
+	}
 }
 
 // jsonText is s as encoding/json decodes the JSON string encoding/json
