@@ -125,8 +125,8 @@ func CheckDir(dir string) error {
 			why = "it is not a checkpoint's manifest"
 		case name == latestName && !ownLatest(path):
 			why = "it is not a checkpoint's pointer to the newest (a line naming a step-NNNNNNNNN directory)"
-		case isStep && (!e.IsDir() || !ownManifest(filepath.Join(path, manifestName))):
-			why = "it is not a directory holding a checkpoint"
+		case isStep && (!e.IsDir() || !regular(filepath.Join(path, manifestName))):
+			why = "it is not a directory holding a checkpoint (a manifest.json)"
 		case name == lockName && !e.Type().IsRegular():
 			why = "it is not a regular file (a link is never followed)"
 		default:
@@ -135,6 +135,14 @@ func CheckDir(dir string) error {
 		return fmt.Errorf("%w: %s: %s, and a checkpoint would overwrite or remove it; move it away, or choose another --checkpoint directory", ErrNotOurs, path, why)
 	}
 	return nil
+}
+
+// regular reports whether path is a regular file (not a link to one).
+// A step directory's manifest is not read here: a damaged one is
+// LoadWith's to report, or to fall back past.
+func regular(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // ownLatest reports whether path looks like a file writeLatest wrote: a

@@ -89,10 +89,14 @@ import (
 // requeued job that had finished must.
 
 // checkOutputs checks the output paths this process writes: all of them
-// (rank0), or only --timeline. Errors are usage errors (exit 2).
+// (rank0), or only those every rank writes, --timeline and --flight-dir.
+// Errors are usage errors (exit 2).
 func checkOutputs(c config, rank0 bool) error {
-	if c.timeline != "" {
-		if err := checkDirPath("--timeline", c.timeline, false); err != nil {
+	for _, o := range []struct{ flag, path string }{{"--timeline", c.timeline}, {"--flight-dir", c.flightDir}} {
+		if o.path == "" {
+			continue
+		}
+		if err := checkDirPath(o.flag, o.path, false); err != nil {
 			return err
 		}
 	}
