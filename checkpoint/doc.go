@@ -49,7 +49,7 @@
 //
 // Everything is stored as float64, which holds float32 values exactly, so
 // a float32 run resumes bit for bit too. When the checkpoint records the
-// shapes (Capture does), dir/params holds ordinary .npy files that numpy
+// shapes (Capture does), dir/step-NNNNNNNNN/params holds ordinary .npy files that numpy
 // (or package npy) reads, and that ddp-train's --init takes as they are.
 //
 // A Model is any model's parameters by index; Nodes adapts a Gorgonia
