@@ -39,9 +39,12 @@ import (
 //     A worker under an external launcher checks the paths its rank
 //     writes before the rendezvous.
 //   - --save and --summary are written only at the end of a run whose
-//     parameters passed the non-finite guard, each atomically; the summary
-//     is written to a temporary file first, so a failure of either leaves
-//     the other's old contents, and a failed run leaves both as they were.
+//     parameters passed the non-finite guard: the summary atomically, and
+//     --save file by file, each file whole and DIR/.ddp-train-save naming
+//     the last complete set (model's Note [a save owns only its files]);
+//     the summary is written to a temporary file first and renamed after
+//     the save, so a failure of the save leaves the old summary, and a
+//     failed run leaves both as they were.
 //
 // Note [outputs own only their files]
 //
