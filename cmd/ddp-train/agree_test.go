@@ -24,6 +24,12 @@ func runRanks(t *testing.T, limit time.Duration, perRank ...[]string) []result {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runRanksAt(t, limit, port, perRank...)
+}
+
+// runRanksAt is runRanks with the store on MASTER_PORT port.
+func runRanksAt(t *testing.T, limit time.Duration, port int, perRank ...[]string) []result {
+	t.Helper()
 	secret, _ := launch.NewSecret()
 	self, _ := os.Executable()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)

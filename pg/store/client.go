@@ -112,8 +112,12 @@ func (c *Client) dialRetry(ctx context.Context) (net.Conn, error) {
 
 // retryable reports whether a dial failure may pass: nobody listening yet,
 // or a server that hung up mid-handshake (closing, or full). A clean
-// refusal of the secret is final.
+// refusal of the secret is final, and so is an address where another
+// program listens.
 func retryable(err error) bool {
+	if errors.Is(err, pg.ErrForeignListener) { // wire: Note [foreign listener]
+		return false
+	}
 	if !errors.Is(err, pg.ErrUnauthenticated) {
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 	}
@@ -154,14 +158,8 @@ func (c *Client) dialOnce(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
-	}
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(longAgo) })
-	err = wire.ClientHandshake(conn, c.secret, []byte(helloStore))
-	if !stop() && err == nil {
-		err = context.Cause(ctx)
-	}
+	// The greeting within wire.GreetingTimeout: Note [foreign listener].
+	err = wire.DialHandshake(ctx, conn, c.addr, c.secret, []byte(helloStore), 0)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("store: connecting to %s: %w", c.addr, err)
