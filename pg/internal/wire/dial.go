@@ -21,7 +21,10 @@ import (
 // the address (a stale MASTER_PORT, torchrun's own store, an ssh or HTTP
 // server). DialHandshake fails at once then, with pg.ErrForeignListener,
 // instead of waiting for the whole timeout of the call or retrying:
-// nothing that program will say makes it the store. A server that closes
+// nothing that program will say makes it the store. (A goddp process
+// that is stopped, SIGSTOP or a debugger, looks the same from outside: its
+// kernel accepts the connection and nobody greets; the message says so.)
+// A server that closes
 // the connection before greeting (a goddp server shedding load: store
 // Note [admission]) is not foreign, and is retried as before.
 
@@ -94,7 +97,7 @@ func foreign(addr string, got []byte, err error, waited time.Duration) error {
 	timedOut := errors.As(err, &ne) && ne.Timeout()
 	switch {
 	case len(got) == 0 && timedOut:
-		return &foreignError{fmt.Sprintf("%s accepted the connection but sent nothing in %v, where a goddp server greets at once", addr, waited.Round(time.Millisecond))}
+		return &foreignError{fmt.Sprintf("%s accepted the connection but sent nothing in %v, where a goddp server greets at once (unless its process is stopped)", addr, waited.Round(time.Millisecond))}
 	case len(got) == 0:
 		return err // closed or reset before a byte: retried by the caller
 	case len(got) >= 4 && [4]byte(got[:4]) == magic:
