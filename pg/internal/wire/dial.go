@@ -24,9 +24,9 @@ import (
 // nothing that program will say makes it the store. (A goddp process
 // that is stopped, SIGSTOP or a debugger, looks the same from outside: its
 // kernel accepts the connection and nobody greets; the message says so.)
-// A server that closes
-// the connection before greeting (a goddp server shedding load: store
-// Note [admission]) is not foreign, and is retried as before.
+// A server that closes the connection before greeting (a goddp server
+// shedding load: store Note [admission]) is not foreign, and is retried
+// as before.
 
 // GreetingTimeout is how long DialHandshake waits for the server's
 // greeting: Note [foreign listener].
