@@ -90,7 +90,7 @@ func (c *Client) dialRetry(ctx context.Context) (net.Conn, error) {
 	start := time.Now()
 	backoff := 10 * time.Millisecond
 	for {
-		conn, err := c.dialOnce(ctx)
+		conn, err := c.dialOnce(ctx, true)
 		if err == nil {
 			return conn, nil
 		}
@@ -132,7 +132,7 @@ func retryable(err error) bool {
 func (c *Client) dialPooled(ctx context.Context) (net.Conn, error) {
 	backoff := 5 * time.Millisecond
 	for {
-		conn, err := c.dialOnce(ctx)
+		conn, err := c.dialOnce(ctx, false)
 		if err == nil || !hungUp(err) {
 			return conn, err
 		}
@@ -152,14 +152,20 @@ func hungUp(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// dialOnce opens and authenticates one connection.
-func (c *Client) dialOnce(ctx context.Context) (net.Conn, error) {
+// dialOnce opens and authenticates one connection. The first, before
+// the server has proven to be goddp's, waits wire.GreetingTimeout for its
+// greeting (wire's Note [foreign listener]); later ones wait as long as
+// ctx allows, since a silent server then is a stalled one.
+func (c *Client) dialOnce(ctx context.Context, first bool) (net.Conn, error) {
 	conn, err := new(net.Dialer).DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return nil, err
 	}
-	// The greeting within wire.GreetingTimeout: Note [foreign listener].
-	err = wire.DialHandshake(ctx, conn, c.addr, c.secret, []byte(helloStore), 0)
+	handshake := wire.RedialHandshake
+	if first {
+		handshake = wire.DialHandshake
+	}
+	err = handshake(ctx, conn, c.addr, c.secret, []byte(helloStore), 0)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("store: connecting to %s: %w", c.addr, err)

@@ -45,7 +45,15 @@ func DialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hell
 	return dialHandshake(ctx, conn, addr, secret, hello, timeout, GreetingTimeout)
 }
 
-// dialHandshake is DialHandshake with the greeting's timeout given.
+// RedialHandshake is DialHandshake to a server that has already proven
+// to be goddp's (another connection of a store client): the greeting has
+// no timeout of its own, since a silent server is stalled, not foreign.
+func RedialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hello []byte, timeout time.Duration) error {
+	return dialHandshake(ctx, conn, addr, secret, hello, timeout, 0)
+}
+
+// dialHandshake is DialHandshake with the greeting's timeout given; 0:
+// none of its own, and silence is not foreign.
 func dialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hello []byte, timeout, greeting time.Duration) error {
 	start := time.Now()
 	end := time.Time{}
@@ -55,9 +63,10 @@ func dialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hell
 	if d, ok := ctx.Deadline(); ok && (end.IsZero() || d.Before(end)) {
 		end = d
 	}
-	greetBy := start.Add(greeting)
-	if !end.IsZero() && end.Before(greetBy) {
-		greetBy = end
+	greetBy := end
+	ownDeadline := greeting > 0 && (end.IsZero() || start.Add(greeting).Before(end)) // silence past it is foreign
+	if ownDeadline {
+		greetBy = start.Add(greeting)
 	}
 	var mu sync.Mutex // orders the deadline changes against ctx's end
 	cancelled := false
@@ -83,7 +92,7 @@ func dialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hell
 		}
 		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
 	}
-	if err != nil && !rec.greeted {
+	if err != nil && !rec.greeted && (ownDeadline || len(rec.got) > 0) {
 		return foreign(addr, rec.got, err, time.Since(start))
 	}
 	return err

@@ -128,3 +128,33 @@ func TestDialHandshakeServerAndCancel(t *testing.T) {
 		t.Fatalf("cancelled after 100ms: %v after %v; want the cause, at once", err, took)
 	}
 }
+
+// Silence is foreign only past the greeting's own timeout: not when the
+// call's deadline comes first, and never for RedialHandshake, whose server
+// has already proven to be goddp's (a silent one is stalled).
+func TestDialHandshakeSilenceWithinTheCallsDeadline(t *testing.T) {
+	quiet := foreignServer(t, silent)
+	for name, dial := range map[string]func(context.Context, net.Conn) error{
+		"DialHandshake, ctx shorter than the greeting's timeout": func(ctx context.Context, c net.Conn) error {
+			return DialHandshake(ctx, c, quiet, secretA, nil, 0)
+		},
+		"RedialHandshake": func(ctx context.Context, c net.Conn) error {
+			return RedialHandshake(context.Background(), c, quiet, secretA, nil, 300*time.Millisecond)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err = dial(ctx, conn)
+			if err == nil || errors.Is(err, pg.ErrForeignListener) || time.Since(start) > 3*time.Second {
+				t.Fatalf("after %v: %v; want a timeout that is not pg.ErrForeignListener", time.Since(start), err)
+			}
+		})
+	}
+}
