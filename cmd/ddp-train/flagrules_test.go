@@ -121,3 +121,20 @@ func freePort(t *testing.T) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// Under an external launcher, where no launcher of ours checked it, each
+// worker tries --listen-addr itself before the rendezvous: a port in use
+// (here by the test; in a job, by another rank of the machine) is exit 2
+// at once naming it, not exit 1 from the group's listen.
+func TestWorkerListenAddrInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	r := runWithEnv(t, cleanEnv("MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(freePort(t)), "RANK=1", "WORLD_SIZE=2",
+		"GODDP_SECRET=00112233445566778899aabbccddeeff"), args("--steps", "3", "--listen-addr", busy.Addr().String())...)
+	if want := "--listen-addr " + busy.Addr().String() + ": the port is in use"; r.code != 2 || !strings.Contains(lastLine(r.stderr), want) {
+		t.Fatalf("exit %d, last line %q; want exit 2 saying %q", r.code, lastLine(r.stderr), want)
+	}
+}
