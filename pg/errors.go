@@ -27,6 +27,11 @@ var (
 	// ErrMismatch: ranks issued different collectives at the same position
 	// (a desynchronisation), or disagree on sizes or dtypes.
 	ErrMismatch = errors.New("collective mismatch across ranks")
+	// ErrForeignListener: an address a rank dialed (the store's, a peer's)
+	// accepted the connection but did not answer goddp's handshake, so
+	// another program listens there. Errors wrapping it wrap
+	// ErrUnauthenticated too; they are not retried.
+	ErrForeignListener = errors.New("something else is listening there")
 )
 
 // NoPeer is the Peer of a CollectiveError that involves no particular peer.

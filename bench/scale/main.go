@@ -25,6 +25,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,11 +35,26 @@ import (
 
 func main() { cli.Main("scale", run) }
 
+// usage is what -h prints.
+const usage = `Usage: scale SUBCOMMAND [flags]
+
+Subcommands:
+  predict    predict step times and scaling efficiency for world sizes, algorithms and comm hooks
+  profile    write one rank's compute profile (JSON) from ddp-train --timeline traces
+  validate   run ddp-train on a netbed of two network namespaces (root) and compare with predict
+  calibrate  measure a netbed's links, α and β (root)
+
+scale SUBCOMMAND -h lists the subcommand's flags; docs/scaling.md explains the model.
+`
+
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return cli.Usage(fmt.Errorf("want a subcommand: predict, profile, validate or calibrate"))
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stderr, usage) // where the flag package prints a subcommand's
+		return fmt.Errorf("scale: %w", flag.ErrHelp)
 	case "predict":
 		return runPredict(args[1:], stdout, stderr)
 	case "profile":

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/internal/wiring/cli"
 	"github.com/goddp/ddp/timeline"
 )
 
@@ -119,6 +120,18 @@ func TestUsageErrors(t *testing.T) {
 		var out, errOut bytes.Buffer
 		if err := run(args, &out, &errOut); err == nil {
 			t.Errorf("scale %v: no error", args)
+		}
+	}
+}
+
+// -h prints the usage and exits 0 (cli.Code, which main exits with), for
+// scale itself, before any subcommand, as for each subcommand.
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"predict", "-h"}, {"validate", "--help"}} {
+		var out, errOut bytes.Buffer
+		err := run(args, &out, &errOut)
+		if cli.Code(err) != 0 || !strings.Contains(errOut.String(), "Usage: ") {
+			t.Errorf("scale %v: exit %d (%v), usage %q; want exit 0 and the usage", args, cli.Code(err), err, errOut.String())
 		}
 	}
 }

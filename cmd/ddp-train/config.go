@@ -60,10 +60,11 @@ type config struct {
 	findOrigin           bool // --find-nonfinite-origin: reducer.Options.FindNonFiniteOrigin
 	overwriteCheckpoints bool
 	resumeAllow          string
-	ownLauncher          bool     // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
-	command              []string // a program to launch instead of training: the arguments after the flags
-	setFlags             []string // the flags the command line set, by name
-	checkpointKeep       int      // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
+	ownLauncher          bool              // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
+	command              []string          // a program to launch instead of training: the arguments after the flags
+	setFlags             []string          // the flags the command line set, by name
+	flagValues           map[string]string // every flag's value, by name, that the ranks compare (agree.go)
+	checkpointKeep       int               // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
 	resume               bool
 
 	logFormat   string
@@ -108,8 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.samples, "samples", 8192, "size of the built-in synthetic dataset")
 	fs.BoolVar(&c.shuffle, "shuffle", true, "shuffle every epoch (seeded by --seed and the epoch), as DistributedSampler")
 	fs.IntVar(&c.batchSize, "batch-size", 32, "samples per rank per step")
-	fs.IntVar(&c.steps, "steps", 500, "optimizer steps to run (0: use --epochs; both 0: no training, e.g. --init A --save B)")
-	fs.IntVar(&c.epochs, "epochs", 0, "epochs to run when --steps is 0")
+	fs.IntVar(&c.steps, "steps", 500, "optimizer steps to run (the default only without --epochs; 0: use --epochs; both 0: no training, e.g. --init A --save B)")
+	fs.IntVar(&c.epochs, "epochs", 0, "epochs to run instead of --steps (--epochs N alone trains N epochs; with --steps, one of them must be 0)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
 	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (0.9) or adam")
 	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
@@ -129,7 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.initDir, "init", "", "load initial parameters from DIR (one .npy per parameter)")
 	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0): one <name>.npy per parameter, and DIR/.ddp-train-save listing them; nothing else in DIR is touched")
 	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory: DIR/step-NNNNNNNNN/ per checkpoint, DIR/latest naming the newest, DIR/.ddp-train.lock; nothing else in DIR is touched")
-	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint)")
+	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint; 0: --checkpoint gets one checkpoint, at the end of the run, or when a signal stops it)")
 	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints; --resume falls back past a damaged one to the newest intact one, with a warning (with 1, a damaged one is an error)")
 	fs.StringVar(&c.onNonFinite, "on-nonfinite", "fail", "when a loss or the averaged gradients turn NaN or infinite: fail (exit 3, nothing of that step saved) or skip (skip that update on every rank, as loss scaling does, and count it)")
 	fs.BoolVar(&c.findOrigin, "find-nonfinite-origin", true, "check each rank's gradients for NaN and infinities before every bucket's allreduce, send such values as zeros so they never reach the other ranks, and name the ranks, step, bucket and parameters where they began (--on-nonfinite then decides); costs a scan of the gradients and one allreduce of one word per step")
@@ -160,6 +161,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.command = fs.Args() // ddp-train [flags] PROGRAM [ARGS]: launch it (Note [launching a program])
 	fs.Visit(func(f *flag.Flag) { c.setFlags = append(c.setFlags, f.Name) })
+	c.resolveSteps() // --epochs without --steps: Note [no flag is ignored] (flagrules.go)
+	c.flagValues = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { c.flagValues[f.Name] = f.Value.String() }) // Note [every rank runs the same job]
 	h, err := cli.ParseInts(hidden)
 	if err != nil {
 		return c, usagef("--hidden %q: %v", hidden, err)
@@ -182,6 +186,7 @@ func (c config) validate() error {
 		c.validateEngine,
 		func() error { return validateLimits(c) },
 		c.stragglerFlags.validate,
+		c.validateFlagUse, // flagrules.go: Note [no flag is ignored]
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -248,8 +253,8 @@ func (c config) validateTuning() error {
 	switch {
 	case c.bucketCapMB <= 0 || c.firstBucketMB <= 0:
 		return usagef("--bucket-cap-mb and --first-bucket-mb must be positive")
-	case c.timeout <= 0:
-		return usagef("--timeout must be positive")
+	case c.timeout < minTimeout:
+		return usagef("--timeout %v: want at least %v, and at most %v (a week): it bounds the rendezvous and every collective, so a shorter one fails healthy runs", c.timeout, minTimeout, maxTimeout)
 	case c.logEvery < 1:
 		return usagef("--log-every %d: want at least 1", c.logEvery)
 	case c.samples < 1:

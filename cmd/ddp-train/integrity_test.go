@@ -212,8 +212,13 @@ func TestResumeCannotLie(t *testing.T) {
 	if r := ddpTrain(t, args("--steps", "6", "--checkpoint", ck, "--resume", "--lr", "0.05", "--resume-allow-changes", "lr")...); r.code != 0 || !strings.Contains(r.stderr, "resuming with changed settings") {
 		t.Fatalf("an allowed change: exit %d\n%s", r.code, r.stderr)
 	}
+	// Without --checkpoint-every, that run's last step is the checkpoint
+	// (Note [no flag is ignored]), and it records the new --lr.
+	if c, err := checkpoint.Load(ck); err != nil || c.Step != 6 || c.Meta["lr"] != "0.05" {
+		t.Fatalf("after the resumed run: %v, step %v; want the checkpoint of step 6 with lr 0.05", err, c)
+	}
 	sum := filepath.Join(dir, "s.json")
-	r = ddpTrain(t, args("--steps", "3", "--checkpoint", ck, "--resume", "--summary", sum)...)
+	r = ddpTrain(t, args("--steps", "3", "--checkpoint", ck, "--resume", "--lr", "0.05", "--summary", sum)...)
 	var s summary
 	b, err := os.ReadFile(sum)
 	if err == nil {
@@ -234,7 +239,7 @@ func TestResumeCannotLie(t *testing.T) {
 	if err := checkpoint.Save(ck, c); err != nil {
 		t.Fatal(err)
 	}
-	r = ddpTrain(t, args("--steps", "9", "--checkpoint", ck, "--resume")...)
+	r = ddpTrain(t, args("--steps", "9", "--checkpoint", ck, "--resume", "--lr", "0.05")...)
 	if r.code != 2 || !strings.Contains(lastLine(r.stderr), "holds a NaN or an infinity") {
 		t.Fatalf("a checkpoint with NaN weights: exit %d, last line %q; want exit 2", r.code, lastLine(r.stderr))
 	}

@@ -20,8 +20,10 @@ package main
 //   - --lr: finite (the sign is config.validate's).
 //   - --bucket-cap-mb, --first-bucket-mb: finite, at least one byte, at
 //     most maxBucketMiB (1 TiB).
-//   - --timeout: at most maxTimeout (a week; timeouts are added to and
-//     scaled, and near 292 years overflow time.Duration).
+//   - --timeout: at least minTimeout (a second: it bounds the rendezvous
+//     and every collective, so 1ns fails every run, as a "failed run" that
+//     exits 1 and is retried), at most maxTimeout (a week; timeouts are
+//     added to and scaled, and near 292 years overflow time.Duration).
 //   - --steps: at most maxSteps, the most a checkpoint's nine-digit
 //     directory name (step-NNNNNNNNN) holds; --epochs and --grad-accum at
 //     most maxEpochs and maxGradAccum, so that epochs·batches and
@@ -54,6 +56,7 @@ const (
 	nprocPerCPU  = 8       // --nproc per CPU without --oversubscribe
 	maxNproc     = 1024    // --nproc, even with --oversubscribe
 	maxBucketMiB = 1 << 20 // --bucket-cap-mb and --first-bucket-mb: 1 TiB
+	minTimeout   = time.Second
 	maxTimeout   = 7 * 24 * time.Hour
 	maxSteps     = 999_999_999
 	maxEpochs    = 1 << 30
@@ -126,7 +129,7 @@ func (c config) checkCounts() error {
 	maxSamples := dataset.MaxValues / dataset.SyntheticD
 	switch {
 	case c.timeout > maxTimeout:
-		return usagef("--timeout %v: want at most %v (a week)", c.timeout, maxTimeout)
+		return usagef("--timeout %v: want at most %v (a week), and at least %v", c.timeout, maxTimeout, minTimeout)
 	case c.steps > maxSteps:
 		return usagef("--steps %d: want at most %d", c.steps, maxSteps)
 	case c.epochs > maxEpochs:

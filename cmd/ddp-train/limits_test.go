@@ -191,7 +191,7 @@ func TestCheckLimits(t *testing.T) {
 		{[]string{"--nproc", "17", "--oversubscribe"}, ""},
 		{[]string{"--nproc", "1024", "--oversubscribe"}, ""},
 		{[]string{"--nproc", "1025", "--oversubscribe"}, "more than 1024"},
-		{[]string{"--nproc", "4096", "--backend", "mpi"}, ""}, // mpirun's -np decides
+		{[]string{"--nproc", "4096", "--backend", "mpi"}, "--nproc does nothing with --backend mpi"}, // mpirun's -np decides: Note [no flag is ignored]
 		{[]string{"--lr", "1e-12"}, ""},
 		{[]string{"--lr", "-Inf"}, "want a positive learning rate"},
 		{[]string{"--bucket-cap-mb", "1048576", "--first-bucket-mb", "0.000001"}, ""},

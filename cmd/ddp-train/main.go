@@ -129,6 +129,9 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 	if err != nil {
 		return err
 	}
+	if err := checkListenAddr(c.listenAddr, c.nproc); err != nil { // flagrules.go: Note [no flag is ignored]
+		return err
+	}
 	ds, err := loadData(c)
 	if err != nil {
 		return err

@@ -45,6 +45,10 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--backend mpi: %w", err)
 	}
 	defer mg.Close()
+	// Before any wrapper issues a collective: Note [every rank runs the same job] (agree.go).
+	if err := agreeSettings(ctx, mg.Inner(), jobSettings(c.flagValues, c.checkpointDir != "", ds)); err != nil {
+		return err
+	}
 	rank := mg.Rank()
 	logger.Info("mpi process group", zap.Int("rank", rank), zap.Int("size", mg.Size()), zap.String("library", mpi.LibraryVersion(mg.Inner().(*mpi.Group))))
 	metrics, err := serveMetrics(c, rank, logger)

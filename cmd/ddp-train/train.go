@@ -211,6 +211,7 @@ func (t *trainer) run(ctx context.Context) error {
 	if s.start >= total && t.g.Rank() == 0 { // Note [resume that cannot lie]
 		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs", zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
 	}
+	t.announceCheckpoint(s, total)
 	t.dbg.attach(s.ddp.Reducer(), total)
 	prog := newProgress(t, s.start, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
@@ -262,10 +263,32 @@ func (t *trainer) run(ctx context.Context) error {
 		}
 		return t.diverged(ctx, total, false, fmt.Sprintf("the parameter %s holds a NaN or an infinity", name))
 	}
+	if t.finalCheckpoint(s, total) {
+		if err := t.saveCheckpoint(ctx, s, total); err != nil {
+			return err
+		}
+	}
 	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped), zap.String("param_digest", digest(s.params)))
 	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
 	sum.SkippedSteps = prog.skipped
 	return t.writeOutputs(s, sum) // outputs.go: Note [outputs only on success]
+}
+
+// finalCheckpoint reports whether the run ends with a checkpoint of its
+// last step: --checkpoint without --checkpoint-every, when there was a
+// step to train (Note [no flag is ignored]). A signal's stop writes one
+// either way (stopAt).
+func (t *trainer) finalCheckpoint(s *session, total int) bool {
+	return t.c.checkpointDir != "" && t.c.checkpointEvery == 0 && total > s.start
+}
+
+// announceCheckpoint says, once (rank 0), when --checkpoint without
+// --checkpoint-every writes.
+func (t *trainer) announceCheckpoint(s *session, total int) {
+	if t.finalCheckpoint(s, total) && t.g.Rank() == 0 {
+		t.log.Info("--checkpoint without --checkpoint-every: one checkpoint, written at the end of the run, or at the step where a signal stops it",
+			zap.String("checkpoint", t.c.checkpointDir), zap.Int("final_step", total))
+	}
 }
 
 // stats are one step's local numbers.

@@ -45,13 +45,22 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer metrics.Close()
+	if !c.ownLauncher { // ddp-train's own launcher checked it for all its workers
+		if err := checkListenAddr(c.listenAddr, 1); err != nil { // flagrules.go
+			return err
+		}
+	}
 	setup, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	m, err := joinGroup(setup, c, e, logger) // tcp, or nccl (nccl.go)
 	if err != nil {
-		return err
+		return listenFailure(c, err) // a port taken since checkListenAddr: exit 2
 	}
 	defer m.Close()
+	// Before any wrapper issues a collective: Note [every rank runs the same job] (agree.go).
+	if err := agreeSettings(setup, m.Inner(), jobSettings(c.flagValues, c.checkpointDir != "", ds)); err != nil {
+		return err
+	}
 	// Named failures: a stalled or dead rank is named by every rank
 	// (pg/desync), with --debug-collectives the fingerprint check.
 	dg, err := desync.Wrap(m.Inner(), m.Store(), desyncOptions(c, m.StoreHost(), logger))

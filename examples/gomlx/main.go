@@ -43,6 +43,9 @@ func parseFlags(args []string) (config, error) {
 
 func main() {
 	c, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) { // -h: the flag package printed the usage
+		os.Exit(0)
+	}
 	if err != nil {
 		os.Exit(2)
 	}

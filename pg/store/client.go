@@ -90,7 +90,7 @@ func (c *Client) dialRetry(ctx context.Context) (net.Conn, error) {
 	start := time.Now()
 	backoff := 10 * time.Millisecond
 	for {
-		conn, err := c.dialOnce(ctx)
+		conn, err := c.dialOnce(ctx, true)
 		if err == nil {
 			return conn, nil
 		}
@@ -112,8 +112,12 @@ func (c *Client) dialRetry(ctx context.Context) (net.Conn, error) {
 
 // retryable reports whether a dial failure may pass: nobody listening yet,
 // or a server that hung up mid-handshake (closing, or full). A clean
-// refusal of the secret is final.
+// refusal of the secret is final, and so is an address where another
+// program listens.
 func retryable(err error) bool {
+	if errors.Is(err, pg.ErrForeignListener) { // wire: Note [foreign listener]
+		return false
+	}
 	if !errors.Is(err, pg.ErrUnauthenticated) {
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 	}
@@ -128,7 +132,7 @@ func retryable(err error) bool {
 func (c *Client) dialPooled(ctx context.Context) (net.Conn, error) {
 	backoff := 5 * time.Millisecond
 	for {
-		conn, err := c.dialOnce(ctx)
+		conn, err := c.dialOnce(ctx, false)
 		if err == nil || !hungUp(err) {
 			return conn, err
 		}
@@ -148,20 +152,20 @@ func hungUp(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// dialOnce opens and authenticates one connection.
-func (c *Client) dialOnce(ctx context.Context) (net.Conn, error) {
+// dialOnce opens and authenticates one connection. The first, before
+// the server has proven to be goddp's, waits wire.GreetingTimeout for its
+// greeting (wire's Note [foreign listener]); later ones wait as long as
+// ctx allows, since a silent server then is a stalled one.
+func (c *Client) dialOnce(ctx context.Context, first bool) (net.Conn, error) {
 	conn, err := new(net.Dialer).DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
+	handshake := wire.RedialHandshake
+	if first {
+		handshake = wire.DialHandshake
 	}
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(longAgo) })
-	err = wire.ClientHandshake(conn, c.secret, []byte(helloStore))
-	if !stop() && err == nil {
-		err = context.Cause(ctx)
-	}
+	err = handshake(ctx, conn, c.addr, c.secret, []byte(helloStore), 0)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("store: connecting to %s: %w", c.addr, err)

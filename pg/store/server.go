@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -115,6 +116,9 @@ func NewServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 		return nil, fmt.Errorf("%w: store: server: %w", pg.ErrInvalidArgument, wire.ErrNoSecret)
 	}
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", opts.Addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("store: listen on %s: %w: the port is in use, so something else is listening there; free it, or give the job another port (MASTER_PORT)", opts.Addr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: listen on %s: %w", opts.Addr, err)
 	}

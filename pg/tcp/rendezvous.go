@@ -139,10 +139,11 @@ func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, 
 // clientHello authenticates a dialed connection and checks that it
 // reached rank j of this job.
 func clientHello(ctx context.Context, c net.Conn, o Options, j int) error {
-	c.SetDeadline(handshakeDeadline(ctx))
-	if err := wire.ClientHandshake(c, o.Secret, helloOf(o).encode()); err != nil {
+	// The greeting within wire.GreetingTimeout: wire's Note [foreign listener].
+	if err := wire.DialHandshake(ctx, c, c.RemoteAddr().String(), o.Secret, helloOf(o).encode(), handshakeTimeout); err != nil {
 		return err
 	}
+	c.SetDeadline(handshakeDeadline(ctx))
 	var hb [wire.HeaderSize]byte
 	h, err := wire.ReadHeader(c, &hb, maxControl)
 	if err != nil {

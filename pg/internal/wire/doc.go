@@ -13,4 +13,9 @@
 // The hello carries what the dialer claims to be (its rank, its purpose);
 // it is trusted only after its MAC checks. Then frames follow, each a
 // HeaderSize-byte header and Len payload bytes.
+//
+// The server speaks first, at once, so a dialer (DialHandshake) that gets
+// no greeting within GreetingTimeout, or bytes that are not one, knows
+// another program holds the address (pg.ErrForeignListener, Note [foreign
+// listener]).
 package wire

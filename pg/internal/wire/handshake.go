@@ -20,6 +20,8 @@ const (
 	MaxHello = 1024
 	// MinSecret is the shortest secret accepted.
 	MinSecret = 16
+
+	greetingSize = 4 + 1 + nonceSize
 )
 
 var magic = [4]byte{'G', 'D', 'D', 'P'}
@@ -51,7 +53,7 @@ func ServerHandshake(rw io.ReadWriter, secret []byte) (hello []byte, err error) 
 	if err := checkSecret(secret); err != nil {
 		return nil, err
 	}
-	var greet [4 + 1 + nonceSize]byte
+	var greet [greetingSize]byte
 	copy(greet[:], magic[:])
 	greet[4] = version
 	serverNonce := greet[5:]
@@ -89,19 +91,26 @@ func ServerHandshake(rw io.ReadWriter, secret []byte) (hello []byte, err error) 
 // ClientHandshake runs the dialing side on rw, sending hello. It checks the
 // server's MAC too, so a dialer never talks to an impostor.
 func ClientHandshake(rw io.ReadWriter, secret, hello []byte) error {
+	return clientHandshake(rw, secret, hello, func() {})
+}
+
+// clientHandshake is ClientHandshake, calling greeted once the server's
+// greeting has been read.
+func clientHandshake(rw io.ReadWriter, secret, hello []byte, greeted func()) error {
 	if err := checkSecret(secret); err != nil {
 		return err
 	}
 	if len(hello) > MaxHello {
 		return fmt.Errorf("%w: hello of %d bytes exceeds %d", pg.ErrInvalidArgument, len(hello), MaxHello)
 	}
-	var greet [4 + 1 + nonceSize]byte
+	var greet [greetingSize]byte
 	if _, err := io.ReadFull(rw, greet[:]); err != nil {
 		return fmt.Errorf("%w: reading server greeting: %w", pg.ErrUnauthenticated, err)
 	}
 	if [4]byte(greet[:4]) != magic || greet[4] != version {
 		return fmt.Errorf("%w: server greeting is not goddp version %d", pg.ErrUnauthenticated, version)
 	}
+	greeted()
 	serverNonce := greet[5:]
 	msg := make([]byte, nonceSize, nonceSize+4+len(hello)+macSize)
 	if _, err := rand.Read(msg); err != nil {
