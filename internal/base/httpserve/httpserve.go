@@ -68,8 +68,11 @@ func Start(ctx context.Context, addr string, h http.Handler, l Limits) (*Server,
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Close closes the listener and every connection, and returns once the
-// server has stopped.
+// server has stopped. A nil Server is closed already.
 func (s *Server) Close() error {
+	if s == nil {
+		return nil
+	}
 	err := s.srv.Close()
 	<-s.done
 	return err
