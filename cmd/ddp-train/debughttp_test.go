@@ -17,10 +17,10 @@ import (
 	"github.com/goddp/ddp/internal/wiring/launch"
 )
 
-// startDebugJob starts a one-rank job (--backend local, a real process)
-// that trains until stopped, with extra flags, and waits until
-// /healthz answers on healthPort over loopback.
-func startDebugJob(t *testing.T, healthPort int, extra ...string) *strings.Builder {
+// startDebugJob starts a one-rank job (--backend local: one real
+// process, which serves) that trains until stopped, with extra flags,
+// and waits until /healthz answers on healthPort over loopback.
+func startDebugJob(t *testing.T, healthPort int, extra ...string) (*exec.Cmd, *strings.Builder) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -35,7 +35,7 @@ func startDebugJob(t *testing.T, healthPort int, extra ...string) *strings.Build
 	}
 	t.Cleanup(func() { stopJob(t, cmd) })
 	waitProbe(t, healthPort, "/healthz", http.StatusOK, errOut)
-	return errOut
+	return cmd, errOut
 }
 
 // getFrom GETs url and returns the status, the body and how long it took.
@@ -63,7 +63,7 @@ func TestDebugEndpointsPrivateByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errOut := startDebugJob(t, port, "--metrics-addr", fmt.Sprintf(":%d", port))
+	cmd, errOut := startDebugJob(t, port, "--metrics-addr", fmt.Sprintf(":%d", port))
 	local := fmt.Sprintf("http://127.0.0.1:%d", port)
 	far := "http://" + net.JoinHostPort(remote, strconv.Itoa(port))
 	slow := dialHalfHeaders(t, port)
@@ -89,6 +89,40 @@ func TestDebugEndpointsPrivateByDefault(t *testing.T) {
 	}
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections() // waitProbe's
 	checkConnectionCap(t, port)
+	checkDescriptorsBounded(t, cmd.Process.Pid, port)
+}
+
+// checkDescriptorsBounded: 185 keep-alive clients (which exhausted a
+// worker's file descriptors before issue 34) hold at most the cap's 32
+// of the process's descriptors.
+func checkDescriptorsBounded(t *testing.T, pid, port int) {
+	t.Helper()
+	fds := func() int {
+		des, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Skipf("cannot count the process's descriptors: %v", err)
+		}
+		return len(des)
+	}
+	before := fds()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 185 {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := fds(); n > before+32+2 {
+		t.Errorf("185 keep-alive clients: the process holds %d descriptors, %d before; want at most 32 more", n, before)
+	}
 }
 
 // checkProfileLimits: a profile longer than the cap is refused at once;
@@ -187,7 +221,7 @@ func TestDebugAddr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errOut := startDebugJob(t, mport, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mport), "--debug-addr", fmt.Sprintf(":%d", dport))
+	_, errOut := startDebugJob(t, mport, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mport), "--debug-addr", fmt.Sprintf(":%d", dport))
 	if code, body, _ := getFrom(fmt.Sprintf("http://%s/debug/state", net.JoinHostPort(remote, strconv.Itoa(dport)))); code != http.StatusOK || !strings.Contains(body, `"rank"`) {
 		t.Errorf("/debug/state on --debug-addr from %s: %d %.200s\n%s", remote, code, body, errOut)
 	}
