@@ -129,7 +129,11 @@ func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
 		debug.Close()
 		return nil, fmt.Errorf("--metrics-addr: rank %d cannot listen on %s: %w", rank, addr, err)
 	}
-	log.Info("serving metrics", zap.String("addr", "http://"+srv.Addr().String()+"/metrics"))
+	debugWhere := "on --debug-addr"
+	if debug == nil {
+		debugWhere = "here, to loopback clients only (--debug-addr serves them elsewhere)"
+	}
+	log.Info("serving metrics", zap.String("addr", "http://"+srv.Addr().String()+"/metrics"), zap.String("debug_endpoints", debugWhere))
 	return &metricsServer{m: &tm, reg: reg, srv: srv, debug: debug, ready: ready, dbg: dbg}, nil
 }
 
