@@ -153,7 +153,7 @@ func (a *acceptor) wait(ctx context.Context, conns []net.Conn) error {
 	defer a.mu.Unlock()
 	copy(conns, a.got)
 	a.handed = true
-	a.shed.Close() // the summary of the rendezvous's refusals; later arrivals are probes
+	a.shed.Flush() // the summary of the rendezvous's refusals, now
 	return nil
 }
 

@@ -104,6 +104,22 @@ func (l *Log) summaryLocked() {
 	clear(l.hosts)
 }
 
+// Flush logs the summary of what is counted now, rather than at the end
+// of the interval: a phase (a rendezvous) is over. Later refusals are
+// counted as before.
+func (l *Log) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.total == 0 {
+		return
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	l.summaryLocked()
+}
+
 // Close logs what is counted and stops the log: later notes are only
 // counted.
 func (l *Log) Close() {
