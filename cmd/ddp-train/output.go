@@ -105,8 +105,11 @@ func (m *metricsServer) registerer() prometheus.Registerer {
 func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
 	dbg := newDebugState(rank)
 	debug, err := serveDebug(c, rank, dbg, log) // debughttp.go
-	if err != nil || c.metricsAddr == "" {
-		return &metricsServer{dbg: dbg, debug: debug}, err
+	if err != nil {
+		return nil, err
+	}
+	if c.metricsAddr == "" {
+		return &metricsServer{dbg: dbg, debug: debug}, nil
 	}
 	addr, err := rankAddr("--metrics-addr", c.metricsAddr, rank)
 	if err != nil {
