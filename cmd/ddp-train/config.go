@@ -73,6 +73,7 @@ type config struct {
 	bar         progressSink // where rank 0's bar goes; nil: "train" lines (set by run, not a flag; terminal.go)
 	summary     string
 	metricsAddr string
+	debugAddr   string // --debug-addr: /debug/* on an address of its own (debughttp.go)
 	listenAddr  string
 	timeline    string // --timeline DIR: a Chrome trace per rank
 
@@ -142,7 +143,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (debug adds the reducer's sampled per-step statistics, \"DDP runtime stats\")")
 	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal; on one, the bar's figures are renewed every N steps")
 	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i), with /healthz and /readyz; and /debug/* (pprof, state, flight) to loopback clients only, unless --debug-addr")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve /debug/pprof/, /debug/state and /debug/flight on host:port (worker i on port+i) to any client that reaches it (default: only to loopback clients of --metrics-addr)")
 	fs.StringVar(&c.flightDir, "flight-dir", "", "write each rank's flight recorder (its last 2000 collectives, torch's JSON layout) to DIR/nccl_trace_rank_N when a collective fails and on SIGUSR1; read them with 'ddp-train fr-trace DIR' (default: CHECKPOINT/flight with --checkpoint; otherwise a failure dumps nothing and SIGUSR1 dumps to the temporary directory)")
 	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
@@ -185,6 +187,7 @@ func (c config) validate() error {
 		c.validateHook,
 		c.validateEngine,
 		func() error { return validateLimits(c) },
+		c.validateDebugAddr, // debughttp.go
 		c.stragglerFlags.validate,
 		c.validateFlagUse, // flagrules.go: Note [no flag is ignored]
 	}

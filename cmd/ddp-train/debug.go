@@ -21,13 +21,15 @@ import (
 
 // Note [debug endpoint and report]
 //
-// A stuck or failed job must leave something to read. With
-// --metrics-addr every rank serves, beside /metrics and the probes,
-// /debug/pprof/ (goroutine stacks, profiles: net/http/pprof) and
+// A stuck or failed job must leave something to read. Every rank serves
+// /debug/pprof/ (goroutine stacks, profiles: net/http/pprof),
 // /debug/state (a JSON object: the step, how long it has run, and the
 // reducer's Progress: its phase, the parameters marked ready and the
 // buckets launched in the iteration in progress) and /debug/flight (the
-// flight recorder, in torch's layout: Note [flight recorder]). And whether or not
+// flight recorder, in torch's layout: Note [flight recorder]): with
+// --metrics-addr beside /metrics and the probes, to loopback clients
+// only, or with --debug-addr on an address of its own (Note [debug
+// endpoints are private]). And whether or not
 // metrics are served, ddp-train's own launcher gives every worker a
 // report directory (reportDirEnv); a worker that fails writes its
 // goroutine stacks and its state there (rank-N/), and the launcher
@@ -95,13 +97,16 @@ func (d *debugState) report() stateReport {
 	return s
 }
 
-// debugHandlers adds /debug/pprof/ and /debug/state to mux.
-func debugHandlers(mux *http.ServeMux, d *debugState) {
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
+// debugMux serves /debug/pprof/, /debug/state and /debug/flight of d
+// (Note [debug endpoints are private]: where, and the profiles' limits).
+func debugMux(d *debugState) *http.ServeMux {
+	mux := http.NewServeMux()
+	var gate profileGate
+	mux.HandleFunc("/debug/pprof/", gate.wrap(pprof.Index, false)) // a named profile, a delta one with seconds
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/profile", gate.wrap(pprof.Profile, true))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/trace", gate.wrap(pprof.Trace, true))
 	mux.HandleFunc("/debug/flight", func(w http.ResponseWriter, _ *http.Request) {
 		rec := d.flight.Load()
 		if rec == nil {
@@ -119,6 +124,7 @@ func debugHandlers(mux *http.ServeMux, d *debugState) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(d.report())
 	})
+	return mux
 }
 
 // writeReport writes this rank's failure report into dir/rank-N: every

@@ -1,16 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/goddp/ddp/internal/base/httpserve"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,13 +61,15 @@ func summaryOf(t *trainer, r figures, steps int, wall time.Duration) summary {
 
 // metricsServer serves /metrics for one rank, and the probes Kubernetes
 // asks for: /healthz (the process is up) and /readyz (its process group
-// has formed), or nothing without --metrics-addr.
+// has formed), or nothing without --metrics-addr; and the debug
+// endpoints (Note [debug endpoints are private]).
 type metricsServer struct {
 	m     *trainingMetrics // nil when off
 	reg   *prometheus.Registry
-	srv   *http.Server
-	ready *atomic.Bool // set once the process group has formed
-	dbg   *debugState  // /debug/state and the failure report (debug.go)
+	srv   *httpserve.Server // --metrics-addr's; nil without it
+	debug *httpserve.Server // --debug-addr's; nil without it
+	ready *atomic.Bool      // set once the process group has formed
+	dbg   *debugState       // /debug/state and the failure report (debug.go)
 }
 
 // setReady makes /readyz answer 200: the process group has formed.
@@ -97,42 +100,49 @@ func (m *metricsServer) registerer() prometheus.Registerer {
 	return m.reg
 }
 
-// serveMetrics listens on --metrics-addr's port plus rank.
+// serveMetrics listens on --metrics-addr's port plus rank, and on
+// --debug-addr's.
 func serveMetrics(c config, rank int, log *zap.Logger) (*metricsServer, error) {
-	if c.metricsAddr == "" {
-		return &metricsServer{dbg: newDebugState(rank)}, nil
+	dbg := newDebugState(rank)
+	debug, err := serveDebug(c, rank, dbg, log) // debughttp.go
+	if err != nil {
+		return nil, err
 	}
-	host, port, err := net.SplitHostPort(c.metricsAddr)
-	p, perr := strconv.Atoi(port)
-	if err != nil || perr != nil {
-		return nil, usagef("--metrics-addr %q: want host:port", c.metricsAddr)
+	if c.metricsAddr == "" {
+		return &metricsServer{dbg: dbg, debug: debug}, nil
+	}
+	addr, err := rankAddr("--metrics-addr", c.metricsAddr, rank)
+	if err != nil {
+		debug.Close()
+		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tm := newTrainingMetrics()
 	reg.MustRegister(tm.collectors()...)
-	addr := net.JoinHostPort(host, strconv.Itoa(p+rank))
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: rank %d cannot listen on %s: %w", rank, addr, err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ready := new(atomic.Bool)
 	probes(mux, ready)
-	dbg := newDebugState(rank)
-	debugHandlers(mux, dbg) // debug.go
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(l)
-	log.Info("serving metrics", zap.String("addr", "http://"+l.Addr().String()+"/metrics"))
-	return &metricsServer{m: &tm, reg: reg, srv: srv, ready: ready, dbg: dbg}, nil
+	if debug == nil {
+		mux.Handle("/debug/", loopbackOnly(debugMux(dbg))) // Note [debug endpoints are private]
+	}
+	srv, err := httpserve.Start(context.Background(), addr, mux, httpserve.DefaultLimits()) // listening does not block
+	if err != nil {
+		debug.Close()
+		return nil, fmt.Errorf("--metrics-addr: rank %d cannot listen on %s: %w", rank, addr, err)
+	}
+	debugWhere := "on --debug-addr"
+	if debug == nil {
+		debugWhere = "here, to loopback clients only (--debug-addr serves them elsewhere)"
+	}
+	log.Info("serving metrics", zap.String("addr", "http://"+srv.Addr().String()+"/metrics"), zap.String("debug_endpoints", debugWhere))
+	return &metricsServer{m: &tm, reg: reg, srv: srv, debug: debug, ready: ready, dbg: dbg}, nil
 }
 
+// Close stops both servers.
 func (m *metricsServer) Close() error {
-	if m.srv == nil {
-		return nil
-	}
-	return m.srv.Close()
+	return errors.Join(m.srv.Close(), m.debug.Close())
 }
 
 // openTimeline creates --timeline DIR/rank-N.json, or returns nil.

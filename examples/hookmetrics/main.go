@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -14,6 +13,7 @@ import (
 
 	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/internal/base/httpserve"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,7 +72,7 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	reg := prometheus.NewRegistry()
 	clipped := prometheus.NewCounter(prometheus.CounterOpts{Name: "example_clipped_buckets_total", Help: "Buckets the hook clipped."})
 	reg.MustRegister(clipped)
-	stop, err := serve(c.metricsAddr, g.Rank(), reg, ready)
+	stop, err := serve(ctx, c.metricsAddr, g.Rank(), reg, ready)
 	if err != nil {
 		return err
 	}
@@ -126,8 +126,10 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	return nil
 }
 
-// serve serves reg on addr's port plus rank; it returns how to stop.
-func serve(addr string, rank int, reg *prometheus.Registry, ready chan<- string) (func(), error) {
+// serve serves reg on addr's port plus rank, within httpserve's limits
+// (timeouts, a header cap, a connection cap), as every server of this
+// module; it returns how to stop.
+func serve(ctx context.Context, addr string, rank int, reg *prometheus.Registry, ready chan<- string) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -136,22 +138,14 @@ func serve(addr string, rank int, reg *prometheus.Registry, ready chan<- string)
 	if err != nil || perr != nil {
 		return nil, fmt.Errorf("--metrics-addr %q: want host:port", addr)
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p+rank)))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv, err := httpserve.Start(ctx, net.JoinHostPort(host, strconv.Itoa(p+rank)), mux, httpserve.DefaultLimits())
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Fprintln(os.Stderr, "hookmetrics: metrics:", err)
-		}
-	}()
 	if ready != nil {
-		ready <- l.Addr().String()
+		ready <- srv.Addr().String()
 	}
-	return func() { srv.Close(); <-done }, nil
+	return func() { srv.Close() }, nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ReadDir reads every rank's dump in dir: the files named prefix
@@ -63,22 +64,32 @@ type Finding struct {
 }
 
 // String prints f as torch's analyzer logs it.
-func (f Finding) String() string {
+func (f Finding) String() string { return f.format(-1) }
+
+// Brief is String with every list of ranks cut to its first max and
+// every other field to 8·max bytes, each cut saying how much it left out:
+// its size is bounded whatever the dumps hold (a hostile or damaged dump
+// can name any number of ranks, sizes and bytes).
+func (f Finding) Brief(max int) string { return f.format(max) }
+
+// format is String with lists cut at limit (no cut when negative).
+func (f Finding) format(limit int) string {
+	text := func(s string) string { return cut(s, 8*limit) }
 	var b strings.Builder
 	if len(f.Missing) > 0 {
 		fmt.Fprintf(&b, "Not all ranks joining collective %d at entry %d\n", f.Seq, f.RecordID)
 	} else {
 		fmt.Fprintf(&b, "Collective %d at entry %d does not match across ranks\n", f.Seq, f.RecordID)
 	}
-	fmt.Fprintf(&b, "group info: %s\ncollective: %s\n", f.Group, f.Op)
+	fmt.Fprintf(&b, "group info: %s\ncollective: %s\n", text(f.Group), text(f.Op))
 	if len(f.Missing) > 0 {
-		fmt.Fprintf(&b, "missing ranks: %s\n", setString(f.Missing))
+		fmt.Fprintf(&b, "missing ranks: %s\n", setStringN(f.Missing, limit))
 	}
 	if len(f.Mismatched) > 0 {
-		fmt.Fprintf(&b, "mismatched ranks: %s\n%s\n", setString(f.Mismatched), f.Detail)
+		fmt.Fprintf(&b, "mismatched ranks: %s\n%s\n", setStringN(f.Mismatched, limit), text(f.Detail))
 	}
-	fmt.Fprintf(&b, "input sizes: %v\noutput sizes: %v\nexpected ranks: %d\ncollective state: %s\n",
-		f.InputSizes, f.OutputSizes, f.Expected, f.State)
+	fmt.Fprintf(&b, "input sizes: %s\noutput sizes: %s\nexpected ranks: %d\ncollective state: %s\n",
+		text(fmt.Sprint(f.InputSizes)), text(fmt.Sprint(f.OutputSizes)), f.Expected, text(f.State))
 	return b.String()
 }
 
@@ -86,6 +97,31 @@ func (f Finding) String() string {
 func setString(ranks []int) string {
 	s := ranksString(ranks)
 	return "{" + s[1:len(s)-1] + "}"
+}
+
+// setStringN is setString of the first n ranks, and how many more
+// there are: "{1, 2, ... 7 more}". A negative n cuts nothing.
+func setStringN(ranks []int, n int) string {
+	switch {
+	case n < 0 || len(ranks) <= n:
+		return setString(ranks)
+	case n == 0:
+		return fmt.Sprintf("{%d ranks}", len(ranks))
+	}
+	s := ranksString(ranks[:n])
+	return fmt.Sprintf("{%s, ... %d more}", s[1:len(s)-1], len(ranks)-n)
+}
+
+// cut is s cut to about n bytes (on a character's boundary), saying how
+// many it left out. A negative n cuts nothing.
+func cut(s string, n int) string {
+	if n < 0 || len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s... (%d more bytes)", s[:n], len(s)-n)
 }
 
 // Analyze compares the ranks' dumps and returns, for each group, the

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/shedlog"
 	"github.com/goddp/ddp/pg/internal/wire"
 )
 
@@ -94,7 +95,7 @@ type Server struct {
 	maxConns  int
 	maxFrame  uint32
 	handshake time.Duration
-	shed      *shedLog
+	shed      *shedlog.Log // Note [rate-limited refusals] (pg/internal/shedlog)
 	budget    *budget
 
 	wg        sync.WaitGroup // the accept loop and every connection
@@ -130,7 +131,7 @@ func NewServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 		maxConns:  positive(opts.MaxConns, DefaultMaxConns),
 		maxFrame:  opts.MaxFrame,
 		handshake: positive(opts.HandshakeTimeout, DefaultHandshakeTimeout),
-		shed:      newShedLog(orNop(opts.Logger), positive(opts.WarnInterval, DefaultWarnInterval)),
+		shed:      shedlog.New(orNop(opts.Logger), "store: ", positive(opts.WarnInterval, DefaultWarnInterval)),
 		done:      make(chan struct{}),
 		conns:     make(map[net.Conn]struct{}),
 		adm: admission{
@@ -171,7 +172,7 @@ func (s *Server) Stats() ServerStats {
 	used, peak := s.budget.stats()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return ServerStats{Open: len(s.conns), Pending: s.adm.queue.Len(), Shed: s.shed.count.Load(),
+	return ServerStats{Open: len(s.conns), Pending: s.adm.queue.Len(), Shed: s.shed.Count(),
 		InflightBytes: used, PeakInflightBytes: peak}
 }
 
@@ -191,7 +192,7 @@ func (s *Server) Close() error {
 		s.closeErr = s.ln.Close()
 		s.table.Close()
 		s.wg.Wait()
-		s.shed.close()
+		s.shed.Close()
 	})
 	return s.closeErr
 }
@@ -254,14 +255,14 @@ func (s *Server) track(conn net.Conn) *pending {
 		}
 		v := s.adm.victim(scope)
 		if v == nil {
-			s.shed.note(why, remote, nil)
+			s.shed.Note(why, remote, nil)
 			conn.Close()
 			return nil
 		}
 		s.adm.remove(v)
 		delete(s.conns, v.conn)
 		v.conn.Close()
-		s.shed.note("idle connection closed: "+why, v.conn.RemoteAddr().String(), nil)
+		s.shed.Note("idle connection closed: "+why, v.conn.RemoteAddr().String(), nil)
 	}
 	s.adm.add(p)
 	s.conns[conn] = struct{}{}
@@ -327,10 +328,10 @@ func (s *Server) authenticate(p *pending) bool {
 	case evicted || s.closing():
 		return false
 	case errors.Is(err, errDeadline):
-		s.shed.note(fmt.Sprintf("no handshake within %v", s.handshake), p.conn.RemoteAddr().String(), err)
+		s.shed.Note(fmt.Sprintf("no handshake within %v", s.handshake), p.conn.RemoteAddr().String(), err)
 		return false
 	case err != nil:
-		s.shed.note("it failed the shared-secret handshake", p.conn.RemoteAddr().String(), err)
+		s.shed.Note("it failed the shared-secret handshake", p.conn.RemoteAddr().String(), err)
 		return false
 	}
 	p.conn.SetDeadline(time.Time{})
@@ -355,7 +356,7 @@ func (s *Server) readRequest(conn net.Conn, br *bufio.Reader, h wire.Header, c *
 // that merely hung up is not.
 func (s *Server) drop(conn net.Conn, log *zap.Logger, seq uint64, err error) {
 	if errors.Is(err, errOverBudget) && !s.closing() {
-		s.shed.note("a request frame found no room in the memory budget", conn.RemoteAddr().String(), err)
+		s.shed.Note("a request frame found no room in the memory budget", conn.RemoteAddr().String(), err)
 		s.reply(conn, seq, statusError, []byte(err.Error()))
 		return
 	}

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -10,7 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/internal/shedlog"
 	"github.com/goddp/ddp/pg/internal/wire"
+	"github.com/goddp/ddp/pg/store"
 )
 
 // acceptor admits the lower ranks during the rendezvous, then closes
@@ -18,12 +21,15 @@ import (
 // connection is authenticated in its own goroutine, so a slow or hostile
 // client cannot hold up the legitimate ones; one that fails the
 // handshake is logged with its address and closed, and the acceptor
-// keeps going.
+// keeps going. Refusals are rate-limited as the store's are (Note
+// [rate-limited refusals] in pg/internal/shedlog): a flood of strangers
+// gives two lines per interval, and a summary when the group forms.
 type acceptor struct {
-	ln  net.Listener
-	o   Options
-	log *zap.Logger
-	wg  sync.WaitGroup
+	ln   net.Listener
+	o    Options
+	log  *zap.Logger
+	shed *shedlog.Log // refused connections
+	wg   sync.WaitGroup
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{} // being authenticated
@@ -34,7 +40,7 @@ type acceptor struct {
 }
 
 func startAcceptor(ln net.Listener, o Options, log *zap.Logger) *acceptor {
-	a := &acceptor{ln: ln, o: o, log: log, pending: make(map[net.Conn]struct{}),
+	a := &acceptor{ln: ln, o: o, log: log, shed: shedlog.New(log, "", store.DefaultWarnInterval), pending: make(map[net.Conn]struct{}),
 		got: make([]net.Conn, o.Rank), left: o.Rank, done: make(chan struct{})}
 	if a.left == 0 {
 		close(a.done)
@@ -82,9 +88,24 @@ func (a *acceptor) admit(c net.Conn) {
 	}
 	a.mu.Unlock()
 	if err != nil {
-		a.log.Warn("refused connection", zap.String("remote", c.RemoteAddr().String()), zap.Error(err))
+		a.shed.Note(refusal(err), c.RemoteAddr().String(), err)
 		c.Close()
 	}
+}
+
+// refusal is the class of a refused connection's error, by which
+// refusals are counted.
+func refusal(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("no handshake within %v", handshakeTimeout)
+	case errors.Is(err, pg.ErrUnauthenticated):
+		return "it failed the shared-secret handshake"
+	case errors.Is(err, pg.ErrMismatch):
+		return "it is not a rank this one expects (another job's, another configuration's, or one already connected)"
+	}
+	return "the handshake failed"
 }
 
 func (a *acceptor) authenticate(c net.Conn) (int, error) {
@@ -132,6 +153,7 @@ func (a *acceptor) wait(ctx context.Context, conns []net.Conn) error {
 	defer a.mu.Unlock()
 	copy(conns, a.got)
 	a.handed = true
+	a.shed.Flush() // the summary of the rendezvous's refusals, now
 	return nil
 }
 
@@ -139,6 +161,7 @@ func (a *acceptor) wait(ctx context.Context, conns []net.Conn) error {
 // waits for the acceptor's goroutines.
 func (a *acceptor) stop() {
 	a.ln.Close()
+	defer a.shed.Close()
 	a.mu.Lock()
 	for c := range a.pending {
 		c.Close()

@@ -30,8 +30,10 @@
 // with the job's secret before anything else is read from it: the dialer
 // proves it holds the secret and names its rank in the hello, the
 // accepting side proves it too and answers with its own rank in a hello
-// frame. A connection that fails is logged at Warn with its remote
-// address and closed; the accepting side authenticates each connection in
+// frame. A connection that fails is closed and logged at Warn with its
+// remote address, rate-limited as the store's refusals are (the first of
+// an interval, then a count: Note [rate-limited refusals] in
+// pg/internal/shedlog); the accepting side authenticates each connection in
 // its own goroutine and keeps accepting, so an intruder cannot hold up
 // the job. The listener closes once the mesh is complete. The hellos also
 // carry RingThreshold and ChunkBytes, which decide how a collective is cut
@@ -217,7 +219,9 @@
 // waiting for. A connection that drops, or carries a frame that is
 // malformed, too large or of the wrong size, fails what needs that peer
 // with pg.ErrComm (pg.ErrMismatch for a size) naming it; a peer that
-// closes its group says goodbye first, so the error is pg.ErrRemote. A
+// closes its group says goodbye first, so the error is pg.ErrRemote (and
+// the goodbyes heard together are logged in one line: Note [one goodbye
+// line]). A
 // collective that fails fails the whole group, since the ranks are out of
 // step: pending and later collectives fail with the same cause, and the
 // rank sends every peer an abort frame naming the rank at the root of the

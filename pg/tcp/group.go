@@ -29,6 +29,7 @@ type Group struct {
 	shm        *shm.World  // the shared-memory transport; nil when links use TCP only
 	hosts      *shm.Layout // the ranks of each host, when the group spans hosts and some has several; else nil
 	probes     *probes     // the listener kept for probes, every rank's address; nil for one rank
+	byes       *goodbyes   // the peers that closed their groups, for one line (Note [one goodbye line])
 	pool       pool
 	hooks      pg.Completions
 
@@ -89,6 +90,7 @@ func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (
 	}
 	g := &Group{
 		opts: opts, rank: opts.Rank, size: opts.Size, log: log, st: st, parent: parent, shm: sw, hosts: hosts, probes: pr,
+		byes:        newGoodbyes(log, goodbyeWait),
 		links:       make([]*link, opts.Size),
 		failed:      make(chan struct{}),
 		opKick:      make(chan struct{}, 1),
@@ -151,6 +153,7 @@ func (g *Group) Close() error {
 		g.fail(&failure{kind: pg.ErrClosed, peer: pg.NoPeer, err: errors.New("Close was called")}, kindGoodbye)
 		close(g.stopping)
 		g.wg.Wait()
+		g.byes.close() // the goodbyes heard before this one: Note [one goodbye line]
 		g.probes.stop()
 		if g.shm != nil {
 			g.shm.Close()

@@ -195,7 +195,7 @@ func (l *link) readFailed(err error) {
 	}
 	if l.die(le.kind, le.err, le.blame) {
 		if le.kind == pg.ErrRemote {
-			l.g.log.Info("peer closed its process group", zap.Int("peer", l.peer))
+			l.g.byes.note(l.peer) // Note [one goodbye line]
 		} else {
 			l.g.log.Warn("lost connection to peer", zap.Int("peer", l.peer), zap.Error(le.err))
 		}

@@ -3,8 +3,12 @@ package tcp
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,15 +73,95 @@ func TestRefusesPeerWithoutSecret(t *testing.T) {
 	}
 	defer r1.g.Close()
 	checkAllReduce(t, []*Group{g0, r1.g}, 100)
+	r1.g.Close() // its acceptor has noted every refusal
 
-	refused := map[string]bool{}
-	for _, e := range logs.FilterMessage("refused connection").All() {
-		refused[e.ContextMap()["remote"].(string)] = true
+	lines, total := refusals(logs)
+	if lines != 2 || total != 2 {
+		t.Errorf("%d refusal lines counting %d connections, want 2 and 2 (the first, and the summary of the rest); logged: %v", lines, total, logs.All())
 	}
-	for _, c := range []net.Conn{intruder, babbler} {
-		if !refused[c.LocalAddr().String()] {
-			t.Errorf("no Warn \"refused connection\" with remote %v; logged: %v", c.LocalAddr(), logs.All())
+	first := logs.FilterMessageSnippet("refused connection: ").All()
+	if len(first) != 1 || (first[0].ContextMap()["remote"] != intruder.LocalAddr().String() && first[0].ContextMap()["remote"] != babbler.LocalAddr().String()) {
+		t.Errorf("the first refusal is not logged with its remote address (%v or %v): %v", intruder.LocalAddr(), babbler.LocalAddr(), first)
+	}
+}
+
+var moreRE = regexp.MustCompile(`^refused (\d+) more connections$`)
+
+// refusals counts the refusal lines logged and the connections they
+// account for (Note [rate-limited refusals]).
+func refusals(logs *observer.ObservedLogs) (lines, total int) {
+	for _, e := range logs.All() {
+		switch m := moreRE.FindStringSubmatch(e.Message); {
+		case strings.HasPrefix(e.Message, "refused connection: "):
+			lines, total = lines+1, total+1
+		case m != nil:
+			n, _ := strconv.Atoi(m[1])
+			lines, total = lines+1, total+n
 		}
+	}
+	return lines, total
+}
+
+// TestRankPortFloodRateLimited: 3000 connections that speak garbage to a
+// rank's port while it waits for its peer give two lines, the first
+// refusal and a count of the rest, not 3000 (Note [rate-limited
+// refusals]); then the peer joins and the group works.
+func TestRankPortFloodRateLimited(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st := store.NewHashStore(store.HashStoreOptions{})
+	defer st.Close()
+	core, logs := observer.New(zapcore.InfoLevel)
+	rank1 := make(chan *Group, 1)
+	go func() {
+		g, err := New(ctx, st, Options{Rank: 1, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Logger: zap.New(core)})
+		if err != nil {
+			t.Errorf("rank 1: %v", err)
+		}
+		rank1 <- g
+	}()
+	addr, err := st.Get(ctx, addrKey(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flood = 3000
+	var wg sync.WaitGroup
+	next := make(chan struct{}, flood)
+	for range flood {
+		next <- struct{}{}
+	}
+	close(next)
+	for range 16 {
+		wg.Go(func() {
+			for range next {
+				c, err := net.Dial("tcp", string(addr))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+				c.(*net.TCPConn).CloseWrite()
+				c.SetReadDeadline(time.Now().Add(20 * time.Second))
+				io.Copy(io.Discard, c) // until the rank closes it: refused
+				c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	g0, err := New(ctx, st, Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("rank 0: %v", err)
+	}
+	defer g0.Close()
+	g1 := <-rank1
+	if g1 == nil {
+		return
+	}
+	defer g1.Close()
+	checkAllReduce(t, []*Group{g0, g1}, 100)
+	g1.Close()
+	if lines, total := refusals(logs); lines > 3 || total != flood {
+		t.Errorf("%d connections refused: %d refusal lines counting %d, want at most 3 counting %d; %d lines in all", flood, lines, total, flood, logs.Len())
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/goddp/ddp/pg/internal/shedlog"
 	"github.com/goddp/ddp/pg/internal/wire"
 )
 
@@ -48,9 +48,16 @@ func listen(c Config, segs [][]byte) (string, *net.UnixListener, int, error) {
 	return name, ln, fd, nil
 }
 
+// refusalInterval is how often, at most, refused connections are
+// summarised, as the store's DefaultWarnInterval.
+const refusalInterval = 10 * time.Second
+
 // serve hands fd to every connection that passes the handshake, until
-// ln is closed.
+// ln is closed. Refusals are rate-limited as the store's (Note
+// [rate-limited refusals] in pg/internal/shedlog).
 func serve(ln *net.UnixListener, fd int, cfg Config) {
+	refused := shedlog.New(cfg.Logger, "shared memory: ", refusalInterval)
+	defer refused.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -64,7 +71,7 @@ func serve(ln *net.UnixListener, fd int, cfg Config) {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
 			if _, err := wire.ServerHandshake(c, cfg.Secret); err != nil {
-				cfg.Logger.Warn("refused a shared-memory connection that failed the handshake", zap.Error(err))
+				refused.Note("it failed the shared-secret handshake", ln.Addr().String(), err)
 				return
 			}
 			c.WriteMsgUnix([]byte{1}, unix.UnixRights(fd), nil)

@@ -4,11 +4,17 @@ package shm
 
 import (
 	"context"
+	"io"
 	"net"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/goddp/ddp/pg/internal/wire"
@@ -57,5 +63,47 @@ func TestHandshakeGuardsSegment(t *testing.T) {
 	segs[0][HeaderBytes] = 42
 	if m[HeaderBytes] != 42 {
 		t.Fatal("the mapped segment is not the rank's")
+	}
+}
+
+// TestSegmentFloodRateLimited: 500 clients that fail the handshake on a
+// rank's segment socket give two lines, the first refusal and a count
+// of the rest, not 500 (Note [rate-limited refusals]).
+func TestSegmentFloodRateLimited(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	c := Config{Rank: 0, Size: 2, Secret: testSecret, Hello: []byte("rank 1"), HandshakeTimeout: 10 * time.Second, Logger: zap.New(core)}
+	segs := make([][]byte, 2)
+	name, ln, fd, err := listen(c, segs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(segs[0])
+	done := make(chan struct{})
+	go func() { defer close(done); serve(ln, fd, c) }()
+	const flood = 500
+	for range flood {
+		nc, err := net.Dial("unix", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		wire.ClientHandshake(nc, []byte("not-the-job-secret-at-all"), c.Hello)
+		io.Copy(io.Discard, nc) // until the rank closes it: refused
+		nc.Close()
+	}
+	ln.Close()
+	<-done
+	unix.Close(fd)
+	total := 0
+	for _, e := range logs.All() {
+		if m := regexp.MustCompile(`^shared memory: refused (\d+) more connections$`).FindStringSubmatch(e.Message); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			total += n
+		} else if strings.HasPrefix(e.Message, "shared memory: refused connection: ") {
+			total++
+		}
+	}
+	if logs.Len() > 2 || total != flood {
+		t.Errorf("%d refused connections: %d lines counting %d, want at most 2 counting %d: %v", flood, logs.Len(), total, flood, logs.All())
 	}
 }
