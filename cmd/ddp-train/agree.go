@@ -46,7 +46,7 @@ import (
 // long it waits (Note [every rank runs the same job]).
 var localFlags = []string{
 	"data", "labels", "init", "save", "summary", "timeline", "flight-dir", "checkpoint",
-	"metrics-addr", "listen-addr", "log-format", "log-level", "timeout", "version",
+	"metrics-addr", "debug-addr", "listen-addr", "log-format", "log-level", "timeout", "version",
 	"nproc", "oversubscribe", "max-restarts", "restart-backoff", "nnodes", "node-rank", "master-addr", "master-port",
 	"overwrite-checkpoints", "resume-allow-changes",
 }
