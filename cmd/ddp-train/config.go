@@ -128,26 +128,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.shm, "shm", true, "tcp backend: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "process group timeout: a stalled or dead peer fails the run after this")
 	fs.BoolVar(&c.debugColls, "debug-collectives", false, "check before every collective that all ranks issue the same one (op, dtype, sizes, root), as TORCH_DISTRIBUTED_DEBUG=DETAIL; a mismatch fails every rank with both signatures instead of hanging; costs one small allgather per collective")
-	fs.StringVar(&c.initDir, "init", "", "load initial parameters from DIR (one .npy per parameter)")
-	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0): one <name>.npy per parameter, and DIR/.ddp-train-save listing them; nothing else in DIR is touched")
-	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory: DIR/step-NNNNNNNNN/ per checkpoint, DIR/latest naming the newest, DIR/.ddp-train.lock; nothing else in DIR is touched")
-	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint; 0: --checkpoint gets one checkpoint, at the end of the run, or when a signal stops it)")
-	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints; --resume falls back past a damaged one to the newest intact one, with a warning (with 1, a damaged one is an error)")
 	fs.StringVar(&c.onNonFinite, "on-nonfinite", "fail", "when a loss or the averaged gradients turn NaN or infinite: fail (exit 3, nothing of that step saved) or skip (skip that update on every rank, as loss scaling does, and count it)")
 	fs.BoolVar(&c.findOrigin, "find-nonfinite-origin", true, "check each rank's gradients for NaN and infinities before every bucket's allreduce, send such values as zeros so they never reach the other ranks, and name the ranks, step, bucket and parameters where they began (--on-nonfinite then decides); costs a scan of the gradients and one allreduce of one word per step")
 	fs.IntVar(&c.checkReplicas, "check-replicas-every", 10, "every N steps check that every rank holds bitwise the same parameters (a digest per parameter, carried by the step's stop-signal allreduce); a mismatch fails every rank naming the first differing parameter (0: off)")
-	fs.BoolVar(&c.overwriteCheckpoints, "overwrite-checkpoints", false, "start over in a --checkpoint directory that holds another run's checkpoints, deleting them (without it such a directory is refused)")
-	fs.StringVar(&c.resumeAllow, "resume-allow-changes", "", "with --resume, settings the run may change from the checkpoint's, comma-separated (world_size, seed, batch_size, grad_accum, optimizer, lr, comm_hook, powersgd_start_iter, model, shuffle, data); any other change is refused")
-	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a damaged checkpoint exits 2 naming the file)")
 	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (debug adds the reducer's sampled per-step statistics, \"DDP runtime stats\")")
 	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal; on one, the bar's figures are renewed every N steps")
-	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i), with /healthz and /readyz; and /debug/* (pprof, state, flight) to loopback clients only, unless --debug-addr")
-	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve /debug/pprof/, /debug/state and /debug/flight on host:port (worker i on port+i) to any client that reaches it (default: only to loopback clients of --metrics-addr)")
-	fs.StringVar(&c.flightDir, "flight-dir", "", "write each rank's flight recorder (its last 2000 collectives, torch's JSON layout) to DIR/nccl_trace_rank_N when a collective fails and on SIGUSR1; read them with 'ddp-train fr-trace DIR' (default: CHECKPOINT/flight with --checkpoint; otherwise a failure dumps nothing and SIGUSR1 dumps to the temporary directory)")
-	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
+	c.registerOutputFlags(fs)
 	c.elastic.register(fs)
 	c.nodeFlags.register(fs)
 	c.limits.register(fs)
@@ -172,6 +160,24 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.hidden = h
 	return c, c.validate()
+}
+
+// registerOutputFlags registers the flags of what a run reads from and
+// writes to disk, and where it serves metrics and debug endpoints.
+func (c *config) registerOutputFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.initDir, "init", "", "load initial parameters from DIR (one .npy per parameter)")
+	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0): one <name>.npy per parameter, and DIR/.ddp-train-save listing them; nothing else in DIR is touched")
+	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory: DIR/step-NNNNNNNNN/ per checkpoint, DIR/latest naming the newest, DIR/.ddp-train.lock; nothing else in DIR is touched")
+	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint; 0: --checkpoint gets one checkpoint, at the end of the run, or when a signal stops it)")
+	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints; --resume falls back past a damaged one to the newest intact one, with a warning (with 1, a damaged one is an error)")
+	fs.BoolVar(&c.overwriteCheckpoints, "overwrite-checkpoints", false, "start over in a --checkpoint directory that holds another run's checkpoints, deleting them (without it such a directory is refused)")
+	fs.StringVar(&c.resumeAllow, "resume-allow-changes", "", "with --resume, settings the run may change from the checkpoint's, comma-separated (world_size, seed, batch_size, grad_accum, optimizer, lr, comm_hook, powersgd_start_iter, model, shuffle, data); any other change is refused")
+	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a damaged checkpoint exits 2 naming the file)")
+	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i), with /healthz and /readyz; and /debug/* (pprof, state, flight) to loopback clients only, unless --debug-addr")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve /debug/pprof/, /debug/state and /debug/flight on host:port (worker i on port+i) to any client that reaches it (default: only to loopback clients of --metrics-addr)")
+	fs.StringVar(&c.flightDir, "flight-dir", "", "write each rank's flight recorder (its last 2000 collectives, torch's JSON layout) to DIR/nccl_trace_rank_N when a collective fails and on SIGUSR1; read them with 'ddp-train fr-trace DIR' (default: CHECKPOINT/flight with --checkpoint; otherwise a failure dumps nothing and SIGUSR1 dumps to the temporary directory)")
+	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 }
 
 // validate checks the flags in a fixed order and reports the first problem,
