@@ -85,6 +85,9 @@ func assemble(xPath, yPath string, f features, labels []int, classes int) (*Data
 		maxLabel = max(maxLabel, l)
 	}
 	if classes == 0 {
+		if err := checkLabelSpread(yPath, labels, maxLabel); err != nil {
+			return nil, err
+		}
 		classes = maxLabel + 1
 	}
 	if maxLabel >= classes {
@@ -96,6 +99,47 @@ func assemble(xPath, yPath string, f features, labels []int, classes int) (*Data
 		d *= s
 	}
 	return &Dataset{X: f.x, Y: labels, N: f.n, D: d, Classes: classes, Shape: f.shape}, nil
+}
+
+// Note [absurd labels]: without a class count, the largest label decides
+// the model's output layer, so one stray label (1000000 among digits)
+// would silently build a model of a million classes, gigabytes in every
+// process. A largest label above absurdLabel and more than
+// absurdSpread times the number of distinct labels is therefore refused,
+// naming it; a caller that means it gives the class count.
+const (
+	absurdLabel  = 1000
+	absurdSpread = 10
+)
+
+// checkLabelSpread refuses a largest label far beyond the labels seen
+// (Note [absurd labels]). Distinct labels are counted in a bitset of
+// maxLabel+1 bits, allocated only when maxLabel is at most absurdSpread
+// times the number of labels (else it cannot pass): about a byte per label.
+func checkLabelSpread(yPath string, labels []int, maxLabel int) error {
+	if maxLabel <= absurdLabel {
+		return nil
+	}
+	distinct, counted := len(labels), false // an upper bound until counted
+	if maxLabel <= absurdSpread*len(labels) {
+		seen := make([]uint64, maxLabel/64+1)
+		distinct, counted = 0, true
+		for _, l := range labels {
+			if seen[l/64]&(1<<(l%64)) == 0 {
+				seen[l/64] |= 1 << (l % 64)
+				distinct++
+			}
+		}
+	}
+	if maxLabel <= absurdSpread*distinct {
+		return nil
+	}
+	among := fmt.Sprintf("%d distinct labels", distinct)
+	if !counted {
+		among = fmt.Sprintf("%d labels", len(labels))
+	}
+	return inputErr(yPath, "label %d (index %d) is far beyond the others (%s): it would make a model of %d classes; fix the label, or if there are that many classes give their number (ddp-train: --classes %d)",
+		maxLabel, indexOf(labels, maxLabel), among, maxLabel+1, maxLabel+1)
 }
 
 func indexOf(s []int, v int) int {

@@ -10,7 +10,8 @@ import (
 // Load reads features from dataPath and labels from labelsPath, telling
 // each file's format by its first bytes, not its name: .npy (see LoadNPY)
 // or IDX (see LoadIDX), either possibly gzip-compressed. classes is the
-// number of classes, or 0 for the largest label plus one. Every error
+// number of classes, or 0 for the largest label plus one (refused when
+// that label is far beyond the others: Note [absurd labels]). Every error
 // matches ErrBadInput and names the file at fault.
 func Load(dataPath, labelsPath string, classes int) (*Dataset, error) {
 	return load(dataPath, labelsPath, classes, formatUnknown)
@@ -21,7 +22,8 @@ func Load(dataPath, labelsPath string, classes int) (*Dataset, error) {
 // samples that are themselves arrays, with any numeric dtype, and are used
 // as they are; NaN and infinite values are rejected. The labels are
 // integers of shape [N]. classes is the number of classes, or 0 for the
-// largest label plus one; labels must lie in [0, classes). Every error
+// largest label plus one (Note [absurd labels]); labels must lie in
+// [0, classes). Every error
 // matches ErrBadInput and names the file at fault.
 func LoadNPY(xPath, yPath string, classes int) (*Dataset, error) {
 	return load(xPath, yPath, classes, formatNPY)

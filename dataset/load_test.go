@@ -143,3 +143,38 @@ func TestFloatSpecialsRejected(t *testing.T) {
 		t.Errorf("NaN feature: %v", err)
 	}
 }
+
+// Note [absurd labels]: a largest label within 10 times the distinct
+// labels, or at most 1000, is taken as the class count; a stray one is
+// accepted when the class count is given.
+func TestLabelSpread(t *testing.T) {
+	dir := t.TempDir()
+	const n = 2000
+	wide := make([]int64, n) // 0, 10, 20, ...: 2000 distinct labels up to 19990
+	for i := range wide {
+		wide[i] = int64(10 * i)
+	}
+	x := put(t, dir, "x.npy", npyBytes(t, []int{n, 1}, make([]float32, n)))
+	y := put(t, dir, "y.npy", npyBytes(t, []int{n}, wide))
+	if ds, err := Load(x, y, 0); err != nil || ds.Classes != 10*(n-1)+1 {
+		t.Errorf("labels up to 10x their distinct count: %v", err)
+	}
+	stray := make([]int64, n)
+	stray[5] = 1000000
+	ys := put(t, dir, "ys.npy", npyBytes(t, []int{n}, stray))
+	if ds, err := Load(x, ys, 1000001); err != nil || ds.Classes != 1000001 {
+		t.Errorf("a stray label with the class count given: %v", err)
+	}
+	if _, err := Load(x, ys, 0); err == nil || !strings.Contains(err.Error(), "label 1000000 (index 5) is far beyond") {
+		t.Errorf("a stray label: %v", err)
+	}
+	few := slices.Repeat([]int64{0, 1500}, n/2) // counted: 2 distinct labels
+	if _, err := Load(x, put(t, dir, "y1500.npy", npyBytes(t, []int{n}, few)), 0); err == nil ||
+		!strings.Contains(err.Error(), "label 1500 (index 1) is far beyond the others (2 distinct labels): it would make a model of 1501 classes") {
+		t.Errorf("largest label 1500 of 2 distinct: %v", err)
+	}
+	small := slices.Repeat([]int64{0, 1000}, n/2) // the largest label at the threshold
+	if _, err := Load(x, put(t, dir, "y1000.npy", npyBytes(t, []int{n}, small)), 0); err != nil {
+		t.Errorf("largest label 1000: %v", err)
+	}
+}
