@@ -48,8 +48,22 @@ func main() {
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
 
-// run is ddp-train; it returns the exit code.
+// run is ddp-train; it returns the exit code. A worker of ddp-train's own
+// launcher exits exitWorkerUsage where ddp-train exits 2: Note [a crash is
+// not bad input].
 func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	code := runMain(args, lookup, stdout, stderr)
+	if code != 2 || lookup == nil {
+		return code
+	}
+	if _, launched := lookup(workerEnv); launched {
+		return exitWorkerUsage
+	}
+	return code
+}
+
+// runMain is ddp-train, whatever its role.
+func runMain(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "fr-trace" { // frtrace.go: merge flight-recorder dumps
 		return runFrTrace(args[1:], stdout, stderr)
 	}
@@ -170,7 +184,7 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		Settle:      settleTime, // Note [first is not the cause]
 		Retry: func(we *launch.WorkerError) bool { // bad input stays bad, and a diverged run diverges again
 			code := exitCode(rootCause(we).Err) // Note [first is not the cause]
-			return code != 2 && code != exitDiverged
+			return code != exitWorkerUsage && code != exitDiverged
 		},
 		Logger:     logger,
 		Env:        append(bar.env(), report.env()...),
@@ -178,9 +192,10 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
 		// A stopped worker's stacks go to the report: Note [a stopped rank's report].
 		StoppedStacks: report.stoppedStacks,
+		Crashed:       report.crashed, // Note [a crash is not bad input]
 		Node:          node, // nil on one machine
 	})
-	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go
+	return report.finish(launcherError(err, c, report), stderr) // elastic.go, debug.go
 }
 
 // lastReport returns the last error line a worker printed with report,
