@@ -193,7 +193,7 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		// A stopped worker's stacks go to the report: Note [a stopped rank's report].
 		StoppedStacks: report.stoppedStacks,
 		Crashed:       report.crashed, // Note [a crash is not bad input]
-		Node:          node, // nil on one machine
+		Node:          node,           // nil on one machine
 	})
 	return report.finish(launcherError(err, c, report), stderr) // elastic.go, debug.go
 }
