@@ -124,6 +124,26 @@ func (f *file) readFull(n int64, what string) ([]byte, error) {
 	return data, nil
 }
 
+// skipFull reads exactly n bytes from f, keeping none, and checks that
+// nothing follows: readFull's checks in constant memory.
+func (f *file) skipFull(n int64, what string) error {
+	got, err := io.CopyN(io.Discard, f.r, n)
+	switch {
+	case got < n && (err == nil || err == io.EOF):
+		return f.lengthErr(n, got, what)
+	case err != nil:
+		return &InputError{Path: f.path, Msg: "cannot read " + what + ": " + err.Error(), Err: err}
+	}
+	var one [1]byte
+	switch k, err := io.ReadFull(f.r, one[:]); {
+	case k > 0:
+		return f.lengthErr(n, n+1, what)
+	case err != io.EOF:
+		return &InputError{Path: f.path, Msg: "cannot read " + what + ": " + err.Error(), Err: err}
+	}
+	return nil
+}
+
 func (f *file) lengthErr(want, got int64, what string) error {
 	if got < want {
 		return inputErr(f.path, "is truncated: the header promises %d bytes of %s but only %d follow; download or write the file again", want, what, got)

@@ -66,17 +66,19 @@ func (f *file) idxImagesHeader() (declared, error) {
 	return declared{n: n, shape: []int{1, rows, cols}}, nil
 }
 
-// idxImages reads the images h describes, scaling pixels to [0, 1].
-func (f *file) idxImages(h declared) (features, error) {
-	pix, err := f.readFull(int64(h.n*h.shape[1]*h.shape[2]), "pixels")
+// idxImages reads the images h describes, as bytes (Note [compact
+// samples]); with check, it only checks that they are all there and drops
+// them as they arrive.
+func (f *file) idxImages(h declared, check bool) (features, error) {
+	n := int64(h.n * h.shape[1] * h.shape[2])
+	if check {
+		return features{n: h.n, shape: h.shape}, f.skipFull(n, "pixels")
+	}
+	pix, err := f.readFull(n, "pixels")
 	if err != nil {
 		return features{}, err
 	}
-	x := make([]float64, len(pix))
-	for i, p := range pix {
-		x[i] = float64(p) / 255
-	}
-	return features{x: x, n: h.n, shape: h.shape}, nil
+	return features{pixels: pix, n: h.n, shape: h.shape}, nil
 }
 
 // idxLabelsHeader reads an idx1-ubyte file's header.

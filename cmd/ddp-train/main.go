@@ -135,7 +135,8 @@ func report(stderr io.Writer, err error) int {
 	return 1
 }
 
-// runLauncher checks the inputs once, then starts the workers: the whole
+// runLauncher checks the inputs once, without holding the data set (Note
+// [memory follows the work]), then starts the workers: the whole
 // job, or with --nnodes this machine's share (nodes.go), whose outputs
 // and checkpoints rank 0's machine checks and holds.
 func runLauncher(ctx context.Context, c config, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
@@ -143,11 +144,11 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 	if err != nil {
 		return err
 	}
-	ds, err := loadData(c)
+	info, err := dataInfo(c) // the workers load it: Note [memory follows the work]
 	if err != nil {
 		return err
 	}
-	if err := checkInit(c, ds); err != nil {
+	if err := checkInit(c, info); err != nil {
 		return err
 	}
 	logger, err := newLogger(c, stderr)
@@ -155,6 +156,9 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		return err
 	}
 	defer logger.Sync()
+	if err := checkMemorySpec(c, info, 1, c.nproc, logger); err != nil {
+		return err
+	}
 	if err := checkOutputs(c, c.nodeRank == 0); err != nil { // Note [outputs only on success]
 		return err
 	}
