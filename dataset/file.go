@@ -90,6 +90,17 @@ func pathErrText(err error) string {
 	return err.Error()
 }
 
+// sized reports whether f is a regular file read as it is (not through
+// gzip), whose size readFull checks before it allocates.
+func (f *file) sized() bool {
+	osf, ok := f.r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := osf.Stat()
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // readFull reads exactly n bytes from f and checks that nothing follows.
 // A plain file's size is checked first; otherwise memory grows only as
 // data arrives (bounded.ReadFull), so a corrupt header, or a small gzip

@@ -74,11 +74,44 @@ func (f *file) idxImages(h declared, check bool) (features, error) {
 	if check {
 		return features{n: h.n, shape: h.shape}, f.skipFull(n, "pixels")
 	}
-	pix, err := f.readFull(n, "pixels")
+	if f.sized() {
+		pix, err := f.readFull(n, "pixels")
+		if err != nil {
+			return features{}, err
+		}
+		return features{pixels: pix, n: h.n, shape: h.shape}, nil
+	}
+	pix, err := f.readTwice(n, func(g *file) error { _, err := g.idxImagesHeader(); return err })
 	if err != nil {
 		return features{}, err
 	}
 	return features{pixels: pix, n: h.n, shape: h.shape}, nil
+}
+
+// Note [read twice]: a compressed stream's length is known only once it
+// has been read, so reading it into memory as it arrives (bounded.ReadFull)
+// costs up to twice its size at the end, when its pieces are joined.
+// readTwice reads it first into nothing, which checks its length in
+// constant memory, then opens it again and reads it into a buffer of
+// exactly the size it was found to have: a gzip IDX file costs its
+// inflated size once, for a second pass of decompression.
+func (f *file) readTwice(n int64, header func(*file) error) ([]byte, error) {
+	if err := f.skipFull(n, "pixels"); err != nil {
+		return nil, err
+	}
+	g, err := openFile(f.path)
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+	if err := header(g); err != nil {
+		return nil, err
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(g.r, data); err != nil {
+		return nil, &InputError{Path: f.path, Msg: "changed while it was read (" + err.Error() + "); read it again", Err: err}
+	}
+	return data, nil
 }
 
 // idxLabelsHeader reads an idx1-ubyte file's header.

@@ -97,22 +97,45 @@ func estimateMemory(c config, info dataset.Info, spec model.Spec, replicas, proc
 func checkMemory(m memEstimate, logger *zap.Logger) error {
 	logger.Debug("memory estimate", zap.Int64("per_process_bytes", m.perProcess()), zap.Int64("data_bytes", m.data),
 		zap.Int64("model_bytes", m.model), zap.Int64("runtime_bytes", m.runtime), zap.Int("processes", m.procs))
+	return m.check(readLimits())
+}
+
+// memLimits are the limits on a run's memory that are known; 0 (or
+// cgroup "") where one is not.
+type memLimits struct {
+	as         int64  // RLIMIT_AS, per process
+	vmSize     int64  // this process's address space now
+	cgroup     string // the memory.max file of the cgroup
+	cgroupLeft int64  // what it leaves: memory.max less memory.current
+	machine    int64  // memory and swap
+}
+
+// readLimits reads the limits of this process.
+func readLimits() memLimits {
+	l := memLimits{vmSize: selfStatus("VmSize"), machine: meminfo("MemTotal") + meminfo("SwapTotal")}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_AS, &lim); err == nil && lim.Cur != unix.RLIM_INFINITY && lim.Cur < 1<<62 {
+		l.as = int64(lim.Cur)
+	}
+	l.cgroup, l.cgroupLeft, _ = cgroupLeft()
+	return l
+}
+
+// check compares m with the limits l.
+func (m memEstimate) check(l memLimits) error {
 	what := fmt.Sprintf("about %s per process (data %s, model %s, runtime %s)", bytesText(m.perProcess()), bytesText(m.data), bytesText(m.model), bytesText(m.runtime))
 	all := m.perProcess() * int64(m.procs)
 	if m.procs > 1 {
 		what = fmt.Sprintf("about %s: %d processes of %s", bytesText(all), m.procs, what[len("about "):])
 	}
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_AS, &lim); err == nil && lim.Cur != unix.RLIM_INFINITY {
-		if need := selfStatus("VmSize") + m.data + m.model + addressSlack; uint64(need) > lim.Cur {
-			return usagef("the run needs %s, and its address space %s, more than the %s that RLIMIT_AS (ulimit -v) allows each process; use a smaller data set (--samples) or model, or raise the limit", what, bytesText(need), bytesText(int64(lim.Cur)))
-		}
+	if need := l.vmSize + m.data + m.model + addressSlack; l.as > 0 && need > l.as {
+		return usagef("the run needs %s, and its address space %s, more than the %s that RLIMIT_AS (ulimit -v) allows each process; use a smaller data set (--samples) or model, or raise the limit", what, bytesText(need), bytesText(l.as))
 	}
-	if path, left, ok := cgroupLeft(); ok && all > left {
-		return usagef("the run needs %s, more than the %s its cgroup's memory.max leaves (%s); use a smaller data set (--samples), model or --nproc, or raise the limit", what, bytesText(left), path)
+	if l.cgroup != "" && all > l.cgroupLeft {
+		return usagef("the run needs %s, more than the %s its cgroup's memory.max leaves (%s); use a smaller data set (--samples), model or --nproc, or raise the limit", what, bytesText(l.cgroupLeft), l.cgroup)
 	}
-	if total := meminfo("MemTotal") + meminfo("SwapTotal"); total > 0 && all > total {
-		return usagef("the run needs %s, more than the %s of memory and swap this machine has; use a smaller data set (--samples), model or --nproc", what, bytesText(total))
+	if l.machine > 0 && all > l.machine {
+		return usagef("the run needs %s, more than the %s of memory and swap this machine has; use a smaller data set (--samples), model or --nproc", what, bytesText(l.machine))
 	}
 	return nil
 }
