@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -161,5 +163,52 @@ func TestGzipBombCostsItsSize(t *testing.T) {
 	}
 	if base > 100<<20 || growth > limit {
 		t.Errorf("the launcher's peak RSS is %d (want under 100 MiB: no data), the worker's is %.2f bytes per byte of pixels beyond it (want under %g)", base, growth, limit)
+	}
+}
+
+var estimateRE = regexp.MustCompile(`"msg":"memory estimate","per_process_bytes":(\d+)`)
+
+// Note [memory follows the work]: the estimate is within a factor of two
+// of the peak RSS of a real run (one process, --backend local), whether
+// the data or the model dominates. The race detector's shadow memory is
+// not in the estimate; under it the peak may be up to 4 times as much.
+func TestMemoryEstimateIsHonest(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{
+		{"data", []string{"--samples", "200000", "--hidden", "16"}},                             // 51 MB of features
+		{"model", []string{"--samples", "512", "--hidden", "1536,1536", "--optimizer", "adam"}}, // 2.4M parameters
+		{"momentum, two replicas", []string{"--samples", "50000", "--hidden", "1024,1024", "--optimizer", "momentum", "--nproc", "2"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			self, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			flags := append([]string{"--backend", "local", "--nproc", "1", "--steps", "3", "--batch-size", "64", "--log-format", "json", "--log-level", "debug", "--timeout", "60s"}, c.flags...)
+			cmd := exec.Command(self, flags...)
+			cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+			m := estimateRE.FindStringSubmatch(stderr.String())
+			if m == nil {
+				t.Fatalf("no memory estimate logged\n%s", stderr.String())
+			}
+			estimate, _ := strconv.ParseInt(m[1], 10, 64)
+			peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+			ratio := float64(peak) / float64(estimate)
+			t.Logf("estimate %d, peak RSS %d: %.2f", estimate, peak, ratio)
+			lo, hi := 0.5, 2.0
+			if raceBuild {
+				hi = 4
+			}
+			if ratio < lo || ratio > hi {
+				t.Errorf("peak RSS %d is %.2f times the estimate %d; want %g to %g", peak, ratio, estimate, lo, hi)
+			}
+		})
 	}
 }
