@@ -340,7 +340,11 @@ func crashError(we *launch.WorkerError, report reportDir, c config) error {
 	}
 	what := fmt.Sprintf("worker rank %d crashed", we.Rank)
 	if c.maxRestarts > 0 {
-		what += fmt.Sprintf(" (after %d restarts; --max-restarts %d)", we.Attempt, c.maxRestarts)
+		plural := "s"
+		if we.Attempt == 1 {
+			plural = ""
+		}
+		what += fmt.Sprintf(" (after %d restart%s; --max-restarts %d)", we.Attempt, plural, c.maxRestarts)
 	}
 	return fmt.Errorf("%s: %s (a Go runtime crash, not bad input; the full report is in %s)", what, first, report.crashFile(we.Rank))
 }
