@@ -212,3 +212,51 @@ func TestMemoryEstimateIsHonest(t *testing.T) {
 		})
 	}
 }
+
+// Note [a crash is not bad input]: a crash is a failed run, which
+// --max-restarts restarts; a worker's bad input (a damaged checkpoint,
+// found by the workers only) is exit 2 and never restarted.
+func TestCrashRestartedBadInputNot(t *testing.T) {
+	run := startTrain(t, args("--steps", "1000000", "--log-every", "10", "--max-restarts", "1", "--restart-backoff", "10ms")...)
+	run.waitStep(t, 10)
+	crash := func() {
+		if err := syscall.Kill(waitForWorker(t, run.cmd.Process.Pid, "1"), syscall.SIGQUIT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crash()
+	waitFor := func(what string, from int) int { // the end of what's first appearance at or after from
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if i := strings.Index(run.stderr.String()[from:], what); i >= 0 {
+				return from + i + len(what)
+			}
+		}
+		t.Fatalf("no %q after the first crash:\n%s", what, run.stderr.String())
+		return 0
+	}
+	waitFor(`"msg":"train"`, waitFor("restarting every worker", 0)) // the restarted job is training
+	crash()
+	code := run.wait(t)
+	stderr := run.stderr.String()
+	if code != 1 || !strings.Contains(stderr, "restarting every worker") || !strings.Contains(stderr, "worker rank 1 crashed (after 1 restart; --max-restarts 1): SIGQUIT: quit") {
+		t.Fatalf("exit %d, want 1 after a restart, naming the crash\n%s", code, stderr)
+	}
+	if m := regexp.MustCompile(`the full report is in (\S+)/rank-1/crash\.txt`).FindStringSubmatch(stderr); m != nil {
+		os.RemoveAll(m[1])
+	}
+
+	ck := filepath.Join(t.TempDir(), "ck")
+	common := args("--checkpoint", ck, "--max-restarts", "2", "--restart-backoff", "10ms")
+	if r := ddpTrain(t, append(common, "--steps", "2", "--checkpoint-every", "2")...); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	params, _ := filepath.Glob(filepath.Join(ck, "*", "*.npy"))
+	if len(params) == 0 {
+		t.Fatalf("no parameters in %s", ck)
+	}
+	defer flipMiddle(t, params[0])()
+	r := ddpTrain(t, append(common, "--steps", "4", "--resume")...)
+	if last := lastLine(r.stderr); r.code != 2 || !strings.Contains(last, "damaged") || strings.Contains(r.stderr, "restarting every worker") {
+		t.Fatalf("a damaged checkpoint: exit %d, want 2 without a restart\n%s", r.code, r.stderr)
+	}
+}
