@@ -330,7 +330,12 @@ const exitWorkerUsage = 5
 // tell the two apart from outside, and a dying process cannot change its
 // runtime's status: a crash exits 2 with Go's report on stderr, as any Go
 // program's does. What ddp-train does there is refuse up front what would
-// exhaust memory (Note [memory follows the work]).
+// exhaust memory (Note [memory follows the work]). Nor can any process
+// report its own runtime's death: under a small ulimit -v (below about
+// 1.5 GiB) the Go runtime may fail to start a thread at any moment, even
+// before main; checkAddressSpace, ddp-train's first act, refuses such a
+// limit with one line when it gets to run (under ulimit -v 800000, three
+// times in four).
 
 // crashError is the launcher's error for a worker that crashed.
 func crashError(we *launch.WorkerError, report reportDir, c config) error {

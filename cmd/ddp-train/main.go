@@ -67,6 +67,9 @@ func runMain(args []string, lookup func(string) (string, bool), stdout, stderr i
 	if len(args) > 0 && args[0] == "fr-trace" { // frtrace.go: merge flight-recorder dumps
 		return runFrTrace(args[1:], stdout, stderr)
 	}
+	if err := checkAddressSpace(); err != nil { // before the runtime needs more threads: memory.go
+		return report(stderr, err)
+	}
 	stderr, con := attachConsole(stderr) // terminal.go: Note [one writer owns the terminal]
 	defer con.close()
 	c, err := parseFlags(args, stderr)

@@ -54,12 +54,27 @@ func (m memEstimate) perProcess() int64 { return m.data + m.model + m.runtime }
 // checkpoint's float64 copies, measured (TestMemoryEstimateIsHonest).
 const modelCopies = 6
 
-// addressSlack is the address space a process takes beyond its size at
+// addressSlack is the address space a process maps beyond its size at
 // the check and its data and model: the threads it has yet to start, each
-// with its stack and the C library's 64 MiB malloc arena (a ddp-train
-// worker maps about 2.1 GiB, of which 0.7 GiB are such arenas, while its
-// RSS is 40 MiB).
-const addressSlack = 512 << 20
+// with its stack and the C library's 64 MiB malloc arena. Measured: under
+// ulimit -v 1500000 ddp-train sometimes fails to start a thread, under
+// 2000000 never, and by its first line it maps about 1.4 and 1.6 GiB
+// there (the Go runtime reserves less where the limit is lower); without
+// a limit a worker maps about 2.1 GiB, its RSS being 40 MiB.
+const addressSlack = 256 << 20
+
+// checkAddressSpace refuses, first thing, an RLIMIT_AS (ulimit -v) that
+// leaves this process less than addressSlack beyond what it maps already:
+// the threads the Go runtime starts next would fail to get their stacks
+// and malloc arenas, and it would die with exit status 2 and its stacks
+// (Note [a crash is not bad input]).
+func checkAddressSpace() error {
+	l := readLimits()
+	if need := l.vmSize + addressSlack; l.as > 0 && need > l.as {
+		return usagef("RLIMIT_AS (ulimit -v) allows each process %s of address space, and ddp-train needs at least %s to start its threads; raise the limit (ulimit -v unlimited)", bytesText(l.as), bytesText(need))
+	}
+	return nil
+}
 
 // optimizerState is how many values per parameter an optimizer keeps.
 func optimizerState(name string) int64 {

@@ -74,7 +74,7 @@ func TestMemoryLimits(t *testing.T) {
 		l    memLimits
 		want string
 	}{
-		{"RLIMIT_AS", memLimits{as: 2 * gib, vmSize: gib}, "and its address space 2.5 GiB, more than the 2.0 GiB that RLIMIT_AS (ulimit -v) allows each process"},
+		{"RLIMIT_AS", memLimits{as: 2 * gib, vmSize: gib}, "and its address space 2.3 GiB, more than the 2.0 GiB that RLIMIT_AS (ulimit -v) allows each process"},
 		{"cgroup", memLimits{cgroup: "/sys/fs/cgroup/job/memory.max", cgroupLeft: 2 * gib}, "the run needs about 2.1 GiB: 2 processes of 1.0 GiB per process (data 1.0 GiB, model 10.0 MiB, runtime 30.0 MiB), more than the 2.0 GiB its cgroup's memory.max leaves (/sys/fs/cgroup/job/memory.max)"},
 		{"machine", memLimits{machine: 2 * gib}, "more than the 2.0 GiB of memory and swap this machine has"},
 		{"fits", memLimits{as: 3 * gib, vmSize: gib, cgroup: "x", cgroupLeft: 3 * gib, machine: 3 * gib}, ""},
