@@ -40,7 +40,7 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	if c.ownLauncher { // which checked the memory of the whole job
 		ds, err = loadData(c)
 	} else {
-		ds, err = loadChecked(c, 1, 1, logger)
+		ds, err = loadChecked(c, 1, max(e.LocalWorldSize, 1), logger) // the machine's workers share its memory
 	}
 	if err != nil {
 		return err
