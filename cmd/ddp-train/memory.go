@@ -21,8 +21,7 @@ package main
 //     debug), is within a factor of two of the peak RSS of real runs (0.87
 //     to 1.04 on three MLPs after 10 steps: TestMemoryEstimateIsHonest;
 //     the race detector's shadow memory doubles the peak); the activations
-//     of a CNN on large
-//     images are not counted.
+//     of a CNN on large images are not counted.
 
 import (
 	"bufio"
