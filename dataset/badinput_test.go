@@ -58,6 +58,8 @@ func TestBadInput(t *testing.T) {
 		{"IDX no pixels", Load, f("i0", idx([]uint32{2, 0, 2}, nil)), labels, 0, "i0", "0×2 pixels", false},
 		{"IDX too large", Load, f("ib", idx([]uint32{0xffffffff, 0xffffffff, 0xffffffff}, nil)), labels, 0, "ib", "more than the", false},
 		{"IDX counts differ", Load, images, f("l3", idx([]uint32{3}, []byte{1, 2, 3})), 0, "l3", "has 3 labels but", false},
+		{"stray label", Load, x, f("ys.npy", npyBytes(t, []int{3}, []int64{0, 1000000, 2})), 0, "ys.npy", "label 1000000 (index 1) is far beyond the others (3 labels): it would make a model of 1000001 classes; fix the label, or if there are that many classes give their number (ddp-train: --classes 1000001)", false},
+		{"stray label, too few to count", Load, x, f("yb.npy", npyBytes(t, []int{3}, []int64{0, 1 << 40, 2})), 0, "yb.npy", "(3 labels)", false},
 		{"LoadNPY of IDX", LoadNPY, images, y, 0, images, "is not a .npy file", false},
 		{"LoadIDX of npy", LoadIDX, images, y, 0, y, "is not an IDX file", false},
 	} {

@@ -16,5 +16,8 @@
 // read first, and the sizes they declare checked against each other and
 // against MaxValues before any data is read; data then arrives in chunks,
 // so a compressed stream that declares more than it holds costs only what
-// it holds.
+// it holds. What is loaded is held compactly: IDX pixels stay a byte each
+// (Dataset.Pixels), and become float64 only as a batch is gathered.
+// Inspect checks files as Load does without holding their samples, for a
+// launcher that leaves the loading to its workers.
 package dataset

@@ -90,6 +90,17 @@ func pathErrText(err error) string {
 	return err.Error()
 }
 
+// sized reports whether f is a regular file read as it is (not through
+// gzip), whose size readFull checks before it allocates.
+func (f *file) sized() bool {
+	osf, ok := f.r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := osf.Stat()
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // readFull reads exactly n bytes from f and checks that nothing follows.
 // A plain file's size is checked first; otherwise memory grows only as
 // data arrives (bounded.ReadFull), so a corrupt header, or a small gzip
@@ -122,6 +133,26 @@ func (f *file) readFull(n int64, what string) ([]byte, error) {
 		return nil, &InputError{Path: f.path, Msg: "cannot read " + what + ": " + err.Error(), Err: err}
 	}
 	return data, nil
+}
+
+// skipFull reads exactly n bytes from f, keeping none, and checks that
+// nothing follows: readFull's checks in constant memory.
+func (f *file) skipFull(n int64, what string) error {
+	got, err := io.CopyN(io.Discard, f.r, n)
+	switch {
+	case got < n && (err == nil || err == io.EOF):
+		return f.lengthErr(n, got, what)
+	case err != nil:
+		return &InputError{Path: f.path, Msg: "cannot read " + what + ": " + err.Error(), Err: err}
+	}
+	var one [1]byte
+	switch k, err := io.ReadFull(f.r, one[:]); {
+	case k > 0:
+		return f.lengthErr(n, n+1, what)
+	case err != io.EOF:
+		return &InputError{Path: f.path, Msg: "cannot read " + what + ": " + err.Error(), Err: err}
+	}
+	return nil
 }
 
 func (f *file) lengthErr(want, got int64, what string) error {

@@ -66,17 +66,52 @@ func (f *file) idxImagesHeader() (declared, error) {
 	return declared{n: n, shape: []int{1, rows, cols}}, nil
 }
 
-// idxImages reads the images h describes, scaling pixels to [0, 1].
-func (f *file) idxImages(h declared) (features, error) {
-	pix, err := f.readFull(int64(h.n*h.shape[1]*h.shape[2]), "pixels")
+// idxImages reads the images h describes, as bytes (Note [compact
+// samples]); with check, it only checks that they are all there and drops
+// them as they arrive.
+func (f *file) idxImages(h declared, check bool) (features, error) {
+	n := int64(h.n * h.shape[1] * h.shape[2])
+	if check {
+		return features{n: h.n, shape: h.shape}, f.skipFull(n, "pixels")
+	}
+	if f.sized() {
+		pix, err := f.readFull(n, "pixels")
+		if err != nil {
+			return features{}, err
+		}
+		return features{pixels: pix, n: h.n, shape: h.shape}, nil
+	}
+	pix, err := f.readTwice(n, func(g *file) error { _, err := g.idxImagesHeader(); return err })
 	if err != nil {
 		return features{}, err
 	}
-	x := make([]float64, len(pix))
-	for i, p := range pix {
-		x[i] = float64(p) / 255
+	return features{pixels: pix, n: h.n, shape: h.shape}, nil
+}
+
+// Note [read twice]: a compressed stream's length is known only once it
+// has been read, so reading it into memory as it arrives (bounded.ReadFull)
+// costs up to twice its size at the end, when its pieces are joined.
+// readTwice reads it first into nothing, which checks its length in
+// constant memory, then opens it again and reads it into a buffer of
+// exactly the size it was found to have: a gzip IDX file costs its
+// inflated size once, for a second pass of decompression.
+func (f *file) readTwice(n int64, header func(*file) error) ([]byte, error) {
+	if err := f.skipFull(n, "pixels"); err != nil {
+		return nil, err
 	}
-	return features{x: x, n: h.n, shape: h.shape}, nil
+	g, err := openFile(f.path)
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+	if err := header(g); err != nil {
+		return nil, err
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(g.r, data); err != nil {
+		return nil, &InputError{Path: f.path, Msg: "changed while it was read (" + err.Error() + "); read it again", Err: err}
+	}
+	return data, nil
 }
 
 // idxLabelsHeader reads an idx1-ubyte file's header.

@@ -10,10 +10,11 @@ import (
 // Load reads features from dataPath and labels from labelsPath, telling
 // each file's format by its first bytes, not its name: .npy (see LoadNPY)
 // or IDX (see LoadIDX), either possibly gzip-compressed. classes is the
-// number of classes, or 0 for the largest label plus one. Every error
+// number of classes, or 0 for the largest label plus one (refused when
+// that label is far beyond the others: Note [absurd labels]). Every error
 // matches ErrBadInput and names the file at fault.
 func Load(dataPath, labelsPath string, classes int) (*Dataset, error) {
-	return load(dataPath, labelsPath, classes, formatUnknown)
+	return load(dataPath, labelsPath, classes, formatUnknown, false)
 }
 
 // LoadNPY reads features and labels from .npy files (gzip-compressed
@@ -21,10 +22,11 @@ func Load(dataPath, labelsPath string, classes int) (*Dataset, error) {
 // samples that are themselves arrays, with any numeric dtype, and are used
 // as they are; NaN and infinite values are rejected. The labels are
 // integers of shape [N]. classes is the number of classes, or 0 for the
-// largest label plus one; labels must lie in [0, classes). Every error
+// largest label plus one (Note [absurd labels]); labels must lie in
+// [0, classes). Every error
 // matches ErrBadInput and names the file at fault.
 func LoadNPY(xPath, yPath string, classes int) (*Dataset, error) {
-	return load(xPath, yPath, classes, formatNPY)
+	return load(xPath, yPath, classes, formatNPY, false)
 }
 
 // LoadIDX reads MNIST-style IDX files, plain or gzip-compressed: images in
@@ -34,8 +36,37 @@ func LoadNPY(xPath, yPath string, classes int) (*Dataset, error) {
 // sample has Shape [1, rows, cols]. classes is as for LoadNPY (10 for
 // MNIST when 0). Every error matches ErrBadInput and names the file.
 func LoadIDX(imagesPath, labelsPath string, classes int) (*Dataset, error) {
-	return load(imagesPath, labelsPath, classes, formatIDX)
+	return load(imagesPath, labelsPath, classes, formatIDX, false)
 }
+
+// Inspect checks the files as Load does, every check included, and
+// returns what Load would load without holding it: IDX pixels are read
+// and dropped as they arrive, in constant memory; .npy features are read
+// whole, checked and dropped (Note [inspect, then load]).
+func Inspect(dataPath, labelsPath string, classes int) (Info, error) {
+	ds, err := load(dataPath, labelsPath, classes, formatUnknown, true)
+	if err != nil {
+		return Info{}, err
+	}
+	info := ds.Info()
+	info.Bytes = int64(ds.N) * int64(ds.D) * 8
+	if f, err := openFile(dataPath); err == nil { // read and checked already
+		if f.format == formatIDX {
+			info.Bytes = int64(ds.N) * int64(ds.D) // Note [compact samples]
+		}
+		f.close()
+	}
+	return info, nil
+}
+
+// Note [inspect, then load]: a launcher checks the input once, before it
+// starts any worker, so that bad input is one line and exit 2, not a
+// failure in every worker; but it need not hold the data, which only the
+// workers train on. Inspect streams an IDX file's pixels (a gzip stream
+// that inflates 1000-fold costs the launcher nothing); a .npy file is
+// decoded in one piece, as Load does, checked for NaN and infinities and
+// dropped, so the launcher's peak is the loading's, and it is freed
+// before the workers start.
 
 // MaxValues is the most feature values, and the most labels, a data set
 // may hold: 2³¹−1, as many as an IDX file's pixels. In memory that is up
@@ -50,7 +81,7 @@ const MaxValues = math.MaxInt32
 // other and against MaxValues, before the data of either is read, so a
 // file that declares more than it holds (a small gzip stream that claims
 // gigabytes) or more than its partner fails at once.
-func load(xPath, yPath string, classes int, want format) (*Dataset, error) {
+func load(xPath, yPath string, classes int, want format, check bool) (*Dataset, error) {
 	if yPath == "" {
 		return nil, inputErr(xPath, "has no labels file to go with it; give one")
 	}
@@ -75,7 +106,7 @@ func load(xPath, yPath string, classes int, want format) (*Dataset, error) {
 	if yh.n != xh.n {
 		return nil, inputErr(yPath, "has %d labels but %s has %d samples; give exactly one label per sample, in the same order", yh.n, xPath, xh.n)
 	}
-	f, err := xf.readFeatures(xh)
+	f, err := xf.readFeatures(xh, check)
 	if err != nil {
 		return nil, err
 	}
@@ -155,10 +186,11 @@ func (f *file) labelsHeader() (declared, error) {
 	return declared{n: h.Shape[0], npy: h}, nil // load checks n against the features
 }
 
-// readFeatures reads the data of the features h describes.
-func (f *file) readFeatures(h declared) (features, error) {
+// readFeatures reads the data of the features h describes; with check,
+// it checks them and drops them.
+func (f *file) readFeatures(h declared, check bool) (features, error) {
 	if f.format == formatIDX {
-		return f.idxImages(h)
+		return f.idxImages(h, check)
 	}
 	a, err := npy.ReadData(f.r, h.npy)
 	if err != nil {
@@ -173,6 +205,9 @@ func (f *file) readFeatures(h declared) (features, error) {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return features{}, inputErr(f.path, "sample %d has the value %v in feature %d; remove or replace NaN and infinite values", i/d, v, i%d)
 		}
+	}
+	if check {
+		x = nil
 	}
 	return features{x: x, n: h.n, shape: h.shape}, nil
 }

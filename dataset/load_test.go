@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -106,9 +108,15 @@ func TestLoadIDX(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
+			x, y := make([]float64, len(want)), make([]int, 3)
+			ds.Gather([]int{0, 1, 2}, x, y)
 			if ds.N != 3 || ds.D != 4 || ds.Classes != 10 || !slices.Equal(ds.Shape, []int{1, 2, 2}) ||
-				!slices.Equal(ds.X, want) || !slices.Equal(ds.Y, []int{7, 0, 9}) {
+				!slices.Equal(x, want) || !slices.Equal(y, []int{7, 0, 9}) || ds.X != nil || !bytes.Equal(ds.Pixels, pixels) {
 				t.Errorf("%s: got %+v", c.name, ds)
+			}
+			info, err := Inspect(c.x, c.y, 0)
+			if err != nil || !reflect.DeepEqual(info, ds.Info()) || info.Bytes != int64(len(pixels)) {
+				t.Errorf("%s: Inspect gives %+v, %v; Load %+v", c.name, info, err, ds.Info())
 			}
 		}
 	}
@@ -141,5 +149,79 @@ func TestFloatSpecialsRejected(t *testing.T) {
 	_, err := Load(x, y, 0)
 	if !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "sample 1 has the value NaN in feature 0") {
 		t.Errorf("NaN feature: %v", err)
+	}
+}
+
+// Note [absurd labels]: a largest label within 10 times the distinct
+// labels, or at most 1000, is taken as the class count; a stray one is
+// accepted when the class count is given.
+func TestLabelSpread(t *testing.T) {
+	dir := t.TempDir()
+	const n = 2000
+	wide := make([]int64, n) // 0, 10, 20, ...: 2000 distinct labels up to 19990
+	for i := range wide {
+		wide[i] = int64(10 * i)
+	}
+	x := put(t, dir, "x.npy", npyBytes(t, []int{n, 1}, make([]float32, n)))
+	y := put(t, dir, "y.npy", npyBytes(t, []int{n}, wide))
+	if ds, err := Load(x, y, 0); err != nil || ds.Classes != 10*(n-1)+1 {
+		t.Errorf("labels up to 10x their distinct count: %v", err)
+	}
+	stray := make([]int64, n)
+	stray[5] = 1000000
+	ys := put(t, dir, "ys.npy", npyBytes(t, []int{n}, stray))
+	if ds, err := Load(x, ys, 1000001); err != nil || ds.Classes != 1000001 {
+		t.Errorf("a stray label with the class count given: %v", err)
+	}
+	if _, err := Load(x, ys, 0); err == nil || !strings.Contains(err.Error(), "label 1000000 (index 5) is far beyond") {
+		t.Errorf("a stray label: %v", err)
+	}
+	few := slices.Repeat([]int64{0, 1500}, n/2) // counted: 2 distinct labels
+	if _, err := Load(x, put(t, dir, "y1500.npy", npyBytes(t, []int{n}, few)), 0); err == nil ||
+		!strings.Contains(err.Error(), "label 1500 (index 1) is far beyond the others (2 distinct labels): it would make a model of 1501 classes") {
+		t.Errorf("largest label 1500 of 2 distinct: %v", err)
+	}
+	small := slices.Repeat([]int64{0, 1000}, n/2) // the largest label at the threshold
+	if _, err := Load(x, put(t, dir, "y1000.npy", npyBytes(t, []int{n}, small)), 0); err != nil {
+		t.Errorf("largest label 1000: %v", err)
+	}
+}
+
+// Note [inspect, then load]: Inspect checks a gzip IDX file that inflates
+// to 16 MB in constant memory, and finds what Load finds wrong.
+func TestInspectStreams(t *testing.T) {
+	dir := t.TempDir()
+	const n = 20000 // 28×28 zero images: 15.7 MB, about 16 KB gzipped
+	images := put(t, dir, "images.gz", gz(t, idx([]uint32{n, 28, 28}, make([]byte, n*28*28))))
+	digits := make([]byte, n)
+	for i := range digits {
+		digits[i] = byte(i % 10)
+	}
+	labels := put(t, dir, "labels.gz", gz(t, idx([]uint32{n}, digits)))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	info, err := Inspect(images, labels, 0)
+	runtime.ReadMemStats(&after)
+	if err != nil || info.N != n || info.D != 784 || info.Classes != 10 || info.Bytes != n*784 {
+		t.Fatalf("got %+v, %v", info, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > n*784/8 {
+		t.Errorf("Inspect allocated %d bytes for %d bytes of pixels; want constant memory (labels aside)", alloc, n*784)
+	}
+	short := put(t, dir, "short.gz", gz(t, idx([]uint32{n, 28, 28}, make([]byte, n*28*28-1))))
+	if _, err := Inspect(short, labels, 0); err == nil || !strings.Contains(err.Error(), "is truncated") {
+		t.Errorf("a truncated file: %v", err)
+	}
+	long := put(t, dir, "long.gz", gz(t, idx([]uint32{n, 28, 28}, make([]byte, n*28*28+1))))
+	if _, err := Inspect(long, labels, 0); err == nil || !strings.Contains(err.Error(), "bytes after") {
+		t.Errorf("trailing bytes: %v", err)
+	}
+	x := put(t, dir, "x.npy", npyBytes(t, []int{2, 2}, []float64{0, 1, math.NaN(), 3}))
+	y := put(t, dir, "y.npy", npyBytes(t, []int{2}, []int64{0, 1}))
+	if _, err := Inspect(x, y, 0); err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Errorf("a NaN: %v", err)
+	}
+	if info, err := Inspect(put(t, dir, "x2.npy", npyBytes(t, []int{2, 2}, []float32{0, 1, 2, 3})), y, 0); err != nil || info.Bytes != 32 || info.D != 2 {
+		t.Errorf(".npy: %+v, %v", info, err)
 	}
 }

@@ -179,6 +179,20 @@ func (r reportDir) stoppedStacks(rank int) (io.WriteCloser, error) {
 	return f, nil
 }
 
+// crashed opens the file that takes a crashed rank's Go runtime report:
+// Note [a crash is not bad input].
+func (r reportDir) crashed(rank int) (io.WriteCloser, error) {
+	if err := os.MkdirAll(filepath.Dir(r.crashFile(rank)), 0o755); err != nil {
+		return nil, err
+	}
+	return os.Create(r.crashFile(rank))
+}
+
+// crashFile is where crashed writes rank's report.
+func (r reportDir) crashFile(rank int) string {
+	return filepath.Join(r.path, "rank-"+strconv.Itoa(rank), "crash.txt")
+}
+
 // reportDir is the launcher's side of the failure report: a directory
 // made before the workers start, kept and named when the job fails,
 // removed when it ends well.

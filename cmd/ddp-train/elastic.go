@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -244,7 +245,7 @@ func elasticWorker(c config, e env.Config, launched bool, stderr io.Writer) conf
 
 // launcherError turns the launcher's error into ddp-train's: a failed
 // worker named, with its last line; a stop on a signal as 128+signal.
-func launcherError(err error, c config) error {
+func launcherError(err error, c config, report reportDir) error {
 	var we *launch.WorkerError
 	if !errors.As(err, &we) {
 		return err
@@ -266,6 +267,9 @@ func launcherError(err error, c config) error {
 		}
 		return &signalled{msg: msg, in: &launch.Interrupted{Signal: sig}}
 	}
+	if exitCode(we.Err) == 2 { // the Go runtime's: Note [a crash is not bad input]
+		return crashError(we, report, c)
+	}
 	if h := culpritHeadline(all); h != "" && (exitCode(we.Err) == exitPeerFailed || killed(we.Err)) {
 		return culpritError(h, we, line, c) // Note [the headline names the culprit]
 	}
@@ -281,15 +285,18 @@ func launcherError(err error, c config) error {
 		what += fmt.Sprintf(" (after %d restart%s; --max-restarts %d)", we.Attempt, plural, c.maxRestarts)
 	}
 	status := we.Err.Error()
-	if exitCode(we.Err) == exitPeerFailed { // every failure came from a peer: the line names the culprit
+	switch exitCode(we.Err) {
+	case exitPeerFailed: // every failure came from a peer: the line names the culprit
 		status = "it lost a peer or the store"
+	case exitWorkerUsage:
+		status = "exit status 2" // what it would have exited with on its own
 	}
 	err = fmt.Errorf("%s: %s", what, status)
 	if line != "" {
 		err = fmt.Errorf("%s: %s: %s", what, status, line)
 	}
 	switch exitCode(we.Err) {
-	case 2:
+	case exitWorkerUsage:
 		return usageError{err}
 	case exitDiverged:
 		return &divergedError{msg: err.Error()}
@@ -303,6 +310,63 @@ func launcherError(err error, c config) error {
 // names another worker's failure as the cause when there is one. Users
 // never see it: the launcher reports 1.
 const exitPeerFailed = 4
+
+// exitWorkerUsage is the exit code of a worker of ddp-train's own
+// launcher that found bad flags or bad input, where ddp-train exits 2:
+// the launcher exits 2 for it, and never restarts it. Users never see it.
+// Note [a crash is not bad input].
+const exitWorkerUsage = 5
+
+// Note [a crash is not bad input]: the Go runtime exits with status 2 when
+// a program panics, runs out of memory or hits a fatal error, the code
+// ddp-train documents as "bad flags or bad input, do not retry". So a
+// worker of ddp-train's own launcher reports its bad input with
+// exitWorkerUsage instead, and the launcher takes a worker's status 2 for
+// a crash: it exits 1 (retryable; --max-restarts restarts it) with one
+// line, the first of the runtime's report and the file that holds it
+// all (launch.Spec.Crashed diverts the report there, off the terminal:
+// rank-N/crash.txt in the report directory, Note [debug endpoint and
+// report]). Under another launcher (torchrun, srun, mpirun) nothing can
+// tell the two apart from outside, and a dying process cannot change its
+// runtime's status: a crash exits 2 with Go's report on stderr, as any Go
+// program's does. What ddp-train does there is refuse up front what would
+// exhaust memory (Note [memory follows the work]). Nor can any process
+// report its own runtime's death: under a small ulimit -v (below about
+// 1.5 GiB) the Go runtime may fail to start a thread at any moment, even
+// before main; checkAddressSpace, ddp-train's first act, refuses such a
+// limit with one line when it gets to run (under ulimit -v 800000, three
+// times in four).
+
+// crashError is the launcher's error for a worker that crashed.
+func crashError(we *launch.WorkerError, report reportDir, c config) error {
+	first := crashLine(we.Tail)
+	if first == "" {
+		first = "the Go runtime's exit status 2"
+	}
+	what := fmt.Sprintf("worker rank %d crashed", we.Rank)
+	if c.maxRestarts > 0 {
+		plural := "s"
+		if we.Attempt == 1 {
+			plural = ""
+		}
+		what += fmt.Sprintf(" (after %d restart%s; --max-restarts %d)", we.Attempt, plural, c.maxRestarts)
+	}
+	return fmt.Errorf("%s: %s (a Go runtime crash, not bad input; the full report is in %s)", what, first, report.crashFile(we.Rank))
+}
+
+// crashLine is the first line of a Go runtime crash report in a worker's
+// tail (launch.Spec.Crashed keeps it there), or "".
+func crashLine(tail string) string {
+	lines := strings.Split(tail, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		for _, p := range []string{"panic: ", "fatal error: ", "runtime: ", "runtime/cgo: ", "SIG"} {
+			if strings.HasPrefix(lines[i], p) {
+				return lines[i]
+			}
+		}
+	}
+	return ""
+}
 
 // settleTime is how long the launcher lets the other workers end after
 // the first fails, to see which failure is the cause.

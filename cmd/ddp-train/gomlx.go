@@ -80,7 +80,7 @@ func (t *trainer) train(ctx context.Context) error {
 
 // runGoMLX is one rank of --engine gomlx: Note [--engine gomlx].
 func (t *trainer) runGoMLX(ctx context.Context) error {
-	spec := specFor(t.c, t.ds)
+	spec := specFor(t.c, t.ds.Info())
 	t.buildMu.Lock()
 	p, err := model.NewParams(spec, uint64(t.c.seed))
 	t.buildMu.Unlock()

@@ -48,10 +48,27 @@ func main() {
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
 
-// run is ddp-train; it returns the exit code.
+// run is ddp-train; it returns the exit code. A worker of ddp-train's own
+// launcher exits exitWorkerUsage where ddp-train exits 2: Note [a crash is
+// not bad input].
 func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	code := runMain(args, lookup, stdout, stderr)
+	if code != 2 || lookup == nil {
+		return code
+	}
+	if _, launched := lookup(workerEnv); launched {
+		return exitWorkerUsage
+	}
+	return code
+}
+
+// runMain is ddp-train, whatever its role.
+func runMain(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "fr-trace" { // frtrace.go: merge flight-recorder dumps
 		return runFrTrace(args[1:], stdout, stderr)
+	}
+	if err := checkAddressSpace(); err != nil { // before the runtime needs more threads: memory.go
+		return report(stderr, err)
 	}
 	stderr, con := attachConsole(stderr) // terminal.go: Note [one writer owns the terminal]
 	defer con.close()
@@ -121,7 +138,8 @@ func report(stderr io.Writer, err error) int {
 	return 1
 }
 
-// runLauncher checks the inputs once, then starts the workers: the whole
+// runLauncher checks the inputs once, without holding the data set (Note
+// [memory follows the work]), then starts the workers: the whole
 // job, or with --nnodes this machine's share (nodes.go), whose outputs
 // and checkpoints rank 0's machine checks and holds.
 func runLauncher(ctx context.Context, c config, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
@@ -132,11 +150,11 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 	if err := checkListenAddr(c.listenAddr, c.nproc); err != nil { // flagrules.go: Note [no flag is ignored]
 		return err
 	}
-	ds, err := loadData(c)
+	info, err := dataInfo(c) // the workers load it: Note [memory follows the work]
 	if err != nil {
 		return err
 	}
-	if err := checkInit(c, ds); err != nil {
+	if err := checkInit(c, info); err != nil {
 		return err
 	}
 	logger, err := newLogger(c, stderr)
@@ -144,6 +162,9 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		return err
 	}
 	defer logger.Sync()
+	if err := checkMemorySpec(c, info, 1, c.nproc, logger); err != nil {
+		return err
+	}
 	if err := checkOutputs(c, c.nodeRank == 0); err != nil { // Note [outputs only on success]
 		return err
 	}
@@ -173,7 +194,7 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		Settle:      settleTime, // Note [first is not the cause]
 		Retry: func(we *launch.WorkerError) bool { // bad input stays bad, and a diverged run diverges again
 			code := exitCode(rootCause(we).Err) // Note [first is not the cause]
-			return code != 2 && code != exitDiverged
+			return code != exitWorkerUsage && code != exitDiverged
 		},
 		Logger:     logger,
 		Env:        append(bar.env(), report.env()...),
@@ -181,9 +202,10 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
 		// A stopped worker's stacks go to the report: Note [a stopped rank's report].
 		StoppedStacks: report.stoppedStacks,
-		Node:          node, // nil on one machine
+		Crashed:       report.crashed, // Note [a crash is not bad input]
+		Node:          node,           // nil on one machine
 	})
-	return report.finish(launcherError(err, c), stderr) // elastic.go, debug.go
+	return report.finish(launcherError(err, c, report), stderr) // elastic.go, debug.go
 }
 
 // lastReport returns the last error line a worker printed with report,

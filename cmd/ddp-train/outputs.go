@@ -453,13 +453,18 @@ func dataDigest(ds *dataset.Dataset) string {
 		h.Write(b[:])
 	}
 	buf := make([]byte, 0, 8*4096)
-	for k := 0; k < len(ds.X); k += 4096 {
-		buf = buf[:0]
-		for _, x := range ds.X[k:min(k+4096, len(ds.X))] {
+	row := make([]float64, ds.D)
+	for k := range ds.N { // row by row: X, or IDX pixels (Note [compact samples]), to the same bits
+		ds.Row(k, row)
+		for _, x := range row {
 			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(x))
+			if len(buf) == cap(buf) {
+				h.Write(buf)
+				buf = buf[:0]
+			}
 		}
-		h.Write(buf)
 	}
+	h.Write(buf)
 	buf = buf[:0]
 	for _, y := range ds.Y {
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(y))

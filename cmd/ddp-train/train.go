@@ -42,19 +42,20 @@ type trainer struct {
 	dbg     *debugState           // /debug/state and the failure report; nil: none (debug.go)
 }
 
-func specFor(c config, ds *dataset.Dataset) model.Spec {
+// specFor is the model spec of c for a data set of info.
+func specFor(c config, info dataset.Info) model.Spec {
 	dt := tensor.Float32
 	if c.dtype == "float64" {
 		dt = tensor.Float64
 	}
-	return model.Spec{Kind: c.model, InputShape: ds.Shape, Hidden: c.hidden, Activation: c.activation,
-		Classes: ds.Classes, Dtype: dt, Batch: c.batchSize}
+	return model.Spec{Kind: c.model, InputShape: info.Shape, Hidden: c.hidden, Activation: c.activation,
+		Classes: info.Classes, Dtype: dt, Batch: c.batchSize}
 }
 
 // checkInit fails early, with exit code 2, on a model spec or --init
 // directory that does not fit the data.
-func checkInit(c config, ds *dataset.Dataset) error {
-	p, err := model.NewParams(specFor(c, ds), uint64(c.seed))
+func checkInit(c config, info dataset.Info) error {
+	p, err := model.NewParams(specFor(c, info), uint64(c.seed))
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func (s *session) close(log *zap.Logger) {
 }
 
 func (t *trainer) build(ctx context.Context) (*session, error) {
-	s := &session{spec: specFor(t.c, t.ds)}
+	s := &session{spec: specFor(t.c, t.ds.Info())}
 	t.buildMu.Lock()
 	p, err := model.NewParams(s.spec, uint64(t.c.seed))
 	if err == nil && t.c.initDir != "" {

@@ -36,7 +36,12 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 		return err
 	}
 	defer logger.Sync()
-	ds, err := loadData(c)
+	var ds *dataset.Dataset
+	if c.ownLauncher { // which checked the memory of the whole job
+		ds, err = loadData(c)
+	} else {
+		ds, err = loadChecked(c, 1, max(e.LocalWorldSize, 1), logger) // the machine's workers share its memory
+	}
 	if err != nil {
 		return err
 	}
@@ -104,11 +109,16 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 
 // runLocal trains nproc replicas as goroutines over the in-process backend.
 func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
-	ds, err := loadData(c)
+	logger, err := newLogger(c, stderr)
 	if err != nil {
 		return err
 	}
-	if err := checkInit(c, ds); err != nil {
+	defer logger.Sync()
+	ds, err := loadChecked(c, c.nproc, 1, logger) // Note [memory follows the work]
+	if err != nil {
+		return err
+	}
+	if err := checkInit(c, ds.Info()); err != nil {
 		return err
 	}
 	groups, err := local.New(c.nproc, local.Options{Timeout: c.timeout})
@@ -120,11 +130,6 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			g.Close()
 		}
 	}()
-	logger, err := newLogger(c, stderr)
-	if err != nil {
-		return err
-	}
-	defer logger.Sync()
 	if err := checkOutputs(c, true); err != nil { // Note [outputs only on success]
 		return err
 	}

@@ -77,6 +77,8 @@ type Elastic struct {
 	Hidden string
 	// StoppedStacks is each attempt's Spec.StoppedStacks.
 	StoppedStacks func(rank int) (io.WriteCloser, error)
+	// Crashed is each attempt's Spec.Crashed.
+	Crashed func(rank int) (io.WriteCloser, error)
 	// Node, when set, makes the workers of ProgramElastic and SelfElastic
 	// one node's share of a job of several machines, instead of the
 	// whole job on loopback.
@@ -231,6 +233,6 @@ func ProgramElastic(ctx context.Context, n int, path string, args, extra []strin
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
 		env = append(env, e.Env...)
-		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks}, nil
+		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks, Crashed: e.Crashed}, nil
 	})
 }

@@ -67,7 +67,27 @@ type Spec struct {
 	// Without it, or if it fails, a stopped worker is killed at once:
 	// Note [a stopped worker is killed].
 	StoppedStacks func(rank int) (io.WriteCloser, error)
+	// Crashed, when set, takes a worker's Go runtime crash report (Note
+	// [a crash report is diverted]): from the first stderr line that
+	// starts one, the worker's stderr goes to the writer Crashed(rank)
+	// opens (closed when the worker has ended) instead of Stderr and the
+	// tail, which keep only that line. Without it, or if it fails, the
+	// report goes to Stderr as any other output.
+	Crashed func(rank int) (io.WriteCloser, error)
 }
+
+// Note [a crash report is diverted]: a Go program that panics, runs out
+// of memory or hits a fatal error prints its goroutines' stacks, hundreds
+// of lines, and exits with status 2. For a launcher's user those lines
+// bury the one that says what happened, so with Spec.Crashed a worker's
+// stderr is watched for the line a crash report starts with (crashStart:
+// "panic: ", "fatal error: ", "runtime: ", "runtime/cgo: ", or a signal's
+// name such as "SIGSEGV: "), at the start of a line; that line is kept in
+// the tail, for the launcher's error, and it and all that follows go to
+// the crash writer. The runtime writes the start of each line in one
+// write(2), so the line is seen whole unless a read of the pipe ends
+// inside it (over 32 KiB queued); then the report shows as it is. A stopped
+// worker's stacks (Spec.StoppedStacks) are diverted already and stay so.
 
 // StoppedGrace is how long a stopped worker sent SIGQUIT
 // (Spec.StoppedStacks) has to print its stacks and exit.
@@ -414,6 +434,9 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	}
 	stderr := &divertible{w: errOut}
 	cmd.Stderr = stderr
+	if spec.Crashed != nil {
+		cmd.Stderr = &crashWatch{d: stderr, tail: tail, open: func() (io.WriteCloser, error) { return spec.Crashed(global) }}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -499,6 +522,98 @@ func (d *divertible) Write(p []byte) (int, error) {
 		return d.diverted.Write(p)
 	}
 	return d.w.Write(p)
+}
+
+// divertNew diverts to what open returns, unless output is diverted
+// already; it reports whether it did.
+func (d *divertible) divertNew(open func() (io.WriteCloser, error)) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.diverted != nil {
+		return false
+	}
+	to, err := open()
+	if err != nil {
+		return false
+	}
+	d.diverted = to
+	return true
+}
+
+// crashWatch is a worker's stderr with Spec.Crashed: Note [a crash
+// report is diverted]. Only the goroutine copying the worker's stderr
+// writes to it.
+type crashWatch struct {
+	d       *divertible
+	tail    io.Writer
+	open    func() (io.WriteCloser, error)
+	midLn   bool
+	crashed bool // diverted, or the diversion failed: the rest passes through
+	first   bool // diverted, and the report's first line is still arriving: the tail takes it too
+}
+
+func (c *crashWatch) Write(p []byte) (int, error) {
+	if c.crashed {
+		c.firstLine(p)
+		return c.d.Write(p)
+	}
+	for i := 0; i < len(p); {
+		if !c.midLn && crashStart(p[i:]) {
+			if _, err := c.d.Write(p[:i]); err != nil {
+				return 0, err
+			}
+			c.crashed = true
+			c.first = c.d.divertNew(c.open)
+			c.firstLine(p[i:])
+			if _, err := c.d.Write(p[i:]); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+		j := bytes.IndexByte(p[i:], '\n')
+		if j < 0 {
+			c.midLn = true
+			break
+		}
+		c.midLn = false
+		i += j + 1
+	}
+	return c.d.Write(p)
+}
+
+// firstLine copies to the tail what p holds of the crash report's first
+// line, which the runtime may write in pieces ("panic: ", then the value).
+func (c *crashWatch) firstLine(p []byte) {
+	if !c.first {
+		return
+	}
+	line, _, ended := bytes.Cut(p, []byte("\n"))
+	c.tail.Write(line)
+	if ended {
+		c.tail.Write([]byte("\n"))
+		c.first = false
+	}
+}
+
+// crashStart reports whether line starts a Go runtime crash report: one
+// of the prefixes the runtime's crash reports start with, or a signal's
+// name and a colon ("SIGSEGV: segmentation violation").
+func crashStart(line []byte) bool {
+	for _, p := range [...]string{"panic: ", "fatal error: ", "runtime: ", "runtime/cgo: "} {
+		if bytes.HasPrefix(line, []byte(p)) {
+			return true
+		}
+	}
+	name, _, ok := bytes.Cut(line, []byte(": "))
+	if !ok || len(name) < 4 || len(name) > 10 || !bytes.HasPrefix(name, []byte("SIG")) {
+		return false
+	}
+	for _, b := range name[3:] {
+		if b < 'A' || b > 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *divertible) divert(to io.WriteCloser) {

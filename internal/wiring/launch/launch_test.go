@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		}
 		time.Sleep(time.Minute) // the launcher must stop us
 		os.Exit(0)
+	case "panic":
+		fmt.Fprintln(os.Stderr, "before the crash")
+		go func() { panic("out of cheese") }()
+		time.Sleep(time.Minute)
 	case "join":
 		joinWorker()
 	default:

@@ -135,6 +135,22 @@ type layer struct {
 }
 
 // layers lists the model's layers in forward order. s must be valid.
+// NumParams is how many values the parameters of s's model hold, counted
+// without building them; s must be valid (Validate).
+func (s Spec) NumParams() int64 {
+	var n int64
+	for _, l := range s.layers() {
+		for _, shape := range [][]int{l.weight, l.bias} {
+			k := int64(1)
+			for _, d := range shape {
+				k *= int64(d)
+			}
+			n += k
+		}
+	}
+	return n
+}
+
 func (s Spec) layers() []layer {
 	var ls []layer
 	in := s.Features()
