@@ -34,7 +34,7 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer logger.Sync()
-	ds, err := loadData(c)
+	ds, err := loadChecked(c, 1, 1, logger) // Note [memory follows the work]; one process counted (MPI says nothing of its neighbours here)
 	if err != nil {
 		return err
 	}
