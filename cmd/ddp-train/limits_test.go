@@ -114,7 +114,9 @@ func TestSignalMidSpawn(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := fmt.Sprintf("GODDP_LIMITS_TEST_TOKEN=%d", time.Now().UnixNano())
-	cmd := exec.Command(self, args("--oversubscribe", "--nproc", strconv.Itoa(maxNproc), "--steps", "3")...)
+	// 128 workers take seconds to start on 2 cores, and fit the memory
+	// check (Note [memory follows the work]) where maxNproc's would not.
+	cmd := exec.Command(self, args("--oversubscribe", "--nproc", "128", "--steps", "3")...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", token)
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr

@@ -243,7 +243,7 @@ func TestCrashRestartedBadInputNot(t *testing.T) {
 	if r := ddpTrain(t, append(common, "--steps", "2", "--checkpoint-every", "2")...); r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	params, _ := filepath.Glob(filepath.Join(ck, "*", "*.npy"))
+	params, _ := filepath.Glob(filepath.Join(ck, "step-*", "params", "*.npy"))
 	if len(params) == 0 {
 		t.Fatalf("no parameters in %s", ck)
 	}
