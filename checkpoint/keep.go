@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -101,26 +102,10 @@ func save(dir string, c *Checkpoint, write writeFunc, o Options) error {
 // writeLatest points dir/latest at name, atomically.
 func writeLatest(dir, name string) error {
 	line := name + " " + sumBytes([]byte(name)) + "\n"
-	f, err := os.CreateTemp(dir, "."+latestName+".tmp-*")
-	if err != nil {
+	return fsync.WriteFile(filepath.Join(dir, latestName), func(w io.Writer) error {
+		_, err := io.WriteString(w, line)
 		return err
-	}
-	defer os.Remove(f.Name()) // fails harmlessly after the rename
-	if _, err := f.WriteString(line); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), filepath.Join(dir, latestName)); err != nil {
-		return err
-	}
-	return fsync.Dir(dir)
+	})
 }
 
 // readLatest is the checkpoint directory name dir/latest points at. An

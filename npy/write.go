@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/goddp/ddp/internal/base/fsync"
 )
@@ -81,38 +79,9 @@ func writeLE[T float32 | float64 | int32 | int64](w io.Writer, d []T) error {
 // temporary file in the same directory, syncs it and renames it over path,
 // so path holds either its old contents or all of the new ones. The file's
 // mode is 0644.
-func WriteFile(path string, shape []int, data any) (err error) {
+func WriteFile(path string, shape []int, data any) error {
 	if _, _, err := describe(data); err != nil {
 		return err
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = Write(f, shape, data); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return fsync.Dir(dir)
+	return fsync.WriteFile(path, func(w io.Writer) error { return Write(w, shape, data) })
 }

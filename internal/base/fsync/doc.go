@@ -8,6 +8,11 @@
 //	os.Rename(f.Name(), path)
 //	fsync.Dir(filepath.Dir(path))
 //
-// It imports only the standard library, so npy, checkpoint and
-// checkpoint/atomicdir share it without importing one another.
+// WriteFile is that sequence for one file, from a temporary file made
+// with O_EXCL beside it, so that a link planted at the file's name is
+// replaced, never written through.
+//
+// It imports only the standard library, so npy, checkpoint,
+// checkpoint/atomicdir and the model zoo share it without importing one
+// another.
 package fsync

@@ -2,6 +2,7 @@ package fsync_test
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -29,4 +30,24 @@ func Example() {
 	// Output:
 	// <nil>
 	// true
+}
+
+func ExampleWriteFile() {
+	dir, err := os.MkdirTemp("", "fsync-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "latest")
+	err = fsync.WriteFile(path, func(w io.Writer) error {
+		_, err := io.WriteString(w, "step-000000010\n")
+		return err
+	})
+	fmt.Println(err)
+	b, _ := os.ReadFile(path)
+	fmt.Printf("%q\n", b)
+	// Output:
+	// <nil>
+	// "step-000000010\n"
 }

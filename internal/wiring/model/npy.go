@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -104,30 +105,11 @@ func (p *Params) saveNPY(dir string) error {
 // writeAtomic writes b to dir/name through a synced temporary file made
 // with O_EXCL in dir and renamed over name: a link at name is replaced,
 // never followed.
-func writeAtomic(dir, name string, b []byte) (err error) {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
+func writeAtomic(dir, name string, b []byte) error {
+	return fsync.WriteFile(filepath.Join(dir, name), func(w io.Writer) error {
+		_, err := w.Write(b)
 		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(b); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(dir, name))
+	})
 }
 
 // removeKilledSaves removes the temporaries writeAtomic left, when its
