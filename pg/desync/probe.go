@@ -20,9 +20,11 @@ const maxProbes = 64
 // process]): what the wrapped group's pg.PeerProber says of the ranks
 // the diagnosis does not hear from. In a group of up to maxProbes+1
 // ranks every other rank is probed as the diagnosis starts, alongside
-// the wait for their progress, so the probes add no time; in a larger
-// one, only the silent ranks are probed once that wait is over (or, when
-// the store did not answer, the first maxProbes other ranks).
+// the wait for their progress, so the probes add no time; a rank that
+// stays silent and whose host answered is probed again once the wait is
+// over (answeredEarly). In a larger group, only the silent ranks are
+// probed once that wait is over (or, when the store did not answer, the
+// first maxProbes other ranks).
 type probing struct {
 	g    *Group
 	p    pg.PeerProber
@@ -69,6 +71,21 @@ func (pr *probing) run(ranks []int) {
 	wg.Wait()
 }
 
+// answeredEarly are the targets whose host answered the early probe for
+// their process: silent through the whole wait, they are probed again
+// once it is over, since a process that was still dying as the diagnosis
+// began (its peer on the same host killed a moment before it) has gone
+// since, and "gone" is then the truth, not "stopped or busy".
+func (pr *probing) answeredEarly(targets []int) []int {
+	var out []int
+	for _, r := range targets {
+		if pr.got[r].Reach == pg.ReachAnswers && len(out) < maxProbes {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // apply waits for the probes and records, in se.Progress, what they
 // found of the silent ranks (of every rank when the store did not
 // answer), and in se.Unreachable the ranks whose host did not answer.
@@ -82,6 +99,7 @@ func (pr *probing) apply(se *pg.StallError) {
 	}
 	if pr.done != nil {
 		<-pr.done
+		pr.run(pr.answeredEarly(targets)) // what counts is how they are now
 	} else {
 		pr.run(targets[:min(len(targets), maxProbes)])
 	}

@@ -19,6 +19,7 @@ import (
 type prober struct {
 	pg.ProcessGroup
 	reach   map[int]pg.Reach
+	later   map[int]pg.Reach // what a rank's second and later probes find, where set
 	mu      sync.Mutex
 	asked   []int
 	longest time.Duration
@@ -29,10 +30,14 @@ func (p *prober) Inner() pg.ProcessGroup { return p.ProcessGroup }
 func (p *prober) ProbePeer(ctx context.Context, rank int) pg.Probe {
 	d, _ := ctx.Deadline()
 	p.mu.Lock()
+	reach := p.reach[rank]
+	if l, ok := p.later[rank]; ok && slices.Contains(p.asked, rank) {
+		reach = l
+	}
 	p.asked = append(p.asked, rank)
 	p.longest = max(p.longest, time.Until(d))
 	p.mu.Unlock()
-	return pg.Probe{Reach: p.reach[rank], Addr: fmt.Sprintf("10.0.0.%d:4000", rank+1)}
+	return pg.Probe{Reach: reach, Addr: fmt.Sprintf("10.0.0.%d:4000", rank+1)}
 }
 
 func (p *prober) askedSorted() []int {
@@ -129,6 +134,41 @@ func testDeadStoreProbesEveryRank(t *testing.T, late bool) {
 		others = slices.Delete(others, r, r+1)
 		if got := ps[r].askedSorted(); !slices.Equal(got, others) {
 			t.Fatalf("rank %d probed %v, want every other rank %v", r, got, others)
+		}
+	}
+}
+
+// A silent rank whose host answered the early probe (its process still
+// dying as the diagnosis began) is probed again once the wait is over,
+// and what that finds is what the diagnosis says: gone, not stopped.
+// TestNetbedFaults' "host's ranks killed" failed on it: two ranks killed
+// one after the other, the second still alive at the first's early probe.
+func TestSilentRankProbedAgainAfterTheWait(t *testing.T) {
+	hs := store.NewHashStore(store.HashStoreOptions{})
+	defer hs.Close()
+	elsewhere := store.NewHashStore(store.HashStoreOptions{})
+	defer elsewhere.Close()
+	opts := Options{DiagnosisTimeout: 300 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond}
+	gs, ps := probedWorld(t, 3, opts, map[int]pg.Reach{0: pg.ReachAnswers, 1: pg.ReachAnswers, 2: pg.ReachAnswers}, func(r int) store.Store {
+		if r == 2 {
+			return elsewhere // rank 2 never answers the diagnosis
+		}
+		return hs
+	})
+	for _, p := range ps {
+		p.later = map[int]pg.Reach{2: pg.ReachRefused}
+	}
+	errs := onRanks(gs, []int{0, 1}, allReduce(16))
+	for _, r := range []int{0, 1} {
+		se := stallOf(t, r, errs[r])
+		if se.Progress[2].Reach != pg.ReachRefused {
+			t.Fatalf("rank %d: rank 2's reach %v, want refused (the second probe's)", r, se.Progress[2].Reach)
+		}
+		if !strings.Contains(errs[r].Error(), "rank 2 did not answer (gone:") {
+			t.Fatalf("rank %d's message does not say rank 2 is gone:\n%s", r, errs[r])
+		}
+		if got, want := ps[r].askedSorted(), []int{1 - r, 2, 2}; !slices.Equal(got, want) {
+			t.Fatalf("rank %d probed %v, want %v (rank 2 again after the wait)", r, got, want)
 		}
 	}
 }
