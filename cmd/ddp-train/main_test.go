@@ -35,11 +35,19 @@ type result struct {
 // ddpTrain runs ddp-train in a child process (the launcher) with args.
 func ddpTrain(t *testing.T, args ...string) result {
 	t.Helper()
+	return ddpTrainIn(t, "", args...)
+}
+
+// ddpTrainIn is ddpTrain run in the working directory dir ("": this
+// process's).
+func ddpTrainIn(t *testing.T, dir string, args ...string) result {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, args...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0") // -race waits a second at every process exit otherwise
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -21,28 +21,6 @@ import (
 // Real-process tests of Note [outputs own only their files] and Note
 // [checkpoint directories are owned]: issue 34's rows 1-7 and 16.
 
-// ddpTrainIn is ddpTrain run in the working directory dir.
-func ddpTrainIn(t *testing.T, dir string, args ...string) result {
-	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{code, out.String(), errOut.String()}
-}
-
 // plant writes files (path relative to root → contents), making their
 // directories.
 func plant(t *testing.T, root string, files map[string]string) {
