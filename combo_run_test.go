@@ -10,8 +10,8 @@ import (
 
 	"github.com/goddp/ddp/averaging"
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
 	"github.com/goddp/ddp/reducer"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/goddp/ddp/internal/wiring/testworld"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/goddp/ddp/reducer"
 
 	"github.com/goddp/ddp/pg"

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/averaging"
-	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 )
 
 // rankParams are rank r's parameters at step s: a float32 and a float64

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/averaging"
-	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 )
 
 // averager is what the two averagers share: a step that may average, and

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/goddp/ddp/internal/base/fsync"
+	"github.com/goddp/ddp/internal/fsync"
 	"go.uber.org/zap"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/goddp/ddp/checkpoint"
 
-	"github.com/goddp/ddp/internal/wiring/model"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/optim"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"

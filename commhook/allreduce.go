@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	fvec "github.com/goddp/ddp/internal/base/vec"
+	fvec "github.com/goddp/ddp/internal/vec"
 	"github.com/goddp/ddp/pg"
 )
 

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 )
 
 // TestOnlyAllreduceHonoursDivisor: a Join that divides by the ranks still

@@ -7,8 +7,8 @@ import (
 
 	"github.com/goddp/ddp/averaging"
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/goddp/ddp/reducer"
 )
 

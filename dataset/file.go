@@ -9,7 +9,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/goddp/ddp/internal/base/bounded"
+	"github.com/goddp/ddp/internal/bounded"
 )
 
 // Magic bytes that tell the formats apart.

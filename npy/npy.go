@@ -10,7 +10,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/goddp/ddp/internal/base/bounded"
+	"github.com/goddp/ddp/internal/bounded"
 )
 
 const (

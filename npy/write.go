@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/goddp/ddp/internal/base/fsync"
+	"github.com/goddp/ddp/internal/fsync"
 )
 
 // Write writes data as a .npy file with the given shape, byte for byte as

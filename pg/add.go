@@ -3,7 +3,7 @@ package pg
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/internal/base/vec"
+	"github.com/goddp/ddp/internal/vec"
 )
 
 // Add sets dst[i] += src[i] for two floating-point tensors of one dtype and

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/goddp/ddp/internal/base/vec"
+	"github.com/goddp/ddp/internal/vec"
 )
 
 // Conversions between the floating-point dtypes, rounding as c10's casts

@@ -103,7 +103,7 @@ func BenchmarkConvert(b *testing.B) {
 }
 
 // TestConvertLongSlicesMatchElementwise converts slices long enough for
-// the vector conversions (internal/base/vec), with random bit patterns (NaNs,
+// the vector conversions (internal/vec), with random bit patterns (NaNs,
 // infinities and subnormals among them) and a NaN-free stretch, and
 // checks every element against the scalar conversion.
 func TestConvertLongSlicesMatchElementwise(t *testing.T) {

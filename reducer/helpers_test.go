@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"

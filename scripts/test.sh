@@ -71,7 +71,7 @@ else
 fi
 stage "go test -race ./..." go test -race -timeout 30m ./...
 
-# Hosts as network namespaces on this machine (internal/wiring/netbed):
+# Hosts as network namespaces on this machine (internal/netbed):
 # multi-host launches, shared memory per namespace, faults between hosts.
 # Root only; iproute2 is installed when allowed. The packages below hold
 # every TestNetbed test. It runs after the MPI stages (its mpirun test

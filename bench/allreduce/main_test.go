@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/goleak"

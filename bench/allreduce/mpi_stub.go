@@ -7,7 +7,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 // runMPI refuses: this binary was built without MPI.

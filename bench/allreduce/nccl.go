@@ -7,7 +7,7 @@ import (
 	"os"
 
 	ddp "github.com/goddp/ddp"
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/pg/env"
 )
 

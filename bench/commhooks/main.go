@@ -28,7 +28,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 type options struct {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 func TestParse(t *testing.T) {

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/wiring/cli"
-	"github.com/goddp/ddp/internal/wiring/testworld"
+	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 )
 
 func TestIntervals(t *testing.T) {

@@ -17,7 +17,7 @@
 // for every world size, algorithm and comm hook, the predicted step
 // time, communication time, the share of it hidden behind backward, and
 // the weak-scaling efficiency (the compute-only step over the step).
-// validate runs ddp-train on two network namespaces (internal/wiring/netbed)
+// validate runs ddp-train on two network namespaces (internal/netbed)
 // with rate-capped links, and prints, per configuration, the measured
 // step time against the model's; calibrate measures the links' α and β
 // with pg/tcp allreduces. docs/scaling.md states the model's assumptions,
@@ -30,7 +30,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 func main() { cli.Main("scale", run) }

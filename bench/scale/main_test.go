@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/bench/scale/model"
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/timeline"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/goddp/ddp/internal/wiring/netbed"
+	"github.com/goddp/ddp/internal/netbed"
 )
 
 // TestMain lets the test binary be calibrate's probe worker too (it runs

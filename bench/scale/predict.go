@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/bench/scale/model"
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 // clusterFlags describe a family of clusters: one per world size.

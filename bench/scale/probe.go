@@ -9,7 +9,7 @@ import (
 	"time"
 
 	ddp "github.com/goddp/ddp"
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/tcp"
 )

@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/goddp/ddp/bench/scale/model"
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 // profileSource is where a compute profile comes from.

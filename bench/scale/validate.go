@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/bench/scale/model"
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 // validateOpts are validate's flags.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/goddp/ddp/internal/base/fsync"
+	"github.com/goddp/ddp/internal/fsync"
 )
 
 // errNoExchange means the platform or file system can't swap two paths

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/optim"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/goddp/ddp/internal/base/httpserve"
+	"github.com/goddp/ddp/internal/httpserve"
 	"go.uber.org/zap"
 )
 

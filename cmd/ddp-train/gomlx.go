@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/engines/gomlxddp"
-	"github.com/goddp/ddp/internal/wiring/model"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
 	"github.com/goddp/ddp/sampler"

@@ -33,7 +33,7 @@ import (
 	"strings"
 
 	"github.com/goddp/ddp/dataset"
-	"github.com/goddp/ddp/internal/wiring/model"
+	"github.com/goddp/ddp/model"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )

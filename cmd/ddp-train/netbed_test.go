@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/ddp/internal/netbed"
 	"github.com/goddp/ddp/internal/wiring/launch"
-	"github.com/goddp/ddp/internal/wiring/netbed"
 	"github.com/goddp/ddp/npy"
 )
 
 // The TestNetbed tests launch ddp-train across the hosts of a test bed
-// (internal/wiring/netbed: network namespaces on one machine, each with
+// (internal/netbed: network namespaces on one machine, each with
 // its own address, hostname and a hosts file naming the others) with
 // the launchers users run across machines: torchrun with the c10d
 // rendezvous, mpirun through its rsh agent, Kubernetes' and Slurm's

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goddp/ddp/internal/base/httpserve"
+	"github.com/goddp/ddp/internal/httpserve"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/timeline"
 	"github.com/prometheus/client_golang/prometheus"

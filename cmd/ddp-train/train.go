@@ -15,7 +15,7 @@ import (
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/dataset"
 	"github.com/goddp/ddp/gtensor"
-	"github.com/goddp/ddp/internal/wiring/model"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"

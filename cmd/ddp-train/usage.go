@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	ddp "github.com/goddp/ddp"
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 // synopsis is what --help prints before the flags.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/dataset"
-	"github.com/goddp/ddp/internal/wiring/model"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/desync"
 	"github.com/goddp/ddp/pg/env"

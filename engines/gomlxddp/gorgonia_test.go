@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/engines/gomlxddp"
-	"github.com/goddp/ddp/internal/wiring/model"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/gomlx/gomlx/backends/simplego"
@@ -23,7 +23,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// The same MLP as ddp-train's (internal/wiring/model): fc0.weight [in,
+// The same MLP as ddp-train's (package model): fc0.weight [in,
 // out] and fc0.bias, tanh between layers, the mean softmax
 // cross-entropy; float64 in both engines.
 var parity = model.Spec{Kind: "mlp", InputShape: []int{6}, Hidden: []int{16}, Activation: "tanh",

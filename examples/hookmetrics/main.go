@@ -13,7 +13,7 @@ import (
 
 	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/base/httpserve"
+	"github.com/goddp/ddp/internal/httpserve"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/prometheus/client_golang/prometheus"

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/goddp/ddp/internal/wiring/netbed"
+	"github.com/goddp/ddp/internal/netbed"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/store"
 )

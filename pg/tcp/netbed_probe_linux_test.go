@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/netbed"
+	"github.com/goddp/ddp/internal/netbed"
 	"github.com/goddp/ddp/pg/store"
 )
 

@@ -1,7 +1,7 @@
 package kernel
 
 import (
-	"github.com/goddp/ddp/internal/base/vec"
+	"github.com/goddp/ddp/internal/vec"
 	"github.com/goddp/ddp/pg"
 )
 

@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/goddp/ddp/internal/wiring/model"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/optim"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"

@@ -3,7 +3,7 @@ package vec_test
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/internal/base/vec"
+	"github.com/goddp/ddp/internal/vec"
 )
 
 func Example() {

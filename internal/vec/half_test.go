@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/goddp/ddp/internal/base/vec"
+	"github.com/goddp/ddp/internal/vec"
 	"github.com/goddp/ddp/pg"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/netbed"
+	"github.com/goddp/ddp/internal/netbed"
 	"go.uber.org/goleak"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/goddp/ddp/internal/wiring/testworld"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 )
 
 // Parallel runs one function per rank at once and keeps each rank's error.

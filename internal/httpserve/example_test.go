@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/goddp/ddp/internal/base/httpserve"
+	"github.com/goddp/ddp/internal/httpserve"
 )
 
 // A server on a free loopback port, within the default limits; Loopback

@@ -1,7 +1,9 @@
-// Package model builds ddp-train's Gorgonia models: an MLP and a small
-// LeNet-like CNN, with PyTorch's parameter layout and initialisation, the
-// mean softmax cross-entropy loss, and .npy import and export of the
-// parameters.
+// Package model is a small zoo of Gorgonia models for data-parallel
+// training: an MLP and a small LeNet-like CNN, with PyTorch's parameter
+// layout and initialisation, the mean softmax cross-entropy loss, and .npy
+// import and export of the parameters. They are the models ddp-train
+// trains, and a program of one's own can train them with ddp.Wrap or with
+// plain Gorgonia; the Example trains one without DDP.
 //
 // # Two phases
 //

@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/goddp/ddp/internal/base/fsync"
+	"github.com/goddp/ddp/internal/fsync"
 	"github.com/goddp/ddp/npy"
 	"gorgonia.org/tensor"
 )

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/goddp/ddp/internal/wiring/cli"
+	"github.com/goddp/ddp/internal/cli"
 )
 
 // run is a program's body, as Main calls it.

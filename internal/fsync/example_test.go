@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/goddp/ddp/internal/base/fsync"
+	"github.com/goddp/ddp/internal/fsync"
 )
 
 func Example() {

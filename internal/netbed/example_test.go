@@ -3,7 +3,7 @@ package netbed_test
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/internal/wiring/netbed"
+	"github.com/goddp/ddp/internal/netbed"
 )
 
 // Plan shows the hosts New would build: their hostnames, addresses and
