@@ -13,7 +13,7 @@ import (
 // NCCL binding's test double (device memory is host memory behind opaque
 // pointers, every NCCL call done by pg/local) training ends with bitwise
 // the parameters of the same run on pg/local. On a GPU the same check
-// runs against real NCCL (nccl/testdata/gpu/run.sh).
+// runs against real NCCL (libnccl/testdata/gpu/run.sh).
 func TestDeviceBucketsTrainLikeLocal(t *testing.T) {
 	for _, n := range []int{1, 2} {
 		for _, solver := range []string{"sgd", "adam"} {

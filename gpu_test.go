@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/store"
@@ -15,16 +15,16 @@ import (
 )
 
 // gpuGroup is a world-size-1 NCCL group on the first GPU, or a skip.
-func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, nccl.Version) {
+func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, libnccl.Version) {
 	t.Helper()
-	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
+	cu, err := libnccl.LoadCUDA(libnccl.CUDAOptions{})
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	if n, err := cu.DeviceCount(); err != nil || n == 0 {
 		t.Skipf("no GPU: %d devices, %v", n, err)
 	}
-	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	lib, err := libnccl.Load(libnccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestGPUBranchHeadsOnNCCL(t *testing.T) {
 // registered as the loaded NCCL allows) ends with bitwise the parameters
 // of the same run on pg/local. With GODDP_GPU_OUT set, the NCCL run's
 // reducer timeline is written there (timeline-nccl.json). Skipped without
-// a GPU or NCCL (nccl/testdata/gpu/run.sh runs it).
+// a GPU or NCCL (libnccl/testdata/gpu/run.sh runs it).
 func TestGPUDDPOnNCCLMatchesLocal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

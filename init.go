@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	nccl "github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	pgnccl "github.com/goddp/ddp/pg/nccl"

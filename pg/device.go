@@ -9,7 +9,7 @@ var ErrDeviceTensor = fmt.Errorf("%w: device tensor on a host-only process group
 
 // DeviceMemory is the device memory a Tensor describes: Bytes bytes at
 // Ptr on GPU Ordinal. goddp neither allocates nor frees it; the caller
-// owns it (for example through package nccl's Device.Malloc) and keeps it
+// owns it (for example through package libnccl's Device.Malloc) and keeps it
 // alive until the Work using it is done.
 type DeviceMemory struct {
 	Ordinal int     // the GPU's ordinal

@@ -5,19 +5,19 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // cudaBackend is the binding.Backend on a real GPU.
 type cudaBackend struct {
-	comm      *nccl.Comm
-	dev       *nccl.Device
-	stream    *nccl.Stream
+	comm      *libnccl.Comm
+	dev       *libnccl.Device
+	stream    *libnccl.Stream
 	ownDevice bool // release the device's primary context on close (not for split children)
 }
 
-func newCUDABackend(comm *nccl.Comm) (*cudaBackend, error) {
+func newCUDABackend(comm *libnccl.Comm) (*cudaBackend, error) {
 	s, err := comm.Device().NewStream()
 	if err != nil {
 		return nil, err
@@ -25,17 +25,17 @@ func newCUDABackend(comm *nccl.Comm) (*cudaBackend, error) {
 	return &cudaBackend{comm: comm, dev: comm.Device(), stream: s}, nil
 }
 
-func (b *cudaBackend) Malloc(n int) (nccl.DevicePtr, error) { return b.dev.Malloc(n) }
-func (b *cudaBackend) Free(p nccl.DevicePtr) error          { return b.dev.Free(p) }
-func (b *cudaBackend) MallocHost(n int) ([]byte, error)     { return b.dev.MallocHost(n) }
-func (b *cudaBackend) FreeHost(p []byte) error              { return b.dev.FreeHost(p) }
-func (b *cudaBackend) H2D(dst nccl.DevicePtr, src []byte) error {
+func (b *cudaBackend) Malloc(n int) (libnccl.DevicePtr, error) { return b.dev.Malloc(n) }
+func (b *cudaBackend) Free(p libnccl.DevicePtr) error          { return b.dev.Free(p) }
+func (b *cudaBackend) MallocHost(n int) ([]byte, error)        { return b.dev.MallocHost(n) }
+func (b *cudaBackend) FreeHost(p []byte) error                 { return b.dev.FreeHost(p) }
+func (b *cudaBackend) H2D(dst libnccl.DevicePtr, src []byte) error {
 	return b.stream.CopyHtoD(dst, src)
 }
-func (b *cudaBackend) D2H(dst []byte, src nccl.DevicePtr) error {
+func (b *cudaBackend) D2H(dst []byte, src libnccl.DevicePtr) error {
 	return b.stream.CopyDtoH(dst, src)
 }
-func (b *cudaBackend) D2D(dst, src nccl.DevicePtr, n int) error {
+func (b *cudaBackend) D2D(dst, src libnccl.DevicePtr, n int) error {
 	return b.stream.CopyDtoD(dst, src, n)
 }
 
@@ -55,7 +55,7 @@ func (b *cudaBackend) record(timing bool) (binding.Event, error) {
 	return cudaEvent{e}, nil
 }
 
-type cudaEvent struct{ e *nccl.Event }
+type cudaEvent struct{ e *libnccl.Event }
 
 func (e cudaEvent) Query() error   { return e.e.Query() }
 func (e cudaEvent) Destroy() error { return e.e.Destroy() }
@@ -79,36 +79,36 @@ func (b *cudaBackend) Synchronize(ctx context.Context) error {
 	return pollEvent(ctx, ev)
 }
 
-func (b *cudaBackend) AllReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp) error {
+func (b *cudaBackend) AllReduce(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp) error {
 	return b.comm.AllReduce(send, recv, count, dt, op, b.stream)
 }
-func (b *cudaBackend) Reduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp, root int) error {
+func (b *cudaBackend) Reduce(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp, root int) error {
 	return b.comm.Reduce(send, recv, count, dt, op, root, b.stream)
 }
-func (b *cudaBackend) Broadcast(send, recv nccl.DevicePtr, count int, dt nccl.DataType, root int) error {
+func (b *cudaBackend) Broadcast(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, root int) error {
 	return b.comm.Broadcast(send, recv, count, dt, root, b.stream)
 }
-func (b *cudaBackend) AllGather(send, recv nccl.DevicePtr, sendCount int, dt nccl.DataType) error {
+func (b *cudaBackend) AllGather(send, recv libnccl.DevicePtr, sendCount int, dt libnccl.DataType) error {
 	return b.comm.AllGather(send, recv, sendCount, dt, b.stream)
 }
-func (b *cudaBackend) ReduceScatter(send, recv nccl.DevicePtr, recvCount int, dt nccl.DataType, op nccl.RedOp) error {
+func (b *cudaBackend) ReduceScatter(send, recv libnccl.DevicePtr, recvCount int, dt libnccl.DataType, op libnccl.RedOp) error {
 	return b.comm.ReduceScatter(send, recv, recvCount, dt, op, b.stream)
 }
-func (b *cudaBackend) Send(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+func (b *cudaBackend) Send(buf libnccl.DevicePtr, count int, dt libnccl.DataType, peer int) error {
 	return b.comm.Send(buf, count, dt, peer, b.stream)
 }
-func (b *cudaBackend) Recv(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+func (b *cudaBackend) Recv(buf libnccl.DevicePtr, count int, dt libnccl.DataType, peer int) error {
 	return b.comm.Recv(buf, count, dt, peer, b.stream)
 }
 func (b *cudaBackend) Group(f func() error) error { return b.comm.Group(f) }
-func (b *cudaBackend) PreMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, error) {
+func (b *cudaBackend) PreMulSum(factor float64, dt libnccl.DataType) (libnccl.RedOp, error) {
 	return b.comm.CreatePreMulSum(factor, dt)
 }
-func (b *cudaBackend) DestroyOp(op nccl.RedOp) error    { return b.comm.DestroyRedOp(op) }
-func (b *cudaBackend) HasAvg() bool                     { return b.comm.Library().HasAvg() }
-func (b *cudaBackend) AsyncError() (nccl.Result, error) { return b.comm.AsyncError() }
-func (b *cudaBackend) LastError() string                { return b.comm.LastError() }
-func (b *cudaBackend) Abort() error                     { return b.comm.Abort() }
+func (b *cudaBackend) DestroyOp(op libnccl.RedOp) error    { return b.comm.DestroyRedOp(op) }
+func (b *cudaBackend) HasAvg() bool                        { return b.comm.Library().HasAvg() }
+func (b *cudaBackend) AsyncError() (libnccl.Result, error) { return b.comm.AsyncError() }
+func (b *cudaBackend) LastError() string                   { return b.comm.LastError() }
+func (b *cudaBackend) Abort() error                        { return b.comm.Abort() }
 
 func (b *cudaBackend) Split(ctx context.Context, color, key int) (binding.Backend, error) {
 	c, err := b.comm.Split(ctx, color, key)
@@ -123,9 +123,9 @@ func (b *cudaBackend) Split(ctx context.Context, color, key int) (binding.Backen
 	return nb, nil
 }
 
-func (b *cudaBackend) UniqueID() (nccl.UniqueID, error) { return b.comm.Library().UniqueID() }
+func (b *cudaBackend) UniqueID() (libnccl.UniqueID, error) { return b.comm.Library().UniqueID() }
 
-func (b *cudaBackend) Pair(ctx context.Context, id nccl.UniqueID, rank int) (binding.Backend, error) {
+func (b *cudaBackend) Pair(ctx context.Context, id libnccl.UniqueID, rank int) (binding.Backend, error) {
 	c, err := b.comm.Library().CommInitRank(ctx, b.dev, 2, id, rank)
 	if err != nil {
 		return nil, err
@@ -165,21 +165,21 @@ func (b *cudaBackend) Caps() binding.Caps {
 	l := b.comm.Library()
 	return binding.Caps{Version: l.Version(), MemAlloc: l.HasMemAlloc(), Register: l.HasRegister(), Window: l.HasWindows()}
 }
-func (b *cudaBackend) MemAlloc(n int) (nccl.DevicePtr, error) {
+func (b *cudaBackend) MemAlloc(n int) (libnccl.DevicePtr, error) {
 	return b.comm.Library().MemAlloc(b.dev, n)
 }
-func (b *cudaBackend) MemFree(p nccl.DevicePtr) error { return b.comm.Library().MemFree(b.dev, p) }
-func (b *cudaBackend) Register(p nccl.DevicePtr, n int) (uintptr, error) {
+func (b *cudaBackend) MemFree(p libnccl.DevicePtr) error { return b.comm.Library().MemFree(b.dev, p) }
+func (b *cudaBackend) Register(p libnccl.DevicePtr, n int) (uintptr, error) {
 	r, err := b.comm.Register(p, n)
 	return uintptr(r), err
 }
-func (b *cudaBackend) Deregister(h uintptr) error { return b.comm.Deregister(nccl.Registration(h)) }
-func (b *cudaBackend) WindowRegister(p nccl.DevicePtr, n int) (uintptr, error) {
-	w, err := b.comm.WindowRegister(p, n, nccl.WinCollSymmetric)
+func (b *cudaBackend) Deregister(h uintptr) error { return b.comm.Deregister(libnccl.Registration(h)) }
+func (b *cudaBackend) WindowRegister(p libnccl.DevicePtr, n int) (uintptr, error) {
+	w, err := b.comm.WindowRegister(p, n, libnccl.WinCollSymmetric)
 	return uintptr(w), err
 }
 func (b *cudaBackend) WindowDeregister(h uintptr) error {
-	return b.comm.WindowDeregister(nccl.Window(h))
+	return b.comm.WindowDeregister(libnccl.Window(h))
 }
 
 func (b *cudaBackend) WaitEvent(e binding.Event) error {
@@ -200,13 +200,15 @@ func (b *cudaBackend) NewCopyStream() (binding.CopyStream, error) {
 
 // cudaCopyStream is a CUDA stream for device-bucket copies.
 type cudaCopyStream struct {
-	dev *nccl.Device
-	s   *nccl.Stream
+	dev *libnccl.Device
+	s   *libnccl.Stream
 }
 
-func (c *cudaCopyStream) H2D(dst nccl.DevicePtr, src []byte) error { return c.s.CopyHtoD(dst, src) }
-func (c *cudaCopyStream) D2H(dst []byte, src nccl.DevicePtr) error { return c.s.CopyDtoH(dst, src) }
-func (c *cudaCopyStream) D2D(dst, src nccl.DevicePtr, n int) error { return c.s.CopyDtoD(dst, src, n) }
+func (c *cudaCopyStream) H2D(dst libnccl.DevicePtr, src []byte) error { return c.s.CopyHtoD(dst, src) }
+func (c *cudaCopyStream) D2H(dst []byte, src libnccl.DevicePtr) error { return c.s.CopyDtoH(dst, src) }
+func (c *cudaCopyStream) D2D(dst, src libnccl.DevicePtr, n int) error {
+	return c.s.CopyDtoD(dst, src, n)
+}
 func (c *cudaCopyStream) Record() (binding.Event, error) {
 	e, err := c.dev.NewEvent(false)
 	if err != nil {

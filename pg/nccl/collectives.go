@@ -3,7 +3,7 @@ package nccl
 import (
 	"context"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
@@ -66,7 +66,7 @@ func (s *stager) bitwiseReduce(in pg.Tensor, out []byte, op pg.ReduceOp, write b
 	return part{
 		upload: func() error { return s.upload(b, rank*n, in.Data) },
 		comm: func() error {
-			return s.g.be.AllGather(b.dev+nccl.DevicePtr(rank*n), b.dev, n, nccl.Uint8)
+			return s.g.be.AllGather(b.dev+libnccl.DevicePtr(rank*n), b.dev, n, libnccl.Uint8)
 		},
 		download: func() error {
 			if !write {
@@ -160,7 +160,7 @@ func (s *stager) allGather(out, in pg.Tensor) (part, error) {
 	return part{
 		upload: func() error { return s.upload(b, off, in.Data) },
 		comm: func() error {
-			return s.g.be.AllGather(b.dev+nccl.DevicePtr(off), b.dev, in.Len(), binding.DataType(in.Dtype))
+			return s.g.be.AllGather(b.dev+libnccl.DevicePtr(off), b.dev, in.Len(), binding.DataType(in.Dtype))
 		},
 		download: func() error { _, err := s.download(b, 0, len(out.Data), out.Data); return err },
 	}, nil
@@ -246,7 +246,7 @@ func (s *stager) reduceScatter(out, in pg.Tensor, op pg.ReduceOp) (part, error) 
 	return part{
 		upload: func() error { return s.upload(b, 0, in.Data) },
 		comm: func() error {
-			return s.g.be.ReduceScatter(b.dev, b.dev+nccl.DevicePtr(off), out.Len(), binding.DataType(in.Dtype), r)
+			return s.g.be.ReduceScatter(b.dev, b.dev+libnccl.DevicePtr(off), out.Len(), binding.DataType(in.Dtype), r)
 		},
 		download: func() error { _, err := s.download(b, off, m, out.Data); return err },
 	}, nil
@@ -260,6 +260,6 @@ func (g *Group) Barrier(ctx context.Context) pg.Work {
 		if err != nil {
 			return nil, err
 		}
-		return []part{{comm: func() error { return s.g.be.AllReduce(b.dev, b.dev, 1, nccl.Float32, nccl.Sum) }}}, nil
+		return []part{{comm: func() error { return s.g.be.AllReduce(b.dev, b.dev, 1, libnccl.Float32, libnccl.Sum) }}}, nil
 	})
 }

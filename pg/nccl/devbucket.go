@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
@@ -147,7 +147,7 @@ type deviceBucket struct {
 	g            *Group
 	dtype        pg.Dtype
 	numel, bytes int
-	ptr          nccl.DevicePtr
+	ptr          libnccl.DevicePtr
 	fromNCCL     bool // ncclMemAlloc, else cuMemAlloc
 	reg          Registration
 	handle       uintptr // the window or the registration
@@ -232,11 +232,11 @@ func (b *deviceBucket) Upload(off int, src pg.Tensor) error {
 		return nil
 	}
 	if src.IsDevice() {
-		return s.copy.D2D(b.ptr+nccl.DevicePtr(at), nccl.DevicePtr(src.Device.Ptr), n)
+		return s.copy.D2D(b.ptr+libnccl.DevicePtr(at), libnccl.DevicePtr(src.Device.Ptr), n)
 	}
 	h := b.pinned[at : at+n]
 	copy(h, src.Data)
-	return s.copy.H2D(b.ptr+nccl.DevicePtr(at), h)
+	return s.copy.H2D(b.ptr+libnccl.DevicePtr(at), h)
 }
 
 // Seal records an event after the uploads; the next collective waits on it.
@@ -268,9 +268,9 @@ func (b *deviceBucket) Download(ctx context.Context, off int, dst pg.Tensor) err
 	s.mu.Lock()
 	var err error
 	if dst.IsDevice() {
-		err = s.copy.D2D(nccl.DevicePtr(dst.Device.Ptr), b.ptr+nccl.DevicePtr(at), n)
+		err = s.copy.D2D(libnccl.DevicePtr(dst.Device.Ptr), b.ptr+libnccl.DevicePtr(at), n)
 	} else {
-		err = s.copy.D2H(b.pinned[at:at+n], b.ptr+nccl.DevicePtr(at))
+		err = s.copy.D2H(b.pinned[at:at+n], b.ptr+libnccl.DevicePtr(at))
 	}
 	s.mu.Unlock()
 	if err == nil {

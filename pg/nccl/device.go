@@ -3,7 +3,7 @@ package nccl
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 )
 
@@ -46,8 +46,8 @@ func (g *Group) deviceOp(what string, op pg.ReduceOp) error {
 }
 
 // dptr is the device address of t's element i.
-func dptr(t pg.Tensor, i int) nccl.DevicePtr {
-	return nccl.DevicePtr(t.Device.Ptr + uintptr(i*t.Dtype.Size()))
+func dptr(t pg.Tensor, i int) libnccl.DevicePtr {
+	return libnccl.DevicePtr(t.Device.Ptr + uintptr(i*t.Dtype.Size()))
 }
 
 // deviceAllReduce checks a reducing call's tensors and, on the device, its op.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/fake"
 )
@@ -26,7 +26,7 @@ func fakeHost(be *fake.Backend, t pg.Tensor) []float32 {
 	return pg.View[float32](pg.Tensor{Dtype: pg.Float32, Data: b})
 }
 
-func ptrOf(t pg.Tensor) nccl.DevicePtr { return nccl.DevicePtr(t.Device.Ptr) }
+func ptrOf(t pg.Tensor) libnccl.DevicePtr { return libnccl.DevicePtr(t.Device.Ptr) }
 
 func TestDeviceTensorsOverFake(t *testing.T) {
 	const n = 3

@@ -3,8 +3,8 @@
 // github.com/goddp/ddp/nccl (no cgo; the binary runs where NCCL is
 // absent and fails New there with an error that says where it looked).
 //
-//	lib, err := nccl.Load(nccl.Options{PythonPrefixes: []string{"/opt/torch/.venv"}})
-//	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
+//	lib, err := libnccl.Load(libnccl.Options{PythonPrefixes: []string{"/opt/torch/.venv"}})
+//	cu, err := libnccl.LoadCUDA(libnccl.CUDAOptions{})
 //	g, err := pgnccl.New(ctx, st, pgnccl.Options{Rank: rank, Size: size, Device: localRank, Library: lib, CUDA: cu})
 //	w := g.AllReduce(ctx, pg.Float32s(grads), pg.Op(pg.Avg))
 //

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 )
 
 // gpuDevice opens GPU 0 beside a world of one, for the caller's own device
 // memory.
-func gpuDevice(t testing.TB) (*Group, *nccl.Device) {
+func gpuDevice(t testing.TB) (*Group, *libnccl.Device) {
 	t.Helper()
 	gs := gpuWorld(t, 1, time.Minute)
 	_, cu, _ := libs(t)
@@ -26,7 +26,7 @@ func gpuDevice(t testing.TB) (*Group, *nccl.Device) {
 
 // devFloats allocates device memory holding xs (a synchronous copy, so
 // the data is complete on the device before any call).
-func devFloats(t testing.TB, d *nccl.Device, xs []float32) pg.Tensor {
+func devFloats(t testing.TB, d *libnccl.Device, xs []float32) pg.Tensor {
 	t.Helper()
 	n := 4 * len(xs)
 	p, err := d.Malloc(n)
@@ -40,10 +40,10 @@ func devFloats(t testing.TB, d *nccl.Device, xs []float32) pg.Tensor {
 	return pg.DeviceTensor(pg.Float32, d.Ordinal(), uintptr(p), n)
 }
 
-func hostFloats(t testing.TB, d *nccl.Device, x pg.Tensor) []float32 {
+func hostFloats(t testing.TB, d *libnccl.Device, x pg.Tensor) []float32 {
 	t.Helper()
 	out := make([]float32, x.Len())
-	if err := d.CopyDtoH(pg.Float32s(out).Data, nccl.DevicePtr(x.Device.Ptr)); err != nil {
+	if err := d.CopyDtoH(pg.Float32s(out).Data, libnccl.DevicePtr(x.Device.Ptr)); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -165,7 +165,7 @@ func TestGPUDeviceBandwidth(t *testing.T) {
 		out := timeIt(iters, func() error {
 			return waitErr(t, g.issue(ctx, desc{op: pg.OpAllReduce, peer: pg.NoPeer, dtype: pg.Float32, inBytes: int64(size), outBytes: int64(size)},
 				func(s *stager) ([]part, error) {
-					return []part{{comm: func() error { return g.be.AllReduce(src, dst, size/4, nccl.Float32, nccl.Sum) }}}, nil
+					return []part{{comm: func() error { return g.be.AllReduce(src, dst, size/4, libnccl.Float32, libnccl.Sum) }}}, nil
 				}), time.Minute)
 		})
 		h := pg.NewTensor(pg.Float32, size/4)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/pg/pgtest"
@@ -17,10 +17,10 @@ import (
 )
 
 // libs loads NCCL and the CUDA driver, or skips: the tests below need a
-// GPU (the GPU test binary, see nccl/testdata/gpu).
-func libs(t testing.TB) (*nccl.Library, *nccl.CUDA, int) {
+// GPU (the GPU test binary, see libnccl/testdata/gpu).
+func libs(t testing.TB) (*libnccl.Library, *libnccl.CUDA, int) {
 	t.Helper()
-	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
+	cu, err := libnccl.LoadCUDA(libnccl.CUDAOptions{})
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
@@ -28,7 +28,7 @@ func libs(t testing.TB) (*nccl.Library, *nccl.CUDA, int) {
 	if err != nil || n == 0 {
 		t.Skipf("no GPU: %d devices, %v", n, err)
 	}
-	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	lib, err := libnccl.Load(libnccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
@@ -66,7 +66,7 @@ var _ pg.Extended = (*Group)(nil)
 func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
 	opts, err := opts.withDefaults()
 	if err == nil && (opts.Library == nil || opts.CUDA == nil) {
-		err = errors.New("Options.Library and Options.CUDA are required (nccl.Load, nccl.LoadCUDA)")
+		err = errors.New("Options.Library and Options.CUDA are required (libnccl.Load, libnccl.LoadCUDA)")
 	}
 	if err != nil {
 		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
@@ -106,8 +106,8 @@ func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
 }
 
 // shareUniqueID publishes rank 0's id and returns it on every rank.
-func shareUniqueID(ctx context.Context, st store.Store, opts Options) (nccl.UniqueID, error) {
-	var id nccl.UniqueID
+func shareUniqueID(ctx context.Context, st store.Store, opts Options) (libnccl.UniqueID, error) {
+	var id libnccl.UniqueID
 	if opts.Rank == 0 {
 		var err error
 		if id, err = opts.Library.UniqueID(); err != nil {
@@ -321,13 +321,13 @@ func (g *Group) failedLocked() error {
 // kindOf maps an NCCL or CUDA error to the pg sentinel it means.
 func kindOf(err error) error {
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, pg.ErrTimeout), errors.Is(err, nccl.Timeout):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, pg.ErrTimeout), errors.Is(err, libnccl.Timeout):
 		return pg.ErrTimeout
 	case errors.Is(err, context.Canceled):
 		return pg.ErrAborted
-	case errors.Is(err, nccl.RemoteError):
+	case errors.Is(err, libnccl.RemoteError):
 		return pg.ErrRemote
-	case errors.Is(err, nccl.InvalidArgument), errors.Is(err, nccl.InvalidUsage), errors.Is(err, nccl.ErrUnsupported):
+	case errors.Is(err, libnccl.InvalidArgument), errors.Is(err, libnccl.InvalidUsage), errors.Is(err, libnccl.ErrUnsupported):
 		return pg.ErrInvalidArgument
 	}
 	return pg.ErrComm

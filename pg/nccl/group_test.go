@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/flight"
 )
@@ -278,10 +278,10 @@ func TestAsyncErrorFailsPending(t *testing.T) {
 	bs[0].StallNext()
 	w1 := gs[0].AllReduce(ctx, pg.Float32s([]float32{1}), pg.Op(pg.Sum))
 	w2 := gs[0].Broadcast(ctx, pg.Float32s([]float32{1}), 0)
-	bs[0].InjectAsyncError(nccl.RemoteError, "peer rank 3 exited")
+	bs[0].InjectAsyncError(libnccl.RemoteError, "peer rank 3 exited")
 	for i, w := range []pg.Work{w1, w2} {
 		err := waitErr(t, w, 5*time.Second)
-		if !errors.Is(err, pg.ErrRemote) || !errors.Is(err, nccl.RemoteError) || !strings.Contains(err.Error(), "peer rank 3 exited") {
+		if !errors.Is(err, pg.ErrRemote) || !errors.Is(err, libnccl.RemoteError) || !strings.Contains(err.Error(), "peer rank 3 exited") {
 			t.Fatalf("work %d: %v", i, err)
 		}
 		if !strings.Contains(err.Error(), fmt.Sprintf("seq %d", i+1)) {
@@ -311,9 +311,9 @@ func TestAbort(t *testing.T) {
 func TestEnqueueFailure(t *testing.T) {
 	gs, bs := fakeWorld(t, 1, time.Minute)
 	defer closeAll(t, gs)
-	bs[0].FailNext(&nccl.Error{Func: "ncclAllReduce", Code: nccl.InvalidUsage})
+	bs[0].FailNext(&libnccl.Error{Func: "ncclAllReduce", Code: libnccl.InvalidUsage})
 	err := waitErr(t, gs[0].AllReduce(context.Background(), pg.Float32s([]float32{1}), pg.Op(pg.Sum)), 5*time.Second)
-	if !errors.Is(err, pg.ErrInvalidArgument) || !errors.Is(err, nccl.InvalidUsage) {
+	if !errors.Is(err, pg.ErrInvalidArgument) || !errors.Is(err, libnccl.InvalidUsage) {
 		t.Fatalf("%v", err)
 	}
 	if err := waitErr(t, gs[0].Barrier(context.Background()), time.Second); err == nil {
@@ -326,12 +326,12 @@ func TestKindOf(t *testing.T) {
 		err  error
 		want error
 	}{
-		{&nccl.Error{Code: nccl.RemoteError}, pg.ErrRemote},
-		{&nccl.Error{Code: nccl.SystemError}, pg.ErrComm},
-		{&nccl.Error{Code: nccl.InvalidArgument}, pg.ErrInvalidArgument},
-		{&nccl.Error{Code: nccl.Timeout}, pg.ErrTimeout},
+		{&libnccl.Error{Code: libnccl.RemoteError}, pg.ErrRemote},
+		{&libnccl.Error{Code: libnccl.SystemError}, pg.ErrComm},
+		{&libnccl.Error{Code: libnccl.InvalidArgument}, pg.ErrInvalidArgument},
+		{&libnccl.Error{Code: libnccl.Timeout}, pg.ErrTimeout},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), pg.ErrTimeout},
-		{&nccl.CUDAError{Func: "cuMemAlloc", Code: 2}, pg.ErrComm},
+		{&libnccl.CUDAError{Func: "cuMemAlloc", Code: 2}, pg.ErrComm},
 	} {
 		if got := kindOf(c.err); got != c.want {
 			t.Errorf("kindOf(%v) = %v, want %v", c.err, got, c.want)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
@@ -54,7 +54,7 @@ func (s *stager) upload(b *buf, off int, data []byte) error {
 	}
 	h := b.host[off : off+len(data)]
 	copy(h, data)
-	return s.g.be.H2D(b.dev+nccl.DevicePtr(off), h)
+	return s.g.be.H2D(b.dev+libnccl.DevicePtr(off), h)
 }
 
 // download enqueues b at off -> pinned, and registers the copy into dst
@@ -64,7 +64,7 @@ func (s *stager) download(b *buf, off int, n int, dst []byte) ([]byte, error) {
 		return nil, nil
 	}
 	h := b.host[off : off+n]
-	if err := s.g.be.D2H(h, b.dev+nccl.DevicePtr(off)); err != nil {
+	if err := s.g.be.D2H(h, b.dev+libnccl.DevicePtr(off)); err != nil {
 		return nil, err
 	}
 	if dst != nil {

@@ -3,7 +3,7 @@ package nccl
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
@@ -16,21 +16,21 @@ func bitwise(op pg.ReduceOp) bool {
 
 // redOp maps op to NCCL's for dtype d. PREMUL_SUM makes an NCCL op
 // (ncclRedOpCreatePreMulSum, 2.11) that s destroys after the NCCL calls.
-func (s *stager) redOp(op pg.ReduceOp, d pg.Dtype) (nccl.RedOp, error) {
+func (s *stager) redOp(op pg.ReduceOp, d pg.Dtype) (libnccl.RedOp, error) {
 	switch op.Kind {
 	case pg.Sum:
-		return nccl.Sum, nil
+		return libnccl.Sum, nil
 	case pg.Product:
-		return nccl.Prod, nil
+		return libnccl.Prod, nil
 	case pg.Min:
-		return nccl.Min, nil
+		return libnccl.Min, nil
 	case pg.Max:
-		return nccl.Max, nil
+		return libnccl.Max, nil
 	case pg.Avg:
 		if !s.g.be.HasAvg() {
 			return 0, fmt.Errorf("%w: AVG needs NCCL 2.10", pg.ErrInvalidArgument)
 		}
-		return nccl.Avg, nil
+		return libnccl.Avg, nil
 	case pg.PremulSum:
 		r, err := s.g.be.PreMulSum(op.Factor, binding.DataType(d))
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 )
 
@@ -23,10 +23,10 @@ type Options struct {
 	Rank, Size int
 	// Device is the GPU ordinal this rank uses (usually the local rank).
 	Device int
-	// Library and CUDA are the loaded NCCL and CUDA driver (nccl.Load,
-	// nccl.LoadCUDA); the caller decides where they come from.
-	Library *nccl.Library
-	CUDA    *nccl.CUDA
+	// Library and CUDA are the loaded NCCL and CUDA driver (libnccl.Load,
+	// libnccl.LoadCUDA); the caller decides where they come from.
+	Library *libnccl.Library
+	CUDA    *libnccl.CUDA
 	// Timeout is the group timeout: a Work not finished this long after
 	// it was issued fails with pg.ErrTimeout and aborts the communicator.
 	// It also bounds New when ctx has no deadline. Zero means

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
@@ -230,10 +230,10 @@ func (l *lane) exchangeSizes(ctx context.Context, be binding.Backend, op *p2pOp,
 	}
 	if err == nil {
 		err = be.Group(func() error {
-			if err := be.Send(hdr.dev, 8, nccl.Uint8, l.pairPeer()); err != nil {
+			if err := be.Send(hdr.dev, 8, libnccl.Uint8, l.pairPeer()); err != nil {
 				return err
 			}
-			return be.Recv(hdr.dev+8, 8, nccl.Uint8, l.pairPeer())
+			return be.Recv(hdr.dev+8, 8, libnccl.Uint8, l.pairPeer())
 		})
 	}
 	if err == nil {
@@ -271,13 +271,13 @@ func (l *lane) payload(ctx context.Context, be binding.Backend, op *p2pOp, b *bu
 	var err error
 	switch {
 	case dev && l.key.send:
-		err = be.Send(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
+		err = be.Send(dptr(op.t, 0), n, libnccl.Uint8, l.pairPeer())
 	case dev:
-		err = be.Recv(dptr(op.t, 0), n, nccl.Uint8, l.pairPeer())
+		err = be.Recv(dptr(op.t, 0), n, libnccl.Uint8, l.pairPeer())
 	case l.key.send:
-		err = be.Send(b.dev, n, nccl.Uint8, l.pairPeer())
+		err = be.Send(b.dev, n, libnccl.Uint8, l.pairPeer())
 	default:
-		err = be.Recv(b.dev, n, nccl.Uint8, l.pairPeer())
+		err = be.Recv(b.dev, n, libnccl.Uint8, l.pairPeer())
 		if err == nil {
 			err = be.D2H(b.host[:n], b.dev)
 			op.w.copies = append(op.w.copies, copyBack{dst: op.t.Data, src: b.host[:n]})
@@ -317,7 +317,7 @@ func (l *lane) connect(ctx context.Context, w *work) (binding.Backend, error) {
 		src, dst, rank = l.key.peer, g.rank, 1
 	}
 	key := fmt.Sprintf("%s/p2p/%d-%d", g.storeKey, src, dst)
-	var id nccl.UniqueID
+	var id libnccl.UniqueID
 	if l.key.send {
 		var err error
 		if id, err = g.be.UniqueID(); err != nil {
@@ -396,12 +396,12 @@ func (l *lane) await(ctx context.Context, be binding.Backend, w *work) error {
 	lastAsync := time.Now()
 	for {
 		err := ev.Query()
-		if !errors.Is(err, nccl.ErrNotReady) {
+		if !errors.Is(err, libnccl.ErrNotReady) {
 			return err
 		}
 		if time.Since(lastAsync) >= opts.AsyncErrorInterval {
 			lastAsync = time.Now()
-			if r, err := be.AsyncError(); err != nil || (r != nccl.Success && r != nccl.InProgress) {
+			if r, err := be.AsyncError(); err != nil || (r != libnccl.Success && r != libnccl.InProgress) {
 				if err == nil {
 					err = fmt.Errorf("ncclCommGetAsyncError: %w", r)
 					if d := be.LastError(); d != "" {

@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"sync"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
@@ -12,7 +12,7 @@ import (
 // same size. Host tensors travel caller -> host -> dev -> NCCL -> dev ->
 // host -> caller; the device never touches Go memory.
 type buf struct {
-	dev  nccl.DevicePtr
+	dev  libnccl.DevicePtr
 	host []byte
 	size int
 }

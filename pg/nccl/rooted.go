@@ -3,7 +3,7 @@ package nccl
 import (
 	"context"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
@@ -114,7 +114,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 			}}
 			for r := 0; r < g.size; r++ {
 				if r != root {
-					parts = append(parts, part{comm: func() error { return g.be.Recv(b.dev+nccl.DevicePtr(r*n), count, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Recv(b.dev+libnccl.DevicePtr(r*n), count, dt, r) }})
 				}
 			}
 			return parts, nil
@@ -179,7 +179,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 			}}
 			for r := 0; r < g.size; r++ {
 				if r != root {
-					parts = append(parts, part{comm: func() error { return g.be.Send(b.dev+nccl.DevicePtr(r*m), count, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Send(b.dev+libnccl.DevicePtr(r*m), count, dt, r) }})
 				}
 			}
 			return parts, nil
@@ -234,10 +234,10 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 			for r := 0; r < g.size; r++ {
 				io, oo, ic, oc := inOff, outOff, inS[r], outS[r]
 				if ic > 0 {
-					parts = append(parts, part{comm: func() error { return g.be.Send(bi.dev+nccl.DevicePtr(io*es), ic, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Send(bi.dev+libnccl.DevicePtr(io*es), ic, dt, r) }})
 				}
 				if oc > 0 {
-					parts = append(parts, part{comm: func() error { return g.be.Recv(bo.dev+nccl.DevicePtr(oo*es), oc, dt, r) }})
+					parts = append(parts, part{comm: func() error { return g.be.Recv(bo.dev+libnccl.DevicePtr(oo*es), oc, dt, r) }})
 				}
 				inOff += ic
 				outOff += oc

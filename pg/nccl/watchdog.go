@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
@@ -75,7 +75,7 @@ func (g *Group) poll() {
 			w.finish(g, nil, now, g.lastFinished())
 			g.lastFinish.Store(now.UnixNano())
 			continue
-		case errors.Is(err, nccl.ErrNotReady):
+		case errors.Is(err, libnccl.ErrNotReady):
 			if w.start != nil && w.startedAt.Load() == 0 && w.start.Query() == nil {
 				w.startedAt.Store(now.UnixNano()) // Note [watchdog times]
 			}
@@ -131,7 +131,7 @@ func (g *Group) checkAsync() {
 		return
 	}
 	r, err := g.be.AsyncError()
-	if err == nil && (r == nccl.Success || r == nccl.InProgress) {
+	if err == nil && (r == libnccl.Success || r == libnccl.InProgress) {
 		return
 	}
 	if err == nil {
@@ -147,7 +147,7 @@ func (g *Group) checkAsync() {
 func pollEvent(ctx context.Context, ev binding.Event) error {
 	for {
 		err := ev.Query()
-		if !errors.Is(err, nccl.ErrNotReady) {
+		if !errors.Is(err, libnccl.ErrNotReady) {
 			return err
 		}
 		select {

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/nccl/internal/fake"
@@ -22,7 +22,7 @@ type Options struct {
 	// NoMemAlloc, NoRegister and NoWindows remove the symbols of its
 	// memory and registration APIs, as an older or stripped library
 	// would.
-	Version                           nccl.Version
+	Version                           libnccl.Version
 	NoMemAlloc, NoRegister, NoWindows bool
 	// BucketRegistration and Logger are passed to the Groups' Options.
 	BucketRegistration pgnccl.Registration

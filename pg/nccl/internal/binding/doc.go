@@ -13,5 +13,5 @@
 // package pg/nccl/nccltest.
 //
 //	var be binding.Backend = ... // cudaBackend or *fake.Backend
-//	err := be.AllReduce(send, recv, n, binding.DataType(pg.Float32), nccl.Sum)
+//	err := be.AllReduce(send, recv, n, binding.DataType(pg.Float32), libnccl.Sum)
 package binding

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
@@ -71,19 +71,19 @@ func (d *device) holdCopies() (release func()) {
 
 func (b *Backend) Caps() binding.Caps { return b.dev.caps }
 
-func (b *Backend) MemAlloc(n int) (nccl.DevicePtr, error) {
+func (b *Backend) MemAlloc(n int) (libnccl.DevicePtr, error) {
 	if !b.dev.caps.MemAlloc {
-		return 0, fmt.Errorf("fake: ncclMemAlloc: %w", nccl.ErrUnsupported)
+		return 0, fmt.Errorf("fake: ncclMemAlloc: %w", libnccl.ErrUnsupported)
 	}
 	if b.dev.failMemAlloc.Load() {
-		return 0, &nccl.Error{Func: "ncclMemAlloc", Code: nccl.UnhandledCudaError, Desc: "fake: out of memory"}
+		return 0, &libnccl.Error{Func: "ncclMemAlloc", Code: libnccl.UnhandledCudaError, Desc: "fake: out of memory"}
 	}
 	b.dev.memAllocs.Add(1)
 	b.dev.trace("memAlloc")
 	return b.mem.alloc(n), nil
 }
 
-func (b *Backend) MemFree(p nccl.DevicePtr) error {
+func (b *Backend) MemFree(p libnccl.DevicePtr) error {
 	b.dev.trace("memFree")
 	return b.Free(p)
 }
@@ -101,19 +101,19 @@ func (b *Backend) unhandle(h uintptr, kind string) error {
 	b.dev.mu.Lock()
 	defer b.dev.mu.Unlock()
 	if b.dev.regs[h] != kind {
-		return &nccl.Error{Func: "fake", Code: nccl.InvalidArgument, Desc: fmt.Sprintf("%s of handle %d, which is %q", kind, h, b.dev.regs[h])}
+		return &libnccl.Error{Func: "fake", Code: libnccl.InvalidArgument, Desc: fmt.Sprintf("%s of handle %d, which is %q", kind, h, b.dev.regs[h])}
 	}
 	delete(b.dev.regs, h)
 	b.dev.log = append(b.dev.log, "de"+kind)
 	return nil
 }
 
-func (b *Backend) Register(p nccl.DevicePtr, n int) (uintptr, error) {
+func (b *Backend) Register(p libnccl.DevicePtr, n int) (uintptr, error) {
 	if !b.dev.caps.Register {
-		return 0, fmt.Errorf("fake: ncclCommRegister: %w", nccl.ErrUnsupported)
+		return 0, fmt.Errorf("fake: ncclCommRegister: %w", libnccl.ErrUnsupported)
 	}
 	if b.dev.failRegister.Load() {
-		return 0, &nccl.Error{Func: "ncclCommRegister", Code: nccl.InternalError, Desc: "fake: registration refused"}
+		return 0, &libnccl.Error{Func: "ncclCommRegister", Code: libnccl.InternalError, Desc: "fake: registration refused"}
 	}
 	b.dev.registrations.Add(1)
 	return b.handle("register"), nil
@@ -124,15 +124,15 @@ func (b *Backend) Deregister(h uintptr) error { return b.unhandle(h, "register")
 // windowRegister is collective, as ncclCommWindowRegister: a barrier of
 // the world, so that ranks registering different buckets hang (and the
 // group times out) as they would on NCCL.
-func (b *Backend) WindowRegister(p nccl.DevicePtr, n int) (uintptr, error) {
+func (b *Backend) WindowRegister(p libnccl.DevicePtr, n int) (uintptr, error) {
 	if !b.dev.caps.Window {
-		return 0, fmt.Errorf("fake: ncclCommWindowRegister: %w", nccl.ErrUnsupported)
+		return 0, fmt.Errorf("fake: ncclCommWindowRegister: %w", libnccl.ErrUnsupported)
 	}
 	if b.dev.failWindow.Load() {
-		return 0, &nccl.Error{Func: "ncclCommWindowRegister", Code: nccl.InvalidUsage, Desc: "fake: window refused"}
+		return 0, &libnccl.Error{Func: "ncclCommWindowRegister", Code: libnccl.InvalidUsage, Desc: "fake: window refused"}
 	}
 	if err := b.lg.Barrier(context.Background()).Wait(context.Background()); err != nil {
-		return 0, &nccl.Error{Func: "ncclCommWindowRegister", Code: nccl.RemoteError, Desc: err.Error()}
+		return 0, &libnccl.Error{Func: "ncclCommWindowRegister", Code: libnccl.RemoteError, Desc: err.Error()}
 	}
 	b.dev.windows.Add(1)
 	return b.handle("window"), nil
@@ -175,17 +175,17 @@ type copyStream struct {
 	st *stream
 }
 
-func (c *copyStream) H2D(dst nccl.DevicePtr, src []byte) error {
+func (c *copyStream) H2D(dst libnccl.DevicePtr, src []byte) error {
 	d := c.be.mem.at(dst, len(src))
 	c.st.enqueue(func() { c.be.dev.trace("h2d"); copy(d, src) })
 	return nil
 }
-func (c *copyStream) D2H(dst []byte, src nccl.DevicePtr) error {
+func (c *copyStream) D2H(dst []byte, src libnccl.DevicePtr) error {
 	s := c.be.mem.at(src, len(dst))
 	c.st.enqueue(func() { c.be.dev.trace("d2h"); copy(dst, s) })
 	return nil
 }
-func (c *copyStream) D2D(dst, src nccl.DevicePtr, n int) error {
+func (c *copyStream) D2D(dst, src libnccl.DevicePtr, n int) error {
 	d, s := c.be.mem.at(dst, n), c.be.mem.at(src, n)
 	c.st.enqueue(func() { c.be.dev.trace("d2d"); copy(d, s) })
 	return nil

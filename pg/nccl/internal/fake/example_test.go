@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"github.com/goddp/ddp/pg/nccl/internal/fake"
@@ -25,7 +25,7 @@ func ExampleNewWorld() {
 		go func() {
 			p := b.Alloc(8)
 			_ = b.H2D(p, pg.Float32s([]float32{float32(r), 10}).Data)
-			_ = b.AllReduce(p, p, 2, binding.DataType(pg.Float32), nccl.Sum)
+			_ = b.AllReduce(p, p, 2, binding.DataType(pg.Float32), libnccl.Sum)
 			outs[r] = make([]float32, 2)
 			_ = b.D2H(pg.Float32s(outs[r]).Data, p)
 			done <- b.Synchronize(ctx)

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goddp/ddp/nccl"
+	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
@@ -41,8 +41,8 @@ type Backend struct {
 
 	mu      sync.Mutex
 	grouped *[]func(ctx context.Context) pg.Work // inside group()
-	ops     map[nccl.RedOp]float64               // PreMulSum factors
-	nextOp  nccl.RedOp
+	ops     map[libnccl.RedOp]float64            // PreMulSum factors
+	nextOp  libnccl.RedOp
 	self    *selfQueue
 	pairs   *pairTable // shared by the world: the two-rank communicators
 
@@ -55,13 +55,13 @@ type Backend struct {
 type pairTable struct {
 	mu      sync.Mutex
 	next    uint64
-	worlds  map[nccl.UniqueID][]pg.Extended
+	worlds  map[libnccl.UniqueID][]pg.Extended
 	timeout time.Duration
 	made    atomic.Int64 // pair communicators made, counting each rank
 }
 
-func (b *Backend) UniqueID() (nccl.UniqueID, error) {
-	var id nccl.UniqueID
+func (b *Backend) UniqueID() (libnccl.UniqueID, error) {
+	var id libnccl.UniqueID
 	b.pairs.mu.Lock()
 	b.pairs.next++
 	binary.LittleEndian.PutUint64(id[:], b.pairs.next)
@@ -69,9 +69,9 @@ func (b *Backend) UniqueID() (nccl.UniqueID, error) {
 	return id, nil
 }
 
-func (b *Backend) Pair(ctx context.Context, id nccl.UniqueID, rank int) (binding.Backend, error) {
+func (b *Backend) Pair(ctx context.Context, id libnccl.UniqueID, rank int) (binding.Backend, error) {
 	if b.aborted.Load() {
-		return nil, &nccl.Error{Func: "fake", Code: nccl.InvalidUsage, Desc: "communicator aborted"}
+		return nil, &libnccl.Error{Func: "fake", Code: libnccl.InvalidUsage, Desc: "communicator aborted"}
 	}
 	p := b.pairs
 	p.mu.Lock()
@@ -95,7 +95,7 @@ func (b *Backend) Pair(ctx context.Context, id nccl.UniqueID, rank int) (binding
 
 func newBackend(lg pg.Extended) *Backend {
 	b := &Backend{lg: lg, mem: &memory{allocs: map[uintptr][]byte{}}, abortCh: make(chan struct{}),
-		ops: map[nccl.RedOp]float64{}, nextOp: 5}
+		ops: map[libnccl.RedOp]float64{}, nextOp: 5}
 	b.st = newStream()
 	b.dev.caps = binding.Caps{Version: 22800, MemAlloc: true, Register: true, Window: true}
 	b.dev.regs = map[uintptr]string{}
@@ -109,16 +109,16 @@ type memory struct {
 	allocs map[uintptr][]byte
 }
 
-func (m *memory) alloc(n int) nccl.DevicePtr {
+func (m *memory) alloc(n int) libnccl.DevicePtr {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++
 	words := make([]uint64, (n+7)/8)
 	m.allocs[m.next] = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), n)
-	return nccl.DevicePtr(m.next << 32)
+	return libnccl.DevicePtr(m.next << 32)
 }
 
-func (m *memory) at(p nccl.DevicePtr, n int) []byte {
+func (m *memory) at(p libnccl.DevicePtr, n int) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.allocs[uintptr(p)>>32]
@@ -184,7 +184,7 @@ func (e event) Query() error {
 	case <-e.done:
 		return nil
 	default:
-		return nccl.ErrNotReady
+		return libnccl.ErrNotReady
 	}
 }
 func (e event) Destroy() error { return nil }
@@ -194,10 +194,10 @@ func (e event) Destroy() error { return nil }
 func (e event) Elapsed(start binding.Event) (time.Duration, error) {
 	s, ok := start.(event)
 	if !ok || e.at == nil || s.at == nil {
-		return 0, &nccl.Error{Func: "cuEventElapsedTime", Code: nccl.InvalidArgument, Desc: "not two timing events of the fake"}
+		return 0, &libnccl.Error{Func: "cuEventElapsedTime", Code: libnccl.InvalidArgument, Desc: "not two timing events of the fake"}
 	}
 	if s.Query() != nil || e.Query() != nil {
-		return 0, nccl.ErrNotReady
+		return 0, libnccl.ErrNotReady
 	}
 	return e.at.Sub(*s.at), nil
 }
@@ -212,22 +212,22 @@ func (e event) wait(ctx context.Context) error {
 	}
 }
 
-func (b *Backend) Malloc(n int) (nccl.DevicePtr, error) { return b.mem.alloc(n), nil }
-func (b *Backend) Free(nccl.DevicePtr) error            { b.freed.Add(1); return nil }
-func (b *Backend) MallocHost(n int) ([]byte, error)     { return make([]byte, n), nil }
-func (b *Backend) FreeHost([]byte) error                { return nil }
+func (b *Backend) Malloc(n int) (libnccl.DevicePtr, error) { return b.mem.alloc(n), nil }
+func (b *Backend) Free(libnccl.DevicePtr) error            { b.freed.Add(1); return nil }
+func (b *Backend) MallocHost(n int) ([]byte, error)        { return make([]byte, n), nil }
+func (b *Backend) FreeHost([]byte) error                   { return nil }
 
-func (b *Backend) H2D(dst nccl.DevicePtr, src []byte) error {
+func (b *Backend) H2D(dst libnccl.DevicePtr, src []byte) error {
 	d := b.mem.at(dst, len(src))
 	b.st.enqueue(func() { copy(d, src) })
 	return nil
 }
-func (b *Backend) D2H(dst []byte, src nccl.DevicePtr) error {
+func (b *Backend) D2H(dst []byte, src libnccl.DevicePtr) error {
 	s := b.mem.at(src, len(dst))
 	b.st.enqueue(func() { copy(dst, s) })
 	return nil
 }
-func (b *Backend) D2D(dst, src nccl.DevicePtr, n int) error {
+func (b *Backend) D2D(dst, src libnccl.DevicePtr, n int) error {
 	d, s := b.mem.at(dst, n), b.mem.at(src, n)
 	b.st.enqueue(func() { copy(d, s) })
 	return nil
@@ -249,7 +249,7 @@ func (b *Backend) mark() event {
 	return e
 }
 
-func pgDtype(dt nccl.DataType) pg.Dtype {
+func pgDtype(dt libnccl.DataType) pg.Dtype {
 	for _, d := range pg.Dtypes() {
 		if binding.DataType(d) == dt {
 			return d
@@ -258,17 +258,17 @@ func pgDtype(dt nccl.DataType) pg.Dtype {
 	return 0
 }
 
-func (b *Backend) pgOp(op nccl.RedOp) pg.ReduceOp {
+func (b *Backend) pgOp(op libnccl.RedOp) pg.ReduceOp {
 	switch op {
-	case nccl.Sum:
+	case libnccl.Sum:
 		return pg.Op(pg.Sum)
-	case nccl.Prod:
+	case libnccl.Prod:
 		return pg.Op(pg.Product)
-	case nccl.Max:
+	case libnccl.Max:
 		return pg.Op(pg.Max)
-	case nccl.Min:
+	case libnccl.Min:
 		return pg.Op(pg.Min)
-	case nccl.Avg:
+	case libnccl.Avg:
 		return pg.Op(pg.Avg)
 	}
 	b.mu.Lock()
@@ -276,7 +276,7 @@ func (b *Backend) pgOp(op nccl.RedOp) pg.ReduceOp {
 	return pg.PremulSumOp(b.ops[op])
 }
 
-func (b *Backend) tensor(p nccl.DevicePtr, count int, dt nccl.DataType) pg.Tensor {
+func (b *Backend) tensor(p libnccl.DevicePtr, count int, dt libnccl.DataType) pg.Tensor {
 	d := pgDtype(dt)
 	return pg.Tensor{Dtype: d, Data: b.mem.at(p, count*d.Size())}
 }
@@ -288,7 +288,7 @@ func (b *Backend) launch(run func(ctx context.Context) pg.Work) error {
 		return *err
 	}
 	if b.aborted.Load() {
-		return &nccl.Error{Func: "fake", Code: nccl.InvalidUsage, Desc: "communicator aborted"}
+		return &libnccl.Error{Func: "fake", Code: libnccl.InvalidUsage, Desc: "communicator aborted"}
 	}
 	b.calls.Add(1)
 	b.mu.Lock()
@@ -332,16 +332,16 @@ func (b *Backend) execute(stall bool, runs []func(context.Context) pg.Work) {
 	}
 	if first != nil && !b.aborted.Load() {
 		b.detail.Store(first.Error())
-		code := nccl.SystemError
+		code := libnccl.SystemError
 		if errors.Is(first, pg.ErrRemote) {
-			code = nccl.RemoteError
+			code = libnccl.RemoteError
 		}
 		b.asyncErr.CompareAndSwap(0, int32(code))
 		<-b.abortCh
 	}
 }
 
-func (b *Backend) AllReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp) error {
+func (b *Backend) AllReduce(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp) error {
 	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		b.dev.trace("allReduce")
@@ -349,21 +349,21 @@ func (b *Backend) AllReduce(send, recv nccl.DevicePtr, count int, dt nccl.DataTy
 		return b.lg.AllReduce(ctx, out, o)
 	})
 }
-func (b *Backend) Reduce(send, recv nccl.DevicePtr, count int, dt nccl.DataType, op nccl.RedOp, root int) error {
+func (b *Backend) Reduce(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp, root int) error {
 	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		copy(out.Data, in.Data)
 		return b.lg.Reduce(ctx, out, root, o)
 	})
 }
-func (b *Backend) Broadcast(send, recv nccl.DevicePtr, count int, dt nccl.DataType, root int) error {
+func (b *Backend) Broadcast(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, root int) error {
 	in, out := b.tensor(send, count, dt), b.tensor(recv, count, dt)
 	return b.launch(func(ctx context.Context) pg.Work {
 		copy(out.Data, in.Data)
 		return b.lg.Broadcast(ctx, out, root)
 	})
 }
-func (b *Backend) AllGather(send, recv nccl.DevicePtr, sendCount int, dt nccl.DataType) error {
+func (b *Backend) AllGather(send, recv libnccl.DevicePtr, sendCount int, dt libnccl.DataType) error {
 	in, out := b.tensor(send, sendCount, dt), b.tensor(recv, sendCount*b.lg.Size(), dt)
 	return b.launch(func(ctx context.Context) pg.Work {
 		tmp := pg.NewTensor(in.Dtype, in.Len())
@@ -371,7 +371,7 @@ func (b *Backend) AllGather(send, recv nccl.DevicePtr, sendCount int, dt nccl.Da
 		return b.lg.AllGather(ctx, out, tmp)
 	})
 }
-func (b *Backend) ReduceScatter(send, recv nccl.DevicePtr, recvCount int, dt nccl.DataType, op nccl.RedOp) error {
+func (b *Backend) ReduceScatter(send, recv libnccl.DevicePtr, recvCount int, dt libnccl.DataType, op libnccl.RedOp) error {
 	in, out, o := b.tensor(send, recvCount*b.lg.Size(), dt), b.tensor(recv, recvCount, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		tmp := pg.NewTensor(in.Dtype, in.Len())
@@ -388,14 +388,14 @@ type selfQueue struct {
 	cond chan struct{}
 }
 
-func (b *Backend) Send(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+func (b *Backend) Send(buf libnccl.DevicePtr, count int, dt libnccl.DataType, peer int) error {
 	t := b.tensor(buf, count, dt)
 	if peer == b.lg.Rank() {
 		return b.launch(func(ctx context.Context) pg.Work { b.selfQ().put(t.Data); return pg.Completed(nil) })
 	}
 	return b.launch(func(ctx context.Context) pg.Work { return b.lg.Send(ctx, t, peer, 0) })
 }
-func (b *Backend) Recv(buf nccl.DevicePtr, count int, dt nccl.DataType, peer int) error {
+func (b *Backend) Recv(buf libnccl.DevicePtr, count int, dt libnccl.DataType, peer int) error {
 	t := b.tensor(buf, count, dt)
 	if peer == b.lg.Rank() {
 		return b.launch(func(ctx context.Context) pg.Work {
@@ -461,7 +461,7 @@ func (b *Backend) Group(f func() error) error {
 	return nil
 }
 
-func (b *Backend) PreMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, error) {
+func (b *Backend) PreMulSum(factor float64, dt libnccl.DataType) (libnccl.RedOp, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	op := b.nextOp
@@ -469,10 +469,10 @@ func (b *Backend) PreMulSum(factor float64, dt nccl.DataType) (nccl.RedOp, error
 	b.ops[op] = factor
 	return op, nil
 }
-func (b *Backend) DestroyOp(nccl.RedOp) error { return nil }
-func (b *Backend) HasAvg() bool               { return !b.noAvg }
+func (b *Backend) DestroyOp(libnccl.RedOp) error { return nil }
+func (b *Backend) HasAvg() bool                  { return !b.noAvg }
 
-func (b *Backend) AsyncError() (nccl.Result, error) { return nccl.Result(b.asyncErr.Load()), nil }
+func (b *Backend) AsyncError() (libnccl.Result, error) { return libnccl.Result(b.asyncErr.Load()), nil }
 
 func (b *Backend) LastError() string {
 	s, _ := b.detail.Load().(string)
@@ -532,7 +532,7 @@ type Options struct {
 	// NoMemAlloc, NoRegister and NoWindows remove the symbols of its
 	// memory and registration APIs, as an older or stripped library
 	// would.
-	Version                           nccl.Version
+	Version                           libnccl.Version
 	NoMemAlloc, NoRegister, NoWindows bool
 }
 
@@ -550,7 +550,7 @@ func NewWorld(n int, o Options) ([]*Backend, func(), error) {
 		return nil, nil, err
 	}
 	bs := make([]*Backend, n)
-	pairs := &pairTable{worlds: map[nccl.UniqueID][]pg.Extended{}, timeout: o.Timeout}
+	pairs := &pairTable{worlds: map[libnccl.UniqueID][]pg.Extended{}, timeout: o.Timeout}
 	for r := range lgs {
 		bs[r] = newBackend(lgs[r])
 		bs[r].pairs = pairs

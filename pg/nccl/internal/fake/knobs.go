@@ -1,6 +1,6 @@
 package fake
 
-import "github.com/goddp/ddp/nccl"
+import "github.com/goddp/ddp/libnccl"
 
 // The knobs tests turn and the counters they read. Faults take effect at
 // the next NCCL call; counters count from the backend's making.
@@ -14,7 +14,7 @@ func (b *Backend) FailNext(err error) { b.failNext.Store(&err) }
 
 // InjectAsyncError makes ncclCommGetAsyncError report code, and
 // ncclGetLastError detail, as after a peer died.
-func (b *Backend) InjectAsyncError(code nccl.Result, detail string) {
+func (b *Backend) InjectAsyncError(code libnccl.Result, detail string) {
 	b.detail.Store(detail)
 	b.asyncErr.Store(int32(code))
 }
@@ -37,10 +37,10 @@ func (b *Backend) PairsMade() int64 { return b.pairs.made.Load() }
 
 // Alloc allocates n bytes of fake device memory, for a test's device
 // tensors.
-func (b *Backend) Alloc(n int) nccl.DevicePtr { return b.mem.alloc(n) }
+func (b *Backend) Alloc(n int) libnccl.DevicePtr { return b.mem.alloc(n) }
 
 // At is the host memory behind the n bytes of fake device memory at p.
-func (b *Backend) At(p nccl.DevicePtr, n int) []byte { return b.mem.at(p, n) }
+func (b *Backend) At(p libnccl.DevicePtr, n int) []byte { return b.mem.at(p, n) }
 
 // FailMemAlloc, FailRegister and FailWindows make every later
 // ncclMemAlloc, ncclCommRegister or ncclCommWindowRegister fail.

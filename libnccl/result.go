@@ -1,4 +1,4 @@
-package nccl
+package libnccl
 
 import (
 	"errors"
@@ -70,7 +70,7 @@ func (e *Error) Error() string {
 	return msg
 }
 
-// Unwrap returns the Result, so errors.Is(err, nccl.RemoteError) works.
+// Unwrap returns the Result, so errors.Is(err, libnccl.RemoteError) works.
 func (e *Error) Unwrap() error { return e.Code }
 
 // ResultOf returns the Result an error carries, Success for nil and

@@ -1,4 +1,4 @@
-// Package nccl binds NVIDIA's NCCL and the parts of the CUDA driver API that
+// Package libnccl binds NVIDIA's NCCL and the parts of the CUDA driver API that
 // a process group needs, loaded at run time with purego, so that the module
 // builds with CGO_ENABLED=0 and the same binary runs on machines with and
 // without GPUs.
@@ -10,12 +10,12 @@
 // GODDP_NCCL_LIBRARY and passes it as Options.Path. LoadCUDA opens the CUDA
 // driver (libcuda.so.1, installed with every NVIDIA driver).
 //
-//	lib, err := nccl.Load(nccl.Options{PythonPrefixes: []string{"/opt/torch/.venv"}})
-//	cu, err := nccl.LoadCUDA(nccl.CUDAOptions{})
+//	lib, err := libnccl.Load(libnccl.Options{PythonPrefixes: []string{"/opt/torch/.venv"}})
+//	cu, err := libnccl.LoadCUDA(libnccl.CUDAOptions{})
 //	dev, err := cu.Device(0)
 //	id, err := lib.UniqueID()
 //	comm, err := lib.CommInitRank(dev, 1, id, 0)
-//	err = comm.AllReduce(buf, buf, n, nccl.Float32, nccl.Sum, stream)
+//	err = comm.AllReduce(buf, buf, n, libnccl.Float32, libnccl.Sum, stream)
 //
 // # Threads
 //
@@ -46,4 +46,4 @@
 // error wrapping ErrUnsupported. HasMemAlloc, HasRegister and HasWindows
 // say up front whether ncclMemAlloc (2.19), ncclCommRegister (2.19) and
 // ncclCommWindowRegister with WinCollSymmetric (2.27) can be used.
-package nccl
+package libnccl

@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package nccl
+package libnccl
 
 // Passing ncclUniqueId by value is only written for amd64 and arm64.
 

@@ -1,4 +1,4 @@
-package nccl
+package libnccl
 
 // DataType is ncclDataType_t (nccl.h). BFloat16 needs NCCL 2.10 built
 // with CUDA 11.
