@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/bench/scale/scalemodel"
 	"github.com/goddp/ddp/dataset"
 )
 
@@ -27,7 +27,7 @@ type row struct {
 	measured       []float64 // each repeat's median step
 	exposed        []float64 // each repeat's median wait for communication
 	ownExposed     []float64 // each repeat's predicted exposure from its own trace's compute
-	pred           model.Prediction
+	pred           scalemodel.Prediction
 	withOverhead   float64 // pred.Step plus the hook's overhead; 0 without uncapped runs
 	overheadSample int
 }
@@ -58,7 +58,7 @@ func analyze(dir string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	profiles := map[int][]model.Profile{}
+	profiles := map[int][]scalemodel.Profile{}
 	measured := map[config][]float64{}
 	exposed := map[config][2][]float64{} // measured, predicted from the run's own compute
 	var order []config
@@ -97,24 +97,24 @@ func analyze(dir string, w io.Writer) error {
 // predictOwn is the model's exposed communication for configuration c
 // on the compute (forward, backward, bucket ready times) of the run p
 // itself, so that compute noise between runs drops out.
-func predictOwn(rec record, c config, p model.Profile) float64 {
+func predictOwn(rec record, c config, p scalemodel.Profile) float64 {
 	if c.hook == "noop" {
 		return 0
 	}
 	a, h := modelOf(c.hook)
-	return model.Predict(p, clusterOf(rec, c), a, h).Exposed
+	return scalemodel.Predict(p, clusterOf(rec, c), a, h).Exposed
 }
 
 // clusterOf is the bed as the model sees it for configuration c.
-func clusterOf(rec record, c config) model.Cluster {
-	cl := model.Cluster{Hosts: rec.Hosts, RanksPerHost: c.perHost, Inter: rec.Calibration.Inter[c.rate], Intra: rec.Calibration.Intra}
+func clusterOf(rec record, c config) scalemodel.Cluster {
+	cl := scalemodel.Cluster{Hosts: rec.Hosts, RanksPerHost: c.perHost, Inter: rec.Calibration.Inter[c.rate], Intra: rec.Calibration.Intra}
 	if strings.HasSuffix(c.hook, shmSuffix) {
 		cl.SharedMemory, cl.Intra = true, rec.Calibration.IntraShm
 	}
 	return cl
 }
 
-func predictRows(rec record, profiles map[int][]model.Profile, measured map[config][]float64, order []config) []row {
+func predictRows(rec record, profiles map[int][]scalemodel.Profile, measured map[config][]float64, order []config) []row {
 	var rows []row
 	byConfig := map[config]*row{}
 	for _, c := range order {
@@ -122,10 +122,10 @@ func predictRows(rec record, profiles map[int][]model.Profile, measured map[conf
 		a, h := modelOf(c.hook)
 		cl := clusterOf(rec, c)
 		if c.hook == "noop" {
-			h = model.Hook{Kind: model.Allreduce}
+			h = scalemodel.Hook{Kind: scalemodel.Allreduce}
 			cl.Hosts, cl.RanksPerHost = 1, 1 // nothing to send
 		}
-		rows = append(rows, row{config: c, measured: measured[c], pred: model.Predict(p, cl, a, h)})
+		rows = append(rows, row{config: c, measured: measured[c], pred: scalemodel.Predict(p, cl, a, h)})
 	}
 	for i := range rows {
 		byConfig[rows[i].config] = &rows[i]
@@ -144,11 +144,11 @@ func predictRows(rec record, profiles map[int][]model.Profile, measured map[conf
 
 // medianProfile is the field-by-field median of ps (bytes and shapes
 // from the first).
-func medianProfile(ps []model.Profile) model.Profile {
+func medianProfile(ps []scalemodel.Profile) scalemodel.Profile {
 	if len(ps) == 0 {
-		return model.Profile{}
+		return scalemodel.Profile{}
 	}
-	field := func(f func(model.Profile) float64) float64 {
+	field := func(f func(scalemodel.Profile) float64) float64 {
 		var v []float64
 		for _, p := range ps {
 			v = append(v, f(p))
@@ -157,11 +157,11 @@ func medianProfile(ps []model.Profile) model.Profile {
 	}
 	out := ps[0]
 	out.Buckets = slices.Clone(out.Buckets)
-	out.Forward = field(func(p model.Profile) float64 { return p.Forward })
-	out.Backward = field(func(p model.Profile) float64 { return p.Backward })
-	out.Other = field(func(p model.Profile) float64 { return p.Other })
+	out.Forward = field(func(p scalemodel.Profile) float64 { return p.Forward })
+	out.Backward = field(func(p scalemodel.Profile) float64 { return p.Backward })
+	out.Other = field(func(p scalemodel.Profile) float64 { return p.Other })
 	for i := range out.Buckets {
-		out.Buckets[i].Ready = field(func(p model.Profile) float64 {
+		out.Buckets[i].Ready = field(func(p scalemodel.Profile) float64 {
 			if i < len(p.Buckets) {
 				return p.Buckets[i].Ready
 			}
@@ -171,7 +171,7 @@ func medianProfile(ps []model.Profile) model.Profile {
 	return out
 }
 
-func printProfiles(w io.Writer, rec record, profiles map[int][]model.Profile) {
+func printProfiles(w io.Writer, rec record, profiles map[int][]scalemodel.Profile) {
 	fmt.Fprintf(w, "\ncalibration: intra-host α %.0f µs, β %.0f MB/s", rec.Calibration.Intra.Latency*1e6, rec.Calibration.Intra.Bandwidth/1e6)
 	if l := rec.Calibration.IntraShm; l.Bandwidth > 0 {
 		fmt.Fprintf(w, "; intra-host shared memory α %.0f µs, β %.0f MB/s", l.Latency*1e6, l.Bandwidth/1e6)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/bench/scale/scalemodel"
 	"github.com/goddp/ddp/internal/cli"
 )
 
@@ -29,7 +29,9 @@ type calibration struct {
 	Rows      []probeRow
 }
 
-func (c calibration) link() model.Link { return model.Link{Latency: c.Latency, Bandwidth: c.Bandwidth} }
+func (c calibration) link() scalemodel.Link {
+	return scalemodel.Link{Latency: c.Latency, Bandwidth: c.Bandwidth}
+}
 
 func (c calibration) String() string {
 	return fmt.Sprintf("α %.1f µs, β %.1f MB/s (%.0f Mbit/s), 8-byte allreduce %.1f µs",
@@ -79,7 +81,7 @@ func calibrate(ctx context.Context, j *bedJob, rate string, intra, shm bool, bud
 func (c *calibration) fit() error {
 	var xs, ys []float64
 	for _, r := range c.Rows {
-		if r.Bytes < model.RingThreshold {
+		if r.Bytes < scalemodel.RingThreshold {
 			c.Tiny = r.Seconds
 			continue
 		}

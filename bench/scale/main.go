@@ -10,7 +10,7 @@
 //	scale validate --analyze DIR                      # that table again, from DIR's record.json and traces
 //
 // predict reads one rank's compute profile: a JSON Profile (package
-// bench/scale/model), or the Chrome traces ddp-train --timeline DIR
+// bench/scale/scalemodel), or the Chrome traces ddp-train --timeline DIR
 // writes, best from a run with --comm-hook noop on the hardware the job
 // will have (the trace carries each bucket's ready time and bytes; --mlp
 // gives the parameters' shapes, which only PowerSGD needs). It prints,

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/bench/scale/scalemodel"
 	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/timeline"
 )
@@ -62,7 +62,7 @@ func TestProfileFromTimeline(t *testing.T) {
 	if err := run([]string{"profile", "--timeline", dir, "--mlp", "8,16,4"}, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
-	var p model.Profile
+	var p scalemodel.Profile
 	if err := json.Unmarshal(out.Bytes(), &p); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestProfileFromTimeline(t *testing.T) {
 	approx("bucket 1 ready", p.Buckets[1].Ready, 0.060)
 	approx("bucket 1 bytes", p.Buckets[1].Bytes, 2000)
 	// Bucket 0 holds params 2 and 3: fc2.weight [16,4] and fc2.bias [4].
-	if got := p.Buckets[0].Params; len(got) != 2 || got[0] != (model.Param{Rows: 16, Cols: 4}) || got[1] != (model.Param{Rows: 4}) {
+	if got := p.Buckets[0].Params; len(got) != 2 || got[0] != (scalemodel.Param{Rows: 16, Cols: 4}) || got[1] != (scalemodel.Param{Rows: 4}) {
 		t.Errorf("bucket 0 params %+v", got)
 	}
 }
@@ -89,8 +89,8 @@ func TestProfileFromTimeline(t *testing.T) {
 func TestPredictTable(t *testing.T) {
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "p.json")
-	b, _ := json.Marshal(model.Profile{Forward: 0.01, Backward: 0.06, Other: 0.03,
-		Buckets: []model.Bucket{{Ready: 0.06, Bytes: 12.5e6}}})
+	b, _ := json.Marshal(scalemodel.Profile{Forward: 0.01, Backward: 0.06, Other: 0.03,
+		Buckets: []scalemodel.Bucket{{Ready: 0.06, Bytes: 12.5e6}}})
 	if err := os.WriteFile(prof, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +157,8 @@ func TestCalibrationFit(t *testing.T) {
 func TestAnalyzeRecord(t *testing.T) {
 	dir := t.TempDir()
 	rec := record{Hidden: "16", Hosts: 2, Skip: 2, Calibration: calibrations{
-		Intra: model.Link{Latency: 1e-5, Bandwidth: 1e9},
-		Inter: map[string]model.Link{"none": {Latency: 1e-5, Bandwidth: 1e9}, "100mbit": {Latency: 1e-4, Bandwidth: 12.5e6}}}}
+		Intra: scalemodel.Link{Latency: 1e-5, Bandwidth: 1e9},
+		Inter: map[string]scalemodel.Link{"none": {Latency: 1e-5, Bandwidth: 1e9}, "100mbit": {Latency: 1e-4, Bandwidth: 12.5e6}}}}
 	for _, r := range []runRecord{{0, "none", 1, "noop", "a"}, {0, "none", 1, "allreduce", "b"}, {0, "100mbit", 1, "allreduce", "c"}} {
 		if err := os.MkdirAll(filepath.Join(dir, r.Dir), 0o755); err != nil {
 			t.Fatal(err)

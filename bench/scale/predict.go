@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/bench/scale/scalemodel"
 	"github.com/goddp/ddp/internal/cli"
 )
 
@@ -54,7 +54,7 @@ func (f *clusterFlags) register(fs interface {
 }
 
 // clusters builds one cluster per world size.
-func (f clusterFlags) clusters() ([]model.Cluster, error) {
+func (f clusterFlags) clusters() ([]scalemodel.Cluster, error) {
 	cf := clusterFile{RanksPerHost: f.ranksPerHost, InterLatencyS: f.interLat.Seconds(),
 		IntraLatencyS: f.intraLat.Seconds(), SharedMemory: f.shm}
 	var err error
@@ -77,15 +77,15 @@ func (f clusterFlags) clusters() ([]model.Cluster, error) {
 			return nil, fmt.Errorf("--intra: %w", err)
 		}
 	}
-	var out []model.Cluster
+	var out []scalemodel.Cluster
 	for _, p := range cf.Ranks {
 		k := min(max(cf.RanksPerHost, 1), p)
 		if p < 1 || p%k != 0 {
 			return nil, fmt.Errorf("%d ranks do not fill hosts of %d", p, k)
 		}
-		c := model.Cluster{Hosts: p / k, RanksPerHost: k, SharedMemory: cf.SharedMemory,
-			Inter: model.Link{Latency: cf.InterLatencyS, Bandwidth: cf.InterBitsPerS / 8},
-			Intra: model.Link{Latency: cf.IntraLatencyS, Bandwidth: cf.IntraBitsPerS / 8}}
+		c := scalemodel.Cluster{Hosts: p / k, RanksPerHost: k, SharedMemory: cf.SharedMemory,
+			Inter: scalemodel.Link{Latency: cf.InterLatencyS, Bandwidth: cf.InterBitsPerS / 8},
+			Intra: scalemodel.Link{Latency: cf.IntraLatencyS, Bandwidth: cf.IntraBitsPerS / 8}}
 		if err := c.Validate(); err != nil {
 			return nil, err
 		}
@@ -141,7 +141,7 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 	for _, c := range cs {
 		for _, a := range as {
 			for _, h := range hs {
-				pr := model.Predict(p, c, a, h)
+				pr := scalemodel.Predict(p, c, a, h)
 				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.0f\t%.1f\t\n", c.Ranks(), c.Hosts, a, h,
 					pr.Step*1e3, pr.Comm*1e3, pr.Exposed*1e3, pr.Hidden*100, pr.Efficiency*100)
 			}
@@ -150,18 +150,18 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-func parseLists(algos, hooks string) ([]model.Algorithm, []model.Hook, error) {
-	var as []model.Algorithm
-	var hs []model.Hook
+func parseLists(algos, hooks string) ([]scalemodel.Algorithm, []scalemodel.Hook, error) {
+	var as []scalemodel.Algorithm
+	var hs []scalemodel.Hook
 	for _, s := range strings.Split(algos, ",") {
-		a, err := model.ParseAlgorithm(strings.TrimSpace(s))
+		a, err := scalemodel.ParseAlgorithm(strings.TrimSpace(s))
 		if err != nil {
 			return nil, nil, err
 		}
 		as = append(as, a)
 	}
 	for _, s := range strings.Split(hooks, ",") {
-		h, err := model.ParseHook(strings.TrimSpace(s))
+		h, err := scalemodel.ParseHook(strings.TrimSpace(s))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -173,7 +173,7 @@ func parseLists(algos, hooks string) ([]model.Algorithm, []model.Hook, error) {
 	return as, hs, nil
 }
 
-func totalBytes(p model.Profile) float64 {
+func totalBytes(p scalemodel.Profile) float64 {
 	var s float64
 	for _, b := range p.Buckets {
 		s += b.Bytes

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/bench/scale/scalemodel"
 	"github.com/goddp/ddp/internal/cli"
 )
 
@@ -25,15 +25,15 @@ type profileSource struct {
 }
 
 func (s *profileSource) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.profile, "profile", "", "a JSON profile (bench/scale/model.Profile), as 'scale profile' writes")
+	fs.StringVar(&s.profile, "profile", "", "a JSON profile (bench/scale/scalemodel.Profile), as 'scale profile' writes")
 	fs.StringVar(&s.timeline, "timeline", "", "a ddp-train --timeline directory (rank-0.json is read), best from a --comm-hook noop run")
 	fs.StringVar(&s.mlp, "mlp", "", "with --timeline: the MLP's layer widths, input to classes (e.g. 32,1024,1024,4 for ddp-train --hidden 1024,1024 on its synthetic data): the parameters' shapes, which PowerSGD needs")
 	fs.StringVar(&s.synthetic, "synthetic", "", "a model not at hand: params=N,forward=S,backward=S[,other=S][,rows=R] (seconds; float32 gradients ready at a constant rate through backward, DDP's default buckets, R×R matrices for PowerSGD)")
 	fs.IntVar(&s.skip, "skip", 5, "with --timeline: steps to skip at the start (warm-up, the bucket rebuild)")
 }
 
-func (s profileSource) load() (model.Profile, error) {
-	var p model.Profile
+func (s profileSource) load() (scalemodel.Profile, error) {
+	var p scalemodel.Profile
 	switch {
 	case countSet(s.profile, s.timeline, s.synthetic) > 1:
 		return p, errors.New("give one of --profile, --timeline and --synthetic")
@@ -42,7 +42,7 @@ func (s profileSource) load() (model.Profile, error) {
 		if err != nil {
 			return p, err
 		}
-		if p, err = model.SyntheticProfile(sy); err != nil {
+		if p, err = scalemodel.SyntheticProfile(sy); err != nil {
 			return p, err
 		}
 	case s.profile != "":
@@ -90,7 +90,7 @@ func runProfile(args []string, stdout, stderr io.Writer) error {
 
 // mlpShapes are ddp-train's MLP parameters for layer widths w0,w1,...:
 // fc1.weight [w0,w1], fc1.bias [w1], fc2.weight [w1,w2], ...
-func mlpShapes(s string) ([]model.Param, error) {
+func mlpShapes(s string) ([]scalemodel.Param, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -98,9 +98,9 @@ func mlpShapes(s string) ([]model.Param, error) {
 	if err != nil || len(w) < 2 {
 		return nil, fmt.Errorf("--mlp %q: want at least two layer widths", s)
 	}
-	var out []model.Param
+	var out []scalemodel.Param
 	for i := 1; i < len(w); i++ {
-		out = append(out, model.Param{Rows: w[i-1], Cols: w[i]}, model.Param{Rows: w[i]})
+		out = append(out, scalemodel.Param{Rows: w[i-1], Cols: w[i]}, scalemodel.Param{Rows: w[i]})
 	}
 	return out, nil
 }
@@ -187,7 +187,7 @@ func (t trace) steps() []stepView {
 // profile is the median step after skip: forward, backward, each
 // bucket's ready time, and other = the median period between step starts
 // less forward and backward. period is that median period, in seconds.
-func (t trace) profile(skip int, shapes []model.Param) (p model.Profile, period float64, err error) {
+func (t trace) profile(skip int, shapes []scalemodel.Param) (p scalemodel.Profile, period float64, err error) {
 	st := t.steps()
 	if len(st) < skip+3 {
 		return p, 0, fmt.Errorf("the trace has %d steps; want at least %d (skip %d)", len(st), skip+3, skip)
@@ -208,7 +208,7 @@ func (t trace) profile(skip int, shapes []model.Param) (p model.Profile, period 
 		for _, s := range st {
 			r = append(r, s.ready[b])
 		}
-		bk := model.Bucket{Ready: median(r) / 1e6, Bytes: float64(last.bytes[b])}
+		bk := scalemodel.Bucket{Ready: median(r) / 1e6, Bytes: float64(last.bytes[b])}
 		for i, sh := range shapes {
 			if last.bucketOf[i] == int64(b) {
 				bk.Params = append(bk.Params, sh)
@@ -242,8 +242,8 @@ func countSet(ss ...string) int {
 }
 
 // parseSynthetic reads --synthetic's key=value list.
-func parseSynthetic(spec string) (model.Synthetic, error) {
-	var sy model.Synthetic
+func parseSynthetic(spec string) (scalemodel.Synthetic, error) {
+	var sy scalemodel.Synthetic
 	for _, kv := range strings.Split(spec, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		f, err := strconv.ParseFloat(v, 64)

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/bench/scale/scalemodel"
 	"github.com/goddp/ddp/internal/cli"
 )
 
@@ -116,9 +116,9 @@ type record struct {
 
 // calibrations are the links' α and β.
 type calibrations struct {
-	Intra    model.Link
-	IntraShm model.Link            // shared memory; zero unless a hook ran with +shm
-	Inter    map[string]model.Link // by rate
+	Intra    scalemodel.Link
+	IntraShm scalemodel.Link            // shared memory; zero unless a hook ran with +shm
+	Inter    map[string]scalemodel.Link // by rate
 }
 
 // runRecord is one ddp-train run: its configuration and trace directory.
@@ -139,7 +139,7 @@ func writeJSON(path string, v any) error {
 }
 
 func calibrateAll(ctx context.Context, j *bedJob, o validateOpts, w io.Writer) (calibrations, error) {
-	cal := calibrations{Inter: map[string]model.Link{}}
+	cal := calibrations{Inter: map[string]scalemodel.Link{}}
 	c, err := calibrate(ctx, j, "", true, false, o.budget)
 	if err != nil {
 		return cal, err
@@ -209,18 +209,18 @@ const shmSuffix = "+shm"
 // modelOf is the algorithm and hook of the model for a ddp-train hook:
 // pg/tcp's choice (auto), or the hierarchical hook's reduce, leaders'
 // allreduce and broadcast.
-func modelOf(hook string) (model.Algorithm, model.Hook) {
+func modelOf(hook string) (scalemodel.Algorithm, scalemodel.Hook) {
 	switch strings.TrimSuffix(hook, shmSuffix) {
 	case "fp16":
-		return model.Auto, model.Hook{Kind: model.FP16}
+		return scalemodel.Auto, scalemodel.Hook{Kind: scalemodel.FP16}
 	case "bf16":
-		return model.Auto, model.Hook{Kind: model.BF16}
+		return scalemodel.Auto, scalemodel.Hook{Kind: scalemodel.BF16}
 	case "powersgd":
-		return model.Auto, model.Hook{Kind: model.PowerSGD, Rank: 1}
+		return scalemodel.Auto, scalemodel.Hook{Kind: scalemodel.PowerSGD, Rank: 1}
 	case "hierarchical":
-		return model.Hierarchical, model.Hook{Kind: model.Allreduce}
+		return scalemodel.Hierarchical, scalemodel.Hook{Kind: scalemodel.Allreduce}
 	}
-	return model.Auto, model.Hook{Kind: model.Allreduce}
+	return scalemodel.Auto, scalemodel.Hook{Kind: scalemodel.Allreduce}
 }
 
 // ddpRun runs ddp-train with hook on 2 hosts × perHost ranks, writing

@@ -1,4 +1,4 @@
-// Package model predicts a data-parallel training step on a cluster before
+// Package scalemodel predicts a data-parallel training step on a cluster before
 // one is rented: from a model's measured compute profile (forward,
 // backward, each bucket's ready time and size, as ddp-train --timeline
 // records them) and a cluster (hosts, ranks per host, link bandwidth and
@@ -42,4 +42,4 @@
 // orthogonalization, fp16 casts), contention between communication and
 // compute for cores, congestion beyond a host's own link (a full-bisection
 // network is assumed), and stragglers.
-package model
+package scalemodel

@@ -1,26 +1,26 @@
-package model_test
+package scalemodel_test
 
 import (
 	"fmt"
 
-	"github.com/goddp/ddp/bench/scale/model"
+	"github.com/goddp/ddp/bench/scale/scalemodel"
 )
 
 // A 16 MiB model whose backward takes 100 ms, in two buckets, on hosts of
 // 8 ranks joined at 25 Gbit/s: the step time and the share of
 // communication hidden behind backward, for each hook.
 func Example() {
-	p := model.Profile{Forward: 0.05, Backward: 0.1, Other: 0.01, Buckets: []model.Bucket{
-		{Ready: 0.02, Bytes: 1 << 20, Params: []model.Param{{Rows: 512, Cols: 512}, {Rows: 512}}},
-		{Ready: 0.1, Bytes: 15 << 20, Params: []model.Param{{Rows: 2048, Cols: 1920}}},
+	p := scalemodel.Profile{Forward: 0.05, Backward: 0.1, Other: 0.01, Buckets: []scalemodel.Bucket{
+		{Ready: 0.02, Bytes: 1 << 20, Params: []scalemodel.Param{{Rows: 512, Cols: 512}, {Rows: 512}}},
+		{Ready: 0.1, Bytes: 15 << 20, Params: []scalemodel.Param{{Rows: 2048, Cols: 1920}}},
 	}}
 	for _, hosts := range []int{1, 8, 128} {
-		c := model.Cluster{Hosts: hosts, RanksPerHost: 8, SharedMemory: true,
-			Inter: model.Link{Latency: 10e-6, Bandwidth: 25e9 / 8},
-			Intra: model.Link{Latency: 2e-6, Bandwidth: 10e9}}
+		c := scalemodel.Cluster{Hosts: hosts, RanksPerHost: 8, SharedMemory: true,
+			Inter: scalemodel.Link{Latency: 10e-6, Bandwidth: 25e9 / 8},
+			Intra: scalemodel.Link{Latency: 2e-6, Bandwidth: 10e9}}
 		for _, h := range []string{"allreduce", "fp16", "powersgd:4"} {
-			hook, _ := model.ParseHook(h)
-			pr := model.Predict(p, c, model.Auto, hook)
+			hook, _ := scalemodel.ParseHook(h)
+			pr := scalemodel.Predict(p, c, scalemodel.Auto, hook)
 			fmt.Printf("%4d ranks %-10s step %5.1f ms  hidden %3.0f%%  efficiency %3.0f%%\n",
 				c.Ranks(), h, pr.Step*1e3, pr.Hidden*100, pr.Efficiency*100)
 		}
