@@ -114,7 +114,9 @@ func clusterOf(rec record, c config) scalemodel.Cluster {
 	return cl
 }
 
-func predictRows(rec record, profiles map[int][]scalemodel.Profile, measured map[config][]float64, order []config) []row {
+func predictRows(
+	rec record, profiles map[int][]scalemodel.Profile, measured map[config][]float64, order []config,
+) []row {
 	var rows []row
 	byConfig := map[config]*row{}
 	for _, c := range order {

@@ -82,7 +82,9 @@ func (b *cudaBackend) Synchronize(ctx context.Context) error {
 func (b *cudaBackend) AllReduce(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp) error {
 	return b.comm.AllReduce(send, recv, count, dt, op, b.stream)
 }
-func (b *cudaBackend) Reduce(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp, root int) error {
+func (b *cudaBackend) Reduce(
+	send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp, root int,
+) error {
 	return b.comm.Reduce(send, recv, count, dt, op, root, b.stream)
 }
 func (b *cudaBackend) Broadcast(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, root int) error {
@@ -91,7 +93,9 @@ func (b *cudaBackend) Broadcast(send, recv libnccl.DevicePtr, count int, dt libn
 func (b *cudaBackend) AllGather(send, recv libnccl.DevicePtr, sendCount int, dt libnccl.DataType) error {
 	return b.comm.AllGather(send, recv, sendCount, dt, b.stream)
 }
-func (b *cudaBackend) ReduceScatter(send, recv libnccl.DevicePtr, recvCount int, dt libnccl.DataType, op libnccl.RedOp) error {
+func (b *cudaBackend) ReduceScatter(
+	send, recv libnccl.DevicePtr, recvCount int, dt libnccl.DataType, op libnccl.RedOp,
+) error {
 	return b.comm.ReduceScatter(send, recv, recvCount, dt, op, b.stream)
 }
 func (b *cudaBackend) Send(buf libnccl.DevicePtr, count int, dt libnccl.DataType, peer int) error {

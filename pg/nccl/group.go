@@ -327,7 +327,8 @@ func kindOf(err error) error {
 		return pg.ErrAborted
 	case errors.Is(err, libnccl.RemoteError):
 		return pg.ErrRemote
-	case errors.Is(err, libnccl.InvalidArgument), errors.Is(err, libnccl.InvalidUsage), errors.Is(err, libnccl.ErrUnsupported):
+	case errors.Is(err, libnccl.InvalidArgument), errors.Is(err, libnccl.InvalidUsage),
+		errors.Is(err, libnccl.ErrUnsupported):
 		return pg.ErrInvalidArgument
 	}
 	return pg.ErrComm

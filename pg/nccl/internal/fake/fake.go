@@ -349,7 +349,9 @@ func (b *Backend) AllReduce(send, recv libnccl.DevicePtr, count int, dt libnccl.
 		return b.lg.AllReduce(ctx, out, o)
 	})
 }
-func (b *Backend) Reduce(send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp, root int) error {
+func (b *Backend) Reduce(
+	send, recv libnccl.DevicePtr, count int, dt libnccl.DataType, op libnccl.RedOp, root int,
+) error {
 	in, out, o := b.tensor(send, count, dt), b.tensor(recv, count, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		copy(out.Data, in.Data)
@@ -371,7 +373,9 @@ func (b *Backend) AllGather(send, recv libnccl.DevicePtr, sendCount int, dt libn
 		return b.lg.AllGather(ctx, out, tmp)
 	})
 }
-func (b *Backend) ReduceScatter(send, recv libnccl.DevicePtr, recvCount int, dt libnccl.DataType, op libnccl.RedOp) error {
+func (b *Backend) ReduceScatter(
+	send, recv libnccl.DevicePtr, recvCount int, dt libnccl.DataType, op libnccl.RedOp,
+) error {
 	in, out, o := b.tensor(send, recvCount*b.lg.Size(), dt), b.tensor(recv, recvCount, dt), b.pgOp(op)
 	return b.launch(func(ctx context.Context) pg.Work {
 		tmp := pg.NewTensor(in.Dtype, in.Len())
