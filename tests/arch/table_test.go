@@ -129,8 +129,9 @@ func parseLayerRow(row string, line, n int) (layer, error) {
 	}
 	for _, item := range strings.Split(cells[2], ",") {
 		item = strings.TrimSpace(item)
-		p, ok := strings.CutPrefix(item, "`")
-		if p, ok = strings.CutSuffix(p, "`"); !ok || !isLayerPattern(p) {
+		p, opened := strings.CutPrefix(item, "`")
+		p, closed := strings.CutSuffix(p, "`")
+		if !opened || !closed || !isLayerPattern(p) {
 			return layer{}, fmt.Errorf("%d: %q is not a package pattern in backticks (`.`, `pg`, `pg/tcp/...`); "+
 				"say what a package is in the second cell", line, item)
 		}
@@ -200,6 +201,7 @@ func TestParseLayerTableRefusesMalformed(t *testing.T) {
 		{"numbering", head + "| 0 | x | `pg` | no |\n| 2 | y | `cmd/...` | yes |\n", `numbered "2", want 1`},
 		{"empty name", head + "| 0 |  | `pg` | no |\n", "says nothing"},
 		{"bare pattern", head + "| 0 | x | pg | no |\n", `"pg" is not a package pattern`},
+		{"half quoted", head + "| 0 | x | pg` | no |\n", "is not a package pattern"},
 		{"prose pattern", head + "| 0 | x | `pg` (the interface) | no |\n", "is not a package pattern"},
 		{"bad pattern", head + "| 0 | x | `pg/` | no |\n", "is not a package pattern"},
 		{"engine cell", head + "| 0 | x | `pg` | maybe |\n", `want "yes" or "no"`},
