@@ -16,7 +16,8 @@ type CUDAOptions struct {
 const CUDALibraryName = "libcuda.so.1"
 
 const cudaHint = "libcuda.so.1 comes with the NVIDIA driver; on a machine without a GPU driver the NCCL backend cannot run. " +
-	"If the driver is installed in an unusual place, point at libcuda.so.1 with the option that sets libnccl.CUDAOptions.Path."
+	"If the driver is installed in an unusual place, point at libcuda.so.1 with the option that sets " +
+	"libnccl.CUDAOptions.Path."
 
 // CUDA is the loaded CUDA driver API (libcuda.so.1). The driver is used
 // rather than the runtime (libcudart) because it is always installed

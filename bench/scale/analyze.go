@@ -107,7 +107,9 @@ func predictOwn(rec record, c config, p scalemodel.Profile) float64 {
 
 // clusterOf is the bed as the model sees it for configuration c.
 func clusterOf(rec record, c config) scalemodel.Cluster {
-	cl := scalemodel.Cluster{Hosts: rec.Hosts, RanksPerHost: c.perHost, Inter: rec.Calibration.Inter[c.rate], Intra: rec.Calibration.Intra}
+	cl := scalemodel.Cluster{
+		Hosts: rec.Hosts, RanksPerHost: c.perHost, Inter: rec.Calibration.Inter[c.rate], Intra: rec.Calibration.Intra,
+	}
 	if strings.HasSuffix(c.hook, shmSuffix) {
 		cl.SharedMemory, cl.Intra = true, rec.Calibration.IntraShm
 	}

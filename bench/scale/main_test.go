@@ -81,7 +81,8 @@ func TestProfileFromTimeline(t *testing.T) {
 	approx("bucket 1 ready", p.Buckets[1].Ready, 0.060)
 	approx("bucket 1 bytes", p.Buckets[1].Bytes, 2000)
 	// Bucket 0 holds params 2 and 3: fc2.weight [16,4] and fc2.bias [4].
-	if got := p.Buckets[0].Params; len(got) != 2 || got[0] != (scalemodel.Param{Rows: 16, Cols: 4}) || got[1] != (scalemodel.Param{Rows: 4}) {
+	if got := p.Buckets[0].Params; len(got) != 2 || got[0] != (scalemodel.Param{Rows: 16, Cols: 4}) ||
+		got[1] != (scalemodel.Param{Rows: 4}) {
 		t.Errorf("bucket 0 params %+v", got)
 	}
 }

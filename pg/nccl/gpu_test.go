@@ -28,7 +28,9 @@ func libs(t testing.TB) (*libnccl.Library, *libnccl.CUDA, int) {
 	if err != nil || n == 0 {
 		t.Skipf("no GPU: %d devices, %v", n, err)
 	}
-	lib, err := libnccl.Load(libnccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	lib, err := libnccl.Load(libnccl.Options{
+		Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"},
+	})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
 	}

@@ -281,7 +281,8 @@ func TestAsyncErrorFailsPending(t *testing.T) {
 	bs[0].InjectAsyncError(libnccl.RemoteError, "peer rank 3 exited")
 	for i, w := range []pg.Work{w1, w2} {
 		err := waitErr(t, w, 5*time.Second)
-		if !errors.Is(err, pg.ErrRemote) || !errors.Is(err, libnccl.RemoteError) || !strings.Contains(err.Error(), "peer rank 3 exited") {
+		if !errors.Is(err, pg.ErrRemote) || !errors.Is(err, libnccl.RemoteError) ||
+			!strings.Contains(err.Error(), "peer rank 3 exited") {
 			t.Fatalf("work %d: %v", i, err)
 		}
 		if !strings.Contains(err.Error(), fmt.Sprintf("seq %d", i+1)) {
