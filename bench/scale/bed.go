@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
 	"github.com/goddp/ddp/internal/wiring/netbed"
+	"github.com/goddp/ddp/launch"
 )
 
 // bedJob runs jobs of 2 hosts × k ranks on a netbed, as a launcher does:

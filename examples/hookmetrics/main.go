@@ -13,6 +13,7 @@ import (
 
 	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/internal/base/httpserve"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
@@ -64,7 +65,7 @@ func clipHook(maxNorm float64, clipped prometheus.Counter) commhook.Hook {
 func run(ctx context.Context, c config, ready chan<- string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{})
+	g, err := dist.InitProcessGroup(ctx, dist.Options{})
 	if err != nil {
 		return err
 	}

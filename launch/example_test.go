@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // Two workers of a shell command, each told its rank; rank 0's output is
