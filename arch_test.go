@@ -299,6 +299,8 @@ func layerTable() []layer {
 			"pg/local/...", "pg/tcp/...", "pg/mpi/...", "pg/nccl/...",
 			"pg/desync/...", "pg/instrument/...", "pg/flight/...", "pg/pgtest/...",
 		}, engineFree},
+		{"joining a job without an engine: InitProcessGroup", []string{"dist/..."}, engineFree},
+		{"launching a job's workers", []string{"launch/..."}, engineFree},
 		{"engine-free DDP parts: buckets and comm hooks", []string{"bucket/...", "commhook/..."}, engineFree},
 		{"the reducer", []string{"reducer/..."}, engineFree},
 		{"GoMLX engine: data-parallel GoMLX training over the reducer", []string{"engines/gomlxddp/..."}, gorgonia},
