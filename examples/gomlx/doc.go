@@ -7,7 +7,7 @@
 //	go run ./examples/gomlx --nproc 2 --steps 200 --checkpoint /tmp/gomlx-ckpt
 //
 // With --nproc N it launches N copies of itself on this machine, as
-// ddp-train --nproc and torchrun --standalone do (internal/wiring/launch),
+// ddp-train --nproc and torchrun --standalone do (package launch),
 // and each joins the job with dist.InitProcessGroup over tcp. A copy
 // started by any other launcher (torchrun, mpirun with MASTER_ADDR, srun)
 // with GODDP_GOMLX_WORKER=1 in its environment is a worker and joins the
