@@ -312,7 +312,7 @@ func layerTable() []layer {
 		{"wiring: the launcher, test worlds, the model zoo", []string{
 			"internal/wiring/...",
 		}, gorgonia},
-		{"programs", []string{"cmd/...", "bench/...", "examples/..."}, gorgonia},
+		{"programs", []string{"cmd/...", "bench/...", "examples/...", "tests/..."}, gorgonia},
 	}
 }
 
