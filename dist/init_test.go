@@ -35,9 +35,11 @@ func TestInitProcessGroupRefusals(t *testing.T) {
 		{"mpi without -tags mpi", ctx, dist.Options{Backend: "mpi"}, dist.ErrBackendUnavailable, "-tags mpi"},
 		{"no master address", ctx, dist.Options{Lookup: lookupOf(map[string]string{"RANK": "1", "WORLD_SIZE": "2"})},
 			pg.ErrInvalidArgument, "MASTER_ADDR is not set"},
-		{"no NCCL", ctx, dist.Options{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"GODDP_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})},
+		{"no NCCL", ctx, dist.Options{Env: one, Backend: "nccl",
+			Lookup: lookupOf(map[string]string{"GODDP_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})},
 			dist.ErrBackendUnavailable, "GODDP_NCCL_LIBRARY"},
-		{"NCCL timing not a boolean", ctx, dist.Options{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"TORCH_NCCL_ENABLE_TIMING": "sometimes"})},
+		{"NCCL timing not a boolean", ctx, dist.Options{Env: one, Backend: "nccl",
+			Lookup: lookupOf(map[string]string{"TORCH_NCCL_ENABLE_TIMING": "sometimes"})},
 			pg.ErrInvalidArgument, `TORCH_NCCL_ENABLE_TIMING="sometimes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +69,8 @@ func TestInitProcessGroupTwoRanks(t *testing.T) {
 		e := env.Config{Rank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port,
 			Secret: secret, Source: env.SourceTorchrun}
 		wg.Go(func() {
-			gs[r], errs[r] = dist.InitProcessGroup(ctx, dist.Options{Env: &e, Timeout: 20 * time.Second, TCP: tcp.Options{NoSharedMemory: r == 1}})
+			gs[r], errs[r] = dist.InitProcessGroup(ctx, dist.Options{Env: &e, Timeout: 20 * time.Second,
+				TCP: tcp.Options{NoSharedMemory: r == 1}})
 		})
 	}
 	wg.Wait()

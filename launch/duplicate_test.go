@@ -27,7 +27,8 @@ func joinWorker() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var m *dist.Group
-		if m, err = dist.InitProcessGroup(ctx, dist.Options{Env: &e, Timeout: 30 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}}); err == nil {
+		o := dist.Options{Env: &e, Timeout: 30 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}}
+		if m, err = dist.InitProcessGroup(ctx, o); err == nil {
 			m.Close()
 		}
 	}

@@ -82,7 +82,8 @@ func TestGoMLXLinksNoGorgonia(t *testing.T) {
 		}
 		var engines []string
 		for _, d := range deps {
-			if strings.HasPrefix(d, "gorgonia.org/") || (pkg != "./examples/gomlx" && strings.HasPrefix(d, "github.com/gomlx/")) {
+			gomlx := strings.HasPrefix(d, "github.com/gomlx/")
+			if strings.HasPrefix(d, "gorgonia.org/") || (gomlx && pkg != "./examples/gomlx") {
 				engines = append(engines, d)
 			}
 		}
@@ -236,7 +237,8 @@ func runQuick(t *testing.T, bin string, run quickRun) {
 // (pg/env reads them), so that a test run under one still runs each
 // example as a job of one process.
 func jobless(environ []string) []string {
-	prefixes := []string{"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
+	prefixes := []string{"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "GROUP_RANK=",
+		"MASTER_ADDR=", "MASTER_PORT=",
 		"GODDP_", "OMPI_", "PMIX_", "SLURM_", "TORCHELASTIC_", "KUBERNETES_"}
 	var kept []string
 	for _, kv := range environ {
