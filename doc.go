@@ -2,7 +2,7 @@
 // data-parallel training, as PyTorch's DistributedDataParallel wraps a
 // module.
 //
-//	group, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{}) // the job the launcher started
+//	group, err := dist.InitProcessGroup(ctx, dist.Options{}) // the job the launcher started
 //	defer group.Close()
 //	d, err := ddp.Wrap(ctx, group, params, ddp.Options{})
 //	// build the forward graph with d.Node(i) wherever params[i] is used
@@ -14,10 +14,12 @@
 //		vm.Reset()
 //	}
 //
-// InitProcessGroup is torch.distributed.init_process_group: it reads the
-// job from whichever launcher started the process (ddp-train, torchrun,
+// dist.InitProcessGroup is torch.distributed.init_process_group: it reads
+// the job from whichever launcher started the process (ddp-train, torchrun,
 // mpirun, srun, Kubernetes), meets the other ranks and returns a ready
-// process group (tcp, nccl or mpi). Any pg.ProcessGroup works with Wrap,
+// process group (tcp, nccl or mpi). It lives in package dist, which imports
+// no engine; InitProcessGroup, InitOptions and Group here forward to it for
+// Gorgonia programs written before. Any pg.ProcessGroup works with Wrap,
 // the in-process pg/local included.
 //
 // Wrap checks that every rank holds the same model, copies rank 0's

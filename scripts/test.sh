@@ -111,9 +111,9 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # containers run as root
 mpirun=(mpirun --allow-run-as-root --oversubscribe)
 mpi_static() {
-	go vet -tags mpi ./pg/mpi ./cmd/ddp-train ./bench/allreduce || return
+	go vet -tags mpi ./pg/mpi ./dist ./cmd/ddp-train ./bench/allreduce || return
 	if [ -x "$scdir/staticcheck" ]; then
-		"$scdir/staticcheck" -tags mpi ./pg/mpi ./cmd/ddp-train ./bench/allreduce || return
+		"$scdir/staticcheck" -tags mpi ./pg/mpi ./dist ./cmd/ddp-train ./bench/allreduce || return
 	fi
 }
 stage "go vet and staticcheck -tags mpi" mpi_static

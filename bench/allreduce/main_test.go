@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/internal/cli"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/goleak"
 )

@@ -89,7 +89,7 @@ import (
 	"syscall"
 
 	"github.com/goddp/ddp/internal/cli"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/local"
 )

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/internal/netbed"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // bedJob runs jobs of 2 hosts × k ranks on a netbed, as a launcher does:

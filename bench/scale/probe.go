@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/internal/cli"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/tcp"
@@ -39,7 +39,7 @@ func runProbeWorker(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Lookup: os.LookupEnv, Timeout: 2 * time.Minute,
+	g, err := dist.InitProcessGroup(ctx, dist.Options{Lookup: os.LookupEnv, Timeout: 2 * time.Minute,
 		TCP: tcp.Options{NoSharedMemory: !*shm}})
 	if err != nil {
 		return err

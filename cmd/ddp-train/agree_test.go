@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // runRanks starts one ddp-train per element of perRank as the ranks of

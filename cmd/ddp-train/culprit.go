@@ -22,7 +22,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg"
 	"golang.org/x/sys/unix"
 )

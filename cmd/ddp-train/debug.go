@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/reducer"
 )

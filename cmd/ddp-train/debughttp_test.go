@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // startDebugJob starts a one-rank job (--backend local: one real

@@ -39,7 +39,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/checkpoint"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/store"

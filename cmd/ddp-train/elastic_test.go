@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/checkpoint"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // Elastic restarts and preemption (elastic.go), with real processes and

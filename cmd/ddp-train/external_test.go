@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // Started by an external launcher, each process is one worker. This plays

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // trainLosses reads rank 0's "train" lines (--log-format json) from a

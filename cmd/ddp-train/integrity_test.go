@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/checkpoint"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/npy"
 )
 

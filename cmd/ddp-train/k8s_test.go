@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // Jobs started the ways Kubernetes starts them, one process per pod, with

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg/env"
 )
 

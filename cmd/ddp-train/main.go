@@ -37,7 +37,7 @@ import (
 	"strings"
 
 	"github.com/goddp/ddp/internal/cli"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg/env"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
-	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/desync"
 	"github.com/goddp/ddp/pg/instrument"
@@ -39,7 +39,7 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	dopts := desyncOptions(c, 0, logger)
-	mg, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Backend: "mpi", Timeout: c.timeout, Logger: logger,
+	mg, err := dist.InitProcessGroup(ctx, dist.Options{Backend: "mpi", Timeout: c.timeout, Logger: logger,
 		MPIAbortGrace: dopts.DiagnosisTimeout + mpiAbortAfterDiagnosis})
 	if err != nil {
 		return fmt.Errorf("--backend mpi: %w", err)

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/internal/netbed"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/npy"
 )
 
@@ -424,7 +424,7 @@ func TestNetbedOwnLauncher(t *testing.T) {
 }
 
 // TestNetbedOwnLauncherProgram: ddp-train --nnodes launches a program of
-// one's own (examples/multiproc, joining with ddp.InitProcessGroup) on
+// one's own (examples/multiproc, joining with dist.InitProcessGroup) on
 // each of two hosts: its four ranks end with the same parameters, and
 // node1's are ranks 2 and 3.
 func TestNetbedOwnLauncherProgram(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg"
 )
 

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 

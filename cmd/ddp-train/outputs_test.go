@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/checkpoint"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // Real-process tests of Note [outputs own only their files] and Note

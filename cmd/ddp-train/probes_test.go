@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // probe returns the status code of GET path on 127.0.0.1:port, or 0.

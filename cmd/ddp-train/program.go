@@ -6,7 +6,7 @@ import (
 	"io"
 	"os/exec"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"github.com/goddp/ddp/pg/env"
 )
 
@@ -20,7 +20,7 @@ import (
 // it does its own workers (one failure stops the rest; --max-restarts
 // restarts all of them with a fresh port and secret; SIGINT and SIGTERM
 // are forwarded) and exits with the first failure's code. The program
-// joins the job with ddp.InitProcessGroup, with no options. Only the
+// joins the job with dist.InitProcessGroup, with no options. Only the
 // launcher's flags apply (--nproc, --oversubscribe, --max-restarts,
 // --restart-backoff); the training flags belong to ddp-train's own
 // model and are refused here so that nobody thinks they reach PROGRAM.

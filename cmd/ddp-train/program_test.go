@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // buildExample builds examples/multiproc, a module of its own that
@@ -68,7 +68,7 @@ func exampleDigests(t *testing.T, launcher, out string, n int) map[string]string
 }
 
 // A program of one's own (examples/multiproc: another module, joining its
-// job with ddp.InitProcessGroup and no options) runs unchanged under
+// job with dist.InitProcessGroup and no options) runs unchanged under
 // ddp-train --nproc 2, a real torchrun and a real mpirun -np 2, and every
 // rank under every launcher ends with bitwise the same parameters.
 func TestProgramUnderEveryLauncher(t *testing.T) {

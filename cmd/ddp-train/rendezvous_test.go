@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // TestDuplicateRankExits2: three workers started with RANK 0, 1 and 1 of

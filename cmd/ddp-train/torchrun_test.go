@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
 
 // torchrunPython is the interpreter whose torch provides torchrun:

@@ -4,7 +4,7 @@
 // over the devices of one process (SPMD, DistributedTrainStep); this
 // package adds what it lacks, training over several processes.
 //
-//	group, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{}) // or any pg.ProcessGroup
+//	group, err := dist.InitProcessGroup(ctx, dist.Options{}) // or any pg.ProcessGroup
 //	backend, err := simplego.New("ops_sequential")             // or any GoMLX backend (docs/gomlx.md)
 //	mctx := mlctx.New()
 //	tr, err := gomlxddp.New(backend, mctx, group, modelFn, losses.MeanSquaredError,

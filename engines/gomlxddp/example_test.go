@@ -20,7 +20,7 @@ import (
 
 // Train a GoMLX linear model on two ranks of an in-process group (in a
 // real job each rank is a process, and the group comes from
-// ddp.InitProcessGroup). Each rank sees half of every batch; the ranks
+// dist.InitProcessGroup). Each rank sees half of every batch; the ranks
 // start from different random weights, take rank 0's, and end with the
 // same bits.
 func Example() {

@@ -7,8 +7,8 @@
 //	go run ./examples/gomlx --nproc 2 --steps 200 --checkpoint /tmp/gomlx-ckpt
 //
 // With --nproc N it launches N copies of itself on this machine, as
-// ddp-train --nproc and torchrun --standalone do (internal/wiring/launch),
-// and each joins the job with ddp.InitProcessGroup over tcp. A copy
+// ddp-train --nproc and torchrun --standalone do (package launch),
+// and each joins the job with dist.InitProcessGroup over tcp. A copy
 // started by any other launcher (torchrun, mpirun with MASTER_ADDR, srun)
 // with GODDP_GOMLX_WORKER=1 in its environment is a worker and joins the
 // same way. Rank 0 prints the losses, the test accuracy and a digest of

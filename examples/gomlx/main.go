@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	ddp "github.com/goddp/ddp"
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/dist"
+	"github.com/goddp/ddp/launch"
 )
 
 // workerMarker in a process's environment makes it a worker rank.
@@ -65,7 +65,7 @@ func main() {
 func workerMain(c config, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Timeout: time.Minute})
+	g, err := dist.InitProcessGroup(ctx, dist.Options{Timeout: time.Minute})
 	if err != nil {
 		fmt.Fprintln(stderr, "gomlx: joining the job:", err)
 		return 1

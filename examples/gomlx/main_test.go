@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 	"go.uber.org/goleak"
 )
 
@@ -53,7 +53,7 @@ func job(t *testing.T, n int, args ...string) (first, last, acc float64) {
 }
 
 // TestProcesses: 2 and 3 worker processes, launched as ddp-train
-// launches them, each joining with ddp.InitProcessGroup over tcp, train
+// launches them, each joining with dist.InitProcessGroup over tcp, train
 // the MLP to well above chance with bitwise-identical replicas (each
 // rank checks; a difference fails the job).
 func TestProcesses(t *testing.T) {

@@ -12,6 +12,6 @@
 // averaging it over the ranks (commhook.Allreduce does the averaging): a
 // hook is any commhook.Hook, here a commhook.HookFunc, and it runs on every
 // bucket as soon as the bucket's gradients are ready, while backward goes
-// on. It joins its job with ddp.InitProcessGroup, so it runs under any
+// on. It joins its job with dist.InitProcessGroup, so it runs under any
 // launcher, as examples/multiproc does.
 package main

@@ -13,7 +13,7 @@ import (
 
 	ddp "github.com/goddp/ddp"
 	"github.com/goddp/ddp/commhook"
-	"github.com/goddp/ddp/internal/httpserve"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,7 +64,7 @@ func clipHook(maxNorm float64, clipped prometheus.Counter) commhook.Hook {
 func run(ctx context.Context, c config, ready chan<- string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{})
+	g, err := dist.InitProcessGroup(ctx, dist.Options{})
 	if err != nil {
 		return err
 	}
@@ -126,9 +126,11 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	return nil
 }
 
-// serve serves reg on addr's port plus rank, within httpserve's limits
-// (timeouts, a header cap, a connection cap), as every server of this
-// module; it returns how to stop.
+// serve serves reg on addr's port plus rank and returns how to stop. The
+// server's timeouts and header cap cut off a client that trickles its
+// request, never reads its response or idles on a keep-alive connection;
+// a server open to untrusted clients caps its connections too
+// (golang.org/x/net/netutil.LimitListener), as ddp-train's do.
 func serve(ctx context.Context, addr string, rank int, reg *prometheus.Registry, ready chan<- string) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
@@ -138,14 +140,27 @@ func serve(ctx context.Context, addr string, rank int, reg *prometheus.Registry,
 	if err != nil || perr != nil {
 		return nil, fmt.Errorf("--metrics-addr %q: want host:port", addr)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv, err := httpserve.Start(ctx, net.JoinHostPort(host, strconv.Itoa(p+rank)), mux, httpserve.DefaultLimits())
+	l, err := new(net.ListenConfig).Listen(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(p+rank)))
 	if err != nil {
 		return nil, err
 	}
-	if ready != nil {
-		ready <- srv.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
 	}
-	return func() { srv.Close() }, nil
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(l) // returns http.ErrServerClosed once stopped
+	}()
+	if ready != nil {
+		ready <- l.Addr().String()
+	}
+	return func() { srv.Close(); <-served }, nil
 }

@@ -3,7 +3,7 @@
 // program would be (go.mod requires github.com/goddp/ddp; the replace
 // directive points at this checkout: drop it, and require a released
 // version, when you copy the program). It joins its job with
-// ddp.InitProcessGroup and no options, so the same binary runs unchanged
+// dist.InitProcessGroup and no options, so the same binary runs unchanged
 // under every launcher:
 //
 //	go build -o multiproc .
@@ -31,6 +31,7 @@ import (
 	"time"
 
 	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/optim"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -51,7 +52,7 @@ const in, out = 8, 2 // features, targets
 func run(steps, batch int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{}) // whichever launcher started us
+	g, err := dist.InitProcessGroup(ctx, dist.Options{}) // whichever launcher started us
 	if err != nil {
 		return err
 	}

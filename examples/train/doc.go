@@ -8,6 +8,6 @@
 //
 // Its ranks are goroutines over the in-process backend (pg/local), so it
 // runs anywhere. Across processes and machines, join the job with
-// ddp.InitProcessGroup and run one process per rank, as examples/multiproc
+// dist.InitProcessGroup and run one process per rank, as examples/multiproc
 // does: the training code is the same.
 package main

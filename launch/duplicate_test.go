@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/tcp"
 )
 
 // joinWorker joins the job its environment describes with
-// ddp.InitProcessGroup, as
+// dist.InitProcessGroup, as
 // cmd/ddp-train's workers do, and exits: 0 once joined, 2 on a duplicate
 // rank (bad input), 1 on any other error, which it prints.
 func joinWorker() {
@@ -26,8 +26,9 @@ func joinWorker() {
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		var m *ddp.Group
-		if m, err = ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &e, Timeout: 30 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}}); err == nil {
+		var m *dist.Group
+		o := dist.Options{Env: &e, Timeout: 30 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}}
+		if m, err = dist.InitProcessGroup(ctx, o); err == nil {
 			m.Close()
 		}
 	}

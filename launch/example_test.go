@@ -4,9 +4,25 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
-	"github.com/goddp/ddp/internal/wiring/launch"
+	"github.com/goddp/ddp/launch"
 )
+
+// A program that launches itself: Self starts two copies of the running
+// program (here the test binary, whose TestMain takes the worker's side
+// when it finds the marker) and waits for them. Each copy joins the job
+// with dist.InitProcessGroup and no options, and they sum their ranks + 1;
+// rank 0's output is shown.
+func ExampleSelf() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := launch.Self(ctx, 2, nil, "GODDP_LAUNCH_TEST_WORKER=sum", os.Stdout, os.Stderr)
+	fmt.Println("error:", err)
+	// Output:
+	// rank 0 of 2: sum 3
+	// error: <nil>
+}
 
 // Two workers of a shell command, each told its rank; rank 0's output is
 // shown.

@@ -1,4 +1,4 @@
-package ddp
+package dist
 
 import (
 	"context"
@@ -20,14 +20,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// ErrBackendUnavailable: the backend InitOptions asked for cannot run in
+// ErrBackendUnavailable: the backend Options asked for cannot run in
 // this binary or on this machine (mpi without -tags mpi, nccl without the
 // library). The error says what to install or set.
-var ErrBackendUnavailable = errors.New("ddp: the process-group backend is not available here")
+var ErrBackendUnavailable = errors.New("dist: the process-group backend is not available here")
 
-// InitOptions configure InitProcessGroup. The zero value joins the job
+// Options configure InitProcessGroup. The zero value joins the job
 // that whichever launcher started this process describes, over tcp.
-type InitOptions struct {
+type Options struct {
 	// Backend is "tcp" (pure Go; shared memory between ranks of a host),
 	// "nccl" (GPUs; NCCL loaded at run time) or "mpi" (Open MPI; the
 	// binary must be built with -tags mpi). Empty means "mpi" in a binary
@@ -109,16 +109,16 @@ func (g *Group) Close() error {
 // set), and builds the backend's group, whose connections prove the job's
 // secret (GODDP_SECRET). It is collective: every rank calls it.
 //
-//	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{})
+//	g, err := dist.InitProcessGroup(ctx, dist.Options{})
 //	if err != nil { ... }
 //	defer g.Close()
-//	d, err := ddp.Wrap(ctx, g, params, ddp.Options{})
+//	d, err := ddp.Wrap(ctx, g, params, ddp.Options{}) // Gorgonia; gomlxddp.New for GoMLX
 //
 // The same program then runs unchanged under ddp-train --nproc N, torchrun,
 // mpirun (with MASTER_ADDR exported, or -tags mpi), srun and Kubernetes.
-func InitProcessGroup(ctx context.Context, o InitOptions) (*Group, error) {
+func InitProcessGroup(ctx context.Context, o Options) (*Group, error) {
 	if err := pg.CheckContext(ctx); err != nil {
-		return nil, fmt.Errorf("ddp: InitProcessGroup: %w", err)
+		return nil, fmt.Errorf("dist: InitProcessGroup: %w", err)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = pg.DefaultTimeout
@@ -143,12 +143,12 @@ func InitProcessGroup(ctx context.Context, o InitOptions) (*Group, error) {
 	case "nccl":
 		return joinNCCL(ctx, e, o)
 	}
-	return nil, fmt.Errorf("%w: ddp: InitOptions.Backend %q: want tcp, nccl or mpi", pg.ErrInvalidArgument, backend)
+	return nil, fmt.Errorf("%w: dist: Options.Backend %q: want tcp, nccl or mpi", pg.ErrInvalidArgument, backend)
 }
 
 // autoBackend is the empty Backend's choice: mpi in a binary built with
 // -tags mpi that mpirun started, tcp otherwise.
-func (o InitOptions) autoBackend() string {
+func (o Options) autoBackend() string {
 	if !mpiBuilt {
 		return "tcp"
 	}
@@ -165,7 +165,7 @@ func (o InitOptions) autoBackend() string {
 }
 
 // job is the job's description: Env, else read through Lookup.
-func (o InitOptions) job() (env.Config, error) {
+func (o Options) job() (env.Config, error) {
 	if o.Env != nil {
 		return *o.Env, nil
 	}
@@ -176,7 +176,7 @@ func (o InitOptions) job() (env.Config, error) {
 // address, hosted by rank 0, or torchrun's agent store, which is
 // unauthenticated, so only addresses go through it and the ranks'
 // connections still prove the secret.
-func meet(ctx context.Context, e *env.Config, o InitOptions) (*Group, error) {
+func meet(ctx context.Context, e *env.Config, o Options) (*Group, error) {
 	g := &Group{env: *e}
 	if e.WorldSize == 1 && !e.UseAgentStore {
 		// A job of one process has no peer to meet or to prove a secret
@@ -224,7 +224,7 @@ func meet(ctx context.Context, e *env.Config, o InitOptions) (*Group, error) {
 }
 
 // joinTCP meets the job and builds the tcp group.
-func joinTCP(ctx context.Context, e env.Config, o InitOptions) (*Group, error) {
+func joinTCP(ctx context.Context, e env.Config, o Options) (*Group, error) {
 	g, err := meet(ctx, &e, o)
 	if err != nil {
 		return nil, err
@@ -264,7 +264,7 @@ func peerAddrs(e env.Config) (listen, advertise string) {
 
 // joinNCCL meets the job as tcp does and makes the NCCL group on GPU
 // LOCAL_RANK (or NCCL.Device).
-func joinNCCL(ctx context.Context, e env.Config, o InitOptions) (*Group, error) {
+func joinNCCL(ctx context.Context, e env.Config, o Options) (*Group, error) {
 	opts, err := ncclEnv(o.NCCL, o.lookup())
 	if err != nil {
 		return nil, err
@@ -318,7 +318,7 @@ func ncclEnv(opts pgnccl.Options, lookup func(string) (string, bool)) (pgnccl.Op
 }
 
 // lookup is Lookup, or os.LookupEnv.
-func (o InitOptions) lookup() func(string) (string, bool) {
+func (o Options) lookup() func(string) (string, bool) {
 	if o.Lookup != nil {
 		return o.Lookup
 	}

@@ -1,4 +1,4 @@
-package ddp_test
+package dist_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/tcp"
@@ -26,22 +26,24 @@ func TestInitProcessGroupRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ctx  context.Context
-		o    ddp.InitOptions
+		o    dist.Options
 		is   error
 		want string
 	}{
-		{"nil context", nil, ddp.InitOptions{Env: one}, pg.ErrInvalidArgument, "nil context"},
-		{"unknown backend", ctx, ddp.InitOptions{Env: one, Backend: "gloo"}, pg.ErrInvalidArgument, "want tcp, nccl or mpi"},
-		{"mpi without -tags mpi", ctx, ddp.InitOptions{Backend: "mpi"}, ddp.ErrBackendUnavailable, "-tags mpi"},
-		{"no master address", ctx, ddp.InitOptions{Lookup: lookupOf(map[string]string{"RANK": "1", "WORLD_SIZE": "2"})},
+		{"nil context", nil, dist.Options{Env: one}, pg.ErrInvalidArgument, "nil context"},
+		{"unknown backend", ctx, dist.Options{Env: one, Backend: "gloo"}, pg.ErrInvalidArgument, "want tcp, nccl or mpi"},
+		{"mpi without -tags mpi", ctx, dist.Options{Backend: "mpi"}, dist.ErrBackendUnavailable, "-tags mpi"},
+		{"no master address", ctx, dist.Options{Lookup: lookupOf(map[string]string{"RANK": "1", "WORLD_SIZE": "2"})},
 			pg.ErrInvalidArgument, "MASTER_ADDR is not set"},
-		{"no NCCL", ctx, ddp.InitOptions{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"GODDP_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})},
-			ddp.ErrBackendUnavailable, "GODDP_NCCL_LIBRARY"},
-		{"NCCL timing not a boolean", ctx, ddp.InitOptions{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"TORCH_NCCL_ENABLE_TIMING": "sometimes"})},
+		{"no NCCL", ctx, dist.Options{Env: one, Backend: "nccl",
+			Lookup: lookupOf(map[string]string{"GODDP_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})},
+			dist.ErrBackendUnavailable, "GODDP_NCCL_LIBRARY"},
+		{"NCCL timing not a boolean", ctx, dist.Options{Env: one, Backend: "nccl",
+			Lookup: lookupOf(map[string]string{"TORCH_NCCL_ENABLE_TIMING": "sometimes"})},
 			pg.ErrInvalidArgument, `TORCH_NCCL_ENABLE_TIMING="sometimes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := ddp.InitProcessGroup(tc.ctx, tc.o)
+			g, err := dist.InitProcessGroup(tc.ctx, tc.o)
 			if g != nil {
 				g.Close()
 			}
@@ -60,14 +62,15 @@ func TestInitProcessGroupTwoRanks(t *testing.T) {
 	defer cancel()
 	port := freePort(t)
 	secret := []byte("init-process-group-test-secret-0123")
-	gs := make([]*ddp.Group, 2)
+	gs := make([]*dist.Group, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
 		e := env.Config{Rank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port,
 			Secret: secret, Source: env.SourceTorchrun}
 		wg.Go(func() {
-			gs[r], errs[r] = ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &e, Timeout: 20 * time.Second, TCP: tcp.Options{NoSharedMemory: r == 1}})
+			gs[r], errs[r] = dist.InitProcessGroup(ctx, dist.Options{Env: &e, Timeout: 20 * time.Second,
+				TCP: tcp.Options{NoSharedMemory: r == 1}})
 		})
 	}
 	wg.Wait()
@@ -80,7 +83,7 @@ func TestInitProcessGroupTwoRanks(t *testing.T) {
 		}
 		var tg *tcp.Group
 		if !pg.As(g, &tg) {
-			t.Errorf("rank %d: pg.As finds no *tcp.Group behind the ddp.Group", r)
+			t.Errorf("rank %d: pg.As finds no *tcp.Group behind the dist.Group", r)
 		}
 	}
 	for r, g := range gs {

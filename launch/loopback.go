@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/tcp"
 )
@@ -40,8 +40,8 @@ func (l Loopback) Launch(ctx context.Context, n int, args []string, stdout, stde
 
 // Join is a worker's side: it meets the others through the rendezvous
 // that cfg (read from the environment Launch set) describes.
-func (l Loopback) Join(ctx context.Context, cfg env.Config) (*ddp.Group, error) {
-	return ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &cfg, Timeout: l.Timeout, TCP: tcp.Options{
+func (l Loopback) Join(ctx context.Context, cfg env.Config) (*dist.Group, error) {
+	return dist.InitProcessGroup(ctx, dist.Options{Env: &cfg, Timeout: l.Timeout, TCP: tcp.Options{
 		ListenAddr:      "127.0.0.1:0",
 		LinkBytesPerSec: l.LinkBytesPerSec,
 		NoSharedMemory:  !l.SharedMemory,

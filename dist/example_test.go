@@ -1,11 +1,11 @@
-package ddp_test
+package dist_test
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/pg"
 )
 
@@ -18,7 +18,7 @@ func ExampleInitProcessGroup() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	launcher := map[string]string{"RANK": "0", "WORLD_SIZE": "1"}
-	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{
+	g, err := dist.InitProcessGroup(ctx, dist.Options{
 		Lookup: func(k string) (string, bool) { v, ok := launcher[k]; return v, ok },
 	})
 	if err != nil {

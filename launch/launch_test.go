@@ -35,6 +35,8 @@ func TestMain(m *testing.M) {
 		time.Sleep(time.Minute)
 	case "join":
 		joinWorker()
+	case "sum":
+		os.Exit(sumWorker())
 	default:
 		if elasticWorker(os.Getenv(workerEnv)) {
 			return

@@ -1,6 +1,6 @@
 //go:build mpi
 
-package ddp
+package dist
 
 import (
 	"context"
@@ -17,7 +17,7 @@ const mpiBuilt = true
 // or srun --mpi=pmix). The ranks need no store to meet, but get one,
 // hosted by rank 0 and found over MPI, for wrappers that keep state in
 // it (mpi.NewStore).
-func joinMPI(ctx context.Context, o InitOptions) (*Group, error) {
+func joinMPI(ctx context.Context, o Options) (*Group, error) {
 	mg, err := mpi.New(ctx, mpi.Options{Timeout: o.Timeout, AbortGrace: o.MPIAbortGrace, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: mpi: %v (start the program with mpirun -np N or srun --mpi=pmix)", ErrBackendUnavailable, err)

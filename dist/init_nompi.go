@@ -1,6 +1,6 @@
 //go:build !mpi
 
-package ddp
+package dist
 
 import (
 	"context"
@@ -10,6 +10,6 @@ import (
 // mpiBuilt reports whether this binary has the mpi backend (-tags mpi).
 const mpiBuilt = false
 
-func joinMPI(context.Context, InitOptions) (*Group, error) {
+func joinMPI(context.Context, Options) (*Group, error) {
 	return nil, fmt.Errorf("%w: mpi: this binary was built without MPI; build it with go build -tags mpi (needs Open MPI's libopenmpi-dev), or use Backend \"tcp\"", ErrBackendUnavailable)
 }

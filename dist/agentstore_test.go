@@ -1,4 +1,4 @@
-package launch
+package dist_test
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	ddp "github.com/goddp/ddp"
+	"github.com/goddp/ddp/dist"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/env"
 	"github.com/goddp/ddp/pg/store"
@@ -57,7 +57,7 @@ sys.stdin.read()`)
 }
 
 // TestJoinAgentStore: two ranks join through a torch TCPStore
-// (ddp.InitProcessGroup), as under
+// (dist.InitProcessGroup), as under
 // torchrun's static rendezvous: neither hosts a store, goddp's keys land
 // under goddp/RUN_ID/RESTART_COUNT, and an allreduce works over the
 // authenticated data plane. A restart joins afresh under the next prefix.
@@ -67,14 +67,15 @@ func TestJoinAgentStore(t *testing.T) {
 	for restart := range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		members := make([]*ddp.Group, 2)
+		members := make([]*dist.Group, 2)
 		errs := make(chan error, 2)
 		for r := range 2 {
 			e := env.Config{Rank: r, WorldSize: 2, MasterAddr: "127.0.0.1", Secret: secret,
 				UseAgentStore: true, RunID: "job-7", RestartCount: restart, Source: env.SourceTorchrun}
 			e.MasterPort = atoi(t, port)
 			go func() {
-				m, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &e, Timeout: 10 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}})
+				m, err := dist.InitProcessGroup(ctx, dist.Options{Env: &e, Timeout: 10 * time.Second,
+					TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}})
 				members[r] = m
 				errs <- err
 			}()
@@ -130,7 +131,7 @@ func TestJoinAgentStore(t *testing.T) {
 // is refused before anything is dialled, saying what to export.
 func TestJoinAgentStoreNeedsSecret(t *testing.T) {
 	e := env.Config{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1, UseAgentStore: true}
-	_, err := ddp.InitProcessGroup(context.Background(), ddp.InitOptions{Env: &e})
+	_, err := dist.InitProcessGroup(context.Background(), dist.Options{Env: &e})
 	if !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "export GODDP_SECRET") {
 		t.Fatalf("err = %v; want pg.ErrInvalidArgument saying to export GODDP_SECRET", err)
 	}
