@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../../.."
 mkdir -p .gpu
 CGO_ENABLED=0 go test -c -o .gpu/nccl.test ./libnccl
 if [ -d pg/nccl ]; then CGO_ENABLED=0 go test -c -o .gpu/pgnccl.test ./pg/nccl; fi
-CGO_ENABLED=0 go test -c -o .gpu/ddp.test . # DDP on NCCL with device buckets (gpu_test.go)
+CGO_ENABLED=0 go test -c -o .gpu/ddp.test ./tests/gpu # DDP on NCCL with device buckets (tests/gpu)
 cp libnccl/testdata/gpu/run.sh libnccl/testdata/gpu/torch_allreduce.py .gpu/
 chmod +x .gpu/run.sh .gpu/*.test
 ls -la .gpu

@@ -1,4 +1,4 @@
-package ddp
+package combo_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/goddp/ddp"
 	"github.com/goddp/ddp/averaging"
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
@@ -15,6 +16,7 @@ import (
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
 	"github.com/goddp/ddp/reducer"
+	"github.com/goddp/ddp/tests/testmodel"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -24,7 +26,7 @@ const comboLR = 0.5
 // comboRank is one rank of a combination: its replica, and post-local
 // SGD's model averager.
 type comboRank struct {
-	m   *branchModel
+	m   *testmodel.Branch
 	avg *averaging.PeriodicModelAverager
 }
 
@@ -49,9 +51,9 @@ func runCombo(t *testing.T, c *combo) (refused string) {
 	gs := comboGroups(t, c.backend, n)
 	ranks := make([]*comboRank, n)
 	for r := range ranks { // a different start on every rank: Wrap gives all rank 0's
-		ranks[r] = &comboRank{m: newBranchModelOf(t, c.heads[r], c.seed<<3|uint64(r), c.dt)}
+		ranks[r] = &comboRank{m: testmodel.NewBranchOf(t, c.heads[r], c.seed<<3|uint64(r), c.dt)}
 	}
-	initial := ranks[0].m.values()
+	initial := ranks[0].m.Values()
 	errs := onGroups(gs, func(r int, g pg.ProcessGroup) error { return ranks[r].setUp(ctx, t, c, g) })
 	switch refusal {
 	case "powersgd-start-iter":
@@ -65,14 +67,14 @@ func runCombo(t *testing.T, c *combo) (refused string) {
 	}
 	noErrors(t, errs)
 	for r, k := range ranks { // one graph at a time: Gorgonia's graphs are not safe to build concurrently
-		err := k.m.build(t)
+		err := k.m.Build(t)
 		if refusal != "unused-parameters" {
 			if err != nil {
 				t.Fatalf("rank %d: %v", r, err)
 			}
 			continue
 		}
-		misses := c.heads[r] == headFC2 || c.heads[r] == headFC3
+		misses := c.heads[r] == testmodel.HeadFC2 || c.heads[r] == testmodel.HeadFC3
 		if misses != (err != nil && strings.Contains(err.Error(), "are not used in producing the loss; set Options.FindUnusedParameters")) {
 			t.Fatalf("rank %d (head %s): Grad gave %v; want the refusal of unused parameters exactly where the graph misses some", r, c.heads[r], err)
 		}
@@ -140,12 +142,12 @@ func (k *comboRank) setUp(ctx context.Context, t *testing.T, c *combo, g pg.Proc
 	if cl, ok := o.Hook.(interface{ Close() error }); ok {
 		t.Cleanup(func() { cl.Close() })
 	}
-	d, err := Wrap(ctx, g, k.m.params, o)
+	d, err := ddp.Wrap(ctx, g, k.m.Params, o)
 	if err != nil {
 		return err
 	}
 	t.Cleanup(func() { d.Close() })
-	k.m.ddp = d
+	k.m.DDP = d
 	return nil
 }
 
@@ -170,7 +172,7 @@ func sumThenDivide(ctx context.Context, g pg.ProcessGroup, b *commhook.GradBucke
 // then RunAll; solver.Step(d.ValueGrads()), skipped when the gradients
 // are not finite; post-local SGD's model averaging after the step.
 func (k *comboRank) train(ctx context.Context, c *combo, r int) *rankLog {
-	m, d := k.m, k.m.ddp
+	m, d := k.m, k.m.DDP
 	l := &rankLog{}
 	fail := func(step int, err error) *rankLog {
 		l.err, l.errStep = err, step
@@ -185,7 +187,7 @@ func (k *comboRank) train(ctx context.Context, c *combo, r int) *rankLog {
 	}
 	s := G.NewVanillaSolver(G.WithLearnRate(comboLR))
 	for step := range c.batches[r] {
-		l.start = append(l.start, m.values())
+		l.start = append(l.start, m.Values())
 		var runErr error
 		for micro := range c.micro {
 			sync := micro == c.micro-1
@@ -198,18 +200,18 @@ func (k *comboRank) train(ctx context.Context, c *combo, r int) *rankLog {
 				return fail(step, err)
 			}
 			if !sync {
-				err := d.RunAllNoSync(ctx, m.vm)
-				m.vm.Reset()
+				err := d.RunAllNoSync(ctx, m.VM)
+				m.VM.Reset()
 				if err != nil {
 					return fail(step, err)
 				}
 				continue
 			}
-			if runErr = d.RunAll(ctx, m.vm); runErr != nil && !errors.Is(runErr, reducer.ErrNonFinite) {
+			if runErr = d.RunAll(ctx, m.VM); runErr != nil && !errors.Is(runErr, reducer.ErrNonFinite) {
 				return fail(step, runErr)
 			}
 		}
-		got, err := steppedGrads(d)
+		got, err := testmodel.SteppedGrads(d)
 		if err != nil {
 			return fail(step, err)
 		}
@@ -218,11 +220,11 @@ func (k *comboRank) train(ctx context.Context, c *combo, r int) *rankLog {
 		if runErr == nil {
 			err = s.Step(d.ValueGrads())
 		}
-		m.vm.Reset()
+		m.VM.Reset()
 		if err != nil {
 			return fail(step, err)
 		}
-		l.after = append(l.after, m.values())
+		l.after = append(l.after, m.Values())
 		if k.avg != nil {
 			values, err := d.ParamTensors()
 			if err == nil {
@@ -238,20 +240,20 @@ func (k *comboRank) train(ctx context.Context, c *combo, r int) *rankLog {
 			return fail(c.batches[r], err)
 		}
 	}
-	l.final = m.values()
+	l.final = m.Values()
 	return l
 }
 
 // feed binds rank's micro-batch, with the combination's NaN if it is due.
-func (c *combo) feed(m *branchModel, step, micro, rank int) error {
-	if err := m.feed(step*c.micro+micro, rank); err != nil {
+func (c *combo) feed(m *testmodel.Branch, step, micro, rank int) error {
+	if err := m.Feed(step*c.micro+micro, rank); err != nil {
 		return err
 	}
 	if p := c.poison; p != nil && *p == (poisonAt{step, micro, rank}) {
-		x := m.x.Value().Data()
-		v := float64s(x)
+		x := m.X.Value().Data()
+		v := testmodel.Float64s(x)
 		v[0] = math.NaN()
-		setFloat64s(x, v)
+		testmodel.SetFloat64s(x, v)
 	}
 	return nil
 }

@@ -1,5 +1,5 @@
 //go:build race
 
-package ddp
+package combo_test
 
 func init() { raceEnabled = true }

@@ -1,4 +1,4 @@
-package ddp
+package combo_test
 
 import (
 	"math"

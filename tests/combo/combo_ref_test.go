@@ -1,8 +1,9 @@
-package ddp
+package combo_test
 
 import (
 	"math"
 
+	"github.com/goddp/ddp/tests/testmodel"
 	"gorgonia.org/tensor"
 )
 
@@ -47,11 +48,11 @@ type comboRef struct {
 	power *powerRef
 }
 
-func newComboRef(c *combo, plain []*branchModel) *comboRef {
+func newComboRef(c *combo, plain []*testmodel.Branch) *comboRef {
 	ref := &comboRef{c: c}
 	for _, m := range plain {
-		reach := make([]bool, len(m.grads))
-		for i, g := range m.grads {
+		reach := make([]bool, len(m.Grads))
+		for i, g := range m.Grads {
 			reach[i] = g != nil
 		}
 		ref.reach = append(ref.reach, reach)
@@ -61,7 +62,7 @@ func newComboRef(c *combo, plain []*branchModel) *comboRef {
 		for r := range ref.power.errs {
 			ref.power.errs[r] = map[string][]float64{}
 		}
-		for _, p := range plain[0].params {
+		for _, p := range plain[0].Params {
 			ref.power.shapes = append(ref.power.shapes, p.Shape().Clone())
 		}
 	}

@@ -1,4 +1,4 @@
-package ddp
+package combo_test
 
 import (
 	"flag"
@@ -13,18 +13,18 @@ import (
 
 // TestCombinations is the metamorphic test of issue 22, after pebble's:
 // every combination of the options, the comm hooks, the backends, the
-// world sizes, the dtypes and the per-rank graphs of replica_test.go must
-// train as a plain reference says, and keep the replicas bitwise equal
-// where DDP promises it. Each combination is drawn from a seed
-// (combo_draw_test.go), trained for a few steps on every rank
-// (combo_run_test.go), and checked step by step afterwards
+// world sizes, the dtypes and the per-rank graphs of the branch model
+// (testmodel.Branch's heads) must train as a plain reference says, and
+// keep the replicas bitwise equal where DDP promises it. Each combination
+// is drawn from a seed (combo_draw_test.go), trained for a few steps on
+// every rank (combo_run_test.go), and checked step by step afterwards
 // (combo_check_test.go) against references computed in float64 from
 // Gorgonia's own gradients (combo_ref_test.go, combo_powersgd_test.go).
 //
-//	go test -count=1 -run TestCombinations .                          # the default budget, seeds 1..N
-//	go test -count=1 -run TestCombinations -combo.seed=417 -v .       # replay one seed
-//	go test -count=1 -run TestCombinations -combo.n=5000 .            # seeds 1..5000
-//	go test -count=1 -run TestCombinations -combo.for=2h -timeout=0 . # random seeds for two hours
+//	go test -count=1 -run TestCombinations ./tests/combo                          # the default budget, seeds 1..N
+//	go test -count=1 -run TestCombinations -combo.seed=417 -v ./tests/combo       # replay one seed
+//	go test -count=1 -run TestCombinations -combo.n=5000 ./tests/combo            # seeds 1..5000
+//	go test -count=1 -run TestCombinations -combo.for=2h -timeout=0 ./tests/combo # random seeds for two hours
 //
 // A failing combination names its seed and the command that replays it.
 var (
@@ -39,7 +39,7 @@ var raceEnabled bool
 // The default budget: seeds 1..comboBudget(). Without the race detector
 // it takes 25–35 s on a shared 2-core machine. The race detector makes
 // each combination four to five times slower, and CI (go test -race
-// ./...) runs the package's other tests too, so it draws 150 (about
+// ./...) runs every other package beside it, so it draws 150 (about
 // 12 s); each bug planted to prove the test was caught within the first
 // 46 seeds (docs/reducer.md).
 const (
@@ -65,7 +65,8 @@ func TestCombinations(t *testing.T) {
 			c := drawCombo(seed)
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("combination: %v\nreplay: go test -count=1 -run 'TestCombinations' -combo.seed=%d -v .", c, seed)
+					t.Logf("combination: %v\nreplay: go test -count=1 -run 'TestCombinations' -combo.seed=%d -v ./tests/combo",
+						c, seed)
 				}
 			})
 			tally.add(c, runCombo(t, c))

@@ -1,4 +1,4 @@
-package ddp
+package torch_test
 
 import (
 	"context"
@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/ddp"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/tests/testmodel"
 	G "gorgonia.org/gorgonia"
 )
 
-// TestBranchHeadsMatchTorchDDP trains the branch model of replica_test.go
+// TestBranchHeadsMatchTorchDDP trains the branch model (testmodel.Branch)
 // with PyTorch's own DDP (Debian's python3-torch, 1.13; gloo; two
 // processes) and with goddp, from the same parameters on the same
 // batches, where rank 0's graph is fc2(h)+fc3(h) (Gorgonia shares the
@@ -30,15 +32,15 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 		t.Skip("/usr/bin/python3 has no torch (apt-get install python3-torch; scripts/test.sh does)")
 	}
 	const lr, steps = 0.5, 5
-	heads := []string{headSum, headFC2}
+	heads := []string{testmodel.HeadSum, testmodel.HeadFC2}
 	for _, mode := range []string{"unused", "static"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := testCtx(t)
 			dir := t.TempDir()
-			opts := Options{FindUnusedParameters: mode == "unused", StaticGraph: mode == "static"}
-			ms := make([]*branchModel, 2)
+			opts := ddp.Options{FindUnusedParameters: mode == "unused", StaticGraph: mode == "static"}
+			ms := make([]*testmodel.Branch, 2)
 			for r := range ms {
-				ms[r] = newBranchModel(t, heads[r], 21)
+				ms[r] = testmodel.NewBranch(t, heads[r], 21)
 			}
 			type batch struct {
 				Rows int       `json:"rows"`
@@ -56,13 +58,13 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 				Init    map[string]param `json:"init"`
 				Batches [][]batch        `json:"batches"`
 			}{Mode: mode, Heads: heads, LR: lr, Init: map[string]param{}, Batches: make([][]batch, 2)}
-			for i, p := range ms[0].params {
-				in.Init[branchNames[i]] = param{Shape: p.Shape().Clone(), Data: ms[0].values()[i]}
+			for i, p := range ms[0].Params {
+				in.Init[branchNames[i]] = param{Shape: p.Shape().Clone(), Data: ms[0].Values()[i]}
 			}
 			for r := range 2 {
 				for step := range steps {
-					x, y := branchBatch(step, r)
-					in.Batches[r] = append(in.Batches[r], batch{Rows: branchRows, X: x, Y: y})
+					x, y := testmodel.BranchBatch(step, r)
+					in.Batches[r] = append(in.Batches[r], batch{Rows: testmodel.BranchRows, X: x, Y: y})
 				}
 			}
 			spec, err := json.Marshal(in)
@@ -92,11 +94,11 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 			gs := groupsOf(t, "tcp", 2)
 			noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
 				var err error
-				ms[r].ddp, err = Wrap(ctx, g, ms[r].params, opts)
+				ms[r].DDP, err = ddp.Wrap(ctx, g, ms[r].Params, opts)
 				return err
 			}))
 			for _, m := range ms {
-				if err := m.build(t); err != nil {
+				if err := m.Build(t); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -104,36 +106,36 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 				m := ms[r]
 				s := G.NewVanillaSolver(G.WithLearnRate(lr))
 				for step := range steps {
-					if err := m.feed(step, r); err != nil {
+					if err := m.Feed(step, r); err != nil {
 						return err
 					}
-					if err := m.ddp.RunAll(ctx, m.vm); err != nil {
+					if err := m.DDP.RunAll(ctx, m.VM); err != nil {
 						return err
 					}
-					if err := s.Step(m.ddp.ValueGrads()); err != nil {
+					if err := s.Step(m.DDP.ValueGrads()); err != nil {
 						return err
 					}
-					m.vm.Reset()
+					m.VM.Reset()
 				}
 				return nil
 			}))
 			for r, m := range ms {
-				got := m.values()
+				got := m.Values()
 				want := make([][]float64, len(branchNames))
 				for i, name := range branchNames {
 					want[i] = torch[r][name]
 				}
-				t.Logf("rank %d: largest relative difference from torch's DDP %.2g", r, relErr(got, want))
-				if e := relErr(got, want); e > 1e-12 {
+				t.Logf("rank %d: largest relative difference from torch's DDP %.2g", r, testmodel.RelErr(got, want))
+				if e := testmodel.RelErr(got, want); e > 1e-12 {
 					t.Errorf("rank %d ends %.2g (relative) from torch's DDP", r, e)
 					for i, name := range branchNames {
-						if e := relErr([][]float64{got[i]}, [][]float64{want[i]}); e > 1e-12 {
-							t.Errorf("  %s: %v, torch %v (relative error %.2g)", name, short(got[i]), short(want[i]), e)
+						if e := testmodel.RelErr([][]float64{got[i]}, [][]float64{want[i]}); e > 1e-12 {
+							t.Errorf("  %s: %v, torch %v (relative error %.2g)", name, testmodel.Short(got[i]), testmodel.Short(want[i]), e)
 						}
 					}
 				}
 			}
-			if e := relErr(ms[0].values()[4:5], [][]float64{in.Init["fc3.weight"].Data}); e < 1e-3 {
+			if e := testmodel.RelErr(ms[0].Values()[4:5], [][]float64{in.Init["fc3.weight"].Data}); e < 1e-3 {
 				t.Fatalf("fc3.weight moved by %.2g only: the comparison would prove little", e)
 			}
 		})

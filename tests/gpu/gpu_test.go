@@ -1,4 +1,4 @@
-package ddp
+package gpu_test
 
 import (
 	"context"
@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goddp/ddp"
+	"github.com/goddp/ddp/autogradhooks"
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/store"
+	"github.com/goddp/ddp/tests/testmodel"
 	"github.com/goddp/ddp/timeline"
 )
 
@@ -45,21 +48,23 @@ func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, libnccl.Version
 func TestGPUBranchHeadsOnNCCL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for _, opts := range []Options{{FindUnusedParameters: true, CheckReplicasEvery: 1}, {StaticGraph: true}} {
+	for _, opts := range []ddp.Options{{FindUnusedParameters: true, CheckReplicasEvery: 1}, {StaticGraph: true}} {
 		g, version := gpuGroup(t, ctx)
-		heads := []string{headSum}
-		plain := plainModels(t, heads)
+		heads := []string{testmodel.HeadSum}
+		plain := testmodel.PlainModels(t, heads)
 		check := func(step int, values [][][]float64, got []map[string][]float64) {
-			checkStepped(t, step, referenceGrads(t, heads, values, step, plain), got, 1e-12)
+			testmodel.CheckStepped(t, step, testmodel.ReferenceGrads(t, heads, values, step, plain), got, 1e-12)
 		}
-		dev := branchRun(t, ctx, branchCase{heads: heads, opts: opts, groups: []pg.ProcessGroup{g}}, check)
-		host := branchRun(t, ctx, branchCase{heads: heads, opts: opts}, check)
-		regs := dev[0].ddp.Reducer().DeviceBuckets()
-		t.Logf("GPU-FACT branch heads on NCCL %v (%+v): device buckets %v, shared %v", version, opts, regs, dev[0].ddp.shared)
+		on := []pg.ProcessGroup{g}
+		dev := testmodel.BranchRun(t, ctx, testmodel.BranchCase{Heads: heads, Opts: opts, Groups: on}, check)
+		host := testmodel.BranchRun(t, ctx, testmodel.BranchCase{Heads: heads, Opts: opts}, check)
+		regs := dev[0].DDP.Reducer().DeviceBuckets()
+		t.Logf("GPU-FACT branch heads on NCCL %v (%+v): device buckets %v, shared gradients %v", version, opts, regs,
+			autogradhooks.SharedGradients(dev[0].Grads))
 		if len(regs) == 0 {
 			t.Error("the NCCL run kept its buckets on the host")
 		}
-		if p, k := firstBitDiff(dev[0].values(), host[0].values()); p >= 0 {
+		if p, k := testmodel.FirstBitDiff(dev[0].Values(), host[0].Values()); p >= 0 {
 			t.Errorf("%s[%d] differs between NCCL and pg/local", branchNames[p], k)
 		}
 	}
@@ -85,7 +90,7 @@ func TestGPUDDPOnNCCLMatchesLocal(t *testing.T) {
 	}
 	spec := mlpSpec{sizes: mlpSizes(), rows: parityRows}
 	data := func(step int) batch[float32] { return makeBatch[float32](spec, parityRows, uint64(100+step)) }
-	train := func(g pg.ProcessGroup, opts Options) *mlp[float32] {
+	train := func(g pg.ProcessGroup, opts ddp.Options) *mlp[float32] {
 		m := startReplicas[float32](t, ctx, []pg.ProcessGroup{g}, spec, opts)[0]
 		if err := m.train(ctx, newSolver("adam"), 3*paritySteps, data); err != nil {
 			t.Fatal(err)
@@ -99,7 +104,7 @@ func TestGPUDDPOnNCCLMatchesLocal(t *testing.T) {
 	if len(regs) == 0 {
 		t.Error("DDP on an NCCL group kept its buckets on the host")
 	}
-	if p, i := firstBitDiff(dev.values(), host.values()); p >= 0 {
+	if p, i := testmodel.FirstBitDiff(dev.values(), host.values()); p >= 0 {
 		t.Errorf("parameter %d element %d differs between NCCL (device buckets) and pg/local", p, i)
 	}
 	if err := dev.ddp.Close(); err != nil {

@@ -1,4 +1,4 @@
-package ddp
+package combo_test
 
 import (
 	"fmt"
@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/goddp/ddp"
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/reducer"
+	"github.com/goddp/ddp/tests/testmodel"
 	"gorgonia.org/tensor"
 )
 
@@ -18,8 +20,8 @@ type combo struct {
 	seed    uint64
 	backend string // "local", "tcp" (shared memory between ranks), "tcp-noshm" (sockets only)
 	dt      tensor.Dtype
-	heads   []string // each rank's graph (replica_test.go); some miss fc2 or fc3
-	opts    Options
+	heads   []string // each rank's graph (testmodel.Branch's heads); some miss fc2 or fc3
+	opts    ddp.Options
 	micro   int   // micro-batches per optimizer step: micro−1 RunAllNoSync, then RunAll
 	batches []int // optimizer steps per rank; uneven only under a Join
 	join    *reducer.JoinOptions
@@ -42,7 +44,8 @@ type poisonAt struct{ step, micro, rank int }
 var comboHooks = []string{"", "allreduce", "fp16", "bf16", "powersgd", "batched-powersgd", "hierarchical", "adasum", "post-localsgd", "user"}
 
 // comboHeads are the graphs a rank may build.
-var comboHeads = []string{headSum, headSumX1, headFC2, headFC3, headConcat, headShared, headTrunk}
+var comboHeads = []string{testmodel.HeadSum, testmodel.HeadSumX1, testmodel.HeadFC2, testmodel.HeadFC3,
+	testmodel.HeadConcat, testmodel.HeadShared, testmodel.HeadTrunk}
 
 // comboCaps are the bucket caps drawn, in bytes: 0 is the default (25 MiB,
 // and 1 MiB for the first bucket), 8 puts every parameter in a bucket of
@@ -61,7 +64,7 @@ func drawCombo(seed uint64) *combo {
 		c.heads = append(c.heads, pick(rng, comboHeads...))
 	}
 	c.hook = pick(rng, comboHooks...)
-	c.opts = Options{
+	c.opts = ddp.Options{
 		FindUnusedParameters: rng.IntN(2) == 0,
 		StaticGraph:          rng.IntN(3) == 0,
 		GradientAsBucketView: rng.IntN(3) == 0,
@@ -147,7 +150,7 @@ func (c *combo) refusal() string {
 	psgd := c.hook == "powersgd" || c.hook == "batched-powersgd"
 	missing := false
 	for _, h := range c.heads {
-		missing = missing || h == headFC2 || h == headFC3
+		missing = missing || h == testmodel.HeadFC2 || h == testmodel.HeadFC3
 	}
 	switch {
 	case psgd && c.psgd.StartIter <= 1 && (c.psgd.UseErrorFeedback || c.psgd.WarmStart):

@@ -1,4 +1,4 @@
-package ddp
+package combo_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/reducer"
+	"github.com/goddp/ddp/tests/testmodel"
 	"gorgonia.org/tensor"
 )
 
@@ -19,7 +20,7 @@ import (
 func checkCombo(t *testing.T, c *combo, initial [][]float64, logs []*rankLog) {
 	t.Helper()
 	end := c.checkEnd(t, logs)
-	plain := plainModelsOf(t, c.heads, c.dt)
+	plain := testmodel.PlainModelsOf(t, c.heads, c.dt)
 	ref := newComboRef(c, plain)
 	for step := 0; ; step++ {
 		c.checkValues(t, step, initial, logs)
@@ -58,12 +59,12 @@ func checkCombo(t *testing.T, c *combo, initial [][]float64, logs []*rankLog) {
 				got := l.stepped[step][name]
 				if e := errorOf(got, want.want[r][i], want.scale[r][i], want.abs); e > want.tol {
 					t.Fatalf("step %d: rank %d steps %s with %v; the reference is %v (error %.3g of %.3g, above %.3g)",
-						step, r, name, short(got), short(want.want[r][i]), e, want.scale[r][i], want.tol)
+						step, r, name, testmodel.Short(got), testmodel.Short(want.want[r][i]), e, want.scale[r][i], want.tol)
 				}
 			}
 			if f, ok := first[want.group[r]]; !ok {
 				first[want.group[r]] = r
-			} else if p, k := firstBitDiff(mapToSlice(l.stepped[step]), mapToSlice(logs[f].stepped[step])); p >= 0 {
+			} else if p, k := testmodel.FirstBitDiff(mapToSlice(l.stepped[step]), mapToSlice(logs[f].stepped[step])); p >= 0 {
 				t.Fatalf("step %d: rank %d steps %s[%d] with %v, rank %d with %v; they must agree bitwise",
 					step, r, branchNames[p], k, l.stepped[step][branchNames[p]][k], f, logs[f].stepped[step][branchNames[p]][k])
 			}
@@ -110,7 +111,7 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 			continue
 		}
 		if step == 0 {
-			if p, k := firstBitDiff(v, initial); p >= 0 {
+			if p, k := testmodel.FirstBitDiff(v, initial); p >= 0 {
 				t.Fatalf("rank %d starts with %s[%d] = %v; Wrap should have given it rank 0's %v", r, branchNames[p], k, v[p][k], initial[p][k])
 			}
 		}
@@ -120,7 +121,7 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 			first[grp] = r
 			continue
 		}
-		if p, k := firstBitDiff(v, c.valuesAt(logs[f], step)); p >= 0 {
+		if p, k := testmodel.FirstBitDiff(v, c.valuesAt(logs[f], step)); p >= 0 {
 			t.Fatalf("before step %d: rank %d holds %s[%d] = %v, rank %d %v; DDP keeps them bitwise equal", step, r, branchNames[p], k, v[p][k], f, c.valuesAt(logs[f], step)[p][k])
 		}
 	}
@@ -130,7 +131,7 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 			last--
 		}
 		l := logs[last]
-		if p, k := firstBitDiff(l.final, l.after[c.steps-1]); p >= 0 {
+		if p, k := testmodel.FirstBitDiff(l.final, l.after[c.steps-1]); p >= 0 {
 			t.Fatalf("after Finish, the last joiner (rank %d) holds %s[%d] = %v; its last step gave %v", last, branchNames[p], k, l.final[p][k], l.after[c.steps-1][p][k])
 		}
 	}
@@ -160,7 +161,8 @@ func checkSolverStep(t *testing.T, c *combo, step, r int, l *rankLog, skipped bo
 			}
 		}
 		if e := errorOf(l.after[step][i], want, maxAbs(want), 0); e > exactTol(c.dt) {
-			t.Fatalf("step %d: rank %d's optimizer left %s at %v; SGD on the gradient it was given gives %v (error %.3g)", step, r, name, short(l.after[step][i]), short(want), e)
+			t.Fatalf("step %d: rank %d's optimizer left %s at %v; SGD on the gradient it was given gives %v (error %.3g)",
+				step, r, name, testmodel.Short(l.after[step][i]), testmodel.Short(want), e)
 		}
 	}
 }
@@ -185,7 +187,8 @@ func (c *combo) checkAveraging(t *testing.T, step int, logs []*rankLog) {
 		got := c.valuesAt(l, step+1)
 		for i, name := range branchNames {
 			if e := errorOf(got[i], mean[i], maxAbs(mean[i]), 0); e > exactTol(c.dt) {
-				t.Fatalf("after step %d, the model averager gave rank %d %s = %v; the mean over ranks is %v (error %.3g)", step, r, name, short(got[i]), short(mean[i]), e)
+				t.Fatalf("after step %d, the model averager gave rank %d %s = %v; the mean over ranks is %v (error %.3g)",
+					step, r, name, testmodel.Short(got[i]), testmodel.Short(mean[i]), e)
 			}
 		}
 	}
@@ -195,7 +198,8 @@ func (c *combo) checkAveraging(t *testing.T, step int, logs []*rankLog) {
 // of its micro-batches' gradients, computed by Gorgonia alone at the
 // parameters the rank held (zeros where its graph does not reach, and on
 // a rank that has joined).
-func contributions(t *testing.T, c *combo, step int, initial [][]float64, logs []*rankLog, plain []*branchModel, contrib []bool) [][][]float64 {
+func contributions(t *testing.T, c *combo, step int, initial [][]float64, logs []*rankLog, plain []*testmodel.Branch,
+	contrib []bool) [][][]float64 {
 	t.Helper()
 	g := make([][][]float64, len(logs))
 	for r := range logs {
@@ -207,7 +211,7 @@ func contributions(t *testing.T, c *combo, step int, initial [][]float64, logs [
 			continue
 		}
 		for micro := range c.micro {
-			gm, err := plain[r].localGrads(logs[r].start[step], step*c.micro+micro, r)
+			gm, err := plain[r].LocalGrads(logs[r].start[step], step*c.micro+micro, r)
 			if err != nil {
 				t.Fatal(err)
 			}
