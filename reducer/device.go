@@ -155,23 +155,6 @@ func (r *Reducer) launchBucket(b int, check bool) pg.Work {
 	return r.runHook(&r.layout.grads[b])
 }
 
-// deviceGrad refuses, from MarkReady, the device gradients the reducer
-// cannot take.
-func (r *Reducer) deviceGrad(i int, grad pg.Tensor) error {
-	if !grad.IsDevice() {
-		return nil
-	}
-	switch {
-	case r.dev.alloc == nil:
-		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets (use an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, r.params[i].Name)
-	case !r.m.syncing() || r.m.window:
-		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; accumulate on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, r.params[i].Name)
-	case !r.deviceActive():
-		return fmt.Errorf("%w: parameter %d (%s): a device gradient before the device buckets exist (in the first static-graph iteration?)", ErrBadGradient, i, r.params[i].Name)
-	}
-	return nil
-}
-
 // uploadGrad, from MarkReady of a synchronised iteration, sends parameter
 // i's gradient to its device twin: the host bucket's view prepared for the
 // wire, or the device gradient as it is.
@@ -357,7 +340,7 @@ func (r *Reducer) Close() error {
 	r.mu.Lock()
 	twins := r.dev.buckets
 	r.dev.buckets, r.dev.registered, r.dev.layout = nil, false, nil
-	r.m.fail(errors.New("reducer: closed"))
+	_, _ = r.m.step(evFail{err: errors.New("reducer: closed")}, nil)
 	r.mu.Unlock()
 	if err := closeTwins(twins); err != nil {
 		return fmt.Errorf("reducer: releasing device buckets: %w", err)

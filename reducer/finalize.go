@@ -17,95 +17,72 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 		return fmt.Errorf("reducer: Finalize: %w", err)
 	}
 	r.mu.Lock()
-	local := r.m.phase == phaseLocal
-	acts, err := r.m.finish()
+	todo, err := r.m.step(evFinish{}, r.finishing[:0])
 	if err != nil {
 		return r.unlockWith(err)
 	}
-	todo := append(r.finishing[:0], acts...)
-	r.finishing = todo
-	num := r.m.num
+	r.finishing = todo // Finalize's own; busy keeps every other caller away from it
+	st := r.m.status()
 	r.mu.Unlock()
 	r.obs.backwardEnded() // observe.go
-	var wait, agree action
-	for _, a := range todo {
-		switch a.kind {
-		case actWait:
-			wait = a
-			continue
-		case actAgreeOrigin:
-			agree = a // after the wait
-			continue
-		}
-		if err := r.perform(a); err != nil {
-			return r.fatal(err)
-		}
-	}
-	if local {
-		r.endIteration()
-		r.obs.finish(r, false, num) // observe.go
-		return nil
-	}
-	globalUsed, err := r.waitAll(ctx, wait.add) // Note [no lock across a wait]
-	if err != nil {
+	r.fin = finishState{ctx: ctx}
+	if err := r.performAll(todo); err != nil {
 		return r.fatal(err)
 	}
-	var origin *NonFiniteOriginError
-	if agree.kind == actAgreeOrigin {
-		if origin, err = r.agreeOrigin(ctx, agree.add); err != nil { // origin.go
-			return r.fatal(err)
-		}
+	if st.phase != phaseBusy { // a no-sync iteration ends at once
+		_, _ = r.endIteration(todo[:0]) // a Fail meanwhile is the next call's error
+		r.obs.finish(r, false, st.iterations) // observe.go
+		return nil
 	}
-	return r.finishSync(ctx, globalUsed, origin)
+	return r.finishSync()
+}
+
+// finishState is what Finalize's actions hand to each other: the wait's
+// used map and the origin of a NaN, then the iteration's verdict.
+type finishState struct {
+	ctx        context.Context // Finalize's, for the waits
+	globalUsed []int32
+	origin     *NonFiniteOriginError
+	verdict    error // not fatal: a NonFiniteOriginError or a NonFiniteError
 }
 
 // finishSync closes a synchronised iteration whose communication is done:
-// the machine records it, the results are written back, and the observer
-// and the finiteness check see the result. origin, when some rank's
-// gradients held a NaN or an infinity before their collective, is the
-// iteration's error (Note [where the NaN began]).
-func (r *Reducer) finishSync(ctx context.Context, globalUsed []int32, origin *NonFiniteOriginError) error {
+// the machine records it, the results are written back, the observer sees
+// the iteration, and then what it reports (Note [where the NaN began],
+// CheckFinite) becomes Finalize's error.
+func (r *Reducer) finishSync() error {
 	r.mu.Lock()
-	if r.m.phase == phaseFailed {
-		err := r.m.err // Fail was called meanwhile
-		r.mu.Unlock()
-		return err
-	}
-	acts := r.m.waited(globalUsed)
-	writeBack, num, unusedAll := acts[0], r.m.num, r.m.globalUnused
+	todo, err := r.m.step(evWaited{globalUsed: r.fin.globalUsed, origin: r.fin.origin != nil}, r.finishing[:0])
 	r.mu.Unlock()
-	if err := r.checkDisjoint(); err != nil { // Note [one memory per result]
+	if err != nil {
+		return err // Fail was called meanwhile
+	}
+	if err := r.performAll(todo); err != nil {
 		return r.fatal(err)
 	}
-	r.writeBack(globalUsed)
-	if err := r.deviceWriteBack(ctx, globalUsed); err != nil { // device.go
-		return r.fatal(err)
-	}
-	if err := r.endIteration(); err != nil {
+	todo, err = r.endIteration(todo[:0])
+	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	num := r.m.status().iterations
+	r.mu.Unlock()
 	r.obs.finish(r, true, num) // observe.go
-	if origin != nil {
-		origin.Iteration = num
-		return origin
+	if err := r.performAll(todo); err != nil {
+		return r.fatal(err)
 	}
-	if writeBack.add {
-		return r.checkFinite(num, unusedAll) // finite.go
-	}
-	return nil
+	verdict := r.fin.verdict
+	r.fin = finishState{}
+	return verdict
 }
 
 // endIteration leaves Finalize's busy phase and drops the iteration's
-// context.
-func (r *Reducer) endIteration() error {
+// context; the actions are what the iteration reports.
+func (r *Reducer) endIteration(dst []action) ([]action, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m.done()
 	r.iter.ctx = nil
-	if r.m.phase == phaseFailed {
-		return r.m.err
-	}
-	return nil
+	return r.m.step(evDone{}, dst)
 }
 
 // Note [no lock across a wait]
@@ -178,6 +155,16 @@ func (r *Reducer) reduceUsedFirst(unused []int) {
 			zap.Ints("unused", unused))
 	}
 	r.usedWork = r.g.AllReduce(r.iter.ctx, r.usedMap, pg.Op(pg.Sum))
+}
+
+// writeBackAll writes every result into its gradient, once no two of
+// them share memory: host ones from the buckets, device ones on the device.
+func (r *Reducer) writeBackAll(ctx context.Context, globalUsed []int32) error {
+	if err := r.checkDisjoint(); err != nil { // Note [one memory per result]
+		return err
+	}
+	r.writeBack(globalUsed)
+	return r.deviceWriteBack(ctx, globalUsed) // device.go
 }
 
 // writeBack copies each result from its bucket into the gradient it came

@@ -32,29 +32,23 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 		return fmt.Errorf("reducer: Prepare: %w", err)
 	}
 	r.mu.Lock()
-	acts, err := r.m.begin(it.Sync, it.Unused)
+	todo, err := r.m.step(evBegin{sync: it.Sync, unused: it.Unused}, r.preparing[:0])
 	if err != nil {
 		return r.unlockWith(err)
 	}
+	r.preparing = todo // Prepare's own; busy keeps every other caller away from it
 	r.started = true
 	clear(r.dst)
 	r.iter = iterCtx{ctx: ctx, divisor: r.divisor}
-	var buf [2]action // a rebuild and the device twins at most
-	todo := append(buf[:0], acts...)
 	r.mu.Unlock()
-	for _, a := range todo {
-		if err := r.perform(a); err != nil {
-			return r.fatal(err)
-		}
+	if err := r.performAll(todo); err != nil {
+		return r.fatal(err)
 	}
 	r.obs.prepare(r, it.Sync) // observe.go
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m.began()
-	if r.m.phase == phaseFailed {
-		return r.m.err // Fail was called meanwhile
-	}
-	return nil
+	_, err = r.m.step(evBegan{}, nil) // an error here is a Fail that came in meanwhile
+	return err
 }
 
 // MarkReady hands the reducer parameter i's gradient for this iteration.
@@ -64,24 +58,17 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 // anyone else, until Finalize returns: Finalize writes the result into it.
 func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	r.mu.Lock()
-	if err := r.m.accepts(i); err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	if err := r.checkGrad(i, grad); err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	if err := r.deviceGrad(i, grad); err != nil { // device.go
-		r.mu.Unlock()
-		return err
-	}
-	acts, err := r.m.ready(i)
+	settled := r.m.status().phase == phaseFailed // its error was reported when it failed
+	queue, err := r.m.step(evReady{param: i, grad: grad, devices: r.dev.alloc != nil, twins: r.deviceActive()}, r.queue)
 	if err != nil {
+		if settled {
+			r.mu.Unlock()
+			return err
+		}
 		return r.unlockWith(err)
 	}
 	r.dst[i] = grad
-	r.queue = append(r.queue, acts...)
+	r.queue = queue
 	return r.unlockWith(r.drain())
 }
 
@@ -106,7 +93,8 @@ func (r *Reducer) drain() error {
 		if err != nil {
 			r.queue = r.queue[:0]
 			r.draining = false
-			return r.m.fail(err)
+			_, _ = r.m.step(evFail{err: err}, nil) // a Fail that came in meanwhile stays the fatal one
+			return err
 		}
 	}
 	r.draining = false
@@ -122,36 +110,41 @@ func (r *Reducer) performAll(acts []action) error {
 	return nil
 }
 
-// perform carries out one of the machine's actions, without r.mu. The
-// machine's phase keeps everything else away from what it touches.
+// perform carries out one of the machine's actions, without r.mu, every
+// kind here. The machine's phase keeps everything else away from what it
+// touches.
 func (r *Reducer) perform(a action) error {
+	var err error
 	switch a.kind {
 	case actRebuild:
-		return r.rebuildBuckets(a.order, a.add) // rebuild.go
-	case actDevice:
-		return r.prepareDevice(a.add) // device.go
+		return r.rebuildBuckets(a.order, a.carry) // rebuild.go
+	case actInstallDevice:
+		return r.prepareDevice(a.final) // device.go
 	case actStore:
-		return r.store(a.index, a.add)
+		return r.store(a.param, a.sum)
 	case actZero:
-		clear(r.layout.view(a.index).Data)
+		clear(r.layout.view(a.param).Data)
 	case actUpload:
-		return r.uploadGrad(a.index) // device.go
+		return r.uploadGrad(a.param) // device.go
 	case actLaunch:
-		r.launch(a.index, a.add)
+		r.launch(a.bucket, a.screen)
 	case actReduceUsed:
-		r.reduceUsedFirst(a.list) // finalize.go
+		r.reduceUsedFirst(a.unused) // finalize.go
+	case actWait:
+		r.fin.globalUsed, err = r.waitAll(r.fin.ctx, a.reduceUsed) // finalize.go: Note [no lock across a wait]
+	case actAgreeOrigin:
+		r.fin.origin, err = r.agreeOrigin(r.fin.ctx, a.ownAllreduce) // origin.go
+	case actWriteBack:
+		err = r.writeBackAll(r.fin.ctx, a.globalUsed) // finalize.go
+	case actReportOrigin:
+		r.fin.origin.Iteration = a.iteration
+		r.fin.verdict = r.fin.origin
+	case actCheckFinite:
+		r.fin.verdict = r.checkFinite(a.iteration, a.usedByNone) // finite.go
 	default:
-		return fmt.Errorf("reducer: internal error: action %d has no performer here", a.kind)
+		return fmt.Errorf("reducer: internal error: action %d has no performer", a.kind)
 	}
-	return nil
-}
-
-func (r *Reducer) checkGrad(i int, grad pg.Tensor) error {
-	if grad.Dtype != r.dtypes[i] || grad.Len() != r.numel[i] || len(grad.Data)%max(grad.Dtype.Size(), 1) != 0 {
-		return fmt.Errorf("%w: parameter %d (%s) expects a %v gradient of %d elements (shape %v), got %v with %d elements",
-			ErrBadGradient, i, r.params[i].Name, r.dtypes[i], r.numel[i], r.params[i].Shape, grad.Dtype, grad.Len())
-	}
-	return nil
+	return err
 }
 
 // store puts a gradient into its bucket: a copy, or a sum inside an
@@ -214,7 +207,7 @@ func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
 // unlockWith releases r.mu and returns err, reporting it first when it is
 // the machine's fatal error (logged, counted, the watcher let go).
 func (r *Reducer) unlockWith(err error) error {
-	fatal := r.m.failed(err)
+	fatal := r.m.status().fatal(err)
 	if fatal {
 		r.iter.ctx = nil
 	}
@@ -230,8 +223,7 @@ func (r *Reducer) unlockWith(err error) error {
 // returns (a Fail that came in meanwhile wins).
 func (r *Reducer) fatal(err error) error {
 	r.mu.Lock()
-	r.m.fail(err)
-	err = r.m.err
+	_, err = r.m.step(evFail{err: err}, nil)
 	r.iter.ctx = nil
 	r.mu.Unlock()
 	r.report(err)

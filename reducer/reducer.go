@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/goddp/ddp/commhook"
@@ -53,8 +54,10 @@ type Reducer struct {
 	spans    []memSpan   // scratch of checkDisjoint: Note [one memory per result]
 
 	queue, spare []action // MarkReady's actions, performed in order by one goroutine: see drain
-	finishing    []action // Finalize's copy of the machine's actions, reused
+	preparing    []action // Prepare's actions: its own buffer, which the machine appends to
+	finishing    []action // Finalize's, likewise
 	draining     bool
+	fin          finishState // what Finalize's actions hand to each other: finalize.go
 
 	mixed *mixedState // MixedPrecision; nil when off: see mixed.go
 	dev   deviceState // device buckets: device.go
@@ -62,8 +65,7 @@ type Reducer struct {
 
 	origin originState // FindNonFiniteOrigin's findings: origin.go
 
-	divisor      int  // what the default allreduce divides by under a Join; 0: the world size (join.go)
-	othersJoined bool // under a Join, some rank has run out of inputs: replicas differ until Finish (replicas.go)
+	divisor int // what the default allreduce divides by under a Join; 0: the world size (uneven.go)
 
 	copies copyCounters // see view.go; atomic, read without the lock
 	obs    observer     // metrics, logging data and timeline: see observe.go
@@ -109,11 +111,12 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	}
 	r.initHostBuffers() // hostbuf.go
 	r.layout = r.newLayout(plan, limits)
-	r.m = newMachine(params, g.Rank(), opts, plan)
+	used := make([]int32, len(params))
+	r.m = newMachine(params, r.dtypes, g.Rank(), opts, plan, used)
 	r.initDevice() // device.go
 	r.initOrigin() // origin.go
 	r.dst = make([]pg.Tensor, len(params))
-	r.usedMap = pg.Int32s(r.m.used)
+	r.usedMap = pg.Int32s(used)
 	r.hook = opts.Hook
 	if r.hook == nil {
 		r.hook = commhook.Allreduce{}
@@ -151,7 +154,7 @@ func (r *Reducer) describe() error {
 func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.m.usable(); err != nil {
+	if err := r.m.status().usable(); err != nil {
 		return err
 	}
 	if h == nil {
@@ -175,10 +178,10 @@ func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 func (r *Reducer) GloballyUnused() []bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.m.globalUnused == nil {
-		return nil
+	if u := r.m.status().globalUnused; u != nil {
+		return slices.Clone(u)
 	}
-	return append([]bool(nil), r.m.globalUnused...)
+	return nil
 }
 
 // Buckets returns the current bucket plan: parameter indices per bucket,
