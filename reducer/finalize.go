@@ -30,7 +30,7 @@ func (r *Reducer) Finalize(ctx context.Context) error {
 		return r.fatal(err)
 	}
 	if st.phase != phaseBusy { // a no-sync iteration ends at once
-		_, _ = r.endIteration(todo[:0]) // a Fail meanwhile is the next call's error
+		_, _ = r.endIteration(todo[:0])       // a Fail meanwhile is the next call's error
 		r.obs.finish(r, false, st.iterations) // observe.go
 		return nil
 	}
