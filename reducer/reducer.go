@@ -94,7 +94,7 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if err != nil {
 		return nil, err
 	}
-	r := &Reducer{g: g, opts: opts, params: params, log: opts.Logger.With(zap.Int("rank", g.Rank()))}
+	r := &Reducer{g: g, opts: opts, params: params, log: opts.Logger.With(zap.Int("rank", g.Rank())), obs: nopObserver{}}
 	if err := r.describe(); err != nil {
 		return nil, err
 	}
