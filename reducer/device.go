@@ -146,13 +146,36 @@ func (r *Reducer) deviceActive() bool {
 	return r.dev.alloc != nil && r.dev.layout == r.layout && len(r.dev.buckets) > 0
 }
 
-// launchBucket starts bucket b's communication: on its device twin, or
-// through the comm hook on the host bucket.
-func (r *Reducer) launchBucket(b int, check bool) pg.Work {
-	if r.deviceActive() {
-		return r.launchDevice(b, check)
+// deviceTransport runs the collectives on the device twins while they
+// serve the current plan, and leaves the rest to the host path under it
+// (Note [bucket transports]).
+type deviceTransport struct {
+	r    *Reducer
+	host transport // hostTransport or mixedTransport
+}
+
+func (t deviceTransport) install(final bool) error { return t.r.prepareDevice(final) }
+
+func (t deviceTransport) upload(i int) error { return t.r.uploadGrad(i) }
+
+// launch starts bucket b's communication: on its device twin, or through
+// the comm hook on the host bucket.
+func (t deviceTransport) launch(b int, screen bool) pg.Work {
+	if t.r.deviceActive() {
+		return t.r.launchDevice(b, screen)
 	}
-	return r.runHook(&r.layout.grads[b])
+	return t.host.launch(b, screen)
+}
+
+func (t deviceTransport) result(i int) pg.Tensor { return t.host.result(i) }
+
+// writeBack writes host gradients' results as the host path does, then
+// device gradients' on the device.
+func (t deviceTransport) writeBack(ctx context.Context, globalUsed []int32) error {
+	if err := t.host.writeBack(ctx, globalUsed); err != nil {
+		return err
+	}
+	return t.r.deviceWriteBack(ctx, globalUsed)
 }
 
 // uploadGrad, from MarkReady of a synchronised iteration, sends parameter

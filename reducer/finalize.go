@@ -157,32 +157,11 @@ func (r *Reducer) reduceUsedFirst(unused []int) {
 	r.usedWork = r.g.AllReduce(r.iter.ctx, r.usedMap, pg.Op(pg.Sum))
 }
 
-// writeBackAll writes every result into its gradient, once no two of
-// them share memory: host ones from the buckets, device ones on the device.
+// writeBackAll writes every result into its gradient (Note [bucket
+// transports]), once no two of them share memory.
 func (r *Reducer) writeBackAll(ctx context.Context, globalUsed []int32) error {
 	if err := r.checkDisjoint(); err != nil { // Note [one memory per result]
 		return err
 	}
-	r.writeBack(globalUsed)
-	return r.deviceWriteBack(ctx, globalUsed) // device.go
-}
-
-// writeBack copies each result from its bucket into the gradient it came
-// from. Parameters unused on every rank keep their gradient untouched.
-func (r *Reducer) writeBack(globalUsed []int32) {
-	if r.mixed != nil {
-		r.writeBackMixed(globalUsed) // mixed.go
-		return
-	}
-	for i, dst := range r.dst {
-		if dst.Data == nil || (globalUsed != nil && globalUsed[i] == 0) {
-			continue
-		}
-		v := r.layout.view(i)
-		if sameMemory(dst, v) {
-			continue // the gradient is its bucket view: Note [gradient as bucket view]
-		}
-		r.copies.out.Add(int64(len(v.Data)))
-		copy(dst.Data, v.Data)
-	}
+	return r.tr.writeBack(ctx, globalUsed)
 }

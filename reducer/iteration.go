@@ -119,13 +119,13 @@ func (r *Reducer) perform(a action) error {
 	case actRebuild:
 		return r.rebuildBuckets(a.order, a.carry) // rebuild.go
 	case actInstallDevice:
-		return r.prepareDevice(a.final) // device.go
+		return r.tr.install(a.final) // transport.go
 	case actStore:
 		return r.store(a.param, a.sum)
 	case actZero:
 		clear(r.layout.view(a.param).Data)
 	case actUpload:
-		return r.uploadGrad(a.param) // device.go
+		return r.tr.upload(a.param) // transport.go
 	case actLaunch:
 		r.launch(a.bucket, a.screen)
 	case actReduceUsed:
@@ -180,7 +180,7 @@ func (r *Reducer) launch(b int, check bool) {
 		}
 	}
 	if w == nil {
-		w = r.launchBucket(b, check) // device.go
+		w = r.tr.launch(b, check) // transport.go
 	}
 	r.layout.works[b] = w
 	r.obs.launched(b, start, w)

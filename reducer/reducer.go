@@ -59,9 +59,9 @@ type Reducer struct {
 	draining     bool
 	fin          finishState // what Finalize's actions hand to each other: finalize.go
 
-	mixed *mixedState // MixedPrecision; nil when off: see mixed.go
-	dev   deviceState // device buckets: device.go
-	host  hostBuffers // host buckets in the group's memory: hostbuf.go
+	tr   transport   // host, mixed precision or device buckets: transport.go
+	dev  deviceState // device buckets: device.go
+	host hostBuffers // host buckets in the group's memory: hostbuf.go
 
 	origin originState // FindNonFiniteOrigin's findings: origin.go
 
@@ -121,9 +121,7 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if r.hook == nil {
 		r.hook = commhook.Allreduce{}
 	}
-	if opts.MixedPrecision != nil {
-		r.setupMixed() // mixed.go
-	}
+	r.tr = r.newTransport()             // transport.go
 	if err := r.observe(); err != nil { // logs "DDP initialized"; see observe.go
 		return nil, fmt.Errorf("reducer: observability: %w", err)
 	}
@@ -160,7 +158,7 @@ func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 	if h == nil {
 		return fmt.Errorf("%w: the hook is nil", ErrHookRegistration)
 	}
-	if r.opts.Hook != nil || r.started || r.mixed != nil {
+	if r.opts.Hook != nil || r.started || r.opts.MixedPrecision != nil {
 		return fmt.Errorf("%w (hook %q is already in use; register it once, after New and before training)", ErrHookRegistration, commhook.Name(r.hook))
 	}
 	r.hook, r.opts.Hook = h, h
@@ -201,8 +199,5 @@ func (r *Reducer) Buckets() [][]int {
 func (r *Reducer) Gradient(i int) pg.Tensor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.mixed != nil {
-		return r.mixed.master[i]
-	}
-	return r.layout.view(i)
+	return r.tr.result(i)
 }
