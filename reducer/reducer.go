@@ -57,7 +57,7 @@ type Reducer struct {
 	preparing    []action // Prepare's actions: its own buffer, which the machine appends to
 	finishing    []action // Finalize's, likewise
 	draining     bool
-	fin          finishState // what Finalize's actions hand to each other: finalize.go
+	fin          finishState // what Finalize's actions hand to each other: iteration.go
 
 	tr   transport   // host, mixed precision or device buckets: transport.go
 	dev  deviceState // device buckets: device.go
