@@ -51,7 +51,6 @@ type deviceState struct {
 	alloc      pg.DeviceBucketAllocator // nil: host buckets only
 	kind       commhook.DeviceKind
 	buckets    []*devBucket
-	registered bool    // the installed twins are registered
 	layout     *layout // the plan the twins were made for
 }
 
@@ -77,15 +76,16 @@ func (r *Reducer) initDevice() {
 }
 
 // prepareDevice, from Prepare of a synchronised iteration after any
-// rebuild, installs the device twins of the current plan: plain ones
-// while a rebuild is still to come, registered ones (final) from then on.
-// The hook says whether and how it runs on device buckets
-// (commhook.DeviceHook). It allocates and frees with r.mu released: the
-// machine is busy, and DeviceBuckets sees the old twins or none meanwhile.
+// rebuild, installs the device twins of the current plan, registered ones
+// when final; the machine decides when (planTwins). The hook says whether
+// and how it runs on device buckets (commhook.DeviceHook); without a
+// device form the group's allocator is dropped, and Prepare tells the
+// machine. It allocates and frees with r.mu released: the machine is
+// busy, and DeviceBuckets sees the old twins or none meanwhile.
 func (r *Reducer) prepareDevice(final bool) error {
 	s := &r.dev
-	if s.alloc == nil || (s.layout == r.layout && (s.registered || !final)) {
-		return nil
+	if s.alloc == nil {
+		return nil // the machine knows none: unreachable
 	}
 	form, err := commhook.FormOf(r.hook, r.dtypes[0])
 	if err != nil {
@@ -96,7 +96,7 @@ func (r *Reducer) prepareDevice(final bool) error {
 	if form.Kind == commhook.OnHost {
 		s.alloc = nil
 	}
-	s.buckets, s.registered, s.layout = nil, false, nil
+	s.buckets, s.layout = nil, nil
 	r.mu.Unlock()
 	if err := closeTwins(old); err != nil {
 		return err
@@ -111,7 +111,7 @@ func (r *Reducer) prepareDevice(final bool) error {
 		return errors.Join(err, closeTwins(twins))
 	}
 	r.mu.Lock()
-	s.kind, s.buckets, s.registered, s.layout = form.Kind, twins, final, r.layout
+	s.kind, s.buckets, s.layout = form.Kind, twins, r.layout
 	r.mu.Unlock()
 	regs := map[string]int{}
 	for _, d := range twins {
@@ -362,7 +362,7 @@ func (r *Reducer) DeviceBuckets() []string {
 func (r *Reducer) Close() error {
 	r.mu.Lock()
 	twins := r.dev.buckets
-	r.dev.buckets, r.dev.registered, r.dev.layout = nil, false, nil
+	r.dev.buckets, r.dev.layout = nil, nil
 	_, _ = r.m.step(evFail{err: errors.New("reducer: closed")}, nil)
 	r.mu.Unlock()
 	if err := closeTwins(twins); err != nil {

@@ -17,17 +17,15 @@ type evBegin struct {
 	unused []int
 }
 
-// evBegan: Prepare's actions are done; the iteration opens.
-type evBegan struct{}
+// evBegan: Prepare's actions are done; the iteration opens. hostOnly: the
+// group keeps no device buckets after them (the comm hook has no device
+// form), so the twins the machine asked for were not made.
+type evBegan struct{ hostOnly bool }
 
-// evReady is MarkReady: parameter param's gradient arrived. devices says
-// whether the group keeps device buckets at all; twins, whether device
-// twins serve the current plan (they decide what a device gradient may do).
+// evReady is MarkReady: parameter param's gradient arrived.
 type evReady struct {
-	param   int
-	grad    pg.Tensor // read for its dtype, length and place, never its data
-	devices bool
-	twins   bool
+	param int
+	grad  pg.Tensor // read for its dtype, length and place, never its data
 }
 
 // evFinish is Finalize: backward is over.
@@ -79,6 +77,8 @@ type status struct {
 	buckets      int
 	window       bool // an accumulation window is open
 	othersJoined bool
+	devices      bool      // the group keeps device buckets
+	twins        twinState // the device twins that serve the current plan
 	stage        rebuildStage
 	readyOrder   []int  // the complete recorded order, once there is one
 	globalUnused []bool // no rank used it in the last synchronised iteration; nil: all used
@@ -89,7 +89,7 @@ func (m *machine) status() status {
 	return status{
 		phase: m.phase, busyIn: m.busyIn, err: m.err, iterations: m.num,
 		ready: m.t.numReady, params: len(m.params), launched: m.t.next, buckets: len(m.t.pending),
-		window: m.window, othersJoined: m.othersJoined, stage: m.stage, readyOrder: m.complete,
+		window: m.window, othersJoined: m.othersJoined, devices: m.devices, twins: m.twins, stage: m.stage, readyOrder: m.complete,
 		globalUnused: m.globalUnused, staticUnused: m.staticUnused,
 	}
 }

@@ -45,7 +45,9 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 	r.obs.prepare(r, it.Sync) // observe.go
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, err = r.m.step(evBegan{}, nil) // an error here is a Fail that came in meanwhile
+	// An error here is a Fail that came in meanwhile. r.dev is the driver's,
+	// and busy kept every other caller away from it.
+	_, err = r.m.step(evBegan{hostOnly: r.dev.alloc == nil}, nil)
 	return err
 }
 
@@ -57,7 +59,7 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	r.mu.Lock()
 	settled := r.m.status().phase == phaseFailed // its error was reported when it failed
-	queue, err := r.m.step(evReady{param: i, grad: grad, devices: r.dev.alloc != nil, twins: r.deviceActive()}, r.queue)
+	queue, err := r.m.step(evReady{param: i, grad: grad}, r.queue)
 	if err != nil {
 		if settled {
 			r.mu.Unlock()

@@ -85,6 +85,15 @@ func (s rebuildStage) String() string {
 	return [...]string{"waiting", "recording", "recorded", "done"}[s]
 }
 
+// twinState is what device twins serve the current bucket plan.
+type twinState uint8
+
+const (
+	twinsNone  twinState = iota // none: a device gradient has nowhere to go
+	twinsPlain                  // plain device memory, while a rebuild is still to come
+	twinsFinal                  // registered with NCCL as the group's policy says; kept for the run
+)
+
 // machine is the reducer's decisions: Note [events in, actions out].
 type machine struct {
 	params      []Param
@@ -110,6 +119,10 @@ type machine struct {
 	origin       bool    // this synchronised iteration's ranks found a NaN before a collective
 	othersJoined bool    // under a Join, some rank has run out of inputs: replicas differ until Finish
 
+	devices    bool      // the group keeps device buckets: Note [device buckets]
+	twins      twinState // the device twins that serve the current plan
+	installing twinState // busy in Prepare: the twins its install action makes; none: no install
+
 	stage    rebuildStage
 	order    []int // the recorded ready order
 	complete []int // order completed to cover every parameter, once recorded
@@ -124,9 +137,11 @@ type machine struct {
 
 // newMachine starts the machine on plan. used is the driver's buffer for
 // the used map, which the machine fills and the driver allreduces.
-func newMachine(params []Param, dtypes []pg.Dtype, rank int, o Options, plan [][]int, used []int32) *machine {
+// devices says whether the group keeps device buckets.
+func newMachine(params []Param, dtypes []pg.Dtype, rank int, o Options, plan [][]int, used []int32,
+	devices bool) *machine {
 	m := &machine{
-		params: params, dtypes: dtypes, numel: make([]int, len(params)), rank: rank,
+		params: params, dtypes: dtypes, numel: make([]int, len(params)), rank: rank, devices: devices,
 		findUnused: o.FindUnusedParameters, static: o.StaticGraph, checkFinite: o.CheckFinite,
 		findOrigin: o.FindNonFiniteOrigin,
 		used:       used, first: o.StaticGraph, stage: rebuildDone,
@@ -161,6 +176,7 @@ func (m *machine) take(ev event) error {
 	case evBegin:
 		return m.begin(e.sync, e.unused)
 	case evBegan:
+		m.installed(e.hostOnly)
 		return m.leaveBusy()
 	case evReady:
 		return m.ready(e)
@@ -174,6 +190,7 @@ func (m *machine) take(ev event) error {
 		return m.fail(e.err)
 	case evReplanned:
 		m.t = newTracker(e.plan, len(m.params))
+		m.twins = twinsNone // they were made for the old plan
 		return nil
 	case evJoin:
 		m.othersJoined = e.othersJoined
@@ -218,7 +235,7 @@ func (m *machine) begin(sync bool, unused []int) error {
 			next = phaseCounting
 		}
 		m.planRebuild()
-		m.emit(action{kind: actInstallDevice, final: m.stage == rebuildDone})
+		m.planTwins()
 	}
 	m.t.reset()
 	if !m.window {
@@ -244,6 +261,34 @@ func (m *machine) planRebuild() {
 	case m.stage == rebuildWaiting && !m.first:
 		m.stage, m.order = rebuildRecording, m.order[:0]
 	}
+}
+
+// planTwins, after any rebuild, installs the device twins of the current
+// plan unless the ones there serve: plain ones while a rebuild is still to
+// come, registered ones (final) from then on, once.
+func (m *machine) planTwins() {
+	want := twinsPlain
+	if m.stage == rebuildDone {
+		want = twinsFinal
+	}
+	if !m.devices || m.twins == twinsFinal || m.twins == want {
+		return
+	}
+	m.installing = want
+	m.emit(action{kind: actInstallDevice, final: want == twinsFinal})
+}
+
+// installed follows Prepare's install: the twins it made serve the plan,
+// or, hostOnly, the comm hook has no device form, so the buckets stay on
+// the host for the rest of the run.
+func (m *machine) installed(hostOnly bool) {
+	switch {
+	case hostOnly:
+		m.devices, m.twins = false, twinsNone
+	case m.installing != twinsNone:
+		m.twins = m.installing
+	}
+	m.installing = twinsNone
 }
 
 // completeOrder is the recorded order with, last index first, any
@@ -339,13 +384,13 @@ func (m *machine) accepts(e evReady) error {
 func (m *machine) acceptsDevice(e evReady) error {
 	i := e.param
 	switch {
-	case !e.devices:
+	case !m.devices:
 		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets "+
 			"(use an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, m.params[i].Name)
 	case !m.syncing() || m.window:
 		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; "+
 			"accumulate on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, m.params[i].Name)
-	case !e.twins:
+	case m.twins == twinsNone:
 		return fmt.Errorf("%w: parameter %d (%s): a device gradient before the device buckets exist "+
 			"(in the first static-graph iteration?)", ErrBadGradient, i, m.params[i].Name)
 	}

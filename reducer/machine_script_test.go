@@ -25,12 +25,13 @@ import (
 //
 // Commands (the machine's events, and two to look at it):
 //
-//	machine params=N plan=2,3/0,1 [find-unused] [static] [check-finite] [find-origin]
-//	                            a new machine; parameters are named p0, p1, ...
-//	begin [sync] [unused=1,2]   Prepare            began     Prepare's actions are done
-//	ready I [device] [devices] [twins] [dtype=float64] [len=N]
-//	                            MarkReady of a float32 host gradient of one element unless told otherwise;
-//	                            devices, twins: the group keeps device buckets, twins serve the plan
+//	machine params=N plan=2,3/0,1 [find-unused] [static] [check-finite] [find-origin] [devices]
+//	                            a new machine; parameters are named p0, p1, ...; devices: the group
+//	                            keeps device buckets
+//	begin [sync] [unused=1,2]   Prepare
+//	began [host-only]           Prepare's actions are done (host-only: the hook had no device form)
+//	ready I [device] [dtype=float64] [len=N]
+//	                            MarkReady of a float32 host gradient of one element unless told otherwise
 //	finish                      Finalize           waited [used=2,0,1] [origin]     done
 //	fail MESSAGE                evFail             replan 0,1/2        join on|off
 //	status                      the status snapshot
@@ -123,7 +124,7 @@ func runCommand(t *testing.T, m **machine, cmd string) string {
 		n, _ := strconv.Atoi(args["params"])
 		o := Options{FindUnusedParameters: has(args, "find-unused"), StaticGraph: has(args, "static"),
 			CheckFinite: has(args, "check-finite"), FindNonFiniteOrigin: has(args, "find-origin")}
-		*m = testMachine(n, o, parsePlan(args["plan"]))
+		*m = testMachine(n, o, parsePlan(args["plan"]), has(args, "devices"))
 		return "ok"
 	}
 	if *m == nil {
@@ -144,13 +145,13 @@ func scriptEvent(t *testing.T, name string, f []string, args map[string]string) 
 	case "begin":
 		return evBegin{sync: has(args, "sync"), unused: ints(args["unused"])}
 	case "began":
-		return evBegan{}
+		return evBegan{hostOnly: has(args, "host-only")}
 	case "ready":
 		i, err := strconv.Atoi(f[1])
 		if err != nil {
 			t.Fatalf("ready %q: %v", f[1], err)
 		}
-		return evReady{param: i, grad: scriptGrad(args), devices: has(args, "devices"), twins: has(args, "twins")}
+		return evReady{param: i, grad: scriptGrad(args)}
 	case "finish":
 		return evFinish{}
 	case "waited":
@@ -257,6 +258,9 @@ func formatStatus(s status) string {
 	}
 	if s.othersJoined {
 		b.WriteString(" others-joined")
+	}
+	if s.devices {
+		fmt.Fprintf(&b, " devices twins=%v", [...]string{"none", "plain", "final"}[s.twins])
 	}
 	if s.globalUnused != nil {
 		fmt.Fprintf(&b, " global-unused=%v", indices(s.globalUnused))

@@ -14,14 +14,14 @@ import (
 // scenarios are the files in testdata/ (machine_script_test.go reads
 // them); the random walk below checks invariants over any order of events.
 
-func testMachine(n int, o Options, plan [][]int) *machine {
+func testMachine(n int, o Options, plan [][]int, devices bool) *machine {
 	params := make([]Param, n)
 	dtypes := make([]pg.Dtype, n)
 	for i := range params {
 		params[i] = Param{Name: fmt.Sprintf("p%d", i), Dtype: pg.Float32}
 		dtypes[i] = pg.Float32
 	}
-	return newMachine(params, dtypes, 0, o, plan, make([]int32, n))
+	return newMachine(params, dtypes, 0, o, plan, make([]int32, n), devices)
 }
 
 // hostGrad is a gradient the test machine accepts for any parameter.
@@ -38,7 +38,7 @@ func TestMachineRandomWalkKeepsLaunchOrder(t *testing.T) {
 		n := 1 + rng.IntN(6)
 		plan := randomPlan(rng, n)
 		o := Options{FindUnusedParameters: rng.IntN(2) == 0, StaticGraph: rng.IntN(3) == 0}
-		m := testMachine(n, o, plan)
+		m := testMachine(n, o, plan, rng.IntN(2) == 0)
 		walk(t, rng, m, plan, trial)
 	}
 }
@@ -133,7 +133,7 @@ func check(t *testing.T, trial int, plan [][]int, as []action, stored []bool, la
 // step appends to the caller's slice and never touches what was there:
 // no buffer of the machine's own is shared with its callers.
 func TestMachineStepAppendsToTheCallersSlice(t *testing.T) {
-	m := testMachine(2, Options{}, [][]int{{1, 0}})
+	m := testMachine(2, Options{}, [][]int{{1, 0}}, true)
 	mine := []action{{kind: actZero, param: 7}}
 	got, err := m.step(evBegin{sync: true}, mine)
 	if err != nil || len(got) != 2 || got[0].param != 7 || got[1].kind != actInstallDevice {

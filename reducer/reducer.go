@@ -112,8 +112,8 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	r.initHostBuffers() // hostbuf.go
 	r.layout = r.newLayout(plan, limits)
 	used := make([]int32, len(params))
-	r.m = newMachine(params, r.dtypes, g.Rank(), opts, plan, used)
 	r.initDevice() // device.go
+	r.m = newMachine(params, r.dtypes, g.Rank(), opts, plan, used, r.dev.alloc != nil)
 	r.initOrigin() // origin.go
 	r.dst = make([]pg.Tensor, len(params))
 	r.usedMap = pg.Int32s(used)
