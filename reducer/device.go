@@ -48,10 +48,10 @@ import (
 
 // deviceState is the reducer's device buckets.
 type deviceState struct {
-	alloc      pg.DeviceBucketAllocator // nil: host buckets only
-	kind       commhook.DeviceKind
-	buckets    []*devBucket
-	layout     *layout // the plan the twins were made for
+	alloc   pg.DeviceBucketAllocator // nil: host buckets only
+	kind    commhook.DeviceKind
+	buckets []*devBucket
+	layout  *layout // the plan the twins were made for
 }
 
 // devBucket is one bucket's device twin.

@@ -89,7 +89,8 @@ func (m *machine) status() status {
 	return status{
 		phase: m.phase, busyIn: m.busyIn, err: m.err, iterations: m.num,
 		ready: m.t.numReady, params: len(m.params), launched: m.t.next, buckets: len(m.t.pending),
-		window: m.window, othersJoined: m.othersJoined, devices: m.devices, twins: m.twins, stage: m.stage, readyOrder: m.complete,
+		window: m.window, othersJoined: m.othersJoined, devices: m.devices, twins: m.twins,
+		stage: m.stage, readyOrder: m.complete,
 		globalUnused: m.globalUnused, staticUnused: m.staticUnused,
 	}
 }

@@ -37,15 +37,15 @@ type observer interface {
 	prepare(r *Reducer, sync bool)          // Prepare: an iteration's stamps start
 	backwardStarted()                       // the engine's mark, from any goroutine
 	backwardEnded()                         // the engine's mark, or Finalize's
-	copyStart() int64                       // copyStart and copied bracket a gradient's store
-	copied(i int, start int64)              //
-	launchStart() int64                     // launchStart and launched bracket a bucket's comm hook
-	launched(b int, start int64, w pg.Work) //
+	copyStart() int64                       // a gradient's store starts; copied ends it
+	copied(i int, start int64)              // parameter i's gradient is in its bucket
+	launchStart() int64                     // a bucket's comm hook is called; launched follows
+	launched(b int, start int64, w pg.Work) // bucket b's hook returned w
 	hookGroup(g pg.ProcessGroup) pg.ProcessGroup
-	waitStart() int64     // waitStart and waited bracket Finalize's wait for a bucket
-	waited(b int, s span) //
-	failed(err error)     // a fatal error
-	rebuilt(r *Reducer, order []int)
+	waitStart() int64                      // Finalize waits for a bucket; waited follows
+	waited(b int, s span)                  // Finalize's wait for bucket b took s
+	failed(err error)                      // a fatal error
+	rebuilt(r *Reducer, order []int)       // the buckets were rebuilt in order
 	finish(r *Reducer, sync bool, num int) // an iteration is over
 	loggingData() logger.Data
 }

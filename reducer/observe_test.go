@@ -403,7 +403,8 @@ func TestRebuiltReducerSharesSeries(t *testing.T) {
 		r := newObserved(t, 1, func(int) Options { return observedOpts(reg) })
 		scripted(t, r, 2, nil)
 	}
-	if v := testutil.ToFloat64(newObserved(t, 1, func(int) Options { return observedOpts(reg) })[0].obs.(*liveObserver).m.iterations); v != 6 {
+	last := newObserved(t, 1, func(int) Options { return observedOpts(reg) })[0]
+	if v := testutil.ToFloat64(last.obs.(*liveObserver).m.iterations); v != 6 {
 		t.Errorf("ddp_iterations_total = %v after two reducers of 3 iterations each, want 6", v)
 	}
 }
