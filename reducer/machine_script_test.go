@@ -38,6 +38,7 @@ import (
 //
 // An event prints its actions one a line, "ok" when there are none, or
 // "error: " and the message, with the sentinel it wraps in parentheses.
+// Lines over 100 characters are broken at a space and continue indented.
 
 var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with what the commands print")
 
@@ -131,11 +132,30 @@ func runCommand(t *testing.T, m **machine, cmd string) string {
 		t.Fatalf("%q before a machine command", cmd)
 	}
 	if name == "status" {
-		return formatStatus((*m).status())
+		return wrap(formatStatus((*m).status()))
 	}
 	ev := scriptEvent(t, name, f, args)
 	as, err := (*m).step(ev, nil)
-	return formatStep(as, err)
+	return wrap(formatStep(as, err))
+}
+
+// wrap breaks lines over 100 characters at spaces, continuing with two
+// spaces of indent, so that scripts keep to the line limit.
+func wrap(s string) string {
+	const width = 100
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		for len(line) > width {
+			cut := strings.LastIndex(line[:width], " ")
+			if cut <= 2 {
+				break
+			}
+			out = append(out, line[:cut])
+			line = "  " + line[cut+1:]
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
 }
 
 func has(args map[string]string, k string) bool { _, ok := args[k]; return ok }
@@ -269,7 +289,7 @@ func formatStatus(s status) string {
 		fmt.Fprintf(&b, " static-unused=%v", indices(s.staticUnused))
 	}
 	if s.err != nil {
-		fmt.Fprintf(&b, " err=%q", s.err.Error())
+		fmt.Fprintf(&b, "\nerr: %s", s.err.Error())
 	}
 	return b.String()
 }
