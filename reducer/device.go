@@ -48,11 +48,10 @@ import (
 
 // deviceState is the reducer's device buckets.
 type deviceState struct {
-	alloc      pg.DeviceBucketAllocator // nil: host buckets only
-	kind       commhook.DeviceKind
-	buckets    []*devBucket
-	registered bool    // the installed twins are registered
-	layout     *layout // the plan the twins were made for
+	alloc   pg.DeviceBucketAllocator // nil: host buckets only
+	kind    commhook.DeviceKind
+	buckets []*devBucket
+	layout  *layout // the plan the twins were made for
 }
 
 // devBucket is one bucket's device twin.
@@ -77,15 +76,16 @@ func (r *Reducer) initDevice() {
 }
 
 // prepareDevice, from Prepare of a synchronised iteration after any
-// rebuild, installs the device twins of the current plan: plain ones
-// while a rebuild is still to come, registered ones (final) from then on.
-// The hook says whether and how it runs on device buckets
-// (commhook.DeviceHook). It allocates and frees with r.mu released: the
-// machine is busy, and DeviceBuckets sees the old twins or none meanwhile.
+// rebuild, installs the device twins of the current plan, registered ones
+// when final; the machine decides when (planTwins). The hook says whether
+// and how it runs on device buckets (commhook.DeviceHook); without a
+// device form the group's allocator is dropped, and Prepare tells the
+// machine. It allocates and frees with r.mu released: the machine is
+// busy, and DeviceBuckets sees the old twins or none meanwhile.
 func (r *Reducer) prepareDevice(final bool) error {
 	s := &r.dev
-	if s.alloc == nil || (s.layout == r.layout && (s.registered || !final)) {
-		return nil
+	if s.alloc == nil {
+		return nil // the machine knows none: unreachable
 	}
 	form, err := commhook.FormOf(r.hook, r.dtypes[0])
 	if err != nil {
@@ -96,7 +96,7 @@ func (r *Reducer) prepareDevice(final bool) error {
 	if form.Kind == commhook.OnHost {
 		s.alloc = nil
 	}
-	s.buckets, s.registered, s.layout = nil, false, nil
+	s.buckets, s.layout = nil, nil
 	r.mu.Unlock()
 	if err := closeTwins(old); err != nil {
 		return err
@@ -111,7 +111,7 @@ func (r *Reducer) prepareDevice(final bool) error {
 		return errors.Join(err, closeTwins(twins))
 	}
 	r.mu.Lock()
-	s.kind, s.buckets, s.registered, s.layout = form.Kind, twins, final, r.layout
+	s.kind, s.buckets, s.layout = form.Kind, twins, r.layout
 	r.mu.Unlock()
 	regs := map[string]int{}
 	for _, d := range twins {
@@ -146,30 +146,36 @@ func (r *Reducer) deviceActive() bool {
 	return r.dev.alloc != nil && r.dev.layout == r.layout && len(r.dev.buckets) > 0
 }
 
-// launchBucket starts bucket b's communication: on its device twin, or
-// through the comm hook on the host bucket.
-func (r *Reducer) launchBucket(b int, check bool) pg.Work {
-	if r.deviceActive() {
-		return r.launchDevice(b, check)
-	}
-	return r.runHook(&r.layout.grads[b])
+// deviceTransport runs the collectives on the device twins while they
+// serve the current plan, and leaves the rest to the host path under it
+// (Note [bucket transports]).
+type deviceTransport struct {
+	r    *Reducer
+	host transport // hostTransport or mixedTransport
 }
 
-// deviceGrad refuses, from MarkReady, the device gradients the reducer
-// cannot take.
-func (r *Reducer) deviceGrad(i int, grad pg.Tensor) error {
-	if !grad.IsDevice() {
-		return nil
+func (t deviceTransport) install(final bool) error { return t.r.prepareDevice(final) }
+
+func (t deviceTransport) upload(i int) error { return t.r.uploadGrad(i) }
+
+// launch starts bucket b's communication: on its device twin, or through
+// the comm hook on the host bucket.
+func (t deviceTransport) launch(b int, screen bool) pg.Work {
+	if t.r.deviceActive() {
+		return t.r.launchDevice(b, screen)
 	}
-	switch {
-	case r.dev.alloc == nil:
-		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets (use an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, r.params[i].Name)
-	case !r.m.syncing() || r.m.window:
-		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; accumulate on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, r.params[i].Name)
-	case !r.deviceActive():
-		return fmt.Errorf("%w: parameter %d (%s): a device gradient before the device buckets exist (in the first static-graph iteration?)", ErrBadGradient, i, r.params[i].Name)
+	return t.host.launch(b, screen)
+}
+
+func (t deviceTransport) result(i int) pg.Tensor { return t.host.result(i) }
+
+// writeBack writes host gradients' results as the host path does, then
+// device gradients' on the device.
+func (t deviceTransport) writeBack(ctx context.Context, globalUsed []int32) error {
+	if err := t.host.writeBack(ctx, globalUsed); err != nil {
+		return err
 	}
-	return nil
+	return t.r.deviceWriteBack(ctx, globalUsed)
 }
 
 // uploadGrad, from MarkReady of a synchronised iteration, sends parameter
@@ -356,8 +362,8 @@ func (r *Reducer) DeviceBuckets() []string {
 func (r *Reducer) Close() error {
 	r.mu.Lock()
 	twins := r.dev.buckets
-	r.dev.buckets, r.dev.registered, r.dev.layout = nil, false, nil
-	r.m.fail(errors.New("reducer: closed"))
+	r.dev.buckets, r.dev.layout = nil, nil
+	_, _ = r.m.step(evFail{err: errors.New("reducer: closed")}, nil)
 	r.mu.Unlock()
 	if err := closeTwins(twins); err != nil {
 		return fmt.Errorf("reducer: releasing device buckets: %w", err)

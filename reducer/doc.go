@@ -31,9 +31,10 @@
 // reduced in a chosen dtype and come back, in the parameters' dtype, from
 // Gradient. docs/reducer.md describes both.
 //
-// Its bookkeeping (which parameter is ready, which bucket launches next)
-// is a plain state machine, tracker, tested by replaying every ready
-// order. For Gorgonia models, Wrap does all of this: it installs the
+// Its decisions (which parameter is ready, which bucket launches next,
+// when to rebuild, what an iteration reports) are a plain state machine
+// with one entry, step(event), whose scenarios are the scripts in
+// testdata/ (Note [events in, actions out] in machine.go). For Gorgonia models, Wrap does all of this: it installs the
 // gradient hooks (package autogradhooks), finds unused parameters, syncs
 // the initial values from rank 0 and drives the reducer.
 //

@@ -15,16 +15,12 @@ func (r *Reducer) Params() []Param { return r.params }
 // Observing reports whether the reducer records timings (a Registerer or a
 // Timeline was given). Engines then call MarkBackwardStart and
 // MarkBackwardEnd; otherwise those marks cost nothing and may be skipped.
-func (r *Reducer) Observing() bool { return r.obs.on }
+func (r *Reducer) Observing() bool { return r.obs.on() }
 
 // MarkBackwardStart stamps the start of backward for the observed
 // timings. It is safe from any goroutine; only the first call of an
 // iteration counts.
-func (r *Reducer) MarkBackwardStart() {
-	if r.obs.on {
-		r.obs.backwardStarted()
-	}
-}
+func (r *Reducer) MarkBackwardStart() { r.obs.backwardStarted() }
 
 // MarkBackwardEnd stamps the end of backward, when the engine's backward
 // pass returns.

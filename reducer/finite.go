@@ -39,11 +39,7 @@ func (r *Reducer) checkFinite(num int, usedByNone []bool) error {
 		if usedByNone != nil && usedByNone[i] {
 			continue // untouched: not a result
 		}
-		v := r.layout.view(i)
-		if r.mixed != nil {
-			v = r.mixed.master[i]
-		}
-		if !Finite(v) {
+		if !Finite(r.tr.result(i)) {
 			bad = append(bad, i)
 		}
 	}

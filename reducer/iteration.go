@@ -3,9 +3,7 @@ package reducer
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 
-	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )
@@ -32,29 +30,25 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 		return fmt.Errorf("reducer: Prepare: %w", err)
 	}
 	r.mu.Lock()
-	acts, err := r.m.begin(it.Sync, it.Unused)
+	todo, err := r.m.step(evBegin{sync: it.Sync, unused: it.Unused}, r.preparing[:0])
 	if err != nil {
 		return r.unlockWith(err)
 	}
+	r.preparing = todo // Prepare's own; busy keeps every other caller away from it
 	r.started = true
 	clear(r.dst)
 	r.iter = iterCtx{ctx: ctx, divisor: r.divisor}
-	var buf [2]action // a rebuild and the device twins at most
-	todo := append(buf[:0], acts...)
 	r.mu.Unlock()
-	for _, a := range todo {
-		if err := r.perform(a); err != nil {
-			return r.fatal(err)
-		}
+	if err := r.performAll(todo); err != nil {
+		return r.fatal(err)
 	}
 	r.obs.prepare(r, it.Sync) // observe.go
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m.began()
-	if r.m.phase == phaseFailed {
-		return r.m.err // Fail was called meanwhile
-	}
-	return nil
+	// An error here is a Fail that came in meanwhile. r.dev is the driver's,
+	// and busy kept every other caller away from it.
+	_, err = r.m.step(evBegan{hostOnly: r.dev.alloc == nil}, nil)
+	return err
 }
 
 // MarkReady hands the reducer parameter i's gradient for this iteration.
@@ -64,24 +58,17 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 // anyone else, until Finalize returns: Finalize writes the result into it.
 func (r *Reducer) MarkReady(i int, grad pg.Tensor) error {
 	r.mu.Lock()
-	if err := r.m.accepts(i); err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	if err := r.checkGrad(i, grad); err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	if err := r.deviceGrad(i, grad); err != nil { // device.go
-		r.mu.Unlock()
-		return err
-	}
-	acts, err := r.m.ready(i)
+	settled := r.m.status().phase == phaseFailed // its error was reported when it failed
+	queue, err := r.m.step(evReady{param: i, grad: grad}, r.queue)
 	if err != nil {
+		if settled {
+			r.mu.Unlock()
+			return err
+		}
 		return r.unlockWith(err)
 	}
 	r.dst[i] = grad
-	r.queue = append(r.queue, acts...)
+	r.queue = queue
 	return r.unlockWith(r.drain())
 }
 
@@ -106,115 +93,95 @@ func (r *Reducer) drain() error {
 		if err != nil {
 			r.queue = r.queue[:0]
 			r.draining = false
-			return r.m.fail(err)
+			_, _ = r.m.step(evFail{err: err}, nil) // a Fail that came in meanwhile stays the fatal one
+			return err
 		}
 	}
 	r.draining = false
 	return nil
 }
 
-func (r *Reducer) performAll(acts []action) error {
-	for _, a := range acts {
-		if err := r.perform(a); err != nil {
-			return err
-		}
+// Finalize ends the iteration. For a synchronised one it waits for every
+// bucket's communication and writes the results into the gradients given
+// to MarkReady. Parameters that no rank used keep their gradients
+// untouched. It fails, naming the parameters, if some got no gradient.
+func (r *Reducer) Finalize(ctx context.Context) error {
+	if err := pg.CheckContext(ctx); err != nil {
+		return fmt.Errorf("reducer: Finalize: %w", err)
 	}
-	return nil
-}
-
-// perform carries out one of the machine's actions, without r.mu. The
-// machine's phase keeps everything else away from what it touches.
-func (r *Reducer) perform(a action) error {
-	switch a.kind {
-	case actRebuild:
-		return r.rebuildBuckets(a.order, a.add) // rebuild.go
-	case actDevice:
-		return r.prepareDevice(a.add) // device.go
-	case actStore:
-		return r.store(a.index, a.add)
-	case actZero:
-		clear(r.layout.view(a.index).Data)
-	case actUpload:
-		return r.uploadGrad(a.index) // device.go
-	case actLaunch:
-		r.launch(a.index, a.add)
-	case actReduceUsed:
-		r.reduceUsedFirst(a.list) // finalize.go
-	default:
-		return fmt.Errorf("reducer: internal error: action %d has no performer here", a.kind)
+	r.mu.Lock()
+	todo, err := r.m.step(evFinish{}, r.finishing[:0])
+	if err != nil {
+		return r.unlockWith(err)
 	}
-	return nil
-}
-
-func (r *Reducer) checkGrad(i int, grad pg.Tensor) error {
-	if grad.Dtype != r.dtypes[i] || grad.Len() != r.numel[i] || len(grad.Data)%max(grad.Dtype.Size(), 1) != 0 {
-		return fmt.Errorf("%w: parameter %d (%s) expects a %v gradient of %d elements (shape %v), got %v with %d elements",
-			ErrBadGradient, i, r.params[i].Name, r.dtypes[i], r.numel[i], r.params[i].Shape, grad.Dtype, grad.Len())
+	r.finishing = todo // Finalize's own; busy keeps every other caller away from it
+	st := r.m.status()
+	r.mu.Unlock()
+	r.obs.backwardEnded() // observe.go
+	r.fin = finishState{ctx: ctx}
+	if err := r.performAll(todo); err != nil {
+		return r.fatal(err)
 	}
-	return nil
-}
-
-// store puts a gradient into its bucket: a copy, or a sum inside an
-// accumulation window (add).
-func (r *Reducer) store(i int, add bool) error {
-	grad, v := r.dst[i], r.layout.view(i)
-	start := r.obs.copyStart() // observe.go
-	defer r.obs.copied(i, start)
-	if sameMemory(v, grad) { // Note [gradient as bucket view]
-		r.copies.inPlace.Add(int64(len(v.Data)))
+	if st.phase != phaseBusy { // a no-sync iteration ends at once
+		_, _ = r.endIteration(todo[:0])       // a Fail meanwhile is the next call's error
+		r.obs.finish(r, false, st.iterations) // observe.go
 		return nil
 	}
-	if r.opts.GradientAsBucketView {
-		r.copies.fallbacks.Add(1)
-	}
-	r.copies.in.Add(int64(len(v.Data)))
-	if !add {
-		copy(v.Data, grad.Data)
-		return nil
-	}
-	return pg.Add(v, grad)
+	return r.finishSync()
 }
 
-// launch runs the comm hook on bucket b, first checking this rank's
-// contribution when check (Note [where the NaN began]). Only the draining
-// goroutine, or Finalize, calls it, in the machine's order.
-func (r *Reducer) launch(b int, check bool) {
-	start := r.obs.launchStart() // observe.go
-	var w pg.Work
-	if check {
-		if err := r.checkBucket(b); err != nil { // origin.go
-			w = pg.Completed(fmt.Errorf("reducer: bucket %d: re-sending a non-finite slot as zeros: %w", b, err))
-		}
-	}
-	if w == nil {
-		w = r.launchBucket(b, check) // device.go
-	}
-	r.layout.works[b] = w
-	r.obs.launched(b, start, w)
+// finishState is what Finalize's actions hand to each other: the wait's
+// used map and the origin of a NaN, then the iteration's verdict.
+type finishState struct {
+	ctx        context.Context // Finalize's, for the waits
+	globalUsed []int32
+	origin     *NonFiniteOriginError
+	verdict    error // not fatal: a NonFiniteOriginError or a NonFiniteError
 }
 
-// runHook calls the hook, turning a panic into a failed Work: a panic on
-// Gorgonia's tape goroutine would kill the process.
-func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.log.Error("comm hook panicked", zap.Int("bucket", b.Index), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-			w = pg.Completed(fmt.Errorf("reducer: comm hook %q panicked on bucket %d: %v", commhook.Name(r.hook), b.Index, p))
-		}
-	}()
-	// join.go: the active ranks, when a Join does not divide by the world size.
-	b.Divisor = r.iter.divisor
-	w = r.hook.Run(r.iter.ctx, r.obs.hookGroup(r.g), b) // observe.go: with metrics, a group that counts bytes
-	if w == nil {
-		w = pg.Completed(fmt.Errorf("reducer: comm hook %q returned no Work for bucket %d", commhook.Name(r.hook), b.Index))
+// finishSync closes a synchronised iteration whose communication is done:
+// the machine records it, the results are written back, the observer sees
+// the iteration, and then what it reports (Note [where the NaN began],
+// CheckFinite) becomes Finalize's error.
+func (r *Reducer) finishSync() error {
+	r.mu.Lock()
+	todo, err := r.m.step(evWaited{globalUsed: r.fin.globalUsed, origin: r.fin.origin != nil}, r.finishing[:0])
+	r.mu.Unlock()
+	if err != nil {
+		return err // Fail was called meanwhile
 	}
-	return w
+	if err := r.performAll(todo); err != nil {
+		return r.fatal(err)
+	}
+	todo, err = r.endIteration(todo[:0])
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	num := r.m.status().iterations
+	r.mu.Unlock()
+	r.obs.finish(r, true, num) // observe.go
+	if err := r.performAll(todo); err != nil {
+		return r.fatal(err)
+	}
+	verdict := r.fin.verdict
+	r.fin = finishState{}
+	return verdict
+}
+
+// endIteration leaves Finalize's busy phase and drops the iteration's
+// context; the actions are what the iteration reports.
+func (r *Reducer) endIteration(dst []action) ([]action, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.iter.ctx = nil
+	return r.m.step(evDone{}, dst)
 }
 
 // unlockWith releases r.mu and returns err, reporting it first when it is
 // the machine's fatal error (logged, counted, the watcher let go).
 func (r *Reducer) unlockWith(err error) error {
-	fatal := r.m.failed(err)
+	fatal := r.m.status().fatal(err)
 	if fatal {
 		r.iter.ctx = nil
 	}
@@ -230,8 +197,7 @@ func (r *Reducer) unlockWith(err error) error {
 // returns (a Fail that came in meanwhile wins).
 func (r *Reducer) fatal(err error) error {
 	r.mu.Lock()
-	r.m.fail(err)
-	err = r.m.err
+	_, err = r.m.step(evFail{err: err}, nil)
 	r.iter.ctx = nil
 	r.mu.Unlock()
 	r.report(err)

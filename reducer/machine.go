@@ -3,36 +3,43 @@ package reducer
 import (
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/goddp/ddp/pg"
 )
 
 // Note [events in, actions out]
 //
 // Every decision the reducer makes lives in machine: whether a call is
-// allowed now, which bucket launches next, when unused parameters are
-// marked, when the buckets are rebuilt, what StaticGraph's first
-// iteration does, when an accumulation window opens and closes. machine is
-// a plain state machine in the style of etcd's raft: it holds no lock, no
-// goroutine, no clock and no process group. The Reducer (the driver) feeds
-// it events — begin (Prepare), ready (MarkReady), finish (Finalize), waited
-// (the communication is done), fail — under r.mu, and gets back the
-// actions to perform: store this gradient, zero that slot, launch bucket
-// k, rebuild in this order, wait. The driver performs them with r.mu
-// released, so no lock is ever held across a wait, a comm hook, a device
-// copy or an observer call (Note [no lock across a wait]).
+// allowed now, whether a gradient is acceptable (its dtype and size, a
+// device gradient where device buckets serve), which bucket launches
+// next, when unused parameters are marked, when the buckets are rebuilt,
+// what StaticGraph's first iteration does, when an accumulation window
+// opens and closes, whether replicas may differ under a Join, and what
+// the end of an iteration reports. machine is a plain state machine in the
+// style of etcd's raft RawNode: it holds no lock, no goroutine, no clock
+// and no process group. It has one entry, step: the Reducer (the driver)
+// feeds it one event (events.go) under r.mu and gets back the actions
+// (actions.go) to perform, appended to a slice the driver owns. The driver
+// performs them with r.mu released, every kind in one switch (perform), so
+// no lock is ever held across a wait, a comm hook, a device copy or an
+// observer call (Note [no lock across a wait]). The driver reads the
+// machine only through status, a value snapshot.
 //
 // The iteration is a phase, not a set of flags:
 //
 //	idle ──begin(sync=false)──▶ busy ──began──▶ local ──finish──▶ idle
-//	idle ──begin(sync=true)───▶ busy ──began──▶ syncing   ──finish──▶ busy ──done──▶ idle
-//	                                        └─▶ counting  (StaticGraph's first) ┘
+//	idle ──begin(sync=true)───▶ busy ──began──▶ syncing ──finish──▶ busy ──waited, done──▶ idle
+//	                                        └─▶ counting (StaticGraph's first) ┘
 //	any ──fail──▶ failed (terminal)
 //
 // busy covers what Prepare and Finalize do with the lock released: the
 // rebuild's broadcast, the device twins' setup, the waits and the write
-// back. Only read-only calls and Fail are taken while busy. Two things
+// back. Only read-only calls and Fail are taken while busy. Three things
 // persist across iterations besides the phase: the accumulation window (a
-// no-sync iteration opened it; the next synchronised one closes it) and
-// the rebuild's stage (waiting → recording → recorded → done).
+// no-sync iteration opened it; the next synchronised one closes it), the
+// rebuild's stage (waiting → recording → recorded → done), and whether
+// some rank has joined (Join).
 
 // phase is where the reducer stands in the iteration cycle.
 type phase uint8
@@ -41,7 +48,7 @@ const (
 	phaseIdle     phase = iota // between iterations
 	phaseBusy                  // Prepare or Finalize performs its actions without the lock
 	phaseLocal                 // a no-sync iteration: gradients go into the buckets, nothing launches
-	phaseCounting              // StaticGraph's first synchronised iteration: everything launches at Finalize (c10d's delay_all_reduce)
+	phaseCounting              // StaticGraph's first synchronised iteration: all launch at Finalize (delay_all_reduce)
 	phaseSyncing               // a synchronised iteration: buckets launch as they fill, in order
 	phaseFailed                // a fatal error: every later call returns it
 )
@@ -74,34 +81,24 @@ const (
 	rebuildDone                          // rebuilt, or the options never rebuild
 )
 
-// actionKind is what the driver is told to do.
-type actionKind uint8
+func (s rebuildStage) String() string {
+	return [...]string{"waiting", "recording", "recorded", "done"}[s]
+}
+
+// twinState is what device twins serve the current bucket plan.
+type twinState uint8
 
 const (
-	actRebuild     actionKind = iota + 1 // replan the buckets in rank 0's ready order (order: this rank's, complete); copy the window's sums over (add)
-	actDevice                            // install the device twins of the current plan, registered ones when add (no rebuild to come)
-	actStore                             // put parameter index's gradient into its bucket: a copy, or a sum inside a window (add)
-	actZero                              // zero parameter index's slot: a gradient that never came
-	actUpload                            // send parameter index's slot to its device twin
-	actLaunch                            // run the comm hook on bucket index, first checking it for NaN and infinities when add (Note [where the NaN began])
-	actReduceUsed                        // start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
-	actWait                              // wait for every bucket in order, then for the used map, allreducing it first when add
-	actWriteBack                         // write every result into its gradient, then check finiteness when add
-	actAgreeOrigin                       // after the wait: the ranks agree whether some bucket held a NaN or an infinity before its collective, with an allreduce of their own when add, else on the used map's (Note [where the NaN began])
+	twinsNone  twinState = iota // none: a device gradient has nowhere to go
+	twinsPlain                  // plain device memory, while a rebuild is still to come
+	twinsFinal                  // registered with NCCL as the group's policy says; kept for the run
 )
-
-// action is one thing to do. The fields beyond kind depend on it.
-type action struct {
-	kind  actionKind
-	index int   // a parameter (store, zero, upload) or a bucket (launch)
-	add   bool  // see the kinds
-	order []int // rebuild: the gradient-ready order
-	list  []int // reduceUsed: the parameters unused in the first iteration
-}
 
 // machine is the reducer's decisions: Note [events in, actions out].
 type machine struct {
 	params      []Param
+	dtypes      []pg.Dtype // per parameter, the gradients' dtype
+	numel       []int
 	rank        int
 	findUnused  bool
 	static      bool
@@ -119,76 +116,118 @@ type machine struct {
 	unused       []int   // this iteration's unused parameters
 	unusedMarked bool    // they have been marked ready
 	num          int     // completed synchronised iterations
+	origin       bool    // this synchronised iteration's ranks found a NaN before a collective
+	othersJoined bool    // under a Join, some rank has run out of inputs: replicas differ until Finish
 
-	stage rebuildStage
-	order []int // the recorded ready order
+	devices    bool      // the group keeps device buckets: Note [device buckets]
+	twins      twinState // the device twins that serve the current plan
+	installing twinState // busy in Prepare: the twins its install action makes; none: no install
+
+	stage    rebuildStage
+	order    []int // the recorded ready order
+	complete []int // order completed to cover every parameter, once recorded
 
 	first        bool   // StaticGraph: the first synchronised iteration has not finished
 	staticUnused []bool // StaticGraph, after its first iteration: no gradient there on this rank
 	staticList   []int
 	globalUnused []bool // no rank used it in the last synchronised iteration; nil: all used
 
-	acts []action // the output buffer, reused by every event
+	out []action // during step only: the caller's slice, appended to
 }
 
-func newMachine(params []Param, rank int, o Options, plan [][]int) *machine {
+// newMachine starts the machine on plan. used is the driver's buffer for
+// the used map, which the machine fills and the driver allreduces.
+// devices says whether the group keeps device buckets.
+func newMachine(params []Param, dtypes []pg.Dtype, rank int, o Options, plan [][]int, used []int32,
+	devices bool) *machine {
 	m := &machine{
-		params: params, rank: rank,
+		params: params, dtypes: dtypes, numel: make([]int, len(params)), rank: rank, devices: devices,
 		findUnused: o.FindUnusedParameters, static: o.StaticGraph, checkFinite: o.CheckFinite,
 		findOrigin: o.FindNonFiniteOrigin,
-		used:       make([]int32, len(params)), first: o.StaticGraph, stage: rebuildDone,
+		used:       used, first: o.StaticGraph, stage: rebuildDone,
+	}
+	for i, p := range params {
+		m.numel[i] = p.Numel()
 	}
 	if o.rebuilds() {
 		m.stage = rebuildWaiting
 	}
-	m.replan(plan)
+	m.t = newTracker(plan, len(params))
 	return m
 }
 
-// replan follows a new bucket plan (New, or a rebuild).
-func (m *machine) replan(plan [][]int) { m.t = newTracker(plan, len(m.params)) }
+// step is the machine's one entry: it takes ev and appends the actions to
+// perform, in order, to dst. A refused event appends nothing and returns
+// dst with the error; so does an event that fails the machine, whose
+// error every later event returns.
+func (m *machine) step(ev event, dst []action) ([]action, error) {
+	m.out = dst
+	err := m.take(ev)
+	out := m.out
+	m.out = nil
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
+}
 
-func (m *machine) emit(a action) { m.acts = append(m.acts, a) }
+func (m *machine) take(ev event) error {
+	switch e := ev.(type) {
+	case evBegin:
+		return m.begin(e.sync, e.unused)
+	case evBegan:
+		m.installed(e.hostOnly)
+		return m.leaveBusy()
+	case evReady:
+		return m.ready(e)
+	case evFinish:
+		return m.finish()
+	case evWaited:
+		return m.waited(e.globalUsed, e.origin)
+	case evDone:
+		return m.done()
+	case evFail:
+		return m.fail(e.err)
+	case evReplanned:
+		m.t = newTracker(e.plan, len(m.params))
+		m.twins = twinsNone // they were made for the old plan
+		return nil
+	case evJoin:
+		m.othersJoined = e.othersJoined
+		return nil
+	}
+	return errors.New("reducer: internal error: an event the machine has no step for")
+}
+
+func (m *machine) emit(a action) { m.out = append(m.out, a) }
 
 // usable says why an event that changes the iteration cannot be taken now.
-func (m *machine) usable() error {
-	switch m.phase {
-	case phaseFailed:
-		return m.err
-	case phaseBusy:
-		return fmt.Errorf("reducer: %s is waiting for communication; Prepare, MarkReady and Finalize must not overlap it", m.busyIn)
-	}
-	return nil
-}
+func (m *machine) usable() error { return m.status().usable() }
 
 // fail moves to failed; the first error is the one every later call gets.
 func (m *machine) fail(err error) error {
 	if m.phase != phaseFailed {
 		m.phase, m.err = phaseFailed, err
 	}
-	return err
+	return m.err
 }
-
-// failed reports whether err is the machine's fatal error, as opposed to
-// a refusal that leaves the reducer usable.
-func (m *machine) failed(err error) bool { return err != nil && m.phase == phaseFailed && m.err == err }
 
 // begin is Prepare. Its actions (a rebuild, the device twins) run before
 // began opens the iteration.
-func (m *machine) begin(sync bool, unused []int) ([]action, error) {
+func (m *machine) begin(sync bool, unused []int) error {
 	if err := m.usable(); err != nil {
-		return nil, err
+		return err
 	}
 	if m.phase == phaseCounting || m.phase == phaseSyncing {
 		if missing := m.t.missing(); len(missing) > 0 {
-			return nil, m.fail(m.unfinishedError(missing))
+			return m.fail(m.unfinishedError(missing))
 		}
-		return nil, m.fail(fmt.Errorf("%w: Finalize was not called after the previous backward; call it after every backward pass", ErrUnfinishedReduction))
+		return m.fail(fmt.Errorf("%w: Finalize was not called after the previous backward; "+
+			"call it after every backward pass", ErrUnfinishedReduction))
 	}
 	if err := m.checkUnused(unused); err != nil {
-		return nil, err
+		return err
 	}
-	m.acts = m.acts[:0]
 	next := phaseLocal
 	if sync {
 		next = phaseSyncing
@@ -196,7 +235,7 @@ func (m *machine) begin(sync bool, unused []int) ([]action, error) {
 			next = phaseCounting
 		}
 		m.planRebuild()
-		m.emit(action{kind: actDevice, add: m.stage == rebuildDone})
+		m.planTwins()
 	}
 	m.t.reset()
 	if !m.window {
@@ -207,7 +246,7 @@ func (m *machine) begin(sync bool, unused []int) ([]action, error) {
 		m.unused = m.staticList
 	}
 	m.phase, m.resume, m.busyIn = phaseBusy, next, "Prepare"
-	return m.acts, nil
+	return nil
 }
 
 // planRebuild, at the start of a synchronised iteration, rebuilds when an
@@ -216,11 +255,40 @@ func (m *machine) begin(sync bool, unused []int) ([]action, error) {
 func (m *machine) planRebuild() {
 	switch {
 	case m.stage == rebuildRecorded:
-		m.emit(action{kind: actRebuild, order: m.completeOrder(), add: m.window})
-		m.stage = rebuildDone // m.order stays, for readyOrder
+		// The driver overwrites the order with rank 0's: it gets a copy.
+		m.emit(action{kind: actRebuild, order: slices.Clone(m.complete), carry: m.window})
+		m.stage = rebuildDone // m.complete stays, for readyOrder
 	case m.stage == rebuildWaiting && !m.first:
 		m.stage, m.order = rebuildRecording, m.order[:0]
 	}
+}
+
+// planTwins, after any rebuild, installs the device twins of the current
+// plan unless the ones there serve: plain ones while a rebuild is still to
+// come, registered ones (final) from then on, once.
+func (m *machine) planTwins() {
+	want := twinsPlain
+	if m.stage == rebuildDone {
+		want = twinsFinal
+	}
+	if !m.devices || m.twins == twinsFinal || m.twins == want {
+		return
+	}
+	m.installing = want
+	m.emit(action{kind: actInstallDevice, final: want == twinsFinal})
+}
+
+// installed follows Prepare's install: the twins it made serve the plan,
+// or, hostOnly, the comm hook has no device form, so the buckets stay on
+// the host for the rest of the run.
+func (m *machine) installed(hostOnly bool) {
+	switch {
+	case hostOnly:
+		m.devices, m.twins = false, twinsNone
+	case m.installing != twinsNone:
+		m.twins = m.installing
+	}
+	m.installing = twinsNone
 }
 
 // completeOrder is the recorded order with, last index first, any
@@ -243,71 +311,97 @@ func (m *machine) completeOrder() []int {
 	return order
 }
 
-// readyOrder is the complete recorded order, once there is one.
-func (m *machine) readyOrder() []int {
-	if m.stage != rebuildRecorded && (m.stage != rebuildDone || m.order == nil) {
-		return nil
-	}
-	return m.completeOrder()
-}
-
-// began opens the iteration once Prepare's actions are done.
-func (m *machine) began() {
+// leaveBusy ends Prepare's or Finalize's busy phase: began and done. A
+// Fail that came in meanwhile wins.
+func (m *machine) leaveBusy() error {
 	if m.phase == phaseBusy {
 		m.phase = m.resume
 	}
-}
-
-// done ends Finalize's busy phase.
-func (m *machine) done() { m.began() }
-
-// syncing reports whether the iteration in progress is synchronised.
-func (m *machine) syncing() bool { return m.phase == phaseSyncing || m.phase == phaseCounting }
-
-// accepts says whether a gradient for parameter i can be taken now; the
-// driver then checks the gradient itself and calls ready.
-func (m *machine) accepts(i int) error {
-	if err := m.usable(); err != nil {
-		return err
-	}
-	if m.phase == phaseIdle {
-		return fmt.Errorf("reducer: gradient for parameter %d (%s) arrived outside an iteration; call Prepare before backward", i, m.nameOf(i))
-	}
-	if i < 0 || i >= len(m.params) {
-		return fmt.Errorf("%w: parameter index %d is out of range [0, %d)", ErrBadGradient, i, len(m.params))
+	if m.phase == phaseFailed {
+		return m.err
 	}
 	return nil
 }
 
-// ready is MarkReady of parameter i, after accepts.
-func (m *machine) ready(i int) ([]action, error) {
+// syncing reports whether the iteration in progress is synchronised.
+func (m *machine) syncing() bool { return m.phase == phaseSyncing || m.phase == phaseCounting }
+
+// ready is MarkReady of parameter e.param: the gradient is checked, then
+// stored, and what it completes launches.
+func (m *machine) ready(e evReady) error {
+	if err := m.accepts(e); err != nil {
+		return err
+	}
+	i := e.param
 	if m.syncing() && m.staticUnused != nil && m.staticUnused[i] {
-		return nil, m.fail(fmt.Errorf("%w, e.g., one parameter is unused in the first iteration but then got used in the second (parameter %d, %s). This is not compatible with StaticGraph", ErrGraphChanged, i, m.params[i].Name))
+		return m.fail(fmt.Errorf("%w, e.g., one parameter is unused in the first iteration but then got used in the "+
+			"second (parameter %d, %s). This is not compatible with StaticGraph", ErrGraphChanged, i, m.params[i].Name))
 	}
 	if m.t.isReady(i) {
-		return nil, m.fail(m.markedTwiceError(i))
+		return m.fail(m.markedTwiceError(i))
 	}
-	m.acts = m.acts[:0]
 	m.used[i] = 1
-	m.emit(action{kind: actStore, index: i, add: m.window})
+	m.emit(action{kind: actStore, param: i, sum: m.window})
 	if m.phase != phaseSyncing {
 		m.t.markOnly(i) // no communication now: see finish
-		return m.acts, nil
+		return nil
 	}
 	m.markUnused()
 	if m.stage == rebuildRecording {
 		m.order = append(m.order, i)
 	}
-	m.emit(action{kind: actUpload, index: i})
+	m.emit(action{kind: actUpload, param: i})
 	m.markReady(i)
-	return m.acts, nil
+	return nil
+}
+
+// accepts says whether a gradient for parameter e.param can be taken now,
+// refusing without a change.
+func (m *machine) accepts(e evReady) error {
+	i := e.param
+	if err := m.usable(); err != nil {
+		return err
+	}
+	if m.phase == phaseIdle {
+		return fmt.Errorf("reducer: gradient for parameter %d (%s) arrived outside an iteration; "+
+			"call Prepare before backward", i, m.nameOf(i))
+	}
+	if i < 0 || i >= len(m.params) {
+		return fmt.Errorf("%w: parameter index %d is out of range [0, %d)", ErrBadGradient, i, len(m.params))
+	}
+	grad := e.grad
+	if grad.Dtype != m.dtypes[i] || grad.Len() != m.numel[i] || len(grad.Data)%max(grad.Dtype.Size(), 1) != 0 {
+		return fmt.Errorf("%w: parameter %d (%s) expects a %v gradient of %d elements (shape %v), got %v with %d elements",
+			ErrBadGradient, i, m.params[i].Name, m.dtypes[i], m.numel[i], m.params[i].Shape, grad.Dtype, grad.Len())
+	}
+	if grad.IsDevice() {
+		return m.acceptsDevice(e)
+	}
+	return nil
+}
+
+// acceptsDevice refuses the device gradients the reducer cannot take.
+func (m *machine) acceptsDevice(e evReady) error {
+	i := e.param
+	switch {
+	case !m.devices:
+		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets "+
+			"(use an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, m.params[i].Name)
+	case !m.syncing() || m.window:
+		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; "+
+			"accumulate on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, m.params[i].Name)
+	case m.twins == twinsNone:
+		return fmt.Errorf("%w: parameter %d (%s): a device gradient before the device buckets exist "+
+			"(in the first static-graph iteration?)", ErrBadGradient, i, m.params[i].Name)
+	}
+	return nil
 }
 
 // markReady marks parameter i ready and launches what that completes.
 func (m *machine) markReady(i int) {
 	from, to, _ := m.t.markReady(i)
 	for b := from; b < to; b++ {
-		m.emit(action{kind: actLaunch, index: b, add: m.findOrigin})
+		m.emit(action{kind: actLaunch, bucket: b, screen: m.findOrigin})
 	}
 }
 
@@ -324,39 +418,39 @@ func (m *machine) markUnused() {
 			continue // it produced a gradient after all; ready reports that
 		}
 		if !m.window {
-			m.emit(action{kind: actZero, index: i})
+			m.emit(action{kind: actZero, param: i})
 		}
 		m.markReady(i)
 	}
 }
 
 // finish is Finalize. A no-sync iteration ends at once; a synchronised
-// one launches what is left and goes busy until waited.
-func (m *machine) finish() ([]action, error) {
+// one launches what is left and goes busy until waited and done.
+func (m *machine) finish() error {
 	if err := m.usable(); err != nil {
-		return nil, err
+		return err
 	}
-	m.acts = m.acts[:0]
 	switch m.phase {
 	case phaseIdle:
-		return nil, errors.New("reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
+		return errors.New("reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
 	case phaseLocal:
 		m.endLocal()
-		return m.acts, nil
+		return nil
 	case phaseCounting:
 		m.launchFirst()
 	}
 	m.markUnused()
 	if !m.t.allLaunched() {
-		return nil, m.fail(m.unfinishedError(m.t.missing()))
+		return m.fail(m.unfinishedError(m.t.missing()))
 	}
 	reduceUsed := m.findUnused && !m.static
-	m.emit(action{kind: actWait, add: reduceUsed}) // Note [used map after the buckets]
+	m.emit(action{kind: actWait, reduceUsed: reduceUsed}) // Note [used map after the buckets]
 	if m.findOrigin {
-		m.emit(action{kind: actAgreeOrigin, add: !reduceUsed}) // after the wait: Note [where the NaN began]
+		// After the wait, on the used map's allreduce when there is one: Note [where the NaN began].
+		m.emit(action{kind: actAgreeOrigin, ownAllreduce: !reduceUsed})
 	}
 	m.phase, m.resume, m.busyIn = phaseBusy, phaseIdle, "Finalize"
-	return m.acts, nil
+	return nil
 }
 
 // endLocal closes a no-sync iteration. The first iteration of a window
@@ -366,7 +460,7 @@ func (m *machine) endLocal() {
 	if !m.window {
 		for i := range m.params {
 			if !m.t.isReady(i) {
-				m.emit(action{kind: actZero, index: i})
+				m.emit(action{kind: actZero, param: i})
 			}
 		}
 	}
@@ -387,12 +481,12 @@ func (m *machine) launchFirst() {
 			m.staticList = append(m.staticList, i)
 		}
 	}
-	m.emit(action{kind: actReduceUsed, list: m.staticList})
+	m.emit(action{kind: actReduceUsed, unused: m.staticList})
 	m.t.reset()
 	m.unusedMarked = true
 	for i := range m.params {
 		if m.staticUnused[i] {
-			m.emit(action{kind: actZero, index: i})
+			m.emit(action{kind: actZero, param: i})
 		}
 		m.markReady(i)
 	}
@@ -400,17 +494,45 @@ func (m *machine) launchFirst() {
 
 // waited closes a synchronised iteration once its communication is done.
 // globalUsed is the used map summed over ranks, or nil when the iteration
-// did not allreduce it. The write back follows, still busy, until done.
-func (m *machine) waited(globalUsed []int32) []action {
+// did not allreduce it; origin, whether the ranks agreed that some bucket
+// held a NaN before its collective. The write back follows, still busy,
+// until done.
+func (m *machine) waited(globalUsed []int32, origin bool) error {
+	if m.phase != phaseBusy || m.busyIn != "Finalize" {
+		if m.phase == phaseFailed {
+			return m.err // Fail was called meanwhile
+		}
+		return errors.New("reducer: internal error: waited outside Finalize")
+	}
 	m.recordUnused(globalUsed)
 	m.window = false
 	m.num++
 	m.first = false
+	m.origin = origin
 	if m.stage == rebuildRecording {
-		m.stage = rebuildRecorded
+		m.stage, m.complete = rebuildRecorded, m.completeOrder()
 	}
-	m.acts = append(m.acts[:0], action{kind: actWriteBack, add: m.checkFinite})
-	return m.acts
+	m.emit(action{kind: actWriteBack, globalUsed: globalUsed})
+	return nil
+}
+
+// done ends Finalize: after a synchronised iteration, what it reports
+// follows, the origin of a NaN first (Note [where the NaN began]), else
+// the finiteness of the results (Options.CheckFinite).
+func (m *machine) done() error {
+	report := m.phase == phaseBusy && m.busyIn == "Finalize" && m.resume == phaseIdle
+	if err := m.leaveBusy(); err != nil {
+		return err
+	}
+	switch {
+	case !report:
+	case m.origin:
+		m.origin = false
+		m.emit(action{kind: actReportOrigin, iteration: m.num})
+	case m.checkFinite:
+		m.emit(action{kind: actCheckFinite, iteration: m.num, usedByNone: m.globalUnused})
+	}
+	return nil
 }
 
 // recordUnused keeps which parameters no rank used. With no map (every
@@ -423,7 +545,7 @@ func (m *machine) recordUnused(globalUsed []int32) {
 		}
 		return
 	}
-	m.globalUnused = nil
+	m.globalUnused = nil // replaced, never written in place: status hands it out
 	for i, n := range globalUsed {
 		if n == 0 {
 			if m.globalUnused == nil {
@@ -434,13 +556,10 @@ func (m *machine) recordUnused(globalUsed []int32) {
 	}
 }
 
-// usedByNone reports whether no rank used parameter i in the last
-// synchronised iteration.
-func (m *machine) usedByNone(i int) bool { return m.globalUnused != nil && m.globalUnused[i] }
-
 func (m *machine) checkUnused(unused []int) error {
 	if len(unused) > 0 && !m.findUnused && !m.static {
-		return fmt.Errorf("reducer: %d unused parameters (%s) were given but FindUnusedParameters is off; turn it on, or make every parameter take part in the loss", len(unused), names(m.params, unused))
+		return fmt.Errorf("reducer: %d unused parameters (%s) were given but FindUnusedParameters is off; "+
+			"turn it on, or make every parameter take part in the loss", len(unused), names(m.params, unused))
 	}
 	for _, i := range unused {
 		if i < 0 || i >= len(m.params) {

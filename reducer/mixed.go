@@ -54,21 +54,28 @@ func (m *MixedPrecision) reduceDtype() pg.Dtype {
 	return m.ReduceDtype
 }
 
-// mixedState is the reducer's side of MixedPrecision: the hook's results
-// in ReduceDtype and the gradients in the parameters' dtypes.
-type mixedState struct {
+// mixedTransport is the host path of MixedPrecision (Note [bucket
+// transports]): the upcast hook's results in ReduceDtype, and the
+// gradients in the parameters' dtypes.
+type mixedTransport struct {
+	hostTransport
 	hook   *upcastHook
 	master []pg.Tensor // per parameter, Param.Dtype: what Gradient returns
 }
 
-func (r *Reducer) setupMixed() {
+// newMixedTransport installs the upcast hook as the reducer's.
+func newMixedTransport(r *Reducer) *mixedTransport {
 	mp := r.opts.MixedPrecision // checked by withDefaults
-	r.mixed = &mixedState{hook: &upcastHook{reduce: mp.reduceDtype()}, master: make([]pg.Tensor, len(r.params))}
+	t := &mixedTransport{hostTransport: hostTransport{r}, hook: &upcastHook{reduce: mp.reduceDtype()},
+		master: make([]pg.Tensor, len(r.params))}
 	for i, p := range r.params {
-		r.mixed.master[i] = pg.NewTensor(p.Dtype, r.numel[i])
+		t.master[i] = pg.NewTensor(p.Dtype, r.numel[i])
 	}
-	r.hook = r.mixed.hook
+	r.hook = t.hook
+	return t
 }
+
+func (t *mixedTransport) result(i int) pg.Tensor { return t.master[i] }
 
 // upcastHook is torch's _reducer_allreduce_and_upcast_hook: cast the
 // bucket to the reduce dtype, SUM-allreduce it, divide by the world size.
@@ -118,17 +125,19 @@ func (h *upcastHook) result(l *layout, i int) pg.Tensor {
 	return l.view(i)
 }
 
-// writeBackMixed casts each result into its parameter's dtype (Gradient)
+// writeBack casts each result into its parameter's dtype (Gradient)
 // and, where MarkReady's gradient is not the bucket itself, leaves that
 // gradient as it was: torch replaces p.grad by the upcast gradient.
 // Parameters unused on every rank keep their gradient untouched.
-func (r *Reducer) writeBackMixed(globalUsed []int32) {
+func (t *mixedTransport) writeBack(_ context.Context, globalUsed []int32) error {
+	r := t.r
 	for i := range r.params {
 		if globalUsed != nil && globalUsed[i] == 0 {
 			continue
 		}
-		src := r.mixed.hook.result(r.layout, i)
-		_ = pg.Convert(r.mixed.master[i], src) // float to float of one length: cannot fail
-		r.copies.out.Add(int64(len(r.mixed.master[i].Data)))
+		src := t.hook.result(r.layout, i)
+		_ = pg.Convert(t.master[i], src) // float to float of one length: cannot fail
+		r.copies.out.Add(int64(len(t.master[i].Data)))
 	}
+	return nil
 }

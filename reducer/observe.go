@@ -21,7 +21,8 @@ import (
 // and Finalize's wait for it. At the end of Finalize it hands them to the
 // sinks the Options name: Prometheus metrics, the sampled DDP logging
 // data (logger) and the timeline. With none of them set, observation is
-// off and every call below returns at its first line.
+// off: the reducer's observer is nopObserver, whose methods do nothing, so
+// the live one never asks whether it is on.
 //
 // The stamps live in slices sized once per bucket plan, so a steady-state
 // iteration allocates nothing for them. The completion of a bucket's
@@ -30,8 +31,46 @@ import (
 // Work in launch order, which is the order every backend completes them.
 
 // observer is the reducer's instrumentation; see Note [observation].
-type observer struct {
-	on     bool
+// Every method may be called without r.mu.
+type observer interface {
+	on() bool                               // timings are recorded: engines' backward marks count
+	prepare(r *Reducer, sync bool)          // Prepare: an iteration's stamps start
+	backwardStarted()                       // the engine's mark, from any goroutine
+	backwardEnded()                         // the engine's mark, or Finalize's
+	copyStart() int64                       // a gradient's store starts; copied ends it
+	copied(i int, start int64)              // parameter i's gradient is in its bucket
+	launchStart() int64                     // a bucket's comm hook is called; launched follows
+	launched(b int, start int64, w pg.Work) // bucket b's hook returned w
+	hookGroup(g pg.ProcessGroup) pg.ProcessGroup
+	waitStart() int64                      // Finalize waits for a bucket; waited follows
+	waited(b int, s span)                  // Finalize's wait for bucket b took s
+	failed(err error)                      // a fatal error
+	rebuilt(r *Reducer, order []int)       // the buckets were rebuilt in order
+	finish(r *Reducer, sync bool, num int) // an iteration is over
+	loggingData() logger.Data
+}
+
+// nopObserver is observation off.
+type nopObserver struct{}
+
+func (nopObserver) on() bool                                    { return false }
+func (nopObserver) prepare(*Reducer, bool)                      {}
+func (nopObserver) backwardStarted()                            {}
+func (nopObserver) backwardEnded()                              {}
+func (nopObserver) copyStart() int64                            { return 0 }
+func (nopObserver) copied(int, int64)                           {}
+func (nopObserver) launchStart() int64                          { return 0 }
+func (nopObserver) launched(int, int64, pg.Work)                {}
+func (nopObserver) hookGroup(g pg.ProcessGroup) pg.ProcessGroup { return g }
+func (nopObserver) waitStart() int64                            { return 0 }
+func (nopObserver) waited(int, span)                            {}
+func (nopObserver) failed(error)                                {}
+func (nopObserver) rebuilt(*Reducer, []int)                     {}
+func (nopObserver) finish(*Reducer, bool, int)                  {}
+func (nopObserver) loggingData() logger.Data                    { return logger.Data{} }
+
+// liveObserver is observation on: some sink is set.
+type liveObserver struct {
 	origin time.Time
 	log    *logger.Logger
 	m      *metrics         // nil without a Registerer
@@ -73,14 +112,12 @@ type watchItem struct {
 // observe sets up the sinks the options name and logs the construction
 // data. It runs at the end of New.
 func (r *Reducer) observe() error {
-	o := &r.obs
 	logs := r.opts.Logger.Core().Enabled(zapcore.InfoLevel) // false for the nil Logger's zap.NewNop
-	o.on = r.opts.Registerer != nil || r.opts.Timeline != nil || logs
-	if !o.on {
+	if r.opts.Registerer == nil && r.opts.Timeline == nil && !logs {
+		r.obs = nopObserver{}
 		return nil
 	}
-	o.origin = time.Now()
-	o.tl = r.opts.Timeline
+	o := &liveObserver{origin: time.Now(), tl: r.opts.Timeline}
 	if r.opts.Registerer != nil {
 		m, err := newMetrics(r.opts.Registerer, r.g)
 		if err != nil {
@@ -89,6 +126,7 @@ func (r *Reducer) observe() error {
 		o.m = m
 	}
 	o.log = logger.New(r.opts.Logger, r.construction())
+	r.obs = o
 	return nil
 }
 
@@ -113,30 +151,27 @@ func (r *Reducer) construction() logger.Construction {
 // LoggingData returns DDP's logging data: the construction data and the
 // latest sampled iteration's (c10d's _get_ddp_logging_data). It is empty
 // when observation is off (no Logger, Registerer or Timeline).
-func (r *Reducer) LoggingData() logger.Data {
-	if r.obs.log == nil {
-		return logger.Data{}
-	}
-	return r.obs.log.Data()
-}
+func (r *Reducer) LoggingData() logger.Data { return r.obs.loggingData() }
+
+func (o *liveObserver) loggingData() logger.Data { return o.log.Data() }
+
+func (o *liveObserver) on() bool { return true }
 
 // now is the time since origin, never 0.
-func (o *observer) now() int64 { return int64(time.Since(o.origin)) + 1 }
+func (o *liveObserver) now() int64 { return int64(time.Since(o.origin)) + 1 }
 
-func (o *observer) at(ns int64) time.Time {
+func (o *liveObserver) at(ns int64) time.Time {
 	if ns == 0 {
 		return time.Time{}
 	}
 	return o.origin.Add(time.Duration(ns - 1))
 }
 
-func (o *observer) since(s span) time.Duration { return time.Duration(s.end - s.start) }
+func (o *liveObserver) since(s span) time.Duration { return time.Duration(s.end - s.start) }
 
-// prepare starts an iteration's stamps. r.mu is held.
-func (o *observer) prepare(r *Reducer, sync bool) {
-	if !o.on {
-		return
-	}
+// prepare starts an iteration's stamps. r.mu is not held: Prepare's
+// machine is busy until it returns.
+func (o *liveObserver) prepare(r *Reducer, sync bool) {
 	if !o.hooked {
 		o.hooked = true
 		name := commhook.Name(r.hook)
@@ -161,7 +196,7 @@ func (o *observer) prepare(r *Reducer, sync bool) {
 	}
 }
 
-func (o *observer) setLayout(r *Reducer) {
+func (o *liveObserver) setLayout(r *Reducer) {
 	o.layout = r.layout
 	bytes := r.layout.bucketBytes()
 	o.planBytes = 0
@@ -179,7 +214,7 @@ func (o *observer) setLayout(r *Reducer) {
 
 // watch records when each launched bucket's Work completes, in launch
 // order, until the iteration ends.
-func (o *observer) watch() {
+func (o *liveObserver) watch() {
 	for it := range o.watchCh {
 		if it.b < 0 {
 			break
@@ -192,7 +227,7 @@ func (o *observer) watch() {
 
 // endWatch ends the watcher and, when wait is set, waits for it to have
 // recorded every launched bucket.
-func (o *observer) endWatch(wait bool) {
+func (o *liveObserver) endWatch(wait bool) {
 	o.wmu.Lock()
 	if !o.watching {
 		o.wmu.Unlock()
@@ -208,14 +243,10 @@ func (o *observer) endWatch(wait bool) {
 
 // backwardStarted is the DDP wrapper's mark: backward begins. It runs
 // on the tape's goroutine.
-func (o *observer) backwardStarted() { o.bwdStart.CompareAndSwap(0, o.now()) }
+func (o *liveObserver) backwardStarted() { o.bwdStart.CompareAndSwap(0, o.now()) }
 
 // backwardEnded stamps the end of backward, if nothing did before.
-func (o *observer) backwardEnded() {
-	if o.on {
-		o.bwdEnd.CompareAndSwap(0, o.now())
-	}
-}
+func (o *liveObserver) backwardEnded() { o.bwdEnd.CompareAndSwap(0, o.now()) }
 
 // markBackwardEnd is called by the DDP wrapper when the tape finishes.
 func (r *Reducer) markBackwardEnd() {
@@ -223,24 +254,14 @@ func (r *Reducer) markBackwardEnd() {
 }
 
 // copyStart and copied bracket the copy of parameter i's gradient.
-func (o *observer) copyStart() int64 {
-	if !o.on {
-		return 0
-	}
+func (o *liveObserver) copyStart() int64 {
 	return o.now()
 }
 
-func (o *observer) copied(i int, start int64) {
-	if o.on {
-		o.copies[i] = span{start, o.now()}
-	}
-}
+func (o *liveObserver) copied(i int, start int64) { o.copies[i] = span{start, o.now()} }
 
 // launchStart and launched bracket the comm hook's call on bucket b.
-func (o *observer) launchStart() int64 {
-	if !o.on {
-		return 0
-	}
+func (o *liveObserver) launchStart() int64 {
 	t := o.now()
 	if o.firstLaunch == 0 {
 		o.firstLaunch = t
@@ -248,10 +269,7 @@ func (o *observer) launchStart() int64 {
 	return t
 }
 
-func (o *observer) launched(b int, start int64, w pg.Work) {
-	if !o.on {
-		return
-	}
+func (o *liveObserver) launched(b int, start int64, w pg.Work) {
 	o.buckets[b].launch = span{start, o.now()}
 	o.buckets[b].launched = true
 	o.wmu.Lock()
@@ -265,7 +283,7 @@ func (o *observer) launched(b int, start int64, w pg.Work) {
 // a Counter of the bytes the hook hands over. The Counter hides none of
 // g's abilities and counts through them (pg.As finds counting views of
 // Send, Split and the rest), so a hook runs as it would on g itself.
-func (o *observer) hookGroup(g pg.ProcessGroup) pg.ProcessGroup {
+func (o *liveObserver) hookGroup(g pg.ProcessGroup) pg.ProcessGroup {
 	if o.m == nil {
 		return g
 	}
@@ -273,24 +291,14 @@ func (o *observer) hookGroup(g pg.ProcessGroup) pg.ProcessGroup {
 }
 
 // waitStart and waited bracket Finalize's wait for bucket b.
-func (o *observer) waitStart() int64 {
-	if !o.on {
-		return 0
-	}
+func (o *liveObserver) waitStart() int64 {
 	return o.now()
 }
 
-func (o *observer) waited(b int, s span) {
-	if o.on {
-		o.buckets[b].wait = s
-	}
-}
+func (o *liveObserver) waited(b int, s span) { o.buckets[b].wait = s }
 
 // failed counts a fatal error and lets the watcher go.
-func (o *observer) failed(err error) {
-	if !o.on {
-		return
-	}
+func (o *liveObserver) failed(err error) {
 	if o.m != nil {
 		o.m.errors.WithLabelValues(errorType(err)).Inc()
 	}
@@ -298,10 +306,7 @@ func (o *observer) failed(err error) {
 }
 
 // rebuilt records a bucket rebuild in the given ready order.
-func (o *observer) rebuilt(r *Reducer, order []int) {
-	if !o.on {
-		return
-	}
+func (o *liveObserver) rebuilt(r *Reducer, order []int) {
 	if o.m != nil {
 		o.m.rebuilds.Inc()
 	}
@@ -322,10 +327,7 @@ func (r *Reducer) unusedBytes() int64 {
 
 // finish publishes a completed iteration; num, the synchronised
 // iterations so far, already counts it when it was synchronised.
-func (o *observer) finish(r *Reducer, sync bool, num int) {
-	if !o.on {
-		return
-	}
+func (o *liveObserver) finish(r *Reducer, sync bool, num int) {
 	end := o.now()
 	o.endWatch(true)
 	o.settle()
@@ -353,7 +355,7 @@ func (o *observer) finish(r *Reducer, sync bool, num int) {
 // settle bounds each bucket's completion by the end of Finalize's wait
 // for it: the Work was done when Wait returned. The watcher's stamp can
 // be later than that by its own wake-up, and is kept only when earlier.
-func (o *observer) settle() {
+func (o *liveObserver) settle() {
 	for b := range o.buckets {
 		t := &o.buckets[b]
 		if t.wait.end != 0 && (t.done == 0 || t.done > t.wait.end) {
@@ -362,14 +364,14 @@ func (o *observer) settle() {
 	}
 }
 
-func (o *observer) lastWait() time.Duration {
+func (o *liveObserver) lastWait() time.Duration {
 	if len(o.buckets) == 0 {
 		return 0
 	}
 	return o.since(o.buckets[len(o.buckets)-1].wait)
 }
 
-func (o *observer) observeMetrics(bwdStart, end int64, sync bool) {
+func (o *liveObserver) observeMetrics(bwdStart, end int64, sync bool) {
 	m := o.m
 	m.iterations.Inc()
 	if s := o.bwdStart.Load(); s != 0 {

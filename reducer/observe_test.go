@@ -348,7 +348,7 @@ func TestObservationInEveryMode(t *testing.T) {
 				return r.opts.Timeline.Close()
 			}))
 			for rank := range 2 {
-				if v := testutil.ToFloat64(rs[rank].obs.m.iterations); v != float64(len(mode.sync)) {
+				if v := testutil.ToFloat64(rs[rank].obs.(*liveObserver).m.iterations); v != float64(len(mode.sync)) {
 					t.Errorf("rank %d: ddp_iterations_total %v, want %d", rank, v, len(mode.sync))
 				}
 				if !json.Valid(bufs[rank].Bytes()) {
@@ -389,7 +389,7 @@ func TestFailedCommunicationIsCounted(t *testing.T) {
 	if err := r.Finalize(ctx); !errors.Is(err, pg.ErrTimeout) {
 		t.Fatalf("Finalize: %v, want a timeout", err)
 	}
-	if v := testutil.ToFloat64(r.obs.m.errors.WithLabelValues("timeout")); v != 1 {
+	if v := testutil.ToFloat64(r.obs.(*liveObserver).m.errors.WithLabelValues("timeout")); v != 1 {
 		t.Errorf("ddp_errors_total{type=timeout} = %v, want 1", v)
 	}
 }
@@ -403,7 +403,8 @@ func TestRebuiltReducerSharesSeries(t *testing.T) {
 		r := newObserved(t, 1, func(int) Options { return observedOpts(reg) })
 		scripted(t, r, 2, nil)
 	}
-	if v := testutil.ToFloat64(newObserved(t, 1, func(int) Options { return observedOpts(reg) })[0].obs.m.iterations); v != 6 {
+	last := newObserved(t, 1, func(int) Options { return observedOpts(reg) })[0]
+	if v := testutil.ToFloat64(last.obs.(*liveObserver).m.iterations); v != 6 {
 		t.Errorf("ddp_iterations_total = %v after two reducers of 3 iterations each, want 6", v)
 	}
 }

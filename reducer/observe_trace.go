@@ -6,7 +6,7 @@ import (
 )
 
 // trace writes the iteration's events to the timeline.
-func (o *observer) trace(r *Reducer, bwdStart, end int64, sync bool) {
+func (o *liveObserver) trace(r *Reducer, bwdStart, end int64, sync bool) {
 	e := timeline.Event{Name: "step", Lane: timeline.LaneStep, Start: o.at(o.fwdStart), End: o.at(end)}
 	e.Args[0] = timeline.Arg{Key: "iteration", Value: int64(o.iterations)}
 	e.Args[1] = timeline.Arg{Key: "sync", Value: b2i(sync)}
@@ -38,7 +38,7 @@ func (o *observer) trace(r *Reducer, bwdStart, end int64, sync bool) {
 	}
 }
 
-func (o *observer) bucketEvent(name string, lane, b int, s span, bk *bucket.Bucket) {
+func (o *liveObserver) bucketEvent(name string, lane, b int, s span, bk *bucket.Bucket) {
 	e := timeline.Event{Name: name, Lane: lane, Start: o.at(s.start), End: o.at(s.end)}
 	e.Args[0] = timeline.Arg{Key: "bucket", Value: int64(b)}
 	e.Args[1] = timeline.Arg{Key: "bytes", Value: int64(bk.Bytes())}

@@ -12,23 +12,6 @@ import (
 	"github.com/goddp/ddp/pg/nccl/nccltest"
 )
 
-// The machine checks every launch and agrees after the wait, used map
-// included: Note [where the NaN began].
-func TestMachineFindOriginChecksLaunchesAndAgreesLast(t *testing.T) {
-	m := testMachine(2, Options{FindNonFiniteOrigin: true, FindUnusedParameters: true}, [][]int{{1}, {0}})
-	step(t, "begin", acts(m.begin(true, nil)), "device+") // no rebuild with FindUnusedParameters
-	m.began()
-	step(t, "ready 1", acts(m.ready(1)), "store 1, upload 1, launch+ 0")
-	step(t, "ready 0", acts(m.ready(0)), "store 0, upload 0, launch+ 1")
-	step(t, "finish", acts(m.finish()), "wait+, agreeOrigin") // on the used map's allreduce
-	m = testMachine(2, Options{FindNonFiniteOrigin: true}, [][]int{{1}, {0}})
-	m.begin(true, nil)
-	m.began()
-	m.ready(1)
-	m.ready(0)
-	step(t, "finish without the used map", acts(m.finish()), "wait, agreeOrigin+") // an allreduce of its own
-}
-
 func powerSGDHook(t testing.TB) func() commhook.Hook {
 	return func() commhook.Hook {
 		h, err := commhook.NewPowerSGD(commhook.PowerSGDOptions{MatrixApproximationRank: 1, StartIter: 2, UseErrorFeedback: true, WarmStart: true})

@@ -20,14 +20,14 @@ type Progress struct {
 func (r *Reducer) Progress() Progress {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m := r.m
-	p := Progress{Phase: m.phase.String(), Iterations: m.num, Ready: m.t.numReady, Params: len(m.params),
-		Launched: m.t.next, Buckets: len(m.t.pending)}
-	if m.phase == phaseBusy {
-		p.BusyIn = m.busyIn
+	s := r.m.status()
+	p := Progress{Phase: s.phase.String(), Iterations: s.iterations, Ready: s.ready, Params: s.params,
+		Launched: s.launched, Buckets: s.buckets}
+	if s.phase == phaseBusy {
+		p.BusyIn = s.busyIn
 	}
-	if m.phase == phaseFailed && m.err != nil {
-		p.Err = m.err.Error()
+	if s.phase == phaseFailed && s.err != nil {
+		p.Err = s.err.Error()
 	}
 	return p
 }

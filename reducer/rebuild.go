@@ -2,6 +2,7 @@ package reducer
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
@@ -36,7 +37,7 @@ func (r *Reducer) rebuildBuckets(order []int, carry bool) error {
 	}
 	r.mu.Lock()
 	r.layout = l
-	r.m.replan(plan)
+	_, _ = r.m.step(evReplanned{plan: plan}, nil) // takes any plan
 	r.mu.Unlock()
 	r.obs.rebuilt(r, order) // observe.go
 	r.log.Info("Reducer buckets have been rebuilt in this iteration.",
@@ -49,5 +50,5 @@ func (r *Reducer) rebuildBuckets(order []int, carry bool) error {
 func (r *Reducer) ReadyOrder() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.m.readyOrder()
+	return slices.Clone(r.m.status().readyOrder)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/goddp/ddp/commhook"
@@ -53,17 +54,18 @@ type Reducer struct {
 	spans    []memSpan   // scratch of checkDisjoint: Note [one memory per result]
 
 	queue, spare []action // MarkReady's actions, performed in order by one goroutine: see drain
-	finishing    []action // Finalize's copy of the machine's actions, reused
+	preparing    []action // Prepare's actions: its own buffer, which the machine appends to
+	finishing    []action // Finalize's, likewise
 	draining     bool
+	fin          finishState // what Finalize's actions hand to each other: iteration.go
 
-	mixed *mixedState // MixedPrecision; nil when off: see mixed.go
-	dev   deviceState // device buckets: device.go
-	host  hostBuffers // host buckets in the group's memory: hostbuf.go
+	tr   transport   // host, mixed precision or device buckets: transport.go
+	dev  deviceState // device buckets: device.go
+	host hostBuffers // host buckets in the group's memory: hostbuf.go
 
 	origin originState // FindNonFiniteOrigin's findings: origin.go
 
-	divisor      int  // what the default allreduce divides by under a Join; 0: the world size (join.go)
-	othersJoined bool // under a Join, some rank has run out of inputs: replicas differ until Finish (replicas.go)
+	divisor int // what the default allreduce divides by under a Join; 0: the world size (uneven.go)
 
 	copies copyCounters // see view.go; atomic, read without the lock
 	obs    observer     // metrics, logging data and timeline: see observe.go
@@ -92,7 +94,7 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if err != nil {
 		return nil, err
 	}
-	r := &Reducer{g: g, opts: opts, params: params, log: opts.Logger.With(zap.Int("rank", g.Rank()))}
+	r := &Reducer{g: g, opts: opts, params: params, log: opts.Logger.With(zap.Int("rank", g.Rank())), obs: nopObserver{}}
 	if err := r.describe(); err != nil {
 		return nil, err
 	}
@@ -109,18 +111,17 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	}
 	r.initHostBuffers() // hostbuf.go
 	r.layout = r.newLayout(plan, limits)
-	r.m = newMachine(params, g.Rank(), opts, plan)
+	used := make([]int32, len(params))
 	r.initDevice() // device.go
+	r.m = newMachine(params, r.dtypes, g.Rank(), opts, plan, used, r.dev.alloc != nil)
 	r.initOrigin() // origin.go
 	r.dst = make([]pg.Tensor, len(params))
-	r.usedMap = pg.Int32s(r.m.used)
+	r.usedMap = pg.Int32s(used)
 	r.hook = opts.Hook
 	if r.hook == nil {
 		r.hook = commhook.Allreduce{}
 	}
-	if opts.MixedPrecision != nil {
-		r.setupMixed() // mixed.go
-	}
+	r.tr = r.newTransport()             // transport.go
 	if err := r.observe(); err != nil { // logs "DDP initialized"; see observe.go
 		return nil, fmt.Errorf("reducer: observability: %w", err)
 	}
@@ -151,13 +152,13 @@ func (r *Reducer) describe() error {
 func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.m.usable(); err != nil {
+	if err := r.m.status().usable(); err != nil {
 		return err
 	}
 	if h == nil {
 		return fmt.Errorf("%w: the hook is nil", ErrHookRegistration)
 	}
-	if r.opts.Hook != nil || r.started || r.mixed != nil {
+	if r.opts.Hook != nil || r.started || r.opts.MixedPrecision != nil {
 		return fmt.Errorf("%w (hook %q is already in use; register it once, after New and before training)", ErrHookRegistration, commhook.Name(r.hook))
 	}
 	r.hook, r.opts.Hook = h, h
@@ -175,10 +176,10 @@ func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 func (r *Reducer) GloballyUnused() []bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.m.globalUnused == nil {
-		return nil
+	if u := r.m.status().globalUnused; u != nil {
+		return slices.Clone(u)
 	}
-	return append([]bool(nil), r.m.globalUnused...)
+	return nil
 }
 
 // Buckets returns the current bucket plan: parameter indices per bucket,
@@ -198,8 +199,5 @@ func (r *Reducer) Buckets() [][]int {
 func (r *Reducer) Gradient(i int) pg.Tensor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.mixed != nil {
-		return r.mixed.master[i]
-	}
-	return r.layout.view(i)
+	return r.tr.result(i)
 }

@@ -147,5 +147,5 @@ func rankList(ranks []int) string {
 func (r *Reducer) shadowed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.othersJoined
+	return r.m.status().othersJoined
 }

@@ -67,7 +67,7 @@ func (r *Reducer) GradientBuffer(i int) pg.Tensor {
 func (r *Reducer) Accumulating() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.m.window
+	return r.m.status().window
 }
 
 // sameMemory reports whether a and b are the same bytes.

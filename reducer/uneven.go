@@ -114,7 +114,7 @@ func (j *Join) Step(ctx context.Context, sync bool) error {
 	j.setDivisor(got)
 	if int(got[joinActive]) < j.r.g.Size() {
 		j.r.mu.Lock()
-		j.r.othersJoined = true // the joined ranks stop stepping: Note [replica check]
+		_, _ = j.r.m.step(evJoin{othersJoined: true}, nil) // the joined ranks stop stepping: Note [replica check]
 		j.r.mu.Unlock()
 	}
 	return nil
@@ -142,7 +142,7 @@ func (j *Join) Finish(ctx context.Context) error {
 	defer func() {
 		j.r.mu.Lock()
 		j.r.divisor = 0
-		j.r.othersJoined = false // syncFinalModel made the replicas equal again
+		_, _ = j.r.m.step(evJoin{othersJoined: false}, nil) // syncFinalModel made the replicas equal again
 		j.r.mu.Unlock()
 	}()
 	mine := [joinWidth]int32{}
@@ -192,8 +192,9 @@ func (j *Join) shadow(ctx context.Context) error {
 	if err := r.Prepare(ctx, Iteration{Sync: true}); err != nil {
 		return fmt.Errorf("reducer: join: shadowing an iteration: %w", err)
 	}
+	staticUnused := r.staticUnused()
 	for i := len(j.zeros) - 1; i >= 0; i-- { // the order backward produces them
-		if r.staticUnused(i) {
+		if staticUnused != nil && staticUnused[i] {
 			continue // Prepare marks StaticGraph's unused set ready, as in this rank's own iterations
 		}
 		if err := r.MarkReady(i, j.zeros[i]); err != nil {
@@ -208,12 +209,13 @@ func (j *Join) shadow(ctx context.Context) error {
 	return nil
 }
 
-// staticUnused reports whether parameter i is in this rank's StaticGraph
-// unused set, which its first iteration found.
-func (r *Reducer) staticUnused(i int) bool {
+// staticUnused is this rank's StaticGraph unused set, which its first
+// iteration found (nil before it, or without StaticGraph). It is the
+// machine's, which replaces rather than changes it: read only.
+func (r *Reducer) staticUnused() []bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.m.staticUnused != nil && r.m.staticUnused[i]
+	return r.m.status().staticUnused
 }
 
 // syncFinalModel agrees on the authoritative rank, the highest among the
