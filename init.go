@@ -13,6 +13,7 @@ import (
 
 	"github.com/goddp/ddp/nccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/env"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/store"
@@ -117,7 +118,7 @@ func (g *Group) Close() error {
 // The same program then runs unchanged under ddp-train --nproc N, torchrun,
 // mpirun (with MASTER_ADDR exported, or -tags mpi), srun and Kubernetes.
 func InitProcessGroup(ctx context.Context, o InitOptions) (*Group, error) {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, fmt.Errorf("ddp: InitProcessGroup: %w", err)
 	}
 	if o.Timeout <= 0 {

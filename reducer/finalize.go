@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"go.uber.org/zap"
 )
 
@@ -13,7 +14,7 @@ import (
 // to MarkReady. Parameters that no rank used keep their gradients
 // untouched. It fails, naming the parameters, if some got no gradient.
 func (r *Reducer) Finalize(ctx context.Context) error {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return fmt.Errorf("reducer: Finalize: %w", err)
 	}
 	r.mu.Lock()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"go.uber.org/zap"
 )
 
@@ -28,7 +29,7 @@ type Iteration struct {
 // gradient-ready order, it rebuilds the buckets in that order, which is a
 // collective.
 func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return fmt.Errorf("reducer: Prepare: %w", err)
 	}
 	r.mu.Lock()
@@ -172,7 +173,7 @@ func (r *Reducer) store(i int, add bool) error {
 		copy(v.Data, grad.Data)
 		return nil
 	}
-	return pg.Add(v, grad)
+	return backend.Add(v, grad)
 }
 
 // launch runs the comm hook on bucket b, first checking this rank's
