@@ -6,7 +6,7 @@ import (
 	"github.com/goddp/ddp/pg/backend"
 )
 
-// The half-precision conversions are pg's (pg/convert.go); the kernel
+// The half-precision conversions are pg/backend's (convert.go); the kernel
 // names them here for its loops, and its tests check them exhaustively.
 
 // F16ToF32 converts an IEEE 754 binary16 bit pattern to float32 exactly.
