@@ -20,9 +20,9 @@ import (
 //   - no answer within the probe's timeout, or no route to the host: the
 //     network to it is down or partitioned (or the host itself is).
 //
-// pg/backend.PeerProber is the ability a backend offers for this; pg/desync probes
-// the ranks its diagnosis finds silent and puts the result in the
-// *StallError (RankProgress.Reach, StallError.Unreachable).
+// pg/backend's PeerProber is the ability a backend offers for this;
+// pg/desync probes the ranks its diagnosis finds silent and puts the
+// result in the *StallError (RankProgress.Reach, StallError.Unreachable).
 
 // Reach is what a network probe of a rank's listening address found.
 type Reach int
