@@ -293,7 +293,7 @@ func layerTable() []layer {
 			"internal/base/...", "nccl", "logger", "timeline", "bench/scale/model",
 		}, engineFree},
 		{"the process-group interface", []string{"pg"}, engineFree},
-		{"the backend and wrapper author's kit: checks, completions, conversions, probes", []string{"pg/backend"}, engineFree},
+		{"the backend author's kit: checks, completions, conversions, probes", []string{"pg/backend"}, engineFree},
 		{"what backends share: reduction kernels, the wire format", []string{"pg/internal/..."}, engineFree},
 		{"rendezvous: stores and launcher conventions", []string{"pg/store/...", "pg/env/..."}, engineFree},
 		{"backends, group wrappers, the conformance suite", []string{
