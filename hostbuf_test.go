@@ -9,7 +9,7 @@ import (
 )
 
 // TestGorgoniaParityHostBuffers: on tcp with shared memory, the reducer
-// keeps its buckets in the group's arena (pg.HostBufferAllocator), and a
+// keeps its buckets in the group's arena (backend.HostBufferAllocator), and a
 // model wide enough for its buckets to skip the small-message path is
 // reduced in place, ranks reading and writing each other's buckets (the
 // group counts those AllReduces). Training still matches one process on

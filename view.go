@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/gtensor"
-	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/reducer"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -55,7 +55,7 @@ func (d *DDP) placeGradient(i int, v gorgonia.Value) (gorgonia.Value, error) {
 		return nil, d.r.MarkReady(i, src) // the copying path; MarkReady checks and counts it
 	}
 	if d.r.Accumulating() {
-		if err := pg.Add(buf, src); err != nil {
+		if err := backend.Add(buf, src); err != nil {
 			return nil, err
 		}
 	} else {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // AverageParameters replaces every parameter, in place, with its average
@@ -27,7 +28,7 @@ func AverageParameters(ctx context.Context, g pg.ProcessGroup, params []pg.Tenso
 	flat := pg.NewTensor(dt, n)
 	off := 0
 	for _, p := range params {
-		if err := pg.Convert(flat.Slice(off, off+p.Len()), p); err != nil {
+		if err := backend.Convert(flat.Slice(off, off+p.Len()), p); err != nil {
 			return fmt.Errorf("averaging: %w", err)
 		}
 		off += p.Len()
@@ -40,7 +41,7 @@ func AverageParameters(ctx context.Context, g pg.ProcessGroup, params []pg.Tenso
 	}
 	off = 0
 	for _, p := range params {
-		if err := pg.Convert(p, flat.Slice(off, off+p.Len())); err != nil {
+		if err := backend.Convert(p, flat.Slice(off, off+p.Len())); err != nil {
 			return fmt.Errorf("averaging: %w", err)
 		}
 		off += p.Len()

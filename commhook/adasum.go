@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Adasum is Horovod's Adasum reduction (hvd.Adasum) as a comm hook.
@@ -315,7 +316,7 @@ func dotAndNorms(a, b pg.Tensor) (dot, an, bn float64) {
 	case pg.Float16:
 		x, y := pg.View[uint16](a), pg.View[uint16](b)
 		for i := range x {
-			u, v := float64(pg.F16ToF32(x[i])), float64(pg.F16ToF32(y[i]))
+			u, v := float64(backend.F16ToF32(x[i])), float64(backend.F16ToF32(y[i]))
 			dot = math.FMA(u, v, dot)
 			an = math.FMA(u, u, an)
 			bn = math.FMA(v, v, bn)
@@ -343,8 +344,8 @@ func scaledAdd(ca float64, a pg.Tensor, cb float64, b pg.Tensor) {
 		x, y := pg.View[uint16](a), pg.View[uint16](b)
 		fa, fb := float32(ca), float32(cb)
 		for i := range x {
-			ax := fa * pg.F16ToF32(x[i])
-			x[i] = pg.F32ToF16(float32(math.FMA(float64(fb), float64(pg.F16ToF32(y[i])), float64(ax))))
+			ax := fa * backend.F16ToF32(x[i])
+			x[i] = backend.F32ToF16(float32(math.FMA(float64(fb), float64(backend.F16ToF32(y[i])), float64(ax))))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	fvec "github.com/goddp/ddp/internal/vec"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Allreduce is the default hook, PyTorch's allreduce_hook: divide the
@@ -57,16 +58,16 @@ func Divide(t pg.Tensor, n int) error {
 }
 
 // divideHalf divides a float16 or bfloat16 tensor by d in float32, a
-// block at a time: widen, divide, round back to nearest even (pg.Convert's
+// block at a time: widen, divide, round back to nearest even (backend.Convert's
 // casts).
 func divideHalf(t pg.Tensor, d float32) {
 	var a [4096]float32 // 16 KiB: stays in L1, and amortizes Convert's checks
 	for lo := 0; lo < t.Len(); lo += len(a) {
 		part := t.Slice(lo, min(lo+len(a), t.Len()))
 		block := a[:part.Len()]
-		_ = pg.Convert(pg.Float32s(block), part) // float to float of one length: cannot fail
+		_ = backend.Convert(pg.Float32s(block), part) // float to float of one length: cannot fail
 		fvec.DivF32(block, d)
-		_ = pg.Convert(part, pg.Float32s(block))
+		_ = backend.Convert(part, pg.Float32s(block))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // BatchedPowerSGD is torch's batched_powerSGD_hook: PowerSGD on the whole
@@ -127,7 +128,7 @@ func newBatchedJob[T float](c *core, g pg.ProcessGroup, b *GradBucket) (*batched
 // P = M·Q from the orthogonalized Q.
 func (j *batchedJob[T]) prepare() error {
 	j.mat = make([]T, j.s*j.s)
-	if err := pg.Convert(tensorOf(j.mat[:j.b.Buffer.Len()]), j.b.Buffer); err != nil {
+	if err := backend.Convert(tensorOf(j.mat[:j.b.Buffer.Len()]), j.b.Buffer); err != nil {
 		return err
 	}
 	if j.addErr {
@@ -164,5 +165,5 @@ func (j *batchedJob[T]) finish(ctx context.Context, qw pg.Work) error {
 	if j.state != nil {
 		copy(j.state, j.q.data)
 	}
-	return pg.Convert(j.b.Buffer, tensorOf(j.mat[:j.b.Buffer.Len()]))
+	return backend.Convert(j.b.Buffer, tensorOf(j.mat[:j.b.Buffer.Len()]))
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // core is what PowerSGD and BatchedPowerSGD share: the options, the
@@ -129,7 +130,7 @@ func (v *vec[T]) allreduce(ctx context.Context, g pg.ProcessGroup) pg.Work {
 	v.sent = tensorOf(v.data)
 	if v.sent.Dtype != v.wire {
 		t := pg.NewTensor(v.wire, len(v.data))
-		if err := pg.Convert(t, v.sent); err != nil {
+		if err := backend.Convert(t, v.sent); err != nil {
 			return pg.Completed(err)
 		}
 		v.sent = t
@@ -145,7 +146,7 @@ func (v *vec[T]) wait(ctx context.Context, w pg.Work, what string) error {
 	if len(v.data) == 0 {
 		return nil
 	}
-	return pg.Convert(tensorOf(v.data), v.sent)
+	return backend.Convert(tensorOf(v.data), v.sent)
 }
 
 func tensorOf[T float](s []T) pg.Tensor {

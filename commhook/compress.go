@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Compress returns a hook that runs inner on a copy of each bucket
@@ -14,7 +15,7 @@ import (
 // bytes sent; around PowerSGD, it halves P and Q. A bucket that already
 // has dtype goes to inner as it is.
 //
-// The conversions round to nearest even (see pg.Convert: float64 goes
+// The conversions round to nearest even (see backend.Convert: float64 goes
 // through float32, as torch's .to does). inner sees the same Index,
 // Params and IsLast; only Buffer is the compressed copy.
 //
@@ -41,7 +42,7 @@ func (c *compressed) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) 
 		return c.inner.Run(ctx, g, b)
 	}
 	small := pg.NewTensor(c.dtype, b.Buffer.Len())
-	if err := pg.Convert(small, b.Buffer); err != nil {
+	if err := backend.Convert(small, b.Buffer); err != nil {
 		return pg.Completed(fmt.Errorf("commhook: %s: %w", c.name, err))
 	}
 	w := c.inner.Run(ctx, g, &GradBucket{Index: b.Index, Buffer: small, Params: b.Params, IsLast: b.IsLast})
@@ -61,7 +62,7 @@ func decompress(err error, dst, src pg.Tensor) error {
 	if err != nil {
 		return err
 	}
-	return pg.Convert(dst, src)
+	return backend.Convert(dst, src)
 }
 
 func isDone(w pg.Work) bool {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // halfFormat is float16 or bfloat16 for the reference.
@@ -18,8 +19,8 @@ type halfFormat struct {
 }
 
 var (
-	f16  = halfFormat{pg.Float16, pg.F16ToF32, pg.F32ToF16}
-	bf16 = halfFormat{pg.BFloat16, pg.BF16ToF32, pg.F32ToBF16}
+	f16  = halfFormat{pg.Float16, backend.F16ToF32, backend.F32ToF16}
+	bf16 = halfFormat{pg.BFloat16, backend.BF16ToF32, backend.F32ToBF16}
 )
 
 // compressReference is torch's fp16_compress_hook computed serially for
@@ -148,7 +149,7 @@ func TestCompressWrapsAnyHook(t *testing.T) {
 		return err
 	})
 	for i := range in[0] {
-		want := float64(pg.BF16ToF32(pg.F32ToBF16(pg.BF16ToF32(pg.F32ToBF16(float32(in[0][i]))) + pg.BF16ToF32(pg.F32ToBF16(float32(in[1][i]))))))
+		want := float64(backend.BF16ToF32(backend.F32ToBF16(backend.BF16ToF32(backend.F32ToBF16(float32(in[0][i]))) + backend.BF16ToF32(backend.F32ToBF16(float32(in[1][i]))))))
 		if out[0][i] != want || out[1][i] != want {
 			t.Errorf("element %d: got %v and %v, want %v", i, out[0][i], out[1][i], want)
 		}

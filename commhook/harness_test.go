@@ -10,6 +10,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp"
@@ -142,7 +143,7 @@ func fill(buckets []*commhook.GradBucket, value func(bucket, i int) float64) {
 		for i := range v {
 			v[i] = value(b, i)
 		}
-		if err := pg.Convert(gb.Buffer, pg.Float64s(v)); err != nil {
+		if err := backend.Convert(gb.Buffer, pg.Float64s(v)); err != nil {
 			panic(err)
 		}
 	}
@@ -151,7 +152,7 @@ func fill(buckets []*commhook.GradBucket, value func(bucket, i int) float64) {
 // values reads a bucket's buffer as float64.
 func values(b *commhook.GradBucket) []float64 {
 	v := make([]float64, b.Buffer.Len())
-	if err := pg.Convert(pg.Float64s(v), b.Buffer); err != nil {
+	if err := backend.Convert(pg.Float64s(v), b.Buffer); err != nil {
 		panic(err)
 	}
 	return v

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // ErrInvalidConfig is wrapped by the errors of NewPowerSGD and
@@ -220,7 +221,7 @@ func newLayerJob[T float](c *core, g pg.ProcessGroup, b *GradBucket) (*layerJob[
 func (j *layerJob[T]) prepare() error {
 	if j.work == nil { // a half bucket: compute in float32
 		j.work = make([]T, j.b.Buffer.Len())
-		if err := pg.Convert(tensorOf(j.work), j.b.Buffer); err != nil {
+		if err := backend.Convert(tensorOf(j.work), j.b.Buffer); err != nil {
 			return err
 		}
 	}
@@ -302,7 +303,7 @@ func (j *layerJob[T]) finish(ctx context.Context, uw, qw pg.Work) error {
 		}
 	}
 	if !isView(j.work, j.b.Buffer) {
-		return pg.Convert(j.b.Buffer, tensorOf(j.work))
+		return backend.Convert(j.b.Buffer, tensorOf(j.work))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Stateful is implemented by hooks whose state lives across iterations
@@ -72,7 +73,7 @@ func stateVec[T float](m map[string]pg.Tensor, key string, n int) ([]T, bool, er
 		return nil, false, fmt.Errorf("commhook: the saved state %q holds %d values, but the model needs %d; was it saved by another model?", key, t.Len(), n)
 	case t.Dtype != want:
 		c := pg.NewTensor(want, n)
-		if err := pg.Convert(c, t); err != nil {
+		if err := backend.Convert(c, t); err != nil {
 			return nil, false, err
 		}
 		t = c
@@ -93,7 +94,7 @@ func (c *core) State() map[string][]float64 {
 	for prefix, m := range map[string]map[string]pg.Tensor{errPrefix: c.st.errs, qPrefix: c.st.qs} {
 		for k, t := range m {
 			v := make([]float64, t.Len())
-			_ = pg.Convert(pg.Float64s(v), t) // float to float64: cannot fail
+			_ = backend.Convert(pg.Float64s(v), t) // float to float64: cannot fail
 			out[prefix+k] = v
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	nccl "github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/env"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
 	"github.com/goddp/ddp/pg/store"
@@ -117,7 +118,7 @@ func (g *Group) Close() error {
 // The same program then runs unchanged under ddp-train --nproc N, torchrun,
 // mpirun (with MASTER_ADDR exported, or -tags mpi), srun and Kubernetes.
 func InitProcessGroup(ctx context.Context, o Options) (*Group, error) {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, fmt.Errorf("dist: InitProcessGroup: %w", err)
 	}
 	if o.Timeout <= 0 {
@@ -126,24 +127,24 @@ func InitProcessGroup(ctx context.Context, o Options) (*Group, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	backend := o.Backend
-	if backend == "" {
-		backend = o.autoBackend()
+	name := o.Backend
+	if name == "" {
+		name = o.autoBackend()
 	}
-	if backend == "mpi" {
+	if name == "mpi" {
 		return joinMPI(ctx, o) // MPI knows the ranks: no store, no MASTER_ADDR (init_mpi.go, or its stub)
 	}
 	e, err := o.job()
 	if err != nil {
 		return nil, err
 	}
-	switch backend {
+	switch name {
 	case "tcp":
 		return joinTCP(ctx, e, o)
 	case "nccl":
 		return joinNCCL(ctx, e, o)
 	}
-	return nil, fmt.Errorf("%w: dist: Options.Backend %q: want tcp, nccl or mpi", pg.ErrInvalidArgument, backend)
+	return nil, fmt.Errorf("%w: dist: Options.Backend %q: want tcp, nccl or mpi", pg.ErrInvalidArgument, name)
 }
 
 // autoBackend is the empty Backend's choice: mpi in a binary built with

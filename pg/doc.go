@@ -52,9 +52,7 @@
 // A [ReduceOp] has c10d's meanings: SUM, AVG, PRODUCT, MIN, MAX,
 // PREMUL_SUM (with its factor, [PremulSumOp]) and, on integers only, BAND,
 // BOR and BXOR. AVG on floats scales each input by 1/size and sums, as NCCL
-// does; on integers it sums and divides, truncating toward zero. The
-// Check functions ([CheckAllReduce] and friends) validate arguments the
-// same way for every backend.
+// does; on integers it sums and divides, truncating toward zero.
 //
 // # Errors
 //
@@ -70,7 +68,7 @@
 //
 // # Bad calls
 //
-// A call with a nil ctx ([CheckContext]), tensors without a dtype or
+// A call with a nil ctx, tensors without a dtype or
 // without the data it needs, or a root, peer, tag, op, color or rank list
 // that does not exist fails with [ErrInvalidArgument] on the rank that
 // made it, before the backend takes a sequence number or a lock, so the
@@ -92,4 +90,17 @@
 //     Ranks find each other through a pg/store rendezvous store.
 //
 // Every backend runs the conformance suite in pg/pgtest.
+//
+// # The contract and the kit
+//
+// This package is the contract, what a program that trains a model or a
+// comm hook imports; what a backend or wrapper author needs besides is in
+// package pg/backend, as database/sql/driver is beside database/sql: the
+// argument checks every backend runs before issuing a call (so all refuse
+// the same bad calls with the same errors), the completion-hook
+// dispatcher, the half-precision conversions and tensor arithmetic, the
+// host and device bucket abilities the reducer looks for, and the network
+// probes behind a [StallError]'s diagnosis. pg/backend imports pg and pg
+// never imports it, so the contract cannot come to depend on one way of
+// implementing it.
 package pg

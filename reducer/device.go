@@ -7,11 +7,12 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"go.uber.org/zap"
 )
 
 // Note [device buckets]: when the process group can allocate device
-// buckets (pg.DeviceBucketAllocator: an NCCL group) and Options.HostBuckets
+// buckets (backend.DeviceBucketAllocator: an NCCL group) and Options.HostBuckets
 // is off, every bucket gets a twin in device memory, and the collectives
 // run on the twin:
 //
@@ -48,7 +49,7 @@ import (
 
 // deviceState is the reducer's device buckets.
 type deviceState struct {
-	alloc   pg.DeviceBucketAllocator // nil: host buckets only
+	alloc   backend.DeviceBucketAllocator // nil: host buckets only
 	kind    commhook.DeviceKind
 	buckets []*devBucket
 	layout  *layout // the plan the twins were made for
@@ -56,7 +57,7 @@ type deviceState struct {
 
 // devBucket is one bucket's device twin.
 type devBucket struct {
-	db       pg.DeviceBucket
+	db       backend.DeviceBucket
 	scratch  pg.Tensor // host, in the wire dtype: a gradient prepared for upload
 	uploaded []bool    // per slot, this iteration
 	onDevice []bool    // per slot: the gradient came from the device (not divided yet)
@@ -69,7 +70,7 @@ func (r *Reducer) initDevice() {
 	if r.opts.HostBuckets {
 		return
 	}
-	var a pg.DeviceBucketAllocator
+	var a backend.DeviceBucketAllocator
 	if pg.As(r.g, &a) {
 		r.dev.alloc = a
 	}
@@ -215,7 +216,7 @@ func (r *Reducer) uploadSlot(b, j int) error {
 // cast to the wire dtype and, for allreduce, divide by the world size, as
 // commhook.Allreduce and the compression hooks do on the host.
 func (r *Reducer) prepareWire(wire, src pg.Tensor) error {
-	if err := pg.Convert(wire, src); err != nil {
+	if err := backend.Convert(wire, src); err != nil {
 		return err
 	}
 	if r.dev.kind == commhook.DeviceAverage {
@@ -303,7 +304,7 @@ func (r *Reducer) downloadBucket(ctx context.Context, d *devBucket, host pg.Tens
 	if err := d.db.Download(ctx, 0, d.scratch); err != nil {
 		return err
 	}
-	return pg.Convert(host, d.scratch)
+	return backend.Convert(host, d.scratch)
 }
 
 // deviceWriteBack, from Finalize, writes results into the device

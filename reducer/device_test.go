@@ -10,6 +10,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/instrument"
 	"github.com/goddp/ddp/pg/nccl/nccltest"
 	"github.com/prometheus/client_golang/prometheus"
@@ -237,7 +238,7 @@ func TestDeviceGradients(t *testing.T) {
 		for iter := range 3 {
 			vals := make([][]float32, len(ps))
 			hostG := make([]pg.Tensor, len(ps))
-			devG := make([]pg.DeviceBucket, len(ps)) // device memory for the gradients
+			devG := make([]backend.DeviceBucket, len(ps)) // device memory for the gradients
 			for i, p := range ps {
 				vals[i] = uniform[float32](p.Numel(), uint64(iter), uint64(rank*10+i), 2)
 				hostG[i] = pg.Float32s(slices.Clone(vals[i]))

@@ -44,7 +44,7 @@
 // at construction, naming the rank and parameter. After a fatal error
 // every call returns it.
 //
-// Device buckets: on a group that implements pg.DeviceBucketAllocator (an
+// Device buckets: on a group that implements backend.DeviceBucketAllocator (an
 // NCCL group) each bucket has a twin in device memory; gradients are
 // uploaded to it on a copy stream as they become ready, the allreduce
 // runs on it after the copies (on the device), and the result comes back

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/reducer"
 )
@@ -39,7 +40,7 @@ func ExampleMixedPrecision() {
 					return
 				}
 				grad := pg.NewTensor(pg.Float16, 3) // the engine's float16 gradient
-				_ = pg.Convert(grad, pg.Float32s(own[rank]))
+				_ = backend.Convert(grad, pg.Float32s(own[rank]))
 				if err := r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {
 					fmt.Println(err)
 					return

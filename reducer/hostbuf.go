@@ -7,10 +7,11 @@ import (
 
 	"github.com/goddp/ddp/bucket"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Host buckets in the group's memory: a group that hands out host memory
-// (pg.HostBufferAllocator: pg/tcp's shared-memory arena, which the ranks
+// (backend.HostBufferAllocator: pg/tcp's shared-memory arena, which the ranks
 // of a host read in place) gets the buckets' buffers from it, so the
 // default hook's AllReduce on a bucket skips the copies through the
 // segments. Where it fails (no shared memory with every peer, the arena
@@ -24,15 +25,15 @@ import (
 
 // hostBuffers is the reducer's part in that.
 type hostBuffers struct {
-	alloc  pg.HostBufferAllocator // nil: the heap
-	bufs   []pg.HostBuffer        // every buffer taken, for Close
-	logged bool                   // the fallback to the heap was logged
+	alloc  backend.HostBufferAllocator // nil: the heap
+	bufs   []backend.HostBuffer        // every buffer taken, for Close
+	logged bool                        // the fallback to the heap was logged
 }
 
 // initHostBuffers, from New before the first layout, notes whether the
 // group hands out host memory (itself or behind wrappers, pg.As).
 func (r *Reducer) initHostBuffers() {
-	var a pg.HostBufferAllocator
+	var a backend.HostBufferAllocator
 	if pg.As(r.g, &a) {
 		r.host.alloc = a
 	}

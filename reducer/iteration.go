@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"go.uber.org/zap"
 )
 
@@ -26,7 +27,7 @@ type Iteration struct {
 // gradient-ready order, it rebuilds the buckets in that order, which is a
 // collective.
 func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return fmt.Errorf("reducer: Prepare: %w", err)
 	}
 	r.mu.Lock()
@@ -106,7 +107,7 @@ func (r *Reducer) drain() error {
 // to MarkReady. Parameters that no rank used keep their gradients
 // untouched. It fails, naming the parameters, if some got no gradient.
 func (r *Reducer) Finalize(ctx context.Context) error {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return fmt.Errorf("reducer: Finalize: %w", err)
 	}
 	r.mu.Lock()

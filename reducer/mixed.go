@@ -6,6 +6,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // MixedPrecision is torch DDP's mixed_precision (_MixedPrecision): the
@@ -98,7 +99,7 @@ func (h *upcastHook) Run(ctx context.Context, g pg.ProcessGroup, b *commhook.Gra
 			h.results[b.Index] = pg.NewTensor(h.reduce, buf.Len())
 		}
 		buf = h.results[b.Index]
-		if err := pg.Convert(buf, b.Buffer); err != nil {
+		if err := backend.Convert(buf, b.Buffer); err != nil {
 			return pg.Completed(fmt.Errorf("reducer: mixed precision: %w", err))
 		}
 	}
@@ -136,7 +137,7 @@ func (t *mixedTransport) writeBack(_ context.Context, globalUsed []int32) error 
 			continue
 		}
 		src := t.hook.result(r.layout, i)
-		_ = pg.Convert(t.master[i], src) // float to float of one length: cannot fail
+		_ = backend.Convert(t.master[i], src) // float to float of one length: cannot fail
 		r.copies.out.Add(int64(len(t.master[i].Data)))
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // mixedParams are float32 master parameters.
@@ -29,7 +30,7 @@ func lowGrad(dt pg.Dtype, n, s, r, m, i int) pg.Tensor {
 		v[k] *= float32(math.Ldexp(1, k%7-3))
 	}
 	out := pg.NewTensor(dt, n)
-	if err := pg.Convert(out, pg.Float32s(v)); err != nil {
+	if err := backend.Convert(out, pg.Float32s(v)); err != nil {
 		panic(err)
 	}
 	return out
@@ -51,21 +52,21 @@ func mixedReference(mp MixedPrecision, params []Param, n, step, micro int) [][]f
 		for r := range n {
 			local := lowGrad(mp.ParamDtype, p.Numel(), step, r, 0, i)
 			for m := 1; m < micro; m++ {
-				must(pg.Add(local, lowGrad(mp.ParamDtype, p.Numel(), step, r, m, i)))
+				must(backend.Add(local, lowGrad(mp.ParamDtype, p.Numel(), step, r, m, i)))
 			}
 			cast := pg.NewTensor(reduce, p.Numel())
-			must(pg.Convert(cast, local))
+			must(backend.Convert(cast, local))
 			wide := make([]float32, p.Numel())
-			must(pg.Convert(pg.Float32s(wide), cast))
+			must(backend.Convert(pg.Float32s(wide), cast))
 			for k, v := range wide {
 				acc[k] += v
 			}
 		}
 		sum := pg.NewTensor(reduce, p.Numel())
-		must(pg.Convert(sum, pg.Float32s(acc)))
+		must(backend.Convert(sum, pg.Float32s(acc)))
 		must(commhook.Divide(sum, n))
 		out[i] = make([]float32, p.Numel())
-		must(pg.Convert(pg.Float32s(out[i]), sum))
+		must(backend.Convert(pg.Float32s(out[i]), sum))
 	}
 	return out
 }
@@ -124,7 +125,7 @@ func TestMixedPrecision(t *testing.T) {
 							if c.view { // the engine writes into the bucket (adds, while accumulating)
 								buf := r.GradientBuffer(i)
 								if r.Accumulating() {
-									if err := pg.Add(buf, grad); err != nil {
+									if err := backend.Add(buf, grad); err != nil {
 										return err
 									}
 								} else {
@@ -187,7 +188,7 @@ func differsFromFloat32(want []float32, c mixedCase, numel, i, s int) bool {
 	for r := range c.n {
 		for m := range c.micro {
 			wide := make([]float32, numel)
-			must(pg.Convert(pg.Float32s(wide), lowGrad(c.mp.ParamDtype, numel, s, r, m, i)))
+			must(backend.Convert(pg.Float32s(wide), lowGrad(c.mp.ParamDtype, numel, s, r, m, i)))
 			for k, v := range wide {
 				avg[k] += v
 			}

@@ -54,7 +54,7 @@ type Options struct {
 	// Finalize copies nothing back. See Note [gradient as bucket view].
 	GradientAsBucketView bool
 	// HostBuckets keeps the buckets on the host even when the process
-	// group offers device buckets (pg.DeviceBucketAllocator, an NCCL
+	// group offers device buckets (backend.DeviceBucketAllocator, an NCCL
 	// group); see Note [device buckets] in device.go.
 	HostBuckets bool
 	// MixedPrecision (mixed_precision): gradients come in a lower

@@ -12,6 +12,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"go.uber.org/zap"
 )
 
@@ -79,7 +80,7 @@ func (r *Reducer) store(i int, add bool) error {
 		copy(v.Data, grad.Data)
 		return nil
 	}
-	return pg.Add(v, grad)
+	return backend.Add(v, grad)
 }
 
 // launch runs the comm hook on bucket b, first checking this rank's

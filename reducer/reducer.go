@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"go.uber.org/zap"
 )
 
@@ -87,7 +88,7 @@ type iterCtx struct {
 // shapes and dtypes), then plans the buckets. It is collective: every rank
 // must call it.
 func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (*Reducer, error) {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, fmt.Errorf("reducer: New: %w", err)
 	}
 	opts, err := opts.withDefaults()

@@ -21,7 +21,7 @@ type config struct {
 	warmup int
 	table  bool // nccl-tests' aligned text instead of CSV
 	// heapBuffers: allreduce on the heap, not on memory the group hands
-	// out (pg.HostBufferAllocator), where the reducer keeps its buckets.
+	// out (backend.HostBufferAllocator), where the reducer keeps its buckets.
 	heapBuffers bool
 }
 

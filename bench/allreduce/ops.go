@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // collective is one operation the benchmark can time, with nccl-tests'
@@ -153,12 +154,12 @@ func prepAllReduce(g pg.ProcessGroup, d pg.Dtype, count, _ int) (func(context.Co
 }
 
 // prepAllReduceGroupBuffer is prepAllReduce on memory from the group
-// when it hands some out (pg.HostBufferAllocator: pg/tcp's shared-memory
+// when it hands some out (backend.HostBufferAllocator: pg/tcp's shared-memory
 // arena, which the ranks of a host read in place), as the reducer keeps
 // its buckets; elsewhere, or when the group has no room, on the heap. The
 // buffer lives as long as the process.
 func prepAllReduceGroupBuffer(g pg.ProcessGroup, d pg.Dtype, count, root int) (func(context.Context) error, error) {
-	var a pg.HostBufferAllocator
+	var a backend.HostBufferAllocator
 	if !pg.As(g, &a) || count == 0 {
 		return prepAllReduce(g, d, count, root)
 	}

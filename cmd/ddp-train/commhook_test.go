@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // accuracy runs ddp-train with args and returns the summary's accuracy.
@@ -127,7 +127,7 @@ func (r *torchRef) trainFP16(x [][]float64, y []int, world, batch, epochs int, l
 	for rank := range world {
 		loaders[rank] = torchLoader(torchSampler(len(x), world, rank, r.opts), batch, r.opts)
 	}
-	f16 := func(v float32) float32 { return pg.F16ToF32(pg.F32ToF16(v)) }
+	f16 := func(v float32) float32 { return backend.F16ToF32(backend.F32ToF16(v)) }
 	for range epochs {
 		for s := range loaders[0] {
 			local := make([]grads, world)

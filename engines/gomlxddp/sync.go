@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -148,7 +149,7 @@ func copyOut(dst pg.Tensor, src *tensors.Tensor) error {
 // size and dtype.
 func addOut(dst pg.Tensor, src *tensors.Tensor) error {
 	var err error
-	if e := src.ConstBytes(func(data []byte) { err = pg.Add(dst, pg.Tensor{Dtype: dst.Dtype, Data: data}) }); e != nil {
+	if e := src.ConstBytes(func(data []byte) { err = backend.Add(dst, pg.Tensor{Dtype: dst.Dtype, Data: data}) }); e != nil {
 		return e
 	}
 	return err

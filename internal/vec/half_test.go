@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/internal/vec"
-	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // The conversions must give pg's scalar conversions' bits (torch's
@@ -33,15 +33,15 @@ func TestHalfConversionsMatchScalar(t *testing.T) {
 	for _, off := range []int{0, 1, 5} {
 		src := halves[off:]
 		got := make([]float32, len(src))
-		vec.F16ToF32(got, src, pg.F16ToF32)
+		vec.F16ToF32(got, src, backend.F16ToF32)
 		for i, h := range src {
-			if w := pg.F16ToF32(h); math.Float32bits(got[i]) != math.Float32bits(w) {
+			if w := backend.F16ToF32(h); math.Float32bits(got[i]) != math.Float32bits(w) {
 				t.Fatalf("F16ToF32(%#04x) = %#08x, want %#08x", h, math.Float32bits(got[i]), math.Float32bits(w))
 			}
 		}
 		vec.BF16ToF32(got, src)
 		for i, h := range src {
-			if w := pg.BF16ToF32(h); math.Float32bits(got[i]) != math.Float32bits(w) {
+			if w := backend.BF16ToF32(h); math.Float32bits(got[i]) != math.Float32bits(w) {
 				t.Fatalf("BF16ToF32(%#04x) = %#08x, want %#08x", h, math.Float32bits(got[i]), math.Float32bits(w))
 			}
 		}
@@ -54,7 +54,7 @@ func TestHalfConversionsMatchScalar(t *testing.T) {
 	// Around the half formats' rounding boundaries: each half's value and
 	// the midpoints to its neighbours, a float32 ulp either side.
 	for i := range 1 << 16 {
-		w := float32(pg.F16ToF32(uint16(i)))
+		w := float32(backend.F16ToF32(uint16(i)))
 		b := math.Float32bits(w)
 		for _, d := range []int32{-1, 0, 1, 1 << 12, 1<<12 - 1, 1<<12 + 1} {
 			floats = append(floats, math.Float32frombits(uint32(int32(b)+d)))
@@ -71,15 +71,15 @@ func TestHalfConversionsMatchScalar(t *testing.T) {
 	for _, off := range []int{0, 3} {
 		src := floats[off:]
 		got := make([]uint16, len(src))
-		vec.F32ToF16(got, src, pg.F32ToF16)
+		vec.F32ToF16(got, src, backend.F32ToF16)
 		for i, f := range src {
-			if w := pg.F32ToF16(f); got[i] != w {
+			if w := backend.F32ToF16(f); got[i] != w {
 				t.Fatalf("F32ToF16(%#08x) = %#04x, want %#04x", math.Float32bits(f), got[i], w)
 			}
 		}
-		vec.F32ToBF16(got, src, pg.F32ToBF16)
+		vec.F32ToBF16(got, src, backend.F32ToBF16)
 		for i, f := range src {
-			if w := pg.F32ToBF16(f); got[i] != w {
+			if w := backend.F32ToBF16(f); got[i] != w {
 				t.Fatalf("F32ToBF16(%#08x) = %#04x, want %#04x", math.Float32bits(f), got[i], w)
 			}
 		}
@@ -96,42 +96,42 @@ func BenchmarkHalf(b *testing.B) {
 	b.Run("F32ToF16/kernel", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
-			vec.F32ToF16(h, f, pg.F32ToF16)
+			vec.F32ToF16(h, f, backend.F32ToF16)
 		}
 	})
 	b.Run("F32ToF16/loop", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
 			for i, v := range f {
-				h[i] = pg.F32ToF16(v)
+				h[i] = backend.F32ToF16(v)
 			}
 		}
 	})
 	b.Run("F16ToF32/kernel", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
-			vec.F16ToF32(f, h, pg.F16ToF32)
+			vec.F16ToF32(f, h, backend.F16ToF32)
 		}
 	})
 	b.Run("F16ToF32/loop", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
 			for i, v := range h {
-				f[i] = pg.F16ToF32(v)
+				f[i] = backend.F16ToF32(v)
 			}
 		}
 	})
 	b.Run("F32ToBF16/kernel", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
-			vec.F32ToBF16(h, f, pg.F32ToBF16)
+			vec.F32ToBF16(h, f, backend.F32ToBF16)
 		}
 	})
 	b.Run("F32ToBF16/loop", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
 			for i, v := range f {
-				h[i] = pg.F32ToBF16(v)
+				h[i] = backend.F32ToBF16(v)
 			}
 		}
 	})

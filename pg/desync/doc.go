@@ -73,7 +73,7 @@
 //
 // # Network or process
 //
-// When the wrapped group can probe its peers (pg.PeerProber: pg/tcp
+// When the wrapped group can probe its peers (backend.PeerProber: pg/tcp
 // keeps each rank's listener open for this), the diagnosis also dials
 // every other rank's listener once as it starts, alongside the wait for
 // progress (in a group of more than 65 ranks, only the silent ranks,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/store"
 	"go.uber.org/zap"
 )
@@ -37,7 +38,7 @@ type Options struct {
 	StoreHost int
 	// ProbeTimeout bounds a diagnosis's network probes of the other
 	// ranks (pg's Note [network or process]), made when the wrapped
-	// group can probe (pg.PeerProber); zero means DefaultProbeTimeout,
+	// group can probe (backend.PeerProber); zero means DefaultProbeTimeout,
 	// and it is at most DiagnosisTimeout.
 	ProbeTimeout time.Duration
 	// Logger receives the diagnosis; nil means none.
@@ -53,7 +54,7 @@ type Options struct {
 // delegating to what pg.As finds in the wrapped group (through any
 // wrappers of it); abilities the wrapped group lacks fail with
 // pg.ErrUnsupported. Inner returns the wrapped group, for pg.As to find
-// what a Group does not implement (pg.DeviceBucketAllocator). See pg's
+// what a Group does not implement (backend.DeviceBucketAllocator). See pg's
 // Note [wrappers keep abilities].
 type Group struct {
 	inner pg.ProcessGroup
@@ -83,10 +84,10 @@ type Group struct {
 	jobs queue[job]
 
 	diagMu    sync.Mutex
-	diagDone  chan struct{}  // closed when the diagnosis is over; nil before it starts
-	diag      *pg.StallError // the group's diagnosis, once made
-	closing   bool           // Close has begun: no diagnosis starts
-	hooks     pg.Completions // with CheckCollectives: the completion hooks
+	diagDone  chan struct{}       // closed when the diagnosis is over; nil before it starts
+	diag      *pg.StallError      // the group's diagnosis, once made
+	closing   bool                // Close has begun: no diagnosis starts
+	hooks     backend.Completions // with CheckCollectives: the completion hooks
 	closeOnce sync.Once
 	closeErr  error
 	workers   sync.WaitGroup // responder, diagnosis
@@ -215,7 +216,7 @@ func (g *Group) closedErr(op pg.OpType) error {
 
 // AllReduce implements pg.ProcessGroup.
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduce(t, op, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllReduce(t, op, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
@@ -225,7 +226,7 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 
 // Broadcast implements pg.ProcessGroup.
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	if err := pg.CheckBroadcast(t, root, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckBroadcast(t, root, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpBroadcast, t, root), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
@@ -235,7 +236,7 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 
 // AllGather implements pg.ProcessGroup.
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	if err := pg.CheckAllGather(out, in, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllGather(out, in, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpAllGather, in, noRoot), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
@@ -245,7 +246,7 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 
 // ReduceScatter implements pg.ProcessGroup.
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatter(out, in, op, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckReduceScatter(out, in, op, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
@@ -266,7 +267,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 	if !pg.As(g.inner, &r) {
 		return g.unsupported(pg.OpReduce)
 	}
-	if err := pg.CheckReduce(t, root, op, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckReduce(t, root, op, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, withOp(fpOf(pg.OpReduce, t, root), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
@@ -280,7 +281,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 	if !pg.As(g.inner, &r) {
 		return g.unsupported(pg.OpGather)
 	}
-	if err := pg.CheckGather(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckGather(out, in, root, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpGather, in, root), rootSized(in.Dtype, in, out, g.rank == root, true), func(ctx context.Context) pg.Work {
@@ -294,7 +295,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 	if !pg.As(g.inner, &r) {
 		return g.unsupported(pg.OpScatter)
 	}
-	if err := pg.CheckScatter(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckScatter(out, in, root, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpOf(pg.OpScatter, out, root), rootSized(out.Dtype, in, out, g.rank == root, false), func(ctx context.Context) pg.Work {
@@ -308,7 +309,7 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	if !pg.As(g.inner, &a) {
 		return g.unsupported(pg.OpAllToAll)
 	}
-	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size, pg.AcceptDevice)
+	outS, inS, err := backend.CheckAllToAll(out, in, outSplits, inSplits, g.size, backend.AcceptDevice)
 	if err != nil {
 		return pg.Completed(err)
 	}
@@ -342,7 +343,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 	if !pg.As(g.inner, &c) {
 		return g.unsupported(pg.OpAllReduceCoalesced)
 	}
-	if err := pg.CheckAllReduceCoalesced(ts, op, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllReduceCoalesced(ts, op, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), coalescedSize(nil, ts), func(ctx context.Context) pg.Work {
@@ -356,7 +357,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 	if !pg.As(g.inner, &c) {
 		return g.unsupported(pg.OpAllGatherCoalesced)
 	}
-	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllGatherCoalesced(outs, ins, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
@@ -370,7 +371,7 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 	if !pg.As(g.inner, &c) {
 		return g.unsupported(pg.OpReduceScatterCoalesced)
 	}
-	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckReduceScatterCoalesced(outs, ins, op, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
 	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
@@ -427,7 +428,7 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 	if !pg.As(g.inner, &m) {
 		return g.unsupported(pg.OpMonitoredBarrier).Err()
 	}
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return err
 	}
 	g.issueMu.Lock()
@@ -461,7 +462,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 	if color < pg.NoColor { // refused here, before the allgather
 		return nil, fmt.Errorf("desync: %w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument, color)
 	}
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	all := make([]int64, 2*g.size)
@@ -481,7 +482,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 // split makes a subgroup whose members are parent ranks members (in
 // subgroup rank order) and wraps it.
 func (g *Group) split(ctx context.Context, members []int, create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	g.issueMu.Lock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // queue is a FIFO drained by one goroutine: push never blocks, pop waits
@@ -95,7 +96,7 @@ type job struct {
 // ranks' fingerprints agree (the caller gets a Future that the monitor
 // completes). A nil ctx is refused before anything is numbered.
 func (g *Group) issue(ctx context.Context, fp fingerprint, sz sizes, call func(context.Context) pg.Work) pg.Work {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return pg.Completed(err)
 	}
 	g.issueMu.Lock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // DefaultProbeTimeout bounds a diagnosis's network probes when Options
@@ -17,7 +18,7 @@ const DefaultProbeTimeout = time.Second
 const maxProbes = 64
 
 // probing is a diagnosis's network probes (pg's Note [network or
-// process]): what the wrapped group's pg.PeerProber says of the ranks
+// process]): what the wrapped group's backend.PeerProber says of the ranks
 // the diagnosis does not hear from. In a group of up to maxProbes+1
 // ranks every other rank is probed as the diagnosis starts, alongside
 // the wait for their progress, so the probes add no time; a rank that
@@ -27,15 +28,15 @@ const maxProbes = 64
 // first maxProbes other ranks).
 type probing struct {
 	g    *Group
-	p    pg.PeerProber
-	got  []pg.Probe    // by rank
-	done chan struct{} // closed once the early probes are in; nil: none were started
+	p    backend.PeerProber
+	got  []backend.Probe // by rank
+	done chan struct{}   // closed once the early probes are in; nil: none were started
 }
 
 // startProbes starts the early probes; nil when the wrapped group
 // cannot probe.
 func (g *Group) startProbes() *probing {
-	pr := &probing{g: g, got: make([]pg.Probe, g.size)}
+	pr := &probing{g: g, got: make([]backend.Probe, g.size)}
 	if !pg.As(g.inner, &pr.p) {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/local"
 	"github.com/goddp/ddp/pg/store"
 )
@@ -27,7 +28,7 @@ type prober struct {
 
 func (p *prober) Inner() pg.ProcessGroup { return p.ProcessGroup }
 
-func (p *prober) ProbePeer(ctx context.Context, rank int) pg.Probe {
+func (p *prober) ProbePeer(ctx context.Context, rank int) backend.Probe {
 	d, _ := ctx.Deadline()
 	p.mu.Lock()
 	reach := p.reach[rank]
@@ -37,7 +38,7 @@ func (p *prober) ProbePeer(ctx context.Context, rank int) pg.Probe {
 	p.asked = append(p.asked, rank)
 	p.longest = max(p.longest, time.Until(d))
 	p.mu.Unlock()
-	return pg.Probe{Reach: reach, Addr: fmt.Sprintf("10.0.0.%d:4000", rank+1)}
+	return backend.Probe{Reach: reach, Addr: fmt.Sprintf("10.0.0.%d:4000", rank+1)}
 }
 
 func (p *prober) askedSorted() []int {

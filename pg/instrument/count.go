@@ -19,7 +19,7 @@ import (
 // forwards, when the group inside has the ability (and nothing when it
 // lacks it). Subgroups made through its Splitter are Counters adding to
 // the same counts. Other abilities (pg.MonitoredBarrierer,
-// pg.CompletionHooker, pg.DeviceBucketAllocator, or interfaces that
+// pg.CompletionHooker, backend.DeviceBucketAllocator, or interfaces that
 // combine several) are found on the group inside and are not counted.
 // See pg's Note [wrappers keep abilities].
 type Counter struct {

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // AllToAll is c10d's alltoall_base: rank r copies chunk r of every rank's
@@ -18,7 +19,7 @@ import (
 // AllToAll sends chunk j of in to rank j and receives chunk i of out from
 // rank i. Nil splits mean equal chunks; see pg.AllToAller.
 func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
-	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.Size())
+	outS, inS, err := backend.CheckAllToAll(out, in, outSplits, inSplits, g.Size())
 	if err != nil {
 		return g.invalid(opAllToAll, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/internal/kernel"
 )
 
@@ -16,7 +17,7 @@ import (
 
 // AllReduceCoalesced reduces every tensor of ts in place with op.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduceCoalesced(ts, op); err != nil {
+	if err := backend.CheckAllReduceCoalesced(ts, op); err != nil {
 		return g.invalid(opAllReduceCoalesced, err)
 	}
 	d := desc{kind: opAllReduceCoalesced, len: len(ts), op: op.Kind}
@@ -26,7 +27,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i, as one
 // collective.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	if err := pg.CheckAllGatherCoalesced(outs, ins, g.Size()); err != nil {
+	if err := backend.CheckAllGatherCoalesced(outs, ins, g.Size()); err != nil {
 		return g.invalid(opAllGatherCoalesced, err)
 	}
 	d := desc{kind: opAllGatherCoalesced, len: len(ins)}
@@ -36,7 +37,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every
 // i, as one collective. The inputs are left unchanged.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.Size()); err != nil {
+	if err := backend.CheckReduceScatterCoalesced(outs, ins, op, g.Size()); err != nil {
 		return g.invalid(opReduceScatterCoalesced, err)
 	}
 	d := desc{kind: opReduceScatterCoalesced, len: len(ins), op: op.Kind}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Options configure New.
@@ -41,7 +42,7 @@ type Group struct {
 
 	// hooks runs OnCompletion's hooks. It is a named field, not embedded,
 	// so that Deliver is not part of Group's API.
-	hooks pg.Completions
+	hooks backend.Completions
 
 	wake   chan struct{} // a task was queued (capacity 1)
 	stop   chan struct{} // closed by Close or Abort
@@ -111,7 +112,7 @@ func (g *Group) Backend() string { return "local" }
 
 // AllReduce reduces t across ranks in place with op.
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduce(t, op); err != nil {
+	if err := backend.CheckAllReduce(t, op); err != nil {
 		return g.invalid(opAllReduce, err)
 	}
 	d := desc{kind: opAllReduce, dtype: t.Dtype, len: t.Len(), op: op.Kind}
@@ -120,7 +121,7 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 
 // Broadcast copies root's t into t on every rank.
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	if err := pg.CheckBroadcast(t, root, g.Size()); err != nil {
+	if err := backend.CheckBroadcast(t, root, g.Size()); err != nil {
 		return g.invalid(opBroadcast, err)
 	}
 	d := desc{kind: opBroadcast, dtype: t.Dtype, len: t.Len(), root: root}
@@ -129,7 +130,7 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 
 // AllGather writes rank i's in to chunk i of out on every rank.
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	if err := pg.CheckAllGather(out, in, g.Size()); err != nil {
+	if err := backend.CheckAllGather(out, in, g.Size()); err != nil {
 		return g.invalid(opAllGather, err)
 	}
 	d := desc{kind: opAllGather, dtype: in.Dtype, len: in.Len()}
@@ -139,7 +140,7 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 // ReduceScatter reduces in across ranks with op and writes chunk Rank()
 // of the result to out. in is left unchanged.
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatter(out, in, op, g.Size()); err != nil {
+	if err := backend.CheckReduceScatter(out, in, op, g.Size()); err != nil {
 		return g.invalid(opReduceScatter, err)
 	}
 	d := desc{kind: opReduceScatter, dtype: in.Dtype, len: out.Len(), op: op.Kind}

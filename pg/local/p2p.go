@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Note [Point-to-point matching]
@@ -58,7 +59,7 @@ func (e *p2pEntry) peerRank() int {
 // Send sends t to rank dst, where the Recv from this rank with the same
 // tag receives it. It finishes once the receiver has copied t.
 func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
-	if err := pg.CheckPeer(opSend.String(), t, dst, tag, g.rank, g.Size()); err != nil {
+	if err := backend.CheckPeer(opSend.String(), t, dst, tag, g.rank, g.Size()); err != nil {
 		return g.invalid(opSend, err)
 	}
 	return g.post(ctx, opSend, t, p2pKey{src: g.rank, dst: dst, tag: tag})
@@ -67,7 +68,7 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 // Recv receives into t what rank src sends with tag. t must hold exactly
 // the bytes sent.
 func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
-	if err := pg.CheckPeer(opRecv.String(), t, src, tag, g.rank, g.Size()); err != nil {
+	if err := backend.CheckPeer(opRecv.String(), t, src, tag, g.rank, g.Size()); err != nil {
 		return g.invalid(opRecv, err)
 	}
 	return g.post(ctx, opRecv, t, p2pKey{src: src, dst: g.rank, tag: tag})
@@ -75,7 +76,7 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 
 // post numbers the call, enters it in the mailbox and starts its waiter.
 func (g *Group) post(ctx context.Context, op opKind, t pg.Tensor, key p2pKey) pg.Work {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return g.invalid(op, err)
 	}
 	e := &p2pEntry{g: g, op: op, key: key, t: t, issued: time.Now(), settled: make(chan struct{})}

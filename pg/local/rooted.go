@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/internal/kernel"
 )
 
@@ -13,7 +14,7 @@ import (
 // Reduce reduces t across ranks with op into root's t. The other ranks'
 // t are left unchanged (AVG and PREMUL_SUM scale a copy of them).
 func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduce(t, root, op, g.Size()); err != nil {
+	if err := backend.CheckReduce(t, root, op, g.Size()); err != nil {
 		return g.invalid(opReduce, err)
 	}
 	d := desc{kind: opReduce, dtype: t.Dtype, len: t.Len(), root: root, op: op.Kind}
@@ -23,7 +24,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 // Gather writes rank i's in to chunk i of root's out. The other ranks'
 // out is not touched.
 func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckGather(out, in, root, g.rank, g.Size()); err != nil {
+	if err := backend.CheckGather(out, in, root, g.rank, g.Size()); err != nil {
 		return g.invalid(opGather, err)
 	}
 	d := desc{kind: opGather, dtype: in.Dtype, len: in.Len(), root: root}
@@ -33,7 +34,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 // Scatter writes chunk i of root's in to rank i's out. Only root's in is
 // read.
 func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckScatter(out, in, root, g.rank, g.Size()); err != nil {
+	if err := backend.CheckScatter(out, in, root, g.rank, g.Size()); err != nil {
 		return g.invalid(opScatter, err)
 	}
 	d := desc{kind: opScatter, dtype: out.Dtype, len: out.Len(), root: root}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // NewGroup and Split are collectives of the parent: each takes one slot
@@ -29,7 +30,7 @@ type subResult struct {
 // are not listed get nil and no error. Ranks that pass different lists
 // fail with pg.ErrMismatch.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
-	if _, err := pg.CheckNewGroup(ranks, g.rank, g.Size()); err != nil {
+	if _, err := backend.CheckNewGroup(ranks, g.rank, g.Size()); err != nil {
 		return nil, fmt.Errorf("local: %v on rank %d: %w", opNewGroup, g.rank, err)
 	}
 	d := desc{kind: opNewGroup, dtype: pg.Int64, len: len(ranks)}

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // task is one issued collective on its way through a rank's worker.
@@ -30,7 +31,7 @@ type task struct {
 
 // submit numbers t in issue order and queues it for the worker.
 func (g *Group) submit(ctx context.Context, t *task) pg.Work {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return g.invalid(t.desc.kind, err)
 	}
 	t.ctx, t.issued, t.size, t.rank = ctx, time.Now(), g.Size(), g.rank

@@ -15,6 +15,7 @@ import (
 	"runtime"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // The MPI calls take int counts.
@@ -36,7 +37,7 @@ func (o *mpiWork) post(rc C.int, req C.MPI_Request) error {
 
 // AllReduce is MPI_Iallreduce, in place.
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduce(t, op); err != nil {
+	if err := backend.CheckAllReduce(t, op); err != nil {
 		return pg.Completed(err)
 	}
 	return g.allReduce(ctx, pg.OpAllReduce, []pg.Tensor{t}, op)
@@ -102,7 +103,7 @@ func dtypeOf(ts []pg.Tensor) pg.Dtype {
 
 // Broadcast is MPI_Ibcast.
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
+	if err := backend.CheckBroadcast(t, root, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	if err := checkCount(t.Len()); err != nil {
@@ -127,7 +128,7 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 
 // AllGather is MPI_Iallgather.
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	if err := pg.CheckAllGather(out, in, g.size); err != nil {
+	if err := backend.CheckAllGather(out, in, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	return g.allGather(ctx, pg.OpAllGather, []pg.Tensor{out}, []pg.Tensor{in})
@@ -177,7 +178,7 @@ func (g *Group) allGather(ctx context.Context, kind pg.OpType, outs, ins []pg.Te
 
 // ReduceScatter is MPI_Ireduce_scatter_block.
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
+	if err := backend.CheckReduceScatter(out, in, op, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	return g.reduceScatter(ctx, pg.OpReduceScatter, []pg.Tensor{out}, []pg.Tensor{in}, op)
@@ -231,7 +232,7 @@ func (g *Group) Barrier(ctx context.Context) pg.Work {
 
 // Reduce is MPI_Ireduce; off the root t is left unchanged.
 func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduce(t, root, op, g.size); err != nil {
+	if err := backend.CheckReduce(t, root, op, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	if err := checkCount(t.Len()); err != nil {
@@ -261,7 +262,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 
 // Gather is MPI_Igather.
 func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckGather(out, in, root, g.rank, g.size); err != nil {
+	if err := backend.CheckGather(out, in, root, g.rank, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	if err := checkCount(in.Len() * g.size); err != nil {
@@ -290,7 +291,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 
 // Scatter is MPI_Iscatter.
 func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckScatter(out, in, root, g.rank, g.size); err != nil {
+	if err := backend.CheckScatter(out, in, root, g.rank, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	if err := checkCount(out.Len() * g.size); err != nil {
@@ -314,7 +315,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 
 // AllToAll is MPI_Ialltoallv (equal chunks too).
 func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
-	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size)
+	outS, inS, err := backend.CheckAllToAll(out, in, outSplits, inSplits, g.size)
 	if err != nil {
 		return pg.Completed(err)
 	}
@@ -351,7 +352,7 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 // AllReduceCoalesced reduces every tensor of ts as one Work: one
 // MPI_Iallreduce per tensor, all in flight at once.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduceCoalesced(ts, op); err != nil {
+	if err := backend.CheckAllReduceCoalesced(ts, op); err != nil {
 		return pg.Completed(err)
 	}
 	return g.allReduce(ctx, pg.OpAllReduceCoalesced, ts, op)
@@ -359,7 +360,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 
 // AllGatherCoalesced is AllGather for every pair, as one Work.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size); err != nil {
+	if err := backend.CheckAllGatherCoalesced(outs, ins, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	return g.allGather(ctx, pg.OpAllGatherCoalesced, outs, ins)
@@ -367,7 +368,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 
 // ReduceScatterCoalesced is ReduceScatter for every pair, as one Work.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size); err != nil {
+	if err := backend.CheckReduceScatterCoalesced(outs, ins, op, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	return g.reduceScatter(ctx, pg.OpReduceScatterCoalesced, outs, ins, op)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Options configure New.
@@ -44,7 +45,7 @@ type Group struct {
 	rank, size int
 	tagUB      int
 	log        *zap.Logger
-	hooks      pg.Completions
+	hooks      backend.Completions
 
 	mu       sync.Mutex // the issue lock
 	seq      uint64
@@ -177,7 +178,7 @@ func (g *Group) submit(ctx context.Context, o *mpiWork, dtype pg.Dtype, inBytes,
 		o.peer = pg.NoPeer
 	}
 	o.info = pg.WorkInfo{Op: o.kind, Rank: g.rank, Dtype: dtype, InBytes: int64(inBytes), OutBytes: int64(outBytes), Issued: time.Now()}
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		o.runRelease()
 		return pg.Completed(g.opErr(o, pg.ErrInvalidArgument, err))
 	}

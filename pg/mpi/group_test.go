@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/pgtest"
 )
 
@@ -30,9 +31,9 @@ func input(d pg.Dtype, r, n, salt int) pg.Tensor {
 		case pg.Float64:
 			pg.View[float64](t)[i] = float64(v) / 4
 		case pg.Float16:
-			pg.View[uint16](t)[i] = pg.F32ToF16(float32(v) / 2)
+			pg.View[uint16](t)[i] = backend.F32ToF16(float32(v) / 2)
 		case pg.BFloat16:
-			pg.View[uint16](t)[i] = pg.F32ToBF16(float32(v) / 2)
+			pg.View[uint16](t)[i] = backend.F32ToBF16(float32(v) / 2)
 		case pg.Int32:
 			pg.View[int32](t)[i] = int32(v)
 		case pg.Int64:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // MonitoredBarrier is c10d's monitored_barrier, on a duplicate of the
@@ -22,7 +23,7 @@ import (
 // naming the ranks that did not arrive. Unlike a collective timeout, this
 // does not abort the job.
 func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return err
 	}
 	if timeout <= 0 {

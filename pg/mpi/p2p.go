@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // checkTag refuses tags above the communicator's MPI_TAG_UB.
@@ -25,7 +26,7 @@ func (g *Group) checkTag(what string, tag int) error {
 // Send is MPI_Isend of t's bytes with tag. MPI's non-overtaking rule
 // keeps messages with the same tag between two ranks in order.
 func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
-	if err := pg.CheckPeer("send", t, dst, tag, g.rank, g.size); err != nil {
+	if err := backend.CheckPeer("send", t, dst, tag, g.rank, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	if err := g.checkTag("send", tag); err != nil {
@@ -49,7 +50,7 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 // Recv is MPI_Irecv into t. A message longer than t fails with
 // pg.ErrInvalidArgument (MPI_ERR_TRUNCATE); a shorter one too.
 func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
-	if err := pg.CheckPeer("recv", t, src, tag, g.rank, g.size); err != nil {
+	if err := backend.CheckPeer("recv", t, src, tag, g.rank, g.size); err != nil {
 		return pg.Completed(err)
 	}
 	if err := g.checkTag("recv", tag); err != nil {

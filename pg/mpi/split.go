@@ -12,13 +12,14 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // NewGroup is c10d's new_group(ranks), through MPI_Comm_split: members
 // take color 0 and their index in ranks as key, the others
 // MPI_UNDEFINED. See Split for how it avoids blocking.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
-	me, err := pg.CheckNewGroup(ranks, g.rank, g.size)
+	me, err := backend.CheckNewGroup(ranks, g.rank, g.size)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +41,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 }
 
 func (g *Group) split(ctx context.Context, color, key int) (pg.ProcessGroup, error) {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, err
 	}
 	mine := []int64{int64(color), int64(key)}

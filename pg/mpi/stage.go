@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Dtype and op codes of cgo.go.
@@ -95,9 +96,9 @@ func reduceIn(t pg.Tensor, op pg.ReduceOp, size int) cbuf {
 		n := t.Len()
 		b := newCbuf(4 * n)
 		dst := unsafe.Slice((*float32)(b.p), n)
-		widen := pg.F16ToF32
+		widen := backend.F16ToF32
 		if t.Dtype == pg.BFloat16 {
-			widen = pg.BF16ToF32
+			widen = backend.BF16ToF32
 		}
 		for i, h := range pg.View[uint16](t) {
 			v := widen(h)
@@ -142,9 +143,9 @@ func reduceOut(t pg.Tensor, b cbuf, first int, op pg.ReduceOp, size int) {
 	n := t.Len()
 	if isHalf(t.Dtype) {
 		src := unsafe.Slice((*float32)(b.p), first+n)[first:]
-		narrow := pg.F32ToF16
+		narrow := backend.F32ToF16
 		if t.Dtype == pg.BFloat16 {
-			narrow = pg.F32ToBF16
+			narrow = backend.F32ToBF16
 		}
 		dst := pg.View[uint16](t)
 		for i, v := range src {

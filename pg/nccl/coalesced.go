@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // The coalesced collectives issue one NCCL call per tensor inside one
@@ -13,7 +14,7 @@ import (
 
 // AllReduceCoalesced reduces every tensor of ts in place.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduceCoalesced(ts, op, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllReduceCoalesced(ts, op, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllReduceCoalesced, pg.NoPeer, err)
 	}
 	var n int64
@@ -31,7 +32,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllGatherCoalesced(outs, ins, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllGatherCoalesced, pg.NoPeer, err)
 	}
 	var in, out int64
@@ -49,7 +50,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every i.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckReduceScatterCoalesced(outs, ins, op, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpReduceScatterCoalesced, pg.NoPeer, err)
 	}
 	var in, out int64

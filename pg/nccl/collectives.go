@@ -5,13 +5,14 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // AllReduce reduces t across ranks in place (ncclAllReduce; BAND, BOR and
 // BXOR as an ncclAllGather reduced on the host).
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduce(t, op, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllReduce(t, op, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllReduce, pg.NoPeer, err)
 	}
 	if err := g.deviceAllReduce("allreduce", op, t); err != nil {
@@ -89,7 +90,7 @@ func (s *stager) bitwiseReduce(in pg.Tensor, out []byte, op pg.ReduceOp, write b
 
 // Broadcast copies root's t to every rank (ncclBroadcast, in place).
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	if err := pg.CheckBroadcast(t, root, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckBroadcast(t, root, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpBroadcast, pg.NoPeer, err)
 	}
 	if _, err := g.onDevice("broadcast", t); err != nil {
@@ -134,7 +135,7 @@ func (s *stager) broadcast(t pg.Tensor, root int) (part, error) {
 // AllGather gathers every rank's in into out (ncclAllGather, in place in
 // the staging buffer).
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	if err := pg.CheckAllGather(out, in, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckAllGather(out, in, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpAllGather, pg.NoPeer, err)
 	}
 	if _, err := g.onDevice("allgather", out, in); err != nil {
@@ -169,7 +170,7 @@ func (s *stager) allGather(out, in pg.Tensor) (part, error) {
 // ReduceScatter reduces in across ranks and writes chunk Rank() to out
 // (ncclReduceScatter; bitwise ops through an allgather).
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatter(out, in, op, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckReduceScatter(out, in, op, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpReduceScatter, pg.NoPeer, err)
 	}
 	if err := g.deviceAllReduce("reducescatter", op, out, in); err != nil {

@@ -11,10 +11,11 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
-// Device buckets (pg.DeviceBucketAllocator): buffers in device memory,
+// Device buckets (backend.DeviceBucketAllocator): buffers in device memory,
 // allocated and registered once, filled through pinned staging memory on
 // a copy stream of the group's own, and read by collectives that wait on
 // the device for the copy's event. docs/nccl.md, "Device buckets".
@@ -88,15 +89,15 @@ type devState struct {
 	sealed  []binding.Event // recorded on the copy stream; the next collective waits on them (issue lock)
 }
 
-var _ pg.DeviceBucketAllocator = (*Group)(nil)
+var _ backend.DeviceBucketAllocator = (*Group)(nil)
 
 // NewDeviceBucket allocates a device bucket of numel elements of d and,
-// with register, registers it (pg.DeviceBucketAllocator). The registration policy is
+// with register, registers it (backend.DeviceBucketAllocator). The registration policy is
 // chosen on the first call from the library's version and symbols and
 // logged; a registration that fails falls back to the next (window ->
 // ncclCommRegister -> none), logged. Window registration is collective:
 // every rank must allocate the same buckets in the same order.
-func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, register bool) (pg.DeviceBucket, error) {
+func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, register bool) (backend.DeviceBucket, error) {
 	if numel <= 0 || d.Size() == 0 {
 		return nil, fmt.Errorf("%w: device bucket of %d elements of %v", pg.ErrInvalidArgument, numel, d)
 	}

@@ -14,8 +14,8 @@ import (
 // the device when the Work is done (Wait returned nil). The tensors must
 // be on the group's GPU (Options.Device) and stay allocated until then.
 
-// onDevice checks the tensors of a call that pg.Check accepted with
-// pg.AcceptDevice, and reports whether they are device tensors (they are
+// onDevice checks the tensors of a call that backend.Check* accepted with
+// backend.AcceptDevice, and reports whether they are device tensors (they are
 // then all on the device). what names the call for errors.
 func (g *Group) onDevice(what string, ts ...pg.Tensor) (bool, error) {
 	dev := false

@@ -66,7 +66,7 @@
 // Send and Recv run on a two-rank communicator per direction between two
 // ranks (docs/nccl.md).
 //
-// Device buckets: Group implements pg.DeviceBucketAllocator. A bucket is
+// Device buckets: Group implements backend.DeviceBucketAllocator. A bucket is
 // device memory registered with NCCL as the registration policy says
 // (chosen at the first bucket from the loaded library and logged:
 // symmetric windows, ncclMemAlloc + ncclCommWindowRegister, on NCCL

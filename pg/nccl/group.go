@@ -12,6 +12,7 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/flight"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 	"github.com/goddp/ddp/pg/store"
@@ -41,7 +42,7 @@ type Group struct {
 	dev        devState                        // device buckets: devbucket.go
 	flight     atomic.Pointer[flight.Recorder] // put over this group by flight.Wrap (flight.go)
 	lastFinish atomic.Int64                    // ns: when the watchdog last found an end event passed
-	hooks      pg.Completions
+	hooks      backend.Completions
 
 	kick      chan struct{} // the watchdog has new Works (capacity 1)
 	dead      chan struct{} // closed when the group fails or closes

@@ -14,6 +14,7 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/flight"
 )
 
@@ -475,13 +476,13 @@ func TestOneRankPremulSum(t *testing.T) {
 	if x[4098] != 2049 || x[1] != 0.5 {
 		t.Fatalf("x[1], x[4098] = %v, %v", x[1], x[4098])
 	}
-	h := []uint16{pg.F32ToF16(3)}
-	if err := waitErr(t, gs[0].Reduce(ctx, pg.Float16s(h), 0, pg.PremulSumOp(2)), 5*time.Second); err != nil || pg.F16ToF32(h[0]) != 6 {
-		t.Fatal(err, pg.F16ToF32(h[0]))
+	h := []uint16{backend.F32ToF16(3)}
+	if err := waitErr(t, gs[0].Reduce(ctx, pg.Float16s(h), 0, pg.PremulSumOp(2)), 5*time.Second); err != nil || backend.F16ToF32(h[0]) != 6 {
+		t.Fatal(err, backend.F16ToF32(h[0]))
 	}
 	out := []uint16{0}
-	if err := waitErr(t, gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{pg.F32ToBF16(4)}), pg.PremulSumOp(0.25)), 5*time.Second); err != nil || pg.BF16ToF32(out[0]) != 1 {
-		t.Fatal(err, pg.BF16ToF32(out[0]))
+	if err := waitErr(t, gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{backend.F32ToBF16(4)}), pg.PremulSumOp(0.25)), 5*time.Second); err != nil || backend.BF16ToF32(out[0]) != 1 {
+		t.Fatal(err, backend.BF16ToF32(out[0]))
 	}
 	if n := bs[0].Calls(); n != 0 {
 		t.Fatalf("%d NCCL calls for one-rank PREMUL_SUM, want 0", n)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
@@ -79,7 +80,7 @@ func (s *stager) download(b *buf, off int, n int, dst []byte) ([]byte, error) {
 // enqueueing fails the group, since the ranks are now out of step. A nil
 // ctx is refused before anything is numbered.
 func (g *Group) issue(ctx context.Context, d desc, build func(s *stager) ([]part, error)) pg.Work {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return g.invalid(d.op, d.peer, err)
 	}
 	w, refused, err := g.stage(ctx, d, build)

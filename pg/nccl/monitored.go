@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // MonitoredBarrier is c10d's monitored_barrier, which NCCL lacks (c10d
@@ -19,7 +20,7 @@ import (
 // only, unless waitAll); the others with one naming rank 0 if the verdict
 // does not come.
 func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return &pg.CollectiveError{Op: "monitored_barrier", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
 	}
 	if g.st == nil {

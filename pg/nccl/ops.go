@@ -5,6 +5,7 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
@@ -101,11 +102,11 @@ func scale(t pg.Tensor, f float64) {
 		}
 	case pg.Float16:
 		for i, v := range pg.View[uint16](t) {
-			pg.View[uint16](t)[i] = pg.F32ToF16(pg.F16ToF32(v) * float32(f))
+			pg.View[uint16](t)[i] = backend.F32ToF16(backend.F16ToF32(v) * float32(f))
 		}
 	case pg.BFloat16:
 		for i, v := range pg.View[uint16](t) {
-			pg.View[uint16](t)[i] = pg.F32ToBF16(pg.BF16ToF32(v) * float32(f))
+			pg.View[uint16](t)[i] = backend.F32ToBF16(backend.BF16ToF32(v) * float32(f))
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
@@ -59,7 +60,7 @@ type p2pOp struct {
 // in the order issued. The receiver must post a Recv of the same size;
 // otherwise both fail with pg.ErrInvalidArgument.
 func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
-	if err := pg.CheckPeer("send", t, dst, tag, g.rank, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckPeer("send", t, dst, tag, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpSend, dst, err)
 	}
 	if _, err := g.onDevice("send", t); err != nil {
@@ -70,7 +71,7 @@ func (g *Group) Send(ctx context.Context, t pg.Tensor, dst, tag int) pg.Work {
 
 // Recv receives t from src (ncclRecv, 2.7); see Send.
 func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
-	if err := pg.CheckPeer("recv", t, src, tag, g.rank, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckPeer("recv", t, src, tag, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpRecv, src, err)
 	}
 	if _, err := g.onDevice("recv", t); err != nil {
@@ -88,7 +89,7 @@ func (g *Group) issueP2P(ctx context.Context, k laneKey, t pg.Tensor) pg.Work {
 		op = pg.OpSend
 		d = desc{op: op, peer: k.peer, dtype: t.Dtype, inBytes: int64(t.Bytes())}
 	}
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return g.invalid(op, k.peer, err)
 	}
 	now := time.Now()

@@ -5,13 +5,14 @@ import (
 
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
 // Reduce reduces t into root's t (ncclReduce; bitwise ops through an
 // allgather reduced on root).
 func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduce(t, root, op, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckReduce(t, root, op, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpReduce, pg.NoPeer, err)
 	}
 	if err := g.deviceAllReduce("reduce", op, t); err != nil {
@@ -59,7 +60,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 // Gather collects every rank's in into root's out, with grouped
 // ncclSend/ncclRecv (2.7), as ProcessGroupNCCL does.
 func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckGather(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckGather(out, in, root, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpGather, pg.NoPeer, err)
 	}
 	ts := []pg.Tensor{in}
@@ -124,7 +125,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 // Scatter sends chunk i of root's in to rank i's out, with grouped
 // ncclSend/ncclRecv.
 func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckScatter(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
+	if err := backend.CheckScatter(out, in, root, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return g.invalid(pg.OpScatter, pg.NoPeer, err)
 	}
 	ts := []pg.Tensor{out}
@@ -189,7 +190,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 // AllToAll exchanges chunks with every rank through grouped
 // ncclSend/ncclRecv, as ProcessGroupNCCL's alltoall_base.
 func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
-	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size, pg.AcceptDevice)
+	outS, inS, err := backend.CheckAllToAll(out, in, outSplits, inSplits, g.size, backend.AcceptDevice)
 	if err != nil {
 		return g.invalid(pg.OpAllToAll, pg.NoPeer, err)
 	}

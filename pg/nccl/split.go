@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/internal/binding"
 )
 
@@ -17,7 +18,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
 			Err: fmt.Errorf("color %d is negative and not pg.NoColor", color)}
 	}
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -66,7 +67,7 @@ func (g *Group) splitComm(ctx context.Context, color, key int) (seq uint64, chil
 // NewGroup is c10d's new_group(ranks), a Split in which the listed ranks
 // take color 0 and their index as key.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
-	me, err := pg.CheckNewGroup(ranks, g.rank, g.size)
+	me, err := backend.CheckNewGroup(ranks, g.rank, g.size)
 	if err != nil {
 		return nil, &pg.CollectiveError{Op: "new_group", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
 	}

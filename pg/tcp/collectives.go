@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/internal/kernel"
 )
 
@@ -14,7 +15,7 @@ import (
 // hierarchically (shm_hier.go) when the group spans hosts some of which
 // hold several of its ranks.
 func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduce(t, op); err != nil {
+	if err := backend.CheckAllReduce(t, op); err != nil {
 		return g.invalid(pg.OpAllReduce, err)
 	}
 	return g.submit(ctx, pg.OpAllReduce, inPlace(t), func(r *run) error { return g.allReduce(r, t, op) })
@@ -42,7 +43,7 @@ func (g *Group) allReduce(r *run, t pg.Tensor, op pg.ReduceOp) error {
 // Broadcast copies root's t into t on every rank, down a pipelined
 // binomial tree.
 func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
-	if err := pg.CheckBroadcast(t, root, g.size); err != nil {
+	if err := backend.CheckBroadcast(t, root, g.size); err != nil {
 		return g.invalid(pg.OpBroadcast, err)
 	}
 	return g.submit(ctx, pg.OpBroadcast, inPlace(t), func(r *run) error { return g.broadcast(r, t, root) })
@@ -50,7 +51,7 @@ func (g *Group) Broadcast(ctx context.Context, t pg.Tensor, root int) pg.Work {
 
 // AllGather gathers every rank's in into out, around the ring.
 func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
-	if err := pg.CheckAllGather(out, in, g.size); err != nil {
+	if err := backend.CheckAllGather(out, in, g.size); err != nil {
 		return g.invalid(pg.OpAllGather, err)
 	}
 	return g.submit(ctx, pg.OpAllGather, outIn(out, in), func(r *run) error { return g.allGather(r, out, in) })
@@ -59,7 +60,7 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 // ReduceScatter reduces in across ranks and leaves segment Rank() in
 // out, around the ring.
 func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatter(out, in, op, g.size); err != nil {
+	if err := backend.CheckReduceScatter(out, in, op, g.size); err != nil {
 		return g.invalid(pg.OpReduceScatter, err)
 	}
 	return g.submit(ctx, pg.OpReduceScatter, outIn(out, in), func(r *run) error { return g.reduceScatter(r, out, in, op) })

@@ -158,7 +158,7 @@
 // TCP with every peer.
 //
 // Each segment ends in an arena (Options.SharedArenaBytes) from which
-// NewHostBuffer (pg.HostBufferAllocator) hands out buffers; the reducer
+// NewHostBuffer (backend.HostBufferAllocator) hands out buffers; the reducer
 // keeps its gradient buckets there. An AllReduce whose tensors are host
 // buffers on every rank skips the copies through the segments: each rank
 // reduces its shard of every rank's tensor straight into every rank's

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Note [one collective at a time]: every rank issues collectives in the
@@ -57,7 +58,7 @@ func (g *Group) invalid(typ pg.OpType, err error) pg.Work {
 // queues do for the executor. A nil ctx is refused before anything is
 // taken.
 func (g *Group) submit(ctx context.Context, typ pg.OpType, m meta, do func(*run) error) pg.Work {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return g.invalid(typ, err)
 	}
 	o := &op{typ: typ, name: typ.String(), ctx: ctx, issued: time.Now(), meta: m, do: do}

@@ -5,12 +5,13 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Reduce reduces t across ranks with op into root's t, up a binomial
 // tree; the other ranks' t are left unchanged.
 func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduce(t, root, op, g.size); err != nil {
+	if err := backend.CheckReduce(t, root, op, g.size); err != nil {
 		return g.invalid(pg.OpReduce, err)
 	}
 	return g.submit(ctx, pg.OpReduce, inPlace(t), func(r *run) error { return g.reduce(r, t, root, op) })
@@ -18,7 +19,7 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 
 // Gather writes every rank's in into root's out, rank by rank.
 func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckGather(out, in, root, g.rank, g.size); err != nil {
+	if err := backend.CheckGather(out, in, root, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpGather, err)
 	}
 	m := outIn(out, in)
@@ -30,7 +31,7 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 
 // Scatter writes chunk i of root's in into rank i's out.
 func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Work {
-	if err := pg.CheckScatter(out, in, root, g.rank, g.size); err != nil {
+	if err := backend.CheckScatter(out, in, root, g.rank, g.size); err != nil {
 		return g.invalid(pg.OpScatter, err)
 	}
 	m := meta{out.Dtype, int64(len(in.Data)), int64(len(out.Data))}
@@ -45,7 +46,7 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 // uneven, and empty. Ranks whose splits disagree fail with pg.ErrMismatch
 // naming the peer.
 func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
-	outS, inS, err := pg.CheckAllToAll(out, in, outSplits, inSplits, g.size)
+	outS, inS, err := backend.CheckAllToAll(out, in, outSplits, inSplits, g.size)
 	if err == nil && outS[g.rank] != inS[g.rank] {
 		err = fmt.Errorf("%w: alltoall sends %d elements from rank %d to itself but receives %d: input split %d must equal output split %d",
 			pg.ErrInvalidArgument, inS[g.rank], g.rank, outS[g.rank], g.rank, g.rank)
@@ -61,7 +62,7 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 // collective: the tensors of each dtype are packed into one buffer and
 // reduced by AllReduce's algorithm.
 func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckAllReduceCoalesced(ts, op); err != nil {
+	if err := backend.CheckAllReduceCoalesced(ts, op); err != nil {
 		return g.invalid(pg.OpAllReduceCoalesced, err)
 	}
 	ts = append([]pg.Tensor(nil), ts...)
@@ -71,7 +72,7 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i, as one
 // collective.
 func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) pg.Work {
-	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size); err != nil {
+	if err := backend.CheckAllGatherCoalesced(outs, ins, g.size); err != nil {
 		return g.invalid(pg.OpAllGatherCoalesced, err)
 	}
 	outs, ins = append([]pg.Tensor(nil), outs...), append([]pg.Tensor(nil), ins...)
@@ -81,7 +82,7 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every
 // i, as one collective.
 func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tensor, op pg.ReduceOp) pg.Work {
-	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size); err != nil {
+	if err := backend.CheckReduceScatterCoalesced(outs, ins, op, g.size); err != nil {
 		return g.invalid(pg.OpReduceScatterCoalesced, err)
 	}
 	outs, ins = append([]pg.Tensor(nil), outs...), append([]pg.Tensor(nil), ins...)

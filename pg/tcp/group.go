@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
@@ -31,7 +32,7 @@ type Group struct {
 	probes     *probes     // the listener kept for probes, every rank's address; nil for one rank
 	byes       *goodbyes   // the peers that closed their groups, for one line (Note [one goodbye line])
 	pool       pool
-	hooks      pg.Completions
+	hooks      backend.Completions
 
 	mu      sync.Mutex
 	queue   []*op  // issued, not yet run

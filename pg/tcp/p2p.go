@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/internal/wire"
 )
 
@@ -173,10 +174,10 @@ func (g *Group) stopped(typ pg.OpType) error {
 }
 
 func checkP2P(ctx context.Context, what string, t pg.Tensor, peer, tag, rank, size int) error {
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return err
 	}
-	if err := pg.CheckPeer(what, t, peer, tag, rank, size); err != nil {
+	if err := backend.CheckPeer(what, t, peer, tag, rank, size); err != nil {
 		return err
 	}
 	if uint64(tag) > math.MaxUint32 {

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/store"
 )
 
@@ -45,13 +45,13 @@ func readLowerAddrs(ctx context.Context, st store.Store, o Options, addrs []stri
 	}
 }
 
-// ProbePeer implements pg.PeerProber: it dials rank's listener once,
+// ProbePeer implements backend.PeerProber: it dials rank's listener once,
 // bounded by ctx (Note [probe listener]).
-func (g *Group) ProbePeer(ctx context.Context, rank int) pg.Probe {
+func (g *Group) ProbePeer(ctx context.Context, rank int) backend.Probe {
 	if g.probes == nil || rank < 0 || rank >= len(g.probes.addrs) || rank == g.rank {
-		return pg.Probe{}
+		return backend.Probe{}
 	}
-	return pg.ProbeAddr(ctx, g.probes.addrs[rank])
+	return backend.ProbeAddr(ctx, g.probes.addrs[rank])
 }
 
-var _ pg.PeerProber = (*Group)(nil)
+var _ backend.PeerProber = (*Group)(nil)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // Every rank can probe every other after the rendezvous: the listener
@@ -38,7 +39,7 @@ func TestProbePeer(t *testing.T) {
 	if got := gs[0].ProbePeer(ctx, 2); got.Reach != pg.ReachRefused {
 		t.Fatalf("probing rank 2 after its Close: %+v, want refused", got)
 	}
-	var pr pg.PeerProber
+	var pr backend.PeerProber
 	if !pg.As(gs[1], &pr) || pr.ProbePeer(ctx, 0).Reach != pg.ReachAnswers {
 		t.Fatalf("pg.As does not find the prober, or rank 0 does not answer")
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
@@ -71,7 +72,7 @@ func (r *run) Check(peer int) error {
 // transport.
 func (r *run) Fail(peer int, kind, err error) error { return r.errf(peer, kind, err) }
 
-var _ pg.HostBufferAllocator = (*Group)(nil)
+var _ backend.HostBufferAllocator = (*Group)(nil)
 
 // InPlaceAllReduces is how many AllReduces this rank ran in place through
 // shared memory, reading and writing its peers' tensors where they lie
@@ -84,7 +85,7 @@ func (g *Group) InPlaceAllReduces() int {
 	return g.shm.InPlaceRuns()
 }
 
-// NewHostBuffer implements pg.HostBufferAllocator: numel zeroed elements
+// NewHostBuffer implements backend.HostBufferAllocator: numel zeroed elements
 // of d in this rank's shared-memory arena (Options.SharedArenaBytes),
 // which the ranks of its host read in place when every rank's tensor of
 // an AllReduce lies in its arena (Note [buffers peers read in place] in
@@ -92,7 +93,7 @@ func (g *Group) InPlaceAllReduces() int {
 // collectives through shared memory alone (a rank alone on its host,
 // ranks on several hosts, NoSharedMemory) or the arena is full. A buffer
 // outlives the group's Close: the arena stays mapped while any is open.
-func (g *Group) NewHostBuffer(d pg.Dtype, numel int) (pg.HostBuffer, error) {
+func (g *Group) NewHostBuffer(d pg.Dtype, numel int) (backend.HostBuffer, error) {
 	if g.shm == nil || !g.shm.Full() {
 		return nil, fmt.Errorf("%w: pg/tcp: rank %d shares no memory with all its peers, so it has no host buffers", pg.ErrUnsupported, g.rank)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/tcp/internal/shm"
 )
 
@@ -27,7 +28,7 @@ func TestHostBuffers(t *testing.T) {
 			gs := newGroups(t, n, time.Minute, nil)
 			for _, count := range []int{shm.SmallAllReduceBytes/8 + 3, shm.SlotBytes/8 - 1, (2*shm.SlotBytes)/8 + 11} {
 				heap := make([]pg.Tensor, n)
-				bufs := make([]pg.HostBuffer, n)
+				bufs := make([]backend.HostBuffer, n)
 				for r, g := range gs {
 					heap[r] = pg.NewTensor(pg.Float64, count)
 					b, err := g.NewHostBuffer(pg.Float64, count)

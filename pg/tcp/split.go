@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/internal/wire"
 	"github.com/goddp/ddp/pg/store"
 )
@@ -36,9 +37,9 @@ import (
 // without a deadline, the group timeout does. Close the subgroup when
 // done with it: closing the parent does not.
 func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, error) {
-	me, err := pg.CheckNewGroup(ranks, g.rank, g.size)
+	me, err := backend.CheckNewGroup(ranks, g.rank, g.size)
 	if err == nil {
-		err = pg.CheckContext(ctx)
+		err = backend.CheckContext(ctx)
 	}
 	if err != nil {
 		return nil, &pg.CollectiveError{Op: "new_group", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
@@ -72,7 +73,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
 			Err: fmt.Errorf("%w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument, color)}
 	}
-	if err := pg.CheckContext(ctx); err != nil {
+	if err := backend.CheckContext(ctx); err != nil {
 		return nil, &pg.CollectiveError{Op: "split", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
 	}
 	all, seq, err := g.exchange(ctx, "split", int64(color), int64(key))

@@ -37,15 +37,6 @@ func (l layer) short() string {
 	return l.name
 }
 
-// pendingPatterns are layer-table patterns allowed to match no package for
-// now: the packages that other parts of issue 35 create (dist, launch,
-// pg/backend), drawn in docs/architecture.md ahead of them. Temporary: the
-// test fails once a pending pattern matches a package, so that the merge
-// that brings the package empties this list.
-func pendingPatterns() []string {
-	return []string{"pg/backend/..."}
-}
-
 // layerViolation is an import that breaks the layering today, listed so
 // that it is known rather than allowed: the test fails for any violation not
 // listed, and for a listed one that is gone, so that its row goes with the
@@ -267,14 +258,9 @@ func checkOneEngine(t *testing.T, table []layer, m modulePackages) {
 	}
 }
 
-// checkLayerTable fails for a pattern listed twice or matching no package
-// (pendingPatterns aside), and for a pending pattern that matches one.
+// checkLayerTable fails for a pattern listed twice or matching no package.
 func checkLayerTable(t *testing.T, table []layer, m modulePackages) {
 	t.Helper()
-	pending := map[string]bool{}
-	for _, p := range pendingPatterns() {
-		pending[p] = true
-	}
 	where := map[string]layer{}
 	for _, l := range table {
 		for _, p := range l.pkgs {
@@ -282,19 +268,9 @@ func checkLayerTable(t *testing.T, table []layer, m modulePackages) {
 				t.Errorf("%s:%d: %q is listed in layer %q too (line %d)", layerTableDoc, l.line, p, other.short(), other.line)
 			}
 			where[p] = l
-			matches := patternMatchesAny(p, m.imports)
-			switch {
-			case !matches && !pending[p]:
+			if !patternMatchesAny(p, m.imports) {
 				t.Errorf("%s:%d: %q (layer %q) matches no package; re-home or delete it", layerTableDoc, l.line, p, l.short())
-			case matches && pending[p]:
-				t.Errorf("%s:%d: %q (layer %q) matches a package now; delete it from pendingPatterns",
-					layerTableDoc, l.line, p, l.short())
 			}
-		}
-	}
-	for _, p := range pendingPatterns() {
-		if _, ok := where[p]; !ok {
-			t.Errorf("pendingPatterns lists %q, which the table in %s does not; delete it", p, layerTableDoc)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/pg/nccl/nccltest"
 )
 
@@ -31,7 +32,7 @@ func ExampleNewWorld() {
 		}
 	}
 	// Window registration is collective: every rank makes its bucket.
-	buckets, errs := make([]pg.DeviceBucket, 2), make([]error, 2)
+	buckets, errs := make([]backend.DeviceBucket, 2), make([]error, 2)
 	var wg sync.WaitGroup
 	for r, g := range w.Groups {
 		wg.Go(func() { buckets[r], errs[r] = g.NewDeviceBucket(ctx, pg.Float32, 4, true) })

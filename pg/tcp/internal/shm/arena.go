@@ -22,7 +22,7 @@ import (
 // So each rank's segment ends in an arena (Config.ArenaBytes, sparse: a
 // page costs memory only once touched), which the peers map with the
 // rest of the segment at Setup. World.Alloc hands out buffers from this
-// rank's arena (pg.HostBufferAllocator, through pg/tcp's group; the
+// rank's arena (backend.HostBufferAllocator, through pg/tcp's group; the
 // reducer keeps its buckets there). When every rank's tensor of an
 // AllReduce lies in its arena, the ranks do what pg/local does
 // (allReduceInPlace): after the first chunk's arrival, each reduces its

@@ -1,4 +1,4 @@
-package pg_test
+package backend_test
 
 import (
 	"errors"
@@ -7,16 +7,17 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 func ExampleAdd() {
 	grad := []float32{1, 2, 3}
-	if err := pg.Add(pg.Float32s(grad), pg.Float32s([]float32{0.5, 0.5, 0.5})); err != nil {
+	if err := backend.Add(pg.Float32s(grad), pg.Float32s([]float32{0.5, 0.5, 0.5})); err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(grad)
-	fmt.Println(pg.Add(pg.Float32s(grad), pg.Float64s([]float64{1, 2, 3})))
+	fmt.Println(backend.Add(pg.Float32s(grad), pg.Float64s([]float64{1, 2, 3})))
 	// Output:
 	// [1.5 2.5 3.5]
 	// invalid argument: add float64 into float32: want one floating-point dtype
@@ -31,7 +32,7 @@ func TestAddMatchesPlainLoop(t *testing.T) {
 		for _, n := range []int{0, 1, 7, 8, 9, 33} {
 			dst, src := randomFloats(rng, d, n), randomFloats(rng, d, n)
 			want := plainAdd(dst, src)
-			if err := pg.Add(dst, src); err != nil {
+			if err := backend.Add(dst, src); err != nil {
 				t.Fatal(err)
 			}
 			if string(dst.Data) != string(want.Data) {
@@ -47,7 +48,7 @@ func TestAddRefuses(t *testing.T) {
 		{pg.Int32s(make([]int32, 2)), pg.Int32s(make([]int32, 2))},
 		{pg.Float16s(make([]uint16, 2)), pg.BFloat16s(make([]uint16, 2))},
 	} {
-		if err := pg.Add(c.dst, c.src); !errors.Is(err, pg.ErrInvalidArgument) {
+		if err := backend.Add(c.dst, c.src); !errors.Is(err, pg.ErrInvalidArgument) {
 			t.Errorf("Add(%v[%d], %v[%d]) = %v; want ErrInvalidArgument", c.dst.Dtype, c.dst.Len(), c.src.Dtype, c.src.Len(), err)
 		}
 	}
@@ -59,7 +60,7 @@ func randomFloats(rng *rand.Rand, d pg.Dtype, n int) pg.Tensor {
 		f[i] = float32(rng.NormFloat64())
 	}
 	t := pg.NewTensor(d, n)
-	if err := pg.Convert(t, pg.Float32s(f)); err != nil {
+	if err := backend.Convert(t, pg.Float32s(f)); err != nil {
 		panic(err)
 	}
 	return t
@@ -84,12 +85,12 @@ func plainAdd(dst, src pg.Tensor) pg.Tensor {
 	case pg.Float16:
 		o, s := pg.View[uint16](out), pg.View[uint16](src)
 		for i := range o {
-			o[i] = pg.F32ToF16(pg.F16ToF32(o[i]) + pg.F16ToF32(s[i]))
+			o[i] = backend.F32ToF16(backend.F16ToF32(o[i]) + backend.F16ToF32(s[i]))
 		}
 	case pg.BFloat16:
 		o, s := pg.View[uint16](out), pg.View[uint16](src)
 		for i := range o {
-			o[i] = pg.F32ToBF16(pg.BF16ToF32(o[i]) + pg.BF16ToF32(s[i]))
+			o[i] = backend.F32ToBF16(backend.BF16ToF32(o[i]) + backend.BF16ToF32(s[i]))
 		}
 	}
 	return out

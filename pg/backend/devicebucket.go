@@ -1,6 +1,10 @@
-package pg
+package backend
 
-import "context"
+import (
+	"context"
+
+	"github.com/goddp/ddp/pg"
+)
 
 // DeviceBucketAllocator is implemented by process groups whose
 // collectives run on device memory (pg/nccl's Group). A reducer that
@@ -14,7 +18,7 @@ type DeviceBucketAllocator interface {
 	// memory (for buckets that will soon be replaced). Registration may
 	// be collective: every rank must make the same calls in the same
 	// order, as for a collective.
-	NewDeviceBucket(ctx context.Context, d Dtype, numel int, register bool) (DeviceBucket, error)
+	NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, register bool) (DeviceBucket, error)
 }
 
 // DeviceBucket is a flat buffer in device memory with a copy stream of
@@ -26,13 +30,13 @@ type DeviceBucketAllocator interface {
 // one goroutine at a time.
 type DeviceBucket interface {
 	// Tensor is the bucket as a device tensor, for the group's collectives.
-	Tensor() Tensor
+	Tensor() pg.Tensor
 	// Upload copies src into the bucket at element off, asynchronously on
 	// the copy stream. A host src is first copied into pinned staging
 	// memory, so the caller may reuse src when Upload returns; a device
 	// src must be complete on the device. src's dtype must be the
 	// bucket's.
-	Upload(off int, src Tensor) error
+	Upload(off int, src pg.Tensor) error
 	// Seal marks the uploads so far as the input of the next collective:
 	// the next collective issued on the group waits on the device for an
 	// event recorded after them.
@@ -40,7 +44,7 @@ type DeviceBucket interface {
 	// Download copies the bucket's elements [off, off+dst.Len()) into dst
 	// (host or device) once the collective's Work is done, and returns
 	// when they are there or ctx ends.
-	Download(ctx context.Context, off int, dst Tensor) error
+	Download(ctx context.Context, off int, dst pg.Tensor) error
 	// Registration says how the bucket is registered with the backend,
 	// e.g. "window", "register" or "none".
 	Registration() string

@@ -1,9 +1,10 @@
-package pg
+package backend
 
 import (
 	"fmt"
 
 	"github.com/goddp/ddp/internal/vec"
+	"github.com/goddp/ddp/pg"
 )
 
 // Add sets dst[i] += src[i] for two floating-point tensors of one dtype and
@@ -14,22 +15,22 @@ import (
 //
 // It is here, below the reducer and the Gorgonia wrapper, because both
 // accumulate: the reducer into its buckets, the wrapper into bucket views.
-func Add(dst, src Tensor) error {
+func Add(dst, src pg.Tensor) error {
 	if dst.Dtype != src.Dtype || !dst.Dtype.IsFloat() {
-		return fmt.Errorf("%w: add %v into %v: want one floating-point dtype", ErrInvalidArgument, src.Dtype, dst.Dtype)
+		return fmt.Errorf("%w: add %v into %v: want one floating-point dtype", pg.ErrInvalidArgument, src.Dtype, dst.Dtype)
 	}
 	if dst.Len() != src.Len() {
-		return fmt.Errorf("%w: add %d elements into %d", ErrInvalidArgument, src.Len(), dst.Len())
+		return fmt.Errorf("%w: add %d elements into %d", pg.ErrInvalidArgument, src.Len(), dst.Len())
 	}
 	switch dst.Dtype {
-	case Float32:
-		vec.AddF32(View[float32](dst), View[float32](src))
-	case Float64:
-		vec.AddF64(View[float64](dst), View[float64](src))
-	case Float16:
-		addHalf(View[uint16](dst), View[uint16](src), F16ToF32, F32ToF16)
-	case BFloat16:
-		addHalf(View[uint16](dst), View[uint16](src), BF16ToF32, F32ToBF16)
+	case pg.Float32:
+		vec.AddF32(pg.View[float32](dst), pg.View[float32](src))
+	case pg.Float64:
+		vec.AddF64(pg.View[float64](dst), pg.View[float64](src))
+	case pg.Float16:
+		addHalf(pg.View[uint16](dst), pg.View[uint16](src), F16ToF32, F32ToF16)
+	case pg.BFloat16:
+		addHalf(pg.View[uint16](dst), pg.View[uint16](src), BF16ToF32, F32ToBF16)
 	}
 	return nil
 }

@@ -1,42 +1,10 @@
-package pg
+package backend
 
 import (
 	"sync"
-	"time"
+
+	"github.com/goddp/ddp/pg"
 )
-
-// WorkInfo describes a finished Work, as c10d's WorkInfo: what the
-// completion hooks of a CompletionHooker receive.
-type WorkInfo struct {
-	Op    OpType
-	Seq   uint64 // Work.Seq
-	Rank  int    // the reporting rank in its group
-	Dtype Dtype  // 0 for barriers
-	// InBytes and OutBytes are the sizes of this rank's input and output
-	// buffers (for in-place collectives, both are the tensor's size; for
-	// coalesced ones, the sums).
-	InBytes, OutBytes int64
-	// Issued is when the call was made, Started when the backend began
-	// it (after the collectives before it), Finished when it completed.
-	Issued, Started, Finished time.Time
-	Err                       error // nil on success
-}
-
-// QueueDuration is how long the Work waited behind earlier ones.
-func (w WorkInfo) QueueDuration() time.Duration { return nonNegative(w.Started.Sub(w.Issued)) }
-
-// ActiveDuration is how long the Work ran, c10d's activeDuration.
-func (w WorkInfo) ActiveDuration() time.Duration { return nonNegative(w.Finished.Sub(w.Started)) }
-
-// Duration is QueueDuration plus ActiveDuration.
-func (w WorkInfo) Duration() time.Duration { return nonNegative(w.Finished.Sub(w.Issued)) }
-
-func nonNegative(d time.Duration) time.Duration {
-	if d < 0 {
-		return 0
-	}
-	return d
-}
 
 // Completions is the completion-hook dispatcher backends embed to
 // implement CompletionHooker: Deliver queues a WorkInfo without blocking,
@@ -45,8 +13,8 @@ func nonNegative(d time.Duration) time.Duration {
 // queue drains and drops later deliveries.
 type Completions struct {
 	mu      sync.Mutex
-	hooks   []func(WorkInfo)
-	queue   []WorkInfo
+	hooks   []func(pg.WorkInfo)
+	queue   []pg.WorkInfo
 	kick    chan struct{}
 	exited  chan struct{}
 	closed  bool
@@ -54,7 +22,7 @@ type Completions struct {
 }
 
 // Register adds a hook. Hooks registered after Close are never called.
-func (c *Completions) Register(hook func(WorkInfo)) {
+func (c *Completions) Register(hook func(pg.WorkInfo)) {
 	if hook == nil {
 		return
 	}
@@ -81,7 +49,7 @@ func (c *Completions) Active() bool {
 }
 
 // Deliver queues info for the hooks. It never blocks.
-func (c *Completions) Deliver(info WorkInfo) {
+func (c *Completions) Deliver(info pg.WorkInfo) {
 	c.mu.Lock()
 	if c.closed || len(c.hooks) == 0 {
 		c.mu.Unlock()

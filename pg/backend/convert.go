@@ -1,10 +1,11 @@
-package pg
+package backend
 
 import (
 	"fmt"
 	"math"
 
 	"github.com/goddp/ddp/internal/vec"
+	"github.com/goddp/ddp/pg"
 )
 
 // Conversions between the floating-point dtypes, rounding as c10's casts
@@ -92,49 +93,49 @@ func F32ToBF16(f float32) uint16 {
 // Convert writes src's elements into dst, converted to dst's dtype. Both
 // must be floating-point tensors of the same length; they must not
 // overlap unless they are the same tensor.
-func Convert(dst, src Tensor) error {
+func Convert(dst, src pg.Tensor) error {
 	if !dst.Dtype.IsFloat() || !src.Dtype.IsFloat() {
-		return fmt.Errorf("%w: convert %v to %v: both must be floating point", ErrInvalidArgument, src.Dtype, dst.Dtype)
+		return fmt.Errorf("%w: convert %v to %v: both must be floating point", pg.ErrInvalidArgument, src.Dtype, dst.Dtype)
 	}
 	if dst.Len() != src.Len() {
-		return fmt.Errorf("%w: convert %d %v elements into %d", ErrInvalidArgument, src.Len(), src.Dtype, dst.Len())
+		return fmt.Errorf("%w: convert %d %v elements into %d", pg.ErrInvalidArgument, src.Len(), src.Dtype, dst.Len())
 	}
 	switch src.Dtype {
 	case dst.Dtype:
 		copy(dst.Data, src.Data)
-	case Float32:
+	case pg.Float32:
 		switch dst.Dtype {
-		case Float16:
-			vec.F32ToF16(View[uint16](dst), View[float32](src), F32ToF16)
-		case BFloat16:
-			vec.F32ToBF16(View[uint16](dst), View[float32](src), F32ToBF16)
+		case pg.Float16:
+			vec.F32ToF16(pg.View[uint16](dst), pg.View[float32](src), F32ToF16)
+		case pg.BFloat16:
+			vec.F32ToBF16(pg.View[uint16](dst), pg.View[float32](src), F32ToBF16)
 		default:
-			fromFloat(dst, View[float32](src))
+			fromFloat(dst, pg.View[float32](src))
 		}
-	case Float64:
-		fromFloat(dst, View[float64](src))
-	case Float16:
-		fromHalf(dst, View[uint16](src), Float16)
-	case BFloat16:
-		fromHalf(dst, View[uint16](src), BFloat16)
+	case pg.Float64:
+		fromFloat(dst, pg.View[float64](src))
+	case pg.Float16:
+		fromHalf(dst, pg.View[uint16](src), pg.Float16)
+	case pg.BFloat16:
+		fromHalf(dst, pg.View[uint16](src), pg.BFloat16)
 	}
 	return nil
 }
 
-func fromFloat[S float32 | float64](dst Tensor, s []S) {
+func fromFloat[S float32 | float64](dst pg.Tensor, s []S) {
 	switch dst.Dtype {
-	case Float32:
-		d := View[float32](dst)
+	case pg.Float32:
+		d := pg.View[float32](dst)
 		for i, v := range s {
 			d[i] = float32(v)
 		}
-	case Float64:
-		d := View[float64](dst)
+	case pg.Float64:
+		d := pg.View[float64](dst)
 		for i, v := range s {
 			d[i] = float64(v)
 		}
-	case Float16:
-		d := View[uint16](dst)
+	case pg.Float16:
+		d := pg.View[uint16](dst)
 		for i, v := range s {
 			if h, ok := f16Normal(math.Float32bits(float32(v))); ok {
 				d[i] = h
@@ -142,39 +143,39 @@ func fromFloat[S float32 | float64](dst Tensor, s []S) {
 				d[i] = F32ToF16(float32(v))
 			}
 		}
-	case BFloat16:
-		d := View[uint16](dst)
+	case pg.BFloat16:
+		d := pg.View[uint16](dst)
 		for i, v := range s {
 			d[i] = F32ToBF16(float32(v))
 		}
 	}
 }
 
-func fromHalf(dst Tensor, s []uint16, src Dtype) {
+func fromHalf(dst pg.Tensor, s []uint16, src pg.Dtype) {
 	widen := F16ToF32
-	if src == BFloat16 {
+	if src == pg.BFloat16 {
 		widen = BF16ToF32
 	}
 	switch dst.Dtype {
-	case Float32:
-		d := View[float32](dst)
-		if src == BFloat16 {
+	case pg.Float32:
+		d := pg.View[float32](dst)
+		if src == pg.BFloat16 {
 			vec.BF16ToF32(d, s)
 		} else {
 			vec.F16ToF32(d, s, F16ToF32)
 		}
-	case Float64:
-		d := View[float64](dst)
+	case pg.Float64:
+		d := pg.View[float64](dst)
 		for i, v := range s {
 			d[i] = float64(widen(v))
 		}
-	case Float16:
-		d := View[uint16](dst)
+	case pg.Float16:
+		d := pg.View[uint16](dst)
 		for i, v := range s {
 			d[i] = F32ToF16(widen(v))
 		}
-	case BFloat16:
-		d := View[uint16](dst)
+	case pg.BFloat16:
+		d := pg.View[uint16](dst)
 		for i, v := range s {
 			d[i] = F32ToBF16(widen(v))
 		}
