@@ -19,7 +19,7 @@ import (
 // profiles, and sets the profiler running; /debug/state and
 // /debug/flight tell the job's progress. None of it is for whoever can
 // reach a port, and --metrics-addr :9400 (a Kubernetes pod, the
-// README's examples) is reachable by every pod of the cluster. So:
+// docs/launchers.md's examples) is reachable by every pod of the cluster. So:
 //
 //   - --metrics-addr serves /metrics, /healthz and /readyz to any client,
 //     and /debug/* only to one that came over loopback: from 127.0.0.1

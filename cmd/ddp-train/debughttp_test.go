@@ -52,7 +52,7 @@ func getFrom(url string) (int, string, time.Duration) {
 }
 
 // Note [debug endpoints are private], with a real process: --metrics-addr
-// on every interface (as the README's Kubernetes examples) serves
+// on every interface (as docs/launchers.md's Kubernetes examples) serves
 // /metrics and the probes to a remote client, /debug/* only over
 // loopback; profiles are capped and one runs at a time; a client that
 // sends half its headers is cut off, and connections beyond the cap

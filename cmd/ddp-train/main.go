@@ -23,7 +23,7 @@
 // `ddp-train fr-trace DIR` merges the ranks' flight-recorder dumps
 // (--flight-dir) and names the collective where they parted.
 //
-// Exit codes (README.md's table): 0 success, 1 a failed run, 2 bad flags
+// Exit codes (docs/ddp-train.md's table): 0 success, 1 a failed run, 2 bad flags
 // or bad input, 3 the run diverged (a NaN or an infinity; Note [non-finite
 // guard]), 128+signal (130, 143) stopped by SIGINT or SIGTERM.
 package main

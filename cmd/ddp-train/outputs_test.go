@@ -333,7 +333,7 @@ func TestSecondJobThroughALinkIsRefused(t *testing.T) {
 // Row 7: --resume where there is no checkpoint yet (an empty or missing
 // directory: the first start of a job that always passes --resume)
 // trains from step 0, saying so once, as a run without --resume would;
-// under an external launcher (the README's JobSet example) too. A damaged
+// under an external launcher (docs/launchers.md's JobSet example) too. A damaged
 // checkpoint is still exit 2.
 func TestResumeWithoutACheckpointStartsAtStepZero(t *testing.T) {
 	root := t.TempDir()

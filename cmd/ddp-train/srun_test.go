@@ -142,7 +142,7 @@ func TestNestedUnderSlurm(t *testing.T) {
 		logs := t.TempDir()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		// Debian's torchrun 1.13 needs explicit --redirects/--tee (README).
+		// Debian's torchrun 1.13 needs explicit --redirects/--tee (docs/launchers.md).
 		script := fmt.Sprintf(`exec /usr/bin/python3 -m torch.distributed.run --nnodes 2 --node_rank $SLURM_PROCID --master_addr 127.0.0.1 --master_port %d `+
 			`--nproc_per_node 2 --log_dir %s/$SLURM_PROCID --redirects 0:1,1:1 --tee 0:1,1:1 --no_python %q %s`, port, logs, self, train)
 		cmd := exec.CommandContext(ctx, "srun", "--ntasks", "2", "--kill-on-bad-exit=1", "bash", "-c", script)
