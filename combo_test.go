@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestCombinations is the metamorphic test of issue 22, after pebble's:
+// TestCombinations is the metamorphic test, after pebble's:
 // every combination of the options, the comm hooks, the backends, the
 // world sizes, the dtypes and the per-rank graphs of replica_test.go must
 // train as a plain reference says, and keep the replicas bitwise equal

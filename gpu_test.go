@@ -36,7 +36,7 @@ func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, nccl.Version) {
 	return g, lib.Version()
 }
 
-// On a GPU (issue 20): the branch model whose heads' gradients Gorgonia
+// On a GPU: the branch model whose heads' gradients Gorgonia
 // shares (fc2(h)+fc3(h)) on a world-size-1 NCCL group with device
 // buckets, FindUnusedParameters and the replica check at every iteration
 // (its allreduce MAX of int64 words through NCCL), and with StaticGraph:

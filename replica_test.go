@@ -16,8 +16,8 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// The tests of this file hunt the ways replicas drift apart silently
-// (issue 20): two parameters whose gradients Gorgonia computes by the same
+// The tests of this file hunt the ways replicas drift apart silently:
+// two parameters whose gradients Gorgonia computes by the same
 // expression, which it hash-conses into one node and so one memory, and
 // parameters that a rank's graph does not reach. Each rank may build a
 // different graph (a "head"), and after every RunAll the gradients that
@@ -494,9 +494,9 @@ func short(v []float64) string {
 // TestReplicasMatchPlainReference: every rank steps every parameter with
 // the average of the ranks' own gradients, whichever graph each rank
 // builds, in every mode that changes where gradients live or when they
-// are reduced. It fails on the two defects of issue 20: with "sum" the
-// gradients of fc2 and fc3 were one memory (fc3's average written over
-// fc2's), and a rank whose graph does not reach a parameter did not step
+// are reduced. It fails on two defects replicas can have: with "sum" the
+// gradients of fc2 and fc3 are one memory (fc3's average written over
+// fc2's), and a rank whose graph does not reach a parameter does not step
 // it.
 func TestReplicasMatchPlainReference(t *testing.T) {
 	unused := Options{FindUnusedParameters: true}
@@ -653,8 +653,8 @@ func TestSharedMemoryFoundAtRunTime(t *testing.T) {
 }
 
 // TestReplicaCheckStopsDrift: with CheckReplicasEvery, a loop that steps
-// only the parameters its own graph reaches (what the documented loop did
-// before issue 20) is caught on every rank at the next check, naming the
+// only the parameters its own graph reaches (what a loop stepping only
+// ValueGrads of reached nodes does) is caught on every rank at the next check, naming the
 // first parameter that drifted (fc3.weight, which rank 1's graph does not
 // reach) and the ranks.
 func TestReplicaCheckStopsDrift(t *testing.T) {

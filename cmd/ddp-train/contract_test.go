@@ -1,6 +1,6 @@
 package main
 
-// The contract with PyTorch (issue 4): with the same initial weights, the
+// The contract with PyTorch: with the same initial weights, the
 // same .npy data, --shuffle=false, plain SGD and float64, ddp-train must
 // end with the parameters PyTorch DDP ends with.
 //

@@ -92,8 +92,8 @@ func TestDebugEndpointsPrivateByDefault(t *testing.T) {
 	checkDescriptorsBounded(t, cmd.Process.Pid, port)
 }
 
-// checkDescriptorsBounded: 185 keep-alive clients (which exhausted a
-// worker's file descriptors before issue 34) hold at most the cap's 32
+// checkDescriptorsBounded: 185 keep-alive clients (enough to exhaust
+// an uncapped worker's file descriptors) hold at most the cap's 32
 // of the process's descriptors.
 func checkDescriptorsBounded(t *testing.T, pid, port int) {
 	t.Helper()

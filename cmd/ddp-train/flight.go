@@ -30,8 +30,8 @@ import (
 //     without either, also under ddp-train's own launcher: never into the
 //     report's directory, which is removed when the run ends well or by a
 //     signal, so that a dump the user asked for is kept where the log
-//     line says. A hung job can always be asked; SIGUSR1 no longer kills
-//     a worker.
+//     line says. A hung job can always be asked; SIGUSR1 never kills a
+//     worker.
 //
 // The dump is written to a temporary file (O_EXCL) renamed into place,
 // so a link planted at its name is replaced, not followed; and

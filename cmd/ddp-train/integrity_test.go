@@ -18,10 +18,10 @@ import (
 	"github.com/goddp/ddp/npy"
 )
 
-// The tests of this file are issue 21's table: runs that used to end
-// "successfully" with garbage, or destroy earlier work, each with real
-// processes. Each now fails clearly or behaves as stated, and nothing is
-// lost or half-written.
+// The tests of this file are runs that could end "successfully" with
+// garbage, or destroy earlier work, each with real processes. Each must
+// fail clearly or behave as stated, and nothing may be lost or
+// half-written.
 
 // lastLine is the last non-empty line of s.
 func lastLine(s string) string {
@@ -124,10 +124,10 @@ func TestNonFiniteGuardSkips(t *testing.T) {
 }
 
 // An output path that cannot be written is exit 2 before any worker
-// starts, with nothing written: --summary in a missing directory (it used
-// to fail after training, with --save written, and be retried by
-// --max-restarts), and --checkpoint that is a file (rank 0 used to fail
-// mid-run, and the launcher blamed rank 1's lost store).
+// starts, with nothing written: --summary in a missing directory (checked
+// late, it would fail after training, with --save written, and be retried
+// by --max-restarts), and --checkpoint that is a file (checked late, rank 0
+// would fail mid-run, and the launcher would blame rank 1's lost store).
 func TestOutputPathsCheckedFirst(t *testing.T) {
 	dir := t.TempDir()
 	save := filepath.Join(dir, "out")
@@ -158,8 +158,8 @@ func TestOutputPathsCheckedFirst(t *testing.T) {
 }
 
 // A --checkpoint directory that holds another run's checkpoints is not
-// touched by a run without --resume: it is refused (it used to prune
-// step-200 and step-300); --overwrite-checkpoints starts over; a second
+// touched by a run without --resume: it is refused (pruning would delete
+// its step-200 and step-300); --overwrite-checkpoints starts over; a second
 // run while one holds the directory is refused at once naming it.
 func TestCheckpointDirectoryOwned(t *testing.T) {
 	dir := t.TempDir()

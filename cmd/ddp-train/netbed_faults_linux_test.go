@@ -17,7 +17,7 @@ import (
 	"github.com/goddp/ddp/pg/desync"
 )
 
-// Faults between hosts (issue 25): 2 network-namespace hosts of 2 ranks
+// Faults between hosts: 2 network-namespace hosts of 2 ranks
 // each (ranks 0, 1 on node0 = 10.98.0.1, which hosts the store; ranks
 // 2, 3 on node1 = 10.98.0.2), every rank a ddp-train started with plain
 // launcher variables. Each fault ends every rank within a bound of the

@@ -19,7 +19,7 @@ import (
 )
 
 // Real-process tests of Note [outputs own only their files] and Note
-// [checkpoint directories are owned]: issue 34's rows 1-7 and 16.
+// [checkpoint directories are owned]: docs/safety.md's rows 1-7 and 16.
 
 // plant writes files (path relative to root → contents), making their
 // directories.

@@ -11,7 +11,7 @@ import (
 	"github.com/goddp/ddp/pg/flight"
 )
 
-// TestGPUFlightEventTimes runs the issue 24 event-time path on a real
+// TestGPUFlightEventTimes runs the event-time path on a real
 // GPU: with Options.EnableTiming each collective's flight-recorder entry
 // gets torch's started and completed times from CUDA events the watchdog
 // found passed, and duration_ms from cuEventElapsedTime. At world size 1

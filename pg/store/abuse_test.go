@@ -137,8 +137,9 @@ func rendezvousOf(t *testing.T, addr string, ranks int, timeout time.Duration) t
 
 // TestTCPIdleFloodDoesNotDelayRendezvous: 300 idle sockets that reconnect
 // when dropped, from the ranks' own host, hammer the store port while 4
-// ranks meet through it. The ranks finish within 2 s (on main before issue
-// 21, 1,100 such sockets made it 20 to 39 s), and the log holds a bounded
+// ranks meet through it. The ranks finish within 2 s (were pending
+// connections not capped apart, Note [admission], such sockets would make it
+// tens of seconds), and the log holds a bounded
 // number of warnings however many connections were refused.
 func TestTCPIdleFloodDoesNotDelayRendezvous(t *testing.T) {
 	const sockets = 300
@@ -256,7 +257,7 @@ func heapAfterGC() int64 {
 
 // TestTCPLargeFrameClaimsCostWhatArrives: 40 authenticated connections
 // each announce a 16 MiB set. Announcing costs the server a 16 KiB chunk
-// each, not 16 MiB (on main before issue 21, 640 MiB); sending 1 MiB each
+// each, not 16 MiB (Note [frame budget]: 640 MiB in all); sending 1 MiB each
 // (40 MiB) fills the 16 MiB budget (the oldest frame may go past it), the
 // others wait; a small
 // request still goes through meanwhile; and once they hang up every byte

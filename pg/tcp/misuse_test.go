@@ -10,9 +10,9 @@ import (
 	"github.com/goddp/ddp/pg"
 )
 
-// A nil ctx is the caller's bug, and fails that call alone (issue 22):
-// before, submit panicked on it while holding the group's lock, and Send
-// while holding its link's, so the next collective and Close hung for
+// A nil ctx is the caller's bug, and fails that call alone:
+// were submit to panic on it while holding the group's lock, or Send
+// while holding its link's, the next collective and Close would hang for
 // ever. Every call here is bounded: a panic or a hang fails the test.
 func TestNilContextFailsTheCallAlone(t *testing.T) {
 	gs := newGroups(t, 2, 10*time.Second, nil)
