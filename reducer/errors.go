@@ -60,7 +60,11 @@ func (m *machine) unfinishedError(missing []int) error {
 	return fmt.Errorf("%w. %s", ErrUnfinishedReduction, b.String())
 }
 
+// markedTwiceError names the parameter whose gradient hook fired twice in one iteration, with torch's
+// three causes.
 func (m *machine) markedTwiceError(i int) error {
-	return fmt.Errorf("%w. This error is caused by one of the following reasons: 1) use of a module parameter outside the forward graph, so that its gradient hook fires more than once; 2) reused parameters in multiple backward passes within one iteration; 3) incorrect unused parameter detection (a parameter passed as unused also produced a gradient).\nParameter at index %d with name %s has been marked as ready twice. This means that multiple gradient hooks have fired for this particular parameter during this iteration",
+	return fmt.Errorf("%w: the parameter at index %d with name %s got a second gradient in this iteration. "+
+		"It is used outside the forward graph, or reused in several backward passes of one iteration, "+
+		"or the unused parameter detection is wrong (a parameter passed as unused also produced a gradient)",
 		ErrMarkedTwice, i, m.params[i].Name)
 }
