@@ -68,7 +68,8 @@ func TestFuncLimits(t *testing.T) {
 		reason, ok := excused[s.key()]
 		switch {
 		case over && !ok:
-			t.Errorf("%s:%d: %s is %d lines (limit %d) with cyclomatic complexity %d (limit %d): split it into named steps, or add it to funcLimitExceptions with a reason",
+			t.Errorf("%s:%d: %s is %d lines (limit %d) with cyclomatic complexity %d (limit %d): split it into named steps, "+
+				"or add it to funcLimitExceptions with a reason",
 				s.file, s.line, s.name, s.lines, maxFuncLines, s.complexity, maxComplexity)
 		case !over && ok:
 			t.Errorf("%s:%d: %s is now within the limits (%d lines, complexity %d); delete its row in funcLimitExceptions (%q)",
@@ -302,7 +303,8 @@ func layerTable() []layer {
 		{"engine-free DDP parts: buckets and comm hooks", []string{"bucket/...", "commhook/..."}, engineFree},
 		{"the reducer", []string{"reducer/..."}, engineFree},
 		{"GoMLX engine: data-parallel GoMLX training over the reducer", []string{"engines/gomlxddp/..."}, gorgonia},
-		{"Gorgonia glue: gradient-ready hooks, Gorgonia values as pg.Tensor", []string{"autogradhooks/...", "gtensor/..."}, gorgonia},
+		{"Gorgonia glue: gradient-ready hooks, Gorgonia values as pg.Tensor", []string{"autogradhooks/...", "gtensor/..."},
+			gorgonia},
 		{"training packages", []string{
 			"averaging/...", "optim/...", "checkpoint/...", "sampler/...", "dataset/...", "npy/...",
 		}, gorgonia},
@@ -393,7 +395,8 @@ func checkEngineFree(t *testing.T, modPath string, table []layer, all map[string
 		}
 		for _, p := range all[dir] {
 			if e := engineOf(p); e != "" {
-				t.Errorf("%s (layer %d, %s) imports %s (%s), but the layers marked engineFree (the reducer and below) know no autodiff engine", pkgPath(modPath, dir), l, table[l].name, p, e)
+				t.Errorf("%s (layer %d, %s) imports %s (%s), but the layers marked engineFree (the reducer and below) know no "+
+					"autodiff engine", pkgPath(modPath, dir), l, table[l].name, p, e)
 			}
 		}
 	}
@@ -416,7 +419,8 @@ func checkOneEngine(t *testing.T, modPath string, table []layer, all map[string]
 			}
 		}
 		if len(engines) > 1 {
-			t.Errorf("%s (layer %d, %s) imports two autodiff engines (%v); a library package drives one engine", pkgPath(modPath, dir), l, table[l].name, engines)
+			t.Errorf("%s (layer %d, %s) imports two autodiff engines (%v); a library package drives one engine",
+				pkgPath(modPath, dir), l, table[l].name, engines)
 		}
 	}
 }

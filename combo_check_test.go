@@ -43,10 +43,13 @@ func checkCombo(t *testing.T, c *combo, initial [][]float64, logs []*rankLog) {
 			var nf *reducer.NonFiniteError
 			var origin *reducer.NonFiniteOriginError
 			switch {
-			case poisoned && c.opts.FindNonFiniteOrigin && (!errors.As(runErr, &origin) || origin.Iteration != step+1 || !slices.Equal(origin.Ranks, []int{c.poison.rank})):
-				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteOriginError for iteration %d naming rank %d (a NaN in its input)", step, r, runErr, step+1, c.poison.rank)
+			case poisoned && c.opts.FindNonFiniteOrigin &&
+				(!errors.As(runErr, &origin) || origin.Iteration != step+1 || !slices.Equal(origin.Ranks, []int{c.poison.rank})):
+				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteOriginError for iteration %d naming rank %d (a NaN "+
+					"in its input)", step, r, runErr, step+1, c.poison.rank)
 			case poisoned && !c.opts.FindNonFiniteOrigin && (!errors.As(runErr, &nf) || nf.Iteration != step+1):
-				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteError for iteration %d (a NaN in rank %d's input)", step, r, runErr, step+1, c.poison.rank)
+				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteError for iteration %d (a NaN in rank %d's input)",
+					step, r, runErr, step+1, c.poison.rank)
 			case !poisoned && runErr != nil:
 				t.Fatalf("step %d: rank %d's RunAll: %v", step, r, runErr)
 			}
@@ -111,7 +114,8 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 		}
 		if step == 0 {
 			if p, k := firstBitDiff(v, initial); p >= 0 {
-				t.Fatalf("rank %d starts with %s[%d] = %v; Wrap should have given it rank 0's %v", r, branchNames[p], k, v[p][k], initial[p][k])
+				t.Fatalf("rank %d starts with %s[%d] = %v; Wrap should have given it rank 0's %v", r, branchNames[p], k, v[p][k],
+					initial[p][k])
 			}
 		}
 		grp := c.valueGroup(step, r)
@@ -121,7 +125,8 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 			continue
 		}
 		if p, k := firstBitDiff(v, c.valuesAt(logs[f], step)); p >= 0 {
-			t.Fatalf("before step %d: rank %d holds %s[%d] = %v, rank %d %v; DDP keeps them bitwise equal", step, r, branchNames[p], k, v[p][k], f, c.valuesAt(logs[f], step)[p][k])
+			t.Fatalf("before step %d: rank %d holds %s[%d] = %v, rank %d %v; DDP keeps them bitwise equal", step, r,
+				branchNames[p], k, v[p][k], f, c.valuesAt(logs[f], step)[p][k])
 		}
 	}
 	if c.join != nil && step == c.steps && c.steps > 0 && c.throwAt < 0 {
@@ -131,7 +136,8 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 		}
 		l := logs[last]
 		if p, k := firstBitDiff(l.final, l.after[c.steps-1]); p >= 0 {
-			t.Fatalf("after Finish, the last joiner (rank %d) holds %s[%d] = %v; its last step gave %v", last, branchNames[p], k, l.final[p][k], l.after[c.steps-1][p][k])
+			t.Fatalf("after Finish, the last joiner (rank %d) holds %s[%d] = %v; its last step gave %v", last, branchNames[p], k,
+				l.final[p][k], l.after[c.steps-1][p][k])
 		}
 	}
 }
@@ -160,7 +166,8 @@ func checkSolverStep(t *testing.T, c *combo, step, r int, l *rankLog, skipped bo
 			}
 		}
 		if e := errorOf(l.after[step][i], want, maxAbs(want), 0); e > exactTol(c.dt) {
-			t.Fatalf("step %d: rank %d's optimizer left %s at %v; SGD on the gradient it was given gives %v (error %.3g)", step, r, name, short(l.after[step][i]), short(want), e)
+			t.Fatalf("step %d: rank %d's optimizer left %s at %v; SGD on the gradient it was given gives %v (error %.3g)", step,
+				r, name, short(l.after[step][i]), short(want), e)
 		}
 	}
 }
@@ -185,7 +192,8 @@ func (c *combo) checkAveraging(t *testing.T, step int, logs []*rankLog) {
 		got := c.valuesAt(l, step+1)
 		for i, name := range branchNames {
 			if e := errorOf(got[i], mean[i], maxAbs(mean[i]), 0); e > exactTol(c.dt) {
-				t.Fatalf("after step %d, the model averager gave rank %d %s = %v; the mean over ranks is %v (error %.3g)", step, r, name, short(got[i]), short(mean[i]), e)
+				t.Fatalf("after step %d, the model averager gave rank %d %s = %v; the mean over ranks is %v (error %.3g)", step, r,
+					name, short(got[i]), short(mean[i]), e)
 			}
 		}
 	}
@@ -195,7 +203,8 @@ func (c *combo) checkAveraging(t *testing.T, step int, logs []*rankLog) {
 // of its micro-batches' gradients, computed by Gorgonia alone at the
 // parameters the rank held (zeros where its graph does not reach, and on
 // a rank that has joined).
-func contributions(t *testing.T, c *combo, step int, initial [][]float64, logs []*rankLog, plain []*branchModel, contrib []bool) [][][]float64 {
+func contributions(t *testing.T, c *combo, step int, initial [][]float64, logs []*rankLog, plain []*branchModel,
+	contrib []bool) [][][]float64 {
 	t.Helper()
 	g := make([][][]float64, len(logs))
 	for r := range logs {

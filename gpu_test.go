@@ -24,11 +24,13 @@ func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, nccl.Version) {
 	if n, err := cu.DeviceCount(); err != nil || n == 0 {
 		t.Skipf("no GPU: %d devices, %v", n, err)
 	}
-	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"),
+		PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
 	}
-	g, err := pgnccl.New(ctx, store.NewHashStore(store.HashStoreOptions{}), pgnccl.Options{Rank: 0, Size: 1, Library: lib, CUDA: cu})
+	g, err := pgnccl.New(ctx, store.NewHashStore(store.HashStoreOptions{}),
+		pgnccl.Options{Rank: 0, Size: 1, Library: lib, CUDA: cu})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,9 +35,12 @@ func TestInitProcessGroupRefusals(t *testing.T) {
 		{"mpi without -tags mpi", ctx, ddp.InitOptions{Backend: "mpi"}, ddp.ErrBackendUnavailable, "-tags mpi"},
 		{"no master address", ctx, ddp.InitOptions{Lookup: lookupOf(map[string]string{"RANK": "1", "WORLD_SIZE": "2"})},
 			pg.ErrInvalidArgument, "MASTER_ADDR is not set"},
-		{"no NCCL", ctx, ddp.InitOptions{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"GODDP_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})},
+		{"no NCCL", ctx, ddp.InitOptions{Env: one, Backend: "nccl", Lookup: lookupOf(
+			map[string]string{"GODDP_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})},
 			ddp.ErrBackendUnavailable, "GODDP_NCCL_LIBRARY"},
-		{"NCCL timing not a boolean", ctx, ddp.InitOptions{Env: one, Backend: "nccl", Lookup: lookupOf(map[string]string{"TORCH_NCCL_ENABLE_TIMING": "sometimes"})},
+		{"NCCL timing not a boolean", ctx,
+			ddp.InitOptions{Env: one, Backend: "nccl",
+				Lookup: lookupOf(map[string]string{"TORCH_NCCL_ENABLE_TIMING": "sometimes"})},
 			pg.ErrInvalidArgument, `TORCH_NCCL_ENABLE_TIMING="sometimes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +70,8 @@ func TestInitProcessGroupTwoRanks(t *testing.T) {
 		e := env.Config{Rank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port,
 			Secret: secret, Source: env.SourceTorchrun}
 		wg.Go(func() {
-			gs[r], errs[r] = ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &e, Timeout: 20 * time.Second, TCP: tcp.Options{NoSharedMemory: r == 1}})
+			gs[r], errs[r] = ddp.InitProcessGroup(ctx,
+				ddp.InitOptions{Env: &e, Timeout: 20 * time.Second, TCP: tcp.Options{NoSharedMemory: r == 1}})
 		})
 	}
 	wg.Wait()

@@ -74,13 +74,16 @@ func newBranchModelOf(t testing.TB, head string, seed uint64, dt tensor.Dtype) *
 	t.Helper()
 	m := &branchModel{head: head, dt: dt, g: G.NewGraph()}
 	rows := branchRows
-	m.x = G.NewMatrix(m.g, dt, G.WithShape(rows, branchIn), G.WithName("x"), G.WithValue(tensor.New(tensor.WithShape(rows, branchIn), tensor.Of(dt))))
+	m.x = G.NewMatrix(m.g, dt, G.WithShape(rows, branchIn), G.WithName("x"),
+		G.WithValue(tensor.New(tensor.WithShape(rows, branchIn), tensor.Of(dt))))
 	yRows := rows
 	if head == headConcat {
 		yRows = 2 * rows
 	}
-	m.y = G.NewMatrix(m.g, dt, G.WithShape(yRows, branchClasses), G.WithName("y"), G.WithValue(tensor.New(tensor.WithShape(yRows, branchClasses), tensor.Of(dt))))
-	shapes := [][2]int{{branchIn, branchHidden}, {1, branchHidden}, {branchHidden, branchClasses}, {1, branchClasses}, {branchHidden, branchClasses}, {1, branchClasses}}
+	m.y = G.NewMatrix(m.g, dt, G.WithShape(yRows, branchClasses), G.WithName("y"),
+		G.WithValue(tensor.New(tensor.WithShape(yRows, branchClasses), tensor.Of(dt))))
+	shapes := [][2]int{{branchIn, branchHidden}, {1, branchHidden}, {branchHidden, branchClasses}, {1, branchClasses},
+		{branchHidden, branchClasses}, {1, branchClasses}}
 	for i, s := range shapes {
 		v := uniform[float64](s[0]*s[1], seed, uint64(i), 0.7)
 		m.params = append(m.params, G.NewMatrix(m.g, dt, G.WithShape(s[0], s[1]), G.WithName(branchNames[i]),
@@ -214,7 +217,8 @@ func (m *branchModel) feed(step, rank int) error {
 		y = append(y, y...)
 	}
 	yRows := len(y) / branchClasses
-	if err := G.Let(m.x, tensor.New(tensor.WithShape(branchRows, branchIn), tensor.WithBacking(asDtype(m.dt, x)))); err != nil {
+	if err := G.Let(m.x,
+		tensor.New(tensor.WithShape(branchRows, branchIn), tensor.WithBacking(asDtype(m.dt, x)))); err != nil {
 		return err
 	}
 	return G.Let(m.y, tensor.New(tensor.WithShape(yRows, branchClasses), tensor.WithBacking(asDtype(m.dt, y))))
@@ -314,7 +318,8 @@ func (c branchCase) String() string {
 // RunAll it hands check the stepped gradients of every rank; after each
 // step it checks that the parameters are bitwise equal across ranks. It
 // returns the replicas.
-func branchRun(t *testing.T, ctx context.Context, c branchCase, check func(step int, values [][][]float64, got []map[string][]float64)) []*branchModel {
+func branchRun(t *testing.T, ctx context.Context, c branchCase,
+	check func(step int, values [][][]float64, got []map[string][]float64)) []*branchModel {
 	t.Helper()
 	n := len(c.heads)
 	backend := c.backend
@@ -470,10 +475,12 @@ func checkStepped(t *testing.T, step int, want [][]float64, got []map[string][]f
 		for i, name := range branchNames {
 			g, ok := gr[name]
 			if !ok {
-				t.Fatalf("step %d: rank %d's documented loop, solver.Step(d.ValueGrads()), does not step %s (the average gradient is %v)", step, r, name, short(want[i]))
+				t.Fatalf("step %d: rank %d's documented loop, solver.Step(d.ValueGrads()), does not step %s (the average "+
+					"gradient is %v)", step, r, name, short(want[i]))
 			}
 			if e := relErr([][]float64{g}, [][]float64{want[i]}); e > tol {
-				t.Fatalf("step %d: rank %d steps %s with %v; the average of the ranks' own gradients is %v (relative error %.2g)", step, r, name, short(g), short(want[i]), e)
+				t.Fatalf("step %d: rank %d steps %s with %v; the average of the ranks' own gradients is %v (relative error %.2g)",
+					step, r, name, short(g), short(want[i]), e)
 			}
 			if r > 0 {
 				if p, k := firstBitDiff([][]float64{g}, [][]float64{got[0][name]}); p >= 0 {
@@ -523,7 +530,8 @@ func TestReplicasMatchPlainReference(t *testing.T) {
 		branchCase{heads: []string{headSum, headSum}, opts: Options{GradientAsBucketView: true}},
 		branchCase{heads: []string{headSum, headFC2}, opts: Options{StaticGraph: true, GradientAsBucketView: true}},
 		branchCase{heads: []string{headSum, headFC2}, opts: unused, backend: "tcp"},
-		branchCase{heads: []string{headSum, headFC2}, opts: Options{FindUnusedParameters: true, CheckReplicasEvery: 1}, backend: "nccl-fake"},
+		branchCase{heads: []string{headSum, headFC2}, opts: Options{FindUnusedParameters: true, CheckReplicasEvery: 1},
+			backend: "nccl-fake"},
 		branchCase{heads: []string{headSum, headFC2}, opts: Options{StaticGraph: true}, backend: "nccl-fake"},
 	)
 	for _, c := range cases {
@@ -548,7 +556,8 @@ func TestReplicasMatchTwinWithEveryHook(t *testing.T) {
 		if hook == "noop" {
 			continue // no communication: replicas diverge by design
 		}
-		for _, opts := range []Options{{FindUnusedParameters: true}, {StaticGraph: true}, {FindUnusedParameters: true, GradientAsBucketView: true}} {
+		for _, opts := range []Options{{FindUnusedParameters: true}, {StaticGraph: true},
+			{FindUnusedParameters: true, GradientAsBucketView: true}} {
 			c := branchCase{heads: []string{headSum, headFC2}, opts: opts, hook: hook}
 			t.Run(c.String(), func(t *testing.T) {
 				ctx := testCtx(t)
@@ -564,7 +573,8 @@ func TestReplicasMatchTwinWithEveryHook(t *testing.T) {
 								t.Fatalf("step %d: rank %d does not step %s", step, r, name)
 							}
 							if p, k := firstBitDiff([][]float64{g}, [][]float64{twin[step][r][name]}); p >= 0 {
-								t.Fatalf("step %d: rank %d steps %s[%d] with %v; the twin graph without shared nodes steps it with %v", step, r, name, k, g[k], twin[step][r][name][k])
+								t.Fatalf("step %d: rank %d steps %s[%d] with %v; the twin graph without shared nodes steps it with %v", step, r,
+									name, k, g[k], twin[step][r][name][k])
 							}
 						}
 					}
@@ -788,7 +798,8 @@ func TestJoinWithBranchHeads(t *testing.T) {
 		got := m.values()
 		if e := relErr(got, w); e > 1e-12 {
 			p, k := firstBitDiff(got, w)
-			t.Errorf("rank %d: relative error %.2g from torch's Join rule; first at %s[%d]: %v, want %v", r, e, branchNames[p], k, got[p][k], w[p][k])
+			t.Errorf("rank %d: relative error %.2g from torch's Join rule; first at %s[%d]: %v, want %v", r, e, branchNames[p],
+				k, got[p][k], w[p][k])
 		}
 		if p, _ := firstBitDiff(got, ms[0].values()); p >= 0 {
 			t.Errorf("rank %d's %s differs from rank 0's", r, branchNames[p])
@@ -803,7 +814,8 @@ func TestJoinWithBranchHeads(t *testing.T) {
 // micro-batches, as torch's no_sync gives.
 func TestReplicasAccumulateWithBranchHeads(t *testing.T) {
 	heads := []string{headSum, headFC2}
-	for _, opts := range []Options{{FindUnusedParameters: true}, {FindUnusedParameters: true, GradientAsBucketView: true}} {
+	for _, opts := range []Options{{FindUnusedParameters: true},
+		{FindUnusedParameters: true, GradientAsBucketView: true}} {
 		t.Run(fmt.Sprintf("view=%v", opts.GradientAsBucketView), func(t *testing.T) {
 			ctx := testCtx(t)
 			gs := groupsOf(t, "local", 2)

@@ -78,7 +78,8 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 			defer cancel()
 			noErrors(t, parallel(2, func(r int) error {
 				out := filepath.Join(dir, fmt.Sprintf("out%d.json", r))
-				cmd := exec.CommandContext(pctx, "/usr/bin/python3", "testdata/torch_branch_ddp.py", specFile, fmt.Sprint(r), "2", filepath.Join(dir, "store"), out)
+				cmd := exec.CommandContext(pctx, "/usr/bin/python3", "testdata/torch_branch_ddp.py", specFile, fmt.Sprint(r), "2",
+					filepath.Join(dir, "store"), out)
 				if b, err := cmd.CombinedOutput(); err != nil {
 					return fmt.Errorf("torch rank %d: %v\n%s", r, err, b)
 				}

@@ -15,8 +15,10 @@ type CUDAOptions struct {
 // CUDALibraryName is the driver API's soname.
 const CUDALibraryName = "libcuda.so.1"
 
-const cudaHint = "libcuda.so.1 comes with the NVIDIA driver; on a machine without a GPU driver the NCCL backend cannot run. " +
-	"If the driver is installed in an unusual place, point at libcuda.so.1 with the option that sets nccl.CUDAOptions.Path."
+const cudaHint = "libcuda.so.1 comes with the NVIDIA driver; on a machine without a GPU driver the NCCL backend " +
+	"cannot run. " +
+	"If the driver is installed in an unusual place, point at libcuda.so.1 with the option that sets " +
+	"nccl.CUDAOptions.Path."
 
 // CUDA is the loaded CUDA driver API (libcuda.so.1). The driver is used
 // rather than the runtime (libcudart) because it is always installed
@@ -133,7 +135,8 @@ func (c *CUDA) Device(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{cu: c, ordinal: ordinal}
-	if err := c.check("cuDevicePrimaryCtxRetain", c.fn.primaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(dev)); err != nil {
+	if err := c.check("cuDevicePrimaryCtxRetain", c.fn.primaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)),
+		uintptr(dev)); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -221,7 +224,8 @@ func (d *Device) CopyHtoD(dst DevicePtr, src []byte) error {
 		return nil
 	}
 	return d.Do(func() error {
-		if err := d.cu.check("cuMemcpyHtoD", d.cu.fn.memcpyHtoD, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src))); err != nil {
+		if err := d.cu.check("cuMemcpyHtoD", d.cu.fn.memcpyHtoD, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))),
+			uintptr(len(src))); err != nil {
 			return err
 		}
 		return d.cu.check("cuCtxSynchronize", d.cu.fn.ctxSynchronize)
@@ -233,7 +237,8 @@ func (d *Device) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return d.call("cuMemcpyDtoH", d.cu.fn.memcpyDtoH, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)))
+	return d.call("cuMemcpyDtoH", d.cu.fn.memcpyDtoH, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src),
+		uintptr(len(dst)))
 }
 
 // Stream is a CUDA stream (CUstream, the same handle as cudaStream_t).
@@ -267,7 +272,8 @@ func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return s.d.call("cuMemcpyHtoDAsync", s.d.cu.fn.memcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), s.h)
+	return s.d.call("cuMemcpyHtoDAsync", s.d.cu.fn.memcpyHtoDAsync, uintptr(dst),
+		uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), s.h)
 }
 
 // CopyDtoH is cuMemcpyDtoHAsync; dst must be page-locked.
@@ -275,7 +281,8 @@ func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return s.d.call("cuMemcpyDtoHAsync", s.d.cu.fn.memcpyDtoHAsync, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)), s.h)
+	return s.d.call("cuMemcpyDtoHAsync", s.d.cu.fn.memcpyDtoHAsync, uintptr(unsafe.Pointer(unsafe.SliceData(dst))),
+		uintptr(src), uintptr(len(dst)), s.h)
 }
 
 // CopyDtoD is cuMemcpyDtoDAsync.

@@ -46,8 +46,10 @@ var ErrNotFound = errors.New("library not found")
 // Unwrap makes errors.Is(err, ErrNotFound) true.
 func (e *LoadError) Unwrap() error { return ErrNotFound }
 
-const ncclHint = "Point at it with GODDP_NCCL_LIBRARY=/path/to/libnccl.so.2 (or the option that sets nccl.Options.Path), " +
-	"add its directory to LD_LIBRARY_PATH, or install it (pip install nvidia-nccl-cu12 or nvidia-nccl-cu13; it also comes with PyTorch's CUDA wheels)."
+const ncclHint = "Point at it with GODDP_NCCL_LIBRARY=/path/to/libnccl.so.2 (or the option that sets " +
+	"nccl.Options.Path), " +
+	"add its directory to LD_LIBRARY_PATH, or install it (pip install nvidia-nccl-cu12 or nvidia-nccl-cu13; it also " +
+	"comes with PyTorch's CUDA wheels)."
 
 // candidates lists the paths Load tries, in order.
 func (o Options) candidates(glob func(string) ([]string, error)) []string {
@@ -60,7 +62,8 @@ func (o Options) candidates(glob func(string) ([]string, error)) []string {
 	out := []string{LibraryName} // the system's search path
 	var sites []string
 	for _, p := range o.PythonPrefixes {
-		for _, pat := range []string{"lib/python3*/site-packages", "lib/python3*/dist-packages", "lib64/python3*/site-packages"} {
+		for _, pat := range []string{"lib/python3*/site-packages", "lib/python3*/dist-packages",
+			"lib64/python3*/site-packages"} {
 			m, _ := glob(filepath.Join(p, pat))
 			sort.Sort(sort.Reverse(sort.StringSlice(m))) // newest python first
 			sites = append(sites, m...)

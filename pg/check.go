@@ -62,7 +62,8 @@ func CheckAllGather(out, in Tensor, size int, opts ...CheckOption) error {
 		return fmt.Errorf("%w: allgather output is %v but input is %v", ErrInvalidArgument, out.Dtype, in.Dtype)
 	}
 	if out.Len() != size*in.Len() {
-		return fmt.Errorf("%w: allgather output holds %d elements, want size*input = %d*%d", ErrInvalidArgument, out.Len(), size, in.Len())
+		return fmt.Errorf("%w: allgather output holds %d elements, want size*input = %d*%d", ErrInvalidArgument, out.Len(),
+			size, in.Len())
 	}
 	return nil
 }
@@ -82,7 +83,8 @@ func CheckReduceScatter(out, in Tensor, op ReduceOp, size int, opts ...CheckOpti
 		return fmt.Errorf("%w: reducescatter output is %v but input is %v", ErrInvalidArgument, out.Dtype, in.Dtype)
 	}
 	if in.Len() != size*out.Len() {
-		return fmt.Errorf("%w: reducescatter input holds %d elements, want size*output = %d*%d", ErrInvalidArgument, in.Len(), size, out.Len())
+		return fmt.Errorf("%w: reducescatter input holds %d elements, want size*output = %d*%d", ErrInvalidArgument, in.Len(),
+			size, out.Len())
 	}
 	return op.Check(in.Dtype)
 }

@@ -54,7 +54,8 @@ func CheckGather(out, in Tensor, root, rank, size int, opts ...CheckOption) erro
 		return err
 	}
 	if out.Len() != size*in.Len() {
-		return fmt.Errorf("%w: gather output on root %d holds %d elements, want size*input = %d*%d", ErrInvalidArgument, root, out.Len(), size, in.Len())
+		return fmt.Errorf("%w: gather output on root %d holds %d elements, want size*input = %d*%d", ErrInvalidArgument, root,
+			out.Len(), size, in.Len())
 	}
 	return nil
 }
@@ -77,14 +78,16 @@ func CheckScatter(out, in Tensor, root, rank, size int, opts ...CheckOption) err
 		return err
 	}
 	if in.Len() != size*out.Len() {
-		return fmt.Errorf("%w: scatter input on root %d holds %d elements, want size*output = %d*%d", ErrInvalidArgument, root, in.Len(), size, out.Len())
+		return fmt.Errorf("%w: scatter input on root %d holds %d elements, want size*output = %d*%d", ErrInvalidArgument,
+			root, in.Len(), size, out.Len())
 	}
 	return nil
 }
 
 // CheckAllToAll validates AllToAll's arguments and returns the splits to
 // use: the given ones, or equal chunks when both are nil.
-func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int, opts ...CheckOption) (outS, inS []int, err error) {
+func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int, opts ...CheckOption) (outS, inS []int,
+	err error) {
 	if err := checkPlace("alltoall", opts, out, in); err != nil {
 		return nil, nil, err
 	}
@@ -94,7 +97,8 @@ func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int, opts ...
 	split := func(name string, s []int, t Tensor) ([]int, error) {
 		if s == nil {
 			if t.Len()%size != 0 {
-				return nil, fmt.Errorf("%w: alltoall %s holds %d elements, not a multiple of the group size %d; pass split sizes", ErrInvalidArgument, name, t.Len(), size)
+				return nil, fmt.Errorf("%w: alltoall %s holds %d elements, not a multiple of the group size %d; pass split sizes",
+					ErrInvalidArgument, name, t.Len(), size)
 			}
 			eq := make([]int, size)
 			for i := range eq {
@@ -103,7 +107,8 @@ func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int, opts ...
 			return eq, nil
 		}
 		if len(s) != size {
-			return nil, fmt.Errorf("%w: alltoall %s split sizes have %d entries, want one per rank (%d)", ErrInvalidArgument, name, len(s), size)
+			return nil, fmt.Errorf("%w: alltoall %s split sizes have %d entries, want one per rank (%d)", ErrInvalidArgument,
+				name, len(s), size)
 		}
 		sum := 0
 		for i, n := range s {
@@ -113,7 +118,8 @@ func CheckAllToAll(out, in Tensor, outSplits, inSplits []int, size int, opts ...
 			sum += n
 		}
 		if sum != t.Len() {
-			return nil, fmt.Errorf("%w: alltoall %s split sizes sum to %d but the tensor holds %d elements", ErrInvalidArgument, name, sum, t.Len())
+			return nil, fmt.Errorf("%w: alltoall %s split sizes sum to %d but the tensor holds %d elements", ErrInvalidArgument,
+				name, sum, t.Len())
 		}
 		return s, nil
 	}
@@ -173,7 +179,8 @@ func CheckNewGroup(ranks []int, rank, size int) (int, error) {
 	me := -1
 	for i, r := range ranks {
 		if r < 0 || r >= size {
-			return -1, fmt.Errorf("%w: new group rank %d is not a rank of the parent group of size %d", ErrInvalidArgument, r, size)
+			return -1, fmt.Errorf("%w: new group rank %d is not a rank of the parent group of size %d", ErrInvalidArgument, r,
+				size)
 		}
 		if seen[r] {
 			return -1, fmt.Errorf("%w: new group lists rank %d twice", ErrInvalidArgument, r)

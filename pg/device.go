@@ -5,7 +5,8 @@ import "fmt"
 // ErrDeviceTensor is the error of a host-only backend (pg/local, pg/tcp)
 // given a tensor in device memory. It wraps ErrInvalidArgument, so
 // errors.Is(err, ErrInvalidArgument) holds for it too.
-var ErrDeviceTensor = fmt.Errorf("%w: device tensor on a host-only process group (use an NCCL group or copy to host)", ErrInvalidArgument)
+var ErrDeviceTensor = fmt.Errorf("%w: device tensor on a host-only process group (use an NCCL group or copy to host)",
+	ErrInvalidArgument)
 
 // DeviceMemory is the device memory a Tensor describes: Bytes bytes at
 // Ptr on GPU Ordinal. goddp neither allocates nor frees it; the caller
@@ -82,7 +83,8 @@ func checkPlace(what string, opts []CheckOption, ts ...Tensor) error {
 		}
 		dev++
 		if ord >= 0 && t.Device.Ordinal != ord {
-			return fmt.Errorf("%w: %s has tensors on GPUs %d and %d; use one GPU per rank", ErrInvalidArgument, what, ord, t.Device.Ordinal)
+			return fmt.Errorf("%w: %s has tensors on GPUs %d and %d; use one GPU per rank", ErrInvalidArgument, what, ord,
+				t.Device.Ordinal)
 		}
 		ord = t.Device.Ordinal
 	}
@@ -92,7 +94,8 @@ func checkPlace(what string, opts []CheckOption, ts ...Tensor) error {
 	case !accepts(opts, AcceptDevice):
 		return fmt.Errorf("%s: %w", what, ErrDeviceTensor)
 	case host > 0:
-		return fmt.Errorf("%w: %s mixes host and device tensors; put them all on the host or all on the GPU", ErrInvalidArgument, what)
+		return fmt.Errorf("%w: %s mixes host and device tensors; put them all on the host or all on the GPU",
+			ErrInvalidArgument, what)
 	}
 	return nil
 }

@@ -85,7 +85,8 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 	}
 	for _, c := range checks {
 		err := c.f()
-		if !errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "use an NCCL group or copy to host") {
+		if !errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "use an NCCL group or copy to host") {
 			t.Errorf("%s without AcceptDevice: %v, want ErrDeviceTensor", c.name, err)
 		}
 		if err := c.f(pg.AcceptDevice); err != nil {
@@ -104,11 +105,13 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 		}},
 	} {
 		err := c.f(pg.AcceptDevice)
-		if errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "mixes host and device") {
+		if errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "mixes host and device") {
 			t.Errorf("%s mixing host and device: %v", c.name, err)
 		}
 	}
-	if err := pg.CheckAllGather(other, dev, 2, pg.AcceptDevice); !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "GPUs 1 and 0") && !strings.Contains(err.Error(), "GPUs 0 and 1") {
+	if err := pg.CheckAllGather(other, dev, 2, pg.AcceptDevice); !errors.Is(err, pg.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "GPUs 1 and 0") && !strings.Contains(err.Error(), "GPUs 0 and 1") {
 		t.Errorf("tensors on two GPUs: %v", err)
 	}
 	if err := pg.CheckAllReduce(host, sum); err != nil {

@@ -163,11 +163,15 @@ func (r *Reducer) deviceGrad(i int, grad pg.Tensor) error {
 	}
 	switch {
 	case r.dev.alloc == nil:
-		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets (use an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, r.params[i].Name)
+		return fmt.Errorf("%w: parameter %d (%s) has a device gradient, but the process group keeps no device buckets (use "+
+			"an NCCL group without HostBuckets, or copy the gradient to the host)", ErrBadGradient, i, r.params[i].Name)
 	case !r.m.syncing() || r.m.window:
-		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; accumulate on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, r.params[i].Name)
+		return fmt.Errorf("%w: parameter %d (%s): device gradients cannot accumulate across no_sync iterations; accumulate "+
+			"on the device and pass the sum in a synchronised iteration", ErrBadGradient, i, r.params[i].Name)
 	case !r.deviceActive():
-		return fmt.Errorf("%w: parameter %d (%s): a device gradient before the device buckets exist (in the first static-graph iteration?)", ErrBadGradient, i, r.params[i].Name)
+		return fmt.Errorf(
+			"%w: parameter %d (%s): a device gradient before the device buckets exist (in the first static-graph iteration?)",
+			ErrBadGradient, i, r.params[i].Name)
 	}
 	return nil
 }
@@ -187,7 +191,8 @@ func (r *Reducer) uploadGrad(i int) error {
 		return d.db.Upload(r.layout.buckets[b].Offsets[j], grad)
 	}
 	if grad.IsDevice() {
-		return fmt.Errorf("%w: parameter %d (%s): device gradients with the %v compression hook; cast on the device or use the allreduce hook", ErrBadGradient, i, r.params[i].Name, d.scratch.Dtype)
+		return fmt.Errorf("%w: parameter %d (%s): device gradients with the %v compression hook; cast on the device or use "+
+			"the allreduce hook", ErrBadGradient, i, r.params[i].Name, d.scratch.Dtype)
 	}
 	return r.uploadSlot(b, j)
 }

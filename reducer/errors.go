@@ -9,7 +9,8 @@ import (
 // ErrUnfinishedReduction: a new iteration began, or Finalize ran, before
 // every parameter of the previous backward got a gradient. torch's
 // "Expected to have finished reduction in the prior iteration".
-var ErrUnfinishedReduction = errors.New("reducer: expected to have finished reduction in the prior iteration before starting a new one")
+var ErrUnfinishedReduction = errors.New(
+	"reducer: expected to have finished reduction in the prior iteration before starting a new one")
 
 // ErrMarkedTwice: a parameter's gradient hook fired twice in one backward.
 var ErrMarkedTwice = errors.New("reducer: expected to mark a variable ready only once")
@@ -49,11 +50,16 @@ func (m *machine) unfinishedError(missing []int) error {
 	var b strings.Builder
 	switch {
 	case m.static:
-		b.WriteString("This error indicates that your training graph has changed in this iteration, e.g., one parameter is used in the first iteration but unused in the second. This is not compatible with StaticGraph.")
+		b.WriteString("This error indicates that your training graph has changed in this iteration, e.g., one parameter is " +
+			"used in the first iteration but unused in the second. This is not compatible with StaticGraph.")
 	case m.findUnused:
-		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. Since FindUnusedParameters is enabled, this likely means that not all forward outputs participate in computing the loss. You can fix this by making sure all forward outputs participate in calculating the loss.")
+		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. Since " +
+			"FindUnusedParameters is enabled, this likely means that not all forward outputs participate in computing the " +
+			"loss. You can fix this by making sure all forward outputs participate in calculating the loss.")
 	default:
-		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. You can enable unused parameter detection by setting Options.FindUnusedParameters (ddp-train --find-unused-parameters), and by making sure all forward outputs participate in calculating the loss.")
+		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. You " +
+			"can enable unused parameter detection by setting Options.FindUnusedParameters (ddp-train " +
+			"--find-unused-parameters), and by making sure all forward outputs participate in calculating the loss.")
 	}
 	fmt.Fprintf(&b, "\nParameter indices which did not receive grad for rank %d: %v", m.rank, missing)
 	fmt.Fprintf(&b, "\nParameters which did not receive grad for rank %d: %s", m.rank, names(m.params, missing))

@@ -135,7 +135,8 @@ func (r *Reducer) waitAll(ctx context.Context, reduceUsed bool) ([]int32, error)
 				// The collectives are still running and own the buffers.
 				r.g.Abort(err)
 			}
-			return nil, fmt.Errorf("reducer: communication of bucket %d (parameters %s) failed: %w", b, r.names(r.layout.buckets[b].Params), err)
+			return nil, fmt.Errorf("reducer: communication of bucket %d (parameters %s) failed: %w", b,
+				r.names(r.layout.buckets[b].Params), err)
 		}
 	}
 	return r.globalUsed(ctx, reduceUsed)
@@ -174,7 +175,8 @@ func (r *Reducer) globalUsed(ctx context.Context, reduceNow bool) ([]int32, erro
 // about the unused set the run is now held to.
 func (r *Reducer) reduceUsedFirst(unused []int) {
 	if len(unused) > 0 {
-		r.log.Warn("parameters are unused during the first iteration; with StaticGraph this set must stay the same on this rank for the whole run",
+		r.log.Warn("parameters are unused during the first iteration; with StaticGraph this set must stay the same on this "+
+			"rank for the whole run",
 			zap.Ints("unused", unused))
 	}
 	r.usedWork = r.g.AllReduce(r.iter.ctx, r.usedMap, pg.Op(pg.Sum))

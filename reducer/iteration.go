@@ -198,7 +198,8 @@ func (r *Reducer) launch(b int, check bool) {
 func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("comm hook panicked", zap.Int("bucket", b.Index), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			r.log.Error("comm hook panicked", zap.Int("bucket", b.Index), zap.Any("panic", p),
+				zap.ByteString("stack", debug.Stack()))
 			w = pg.Completed(fmt.Errorf("reducer: comm hook %q panicked on bucket %d: %v", commhook.Name(r.hook), b.Index, p))
 		}
 	}()

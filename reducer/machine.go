@@ -38,12 +38,13 @@ import (
 type phase uint8
 
 const (
-	phaseIdle     phase = iota // between iterations
-	phaseBusy                  // Prepare or Finalize performs its actions without the lock
-	phaseLocal                 // a no-sync iteration: gradients go into the buckets, nothing launches
-	phaseCounting              // StaticGraph's first synchronised iteration: everything launches at Finalize (c10d's delay_all_reduce)
-	phaseSyncing               // a synchronised iteration: buckets launch as they fill, in order
-	phaseFailed                // a fatal error: every later call returns it
+	phaseIdle  phase = iota // between iterations
+	phaseBusy               // Prepare or Finalize performs its actions without the lock
+	phaseLocal              // a no-sync iteration: gradients go into the buckets, nothing launches
+	// StaticGraph's first synchronised iteration: everything launches at Finalize (c10d's delay_all_reduce)
+	phaseCounting
+	phaseSyncing // a synchronised iteration: buckets launch as they fill, in order
+	phaseFailed  // a fatal error: every later call returns it
 )
 
 func (p phase) String() string {
@@ -78,16 +79,24 @@ const (
 type actionKind uint8
 
 const (
-	actRebuild     actionKind = iota + 1 // replan the buckets in rank 0's ready order (order: this rank's, complete); copy the window's sums over (add)
-	actDevice                            // install the device twins of the current plan, registered ones when add (no rebuild to come)
-	actStore                             // put parameter index's gradient into its bucket: a copy, or a sum inside a window (add)
-	actZero                              // zero parameter index's slot: a gradient that never came
-	actUpload                            // send parameter index's slot to its device twin
-	actLaunch                            // run the comm hook on bucket index, first checking it for NaN and infinities when add (Note [where the NaN began])
-	actReduceUsed                        // start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
-	actWait                              // wait for every bucket in order, then for the used map, allreducing it first when add
-	actWriteBack                         // write every result into its gradient, then check finiteness when add
-	actAgreeOrigin                       // after the wait: the ranks agree whether some bucket held a NaN or an infinity before its collective, with an allreduce of their own when add, else on the used map's (Note [where the NaN began])
+	// replan the buckets in rank 0's ready order (order: this rank's, complete); copy the window's sums over (add)
+	actRebuild actionKind = iota + 1
+	// install the device twins of the current plan, registered ones when add (no rebuild to come)
+	actDevice
+	// put parameter index's gradient into its bucket: a copy, or a sum inside a window (add)
+	actStore
+	actZero   // zero parameter index's slot: a gradient that never came
+	actUpload // send parameter index's slot to its device twin
+	// run the comm hook on bucket index, first checking it for NaN and infinities when add (Note [where the NaN began])
+	actLaunch
+	// start the used map's allreduce now (StaticGraph's first iteration; list: its unused set)
+	actReduceUsed
+	// wait for every bucket in order, then for the used map, allreducing it first when add
+	actWait
+	actWriteBack // write every result into its gradient, then check finiteness when add
+	// after the wait: the ranks agree whether some bucket held a NaN or an infinity before its collective, with an
+	// allreduce of their own when add, else on the used map's (Note [where the NaN began])
+	actAgreeOrigin
 )
 
 // action is one thing to do. The fields beyond kind depend on it.
@@ -156,7 +165,8 @@ func (m *machine) usable() error {
 	case phaseFailed:
 		return m.err
 	case phaseBusy:
-		return fmt.Errorf("reducer: %s is waiting for communication; Prepare, MarkReady and Finalize must not overlap it", m.busyIn)
+		return fmt.Errorf("reducer: %s is waiting for communication; Prepare, MarkReady and Finalize must not overlap it",
+			m.busyIn)
 	}
 	return nil
 }
@@ -183,7 +193,9 @@ func (m *machine) begin(sync bool, unused []int) ([]action, error) {
 		if missing := m.t.missing(); len(missing) > 0 {
 			return nil, m.fail(m.unfinishedError(missing))
 		}
-		return nil, m.fail(fmt.Errorf("%w: Finalize was not called after the previous backward; call it after every backward pass", ErrUnfinishedReduction))
+		return nil, m.fail(
+			fmt.Errorf("%w: Finalize was not called after the previous backward; call it after every backward pass",
+				ErrUnfinishedReduction))
 	}
 	if err := m.checkUnused(unused); err != nil {
 		return nil, err
@@ -271,7 +283,8 @@ func (m *machine) accepts(i int) error {
 		return err
 	}
 	if m.phase == phaseIdle {
-		return fmt.Errorf("reducer: gradient for parameter %d (%s) arrived outside an iteration; call Prepare before backward", i, m.nameOf(i))
+		return fmt.Errorf("reducer: gradient for parameter %d (%s) arrived outside an iteration; call Prepare before "+
+			"backward", i, m.nameOf(i))
 	}
 	if i < 0 || i >= len(m.params) {
 		return fmt.Errorf("%w: parameter index %d is out of range [0, %d)", ErrBadGradient, i, len(m.params))
@@ -282,7 +295,8 @@ func (m *machine) accepts(i int) error {
 // ready is MarkReady of parameter i, after accepts.
 func (m *machine) ready(i int) ([]action, error) {
 	if m.syncing() && m.staticUnused != nil && m.staticUnused[i] {
-		return nil, m.fail(fmt.Errorf("%w, e.g., one parameter is unused in the first iteration but then got used in the second (parameter %d, %s). This is not compatible with StaticGraph", ErrGraphChanged, i, m.params[i].Name))
+		return nil, m.fail(fmt.Errorf("%w, e.g., one parameter is unused in the first iteration but then got used in the "+
+			"second (parameter %d, %s). This is not compatible with StaticGraph", ErrGraphChanged, i, m.params[i].Name))
 	}
 	if m.t.isReady(i) {
 		return nil, m.fail(m.markedTwiceError(i))
@@ -339,7 +353,8 @@ func (m *machine) finish() ([]action, error) {
 	m.acts = m.acts[:0]
 	switch m.phase {
 	case phaseIdle:
-		return nil, errors.New("reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
+		return nil, errors.New(
+			"reducer: Finalize without Prepare; call Prepare before each backward pass and Finalize after it")
 	case phaseLocal:
 		m.endLocal()
 		return m.acts, nil
@@ -440,7 +455,8 @@ func (m *machine) usedByNone(i int) bool { return m.globalUnused != nil && m.glo
 
 func (m *machine) checkUnused(unused []int) error {
 	if len(unused) > 0 && !m.findUnused && !m.static {
-		return fmt.Errorf("reducer: %d unused parameters (%s) were given but FindUnusedParameters is off; turn it on, or make every parameter take part in the loss", len(unused), names(m.params, unused))
+		return fmt.Errorf("reducer: %d unused parameters (%s) were given but FindUnusedParameters is off; turn it on, or "+
+			"make every parameter take part in the loss", len(unused), names(m.params, unused))
 	}
 	for _, i := range unused {
 		if i < 0 || i >= len(m.params) {

@@ -207,7 +207,8 @@ func TestMachineUnfinishedIteration(t *testing.T) {
 	m.began()
 	m.ready(2)
 	_, err := m.begin(true, nil)
-	if !errors.Is(err, ErrUnfinishedReduction) || !strings.Contains(err.Error(), "[0 1]") || !strings.Contains(err.Error(), "p0, p1") {
+	if !errors.Is(err, ErrUnfinishedReduction) || !strings.Contains(err.Error(), "[0 1]") ||
+		!strings.Contains(err.Error(), "p0, p1") {
 		t.Fatalf("begin over an unfinished iteration: %v", err)
 	}
 	if m.phase != phaseFailed {

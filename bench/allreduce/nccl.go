@@ -17,7 +17,8 @@ import (
 // Host tensors are staged through pinned memory (pg/nccl), so the figures
 // include the host-device copies a CPU-side model pays.
 func runNCCLWorker(ctx context.Context, o options, cfg env.Config) error {
-	g, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Backend: "nccl", Env: &cfg, Lookup: os.LookupEnv, Timeout: o.job.Timeout})
+	g, err := ddp.InitProcessGroup(ctx,
+		ddp.InitOptions{Backend: "nccl", Env: &cfg, Lookup: os.LookupEnv, Timeout: o.job.Timeout})
 	if errors.Is(err, ddp.ErrBackendUnavailable) {
 		return cli.Usage(fmt.Errorf("--backend nccl: %w", err))
 	}

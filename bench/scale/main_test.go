@@ -43,7 +43,8 @@ func writeTrace(t *testing.T, dir string, steps int) {
 		}
 		for b, r := range []float64{30, 70} {
 			l := timeline.Event{Name: "launch", Lane: timeline.LaneReducer, Start: ms(s, r), End: ms(s, r+0.1)}
-			l.Args[0], l.Args[1] = timeline.Arg{Key: "bucket", Value: int64(b)}, timeline.Arg{Key: "bytes", Value: int64(1000 * (b + 1))}
+			l.Args[0], l.Args[1] = timeline.Arg{Key: "bucket", Value: int64(b)}, timeline.Arg{Key: "bytes",
+				Value: int64(1000 * (b + 1))}
 			w.Write(&l)
 		}
 		wt := timeline.Event{Name: "wait", Lane: timeline.LaneReducer, Start: ms(s, 70), End: ms(s, 72)}
@@ -81,7 +82,8 @@ func TestProfileFromTimeline(t *testing.T) {
 	approx("bucket 1 ready", p.Buckets[1].Ready, 0.060)
 	approx("bucket 1 bytes", p.Buckets[1].Bytes, 2000)
 	// Bucket 0 holds params 2 and 3: fc2.weight [16,4] and fc2.bias [4].
-	if got := p.Buckets[0].Params; len(got) != 2 || got[0] != (model.Param{Rows: 16, Cols: 4}) || got[1] != (model.Param{Rows: 4}) {
+	if got := p.Buckets[0].Params; len(got) != 2 || got[0] != (model.Param{Rows: 16, Cols: 4}) ||
+		got[1] != (model.Param{Rows: 4}) {
 		t.Errorf("bucket 0 params %+v", got)
 	}
 }
@@ -101,7 +103,8 @@ func TestPredictTable(t *testing.T) {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	// 2 ranks, ring: 12.5 MB at 125 MB/s is 100 ms, all after backward.
-	for _, want := range []string{"1      1       ring  allreduce   100.00", "2      2       ring  allreduce   200.00", "2      2       ring       fp16   150.00"} {
+	for _, want := range []string{"1      1       ring  allreduce   100.00", "2      2       ring  allreduce   200.00",
+		"2      2       ring       fp16   150.00"} {
 		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("no row %q in\n%s", want, out.String())
 		}
@@ -159,7 +162,8 @@ func TestAnalyzeRecord(t *testing.T) {
 	rec := record{Hidden: "16", Hosts: 2, Skip: 2, Calibration: calibrations{
 		Intra: model.Link{Latency: 1e-5, Bandwidth: 1e9},
 		Inter: map[string]model.Link{"none": {Latency: 1e-5, Bandwidth: 1e9}, "100mbit": {Latency: 1e-4, Bandwidth: 12.5e6}}}}
-	for _, r := range []runRecord{{0, "none", 1, "noop", "a"}, {0, "none", 1, "allreduce", "b"}, {0, "100mbit", 1, "allreduce", "c"}} {
+	for _, r := range []runRecord{{0, "none", 1, "noop", "a"}, {0, "none", 1, "allreduce", "b"},
+		{0, "100mbit", 1, "allreduce", "c"}} {
 		if err := os.MkdirAll(filepath.Join(dir, r.Dir), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -75,7 +75,8 @@ func signalDir(c config) string {
 // wrapFlight wraps g in a flight recorder of the job's rank that dumps
 // on failure and on SIGUSR1 (Note [flight recorder]); stop ends the
 // signal watch.
-func wrapFlight(g pg.ProcessGroup, c config, rank int, logger *zap.Logger) (rec *flight.Recorder, stop func(), err error) {
+func wrapFlight(g pg.ProcessGroup, c config, rank int, logger *zap.Logger) (rec *flight.Recorder, stop func(),
+	err error) {
 	dump := func(dir, why string) {
 		if c.flightDir == "" && c.checkpointDir != "" && dir == filepath.Join(c.checkpointDir, "flight") {
 			if err := ownSubdir(dir); err != nil { // outputs.go

@@ -142,7 +142,8 @@ func report(stderr io.Writer, err error) int {
 // [memory follows the work]), then starts the workers: the whole
 // job, or with --nnodes this machine's share (nodes.go), whose outputs
 // and checkpoints rank 0's machine checks and holds.
-func runLauncher(ctx context.Context, c config, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+func runLauncher(ctx context.Context, c config, args []string, lookup func(string) (string, bool), stdout,
+	stderr io.Writer) error {
 	node, err := c.nodeFlags.node(lookup)
 	if err != nil {
 		return err

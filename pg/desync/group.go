@@ -218,9 +218,10 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 	if err := pg.CheckAllReduce(t, op, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
-		return g.inner.AllReduce(ctx, t, op)
-	})
+	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), sized(t.Dtype, t, t),
+		func(ctx context.Context) pg.Work {
+			return g.inner.AllReduce(ctx, t, op)
+		})
 }
 
 // Broadcast implements pg.ProcessGroup.
@@ -248,9 +249,10 @@ func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.Redu
 	if err := pg.CheckReduceScatter(out, in, op, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
-		return g.inner.ReduceScatter(ctx, out, in, op)
-	})
+	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), sized(in.Dtype, in, out),
+		func(ctx context.Context) pg.Work {
+			return g.inner.ReduceScatter(ctx, out, in, op)
+		})
 }
 
 // Barrier implements pg.ProcessGroup.
@@ -283,9 +285,10 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 	if err := pg.CheckGather(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpGather, in, root), rootSized(in.Dtype, in, out, g.rank == root, true), func(ctx context.Context) pg.Work {
-		return r.Gather(ctx, out, in, root)
-	})
+	return g.issue(ctx, fpOf(pg.OpGather, in, root), rootSized(in.Dtype, in, out, g.rank == root, true),
+		func(ctx context.Context) pg.Work {
+			return r.Gather(ctx, out, in, root)
+		})
 }
 
 // Scatter implements pg.Rooted.
@@ -297,9 +300,10 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 	if err := pg.CheckScatter(out, in, root, g.rank, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpScatter, out, root), rootSized(out.Dtype, in, out, g.rank == root, false), func(ctx context.Context) pg.Work {
-		return r.Scatter(ctx, out, in, root)
-	})
+	return g.issue(ctx, fpOf(pg.OpScatter, out, root), rootSized(out.Dtype, in, out, g.rank == root, false),
+		func(ctx context.Context) pg.Work {
+			return r.Scatter(ctx, out, in, root)
+		})
 }
 
 // AllToAll implements pg.AllToAller.
@@ -312,9 +316,10 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	if err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpAllToAll(g.rank, in.Dtype, outS, inS), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
-		return a.AllToAll(ctx, out, in, outSplits, inSplits)
-	})
+	return g.issue(ctx, fpAllToAll(g.rank, in.Dtype, outS, inS), sized(in.Dtype, in, out),
+		func(ctx context.Context) pg.Work {
+			return a.AllToAll(ctx, out, in, outSplits, inSplits)
+		})
 }
 
 // Send implements pg.PointToPoint. Point-to-point calls are passed
@@ -345,9 +350,10 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 	if err := pg.CheckAllReduceCoalesced(ts, op, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), coalescedSize(nil, ts), func(ctx context.Context) pg.Work {
-		return c.AllReduceCoalesced(ctx, ts, op)
-	})
+	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), coalescedSize(nil, ts),
+		func(ctx context.Context) pg.Work {
+			return c.AllReduceCoalesced(ctx, ts, op)
+		})
 }
 
 // AllGatherCoalesced implements pg.Coalescer.
@@ -359,9 +365,10 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 	if err := pg.CheckAllGatherCoalesced(outs, ins, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
-		return c.AllGatherCoalesced(ctx, outs, ins)
-	})
+	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins),
+		func(ctx context.Context) pg.Work {
+			return c.AllGatherCoalesced(ctx, outs, ins)
+		})
 }
 
 // ReduceScatterCoalesced implements pg.Coalescer.
@@ -373,9 +380,10 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 	if err := pg.CheckReduceScatterCoalesced(outs, ins, op, g.size, pg.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
-		return c.ReduceScatterCoalesced(ctx, outs, ins, op)
-	})
+	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins),
+		func(ctx context.Context) pg.Work {
+			return c.ReduceScatterCoalesced(ctx, outs, ins, op)
+		})
 }
 
 // sizes is what a completion hook reports of a collective's buffers.
@@ -459,7 +467,8 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 		return nil, g.unsupported(pg.OpAllGather).Err()
 	}
 	if color < pg.NoColor { // refused here, before the allgather
-		return nil, fmt.Errorf("desync: %w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument, color)
+		return nil, fmt.Errorf("desync: %w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument,
+			color)
 	}
 	if err := pg.CheckContext(ctx); err != nil {
 		return nil, err
@@ -480,7 +489,8 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 
 // split makes a subgroup whose members are parent ranks members (in
 // subgroup rank order) and wraps it.
-func (g *Group) split(ctx context.Context, members []int, create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
+func (g *Group) split(ctx context.Context, members []int,
+	create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
 	if err := pg.CheckContext(ctx); err != nil {
 		return nil, err
 	}

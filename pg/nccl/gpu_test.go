@@ -28,7 +28,8 @@ func libs(t testing.TB) (*nccl.Library, *nccl.CUDA, int) {
 	if err != nil || n == 0 {
 		t.Skipf("no GPU: %d devices, %v", n, err)
 	}
-	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	lib, err := nccl.Load(nccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"),
+		PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
 	}
@@ -143,7 +144,8 @@ func TestGPUSplit(t *testing.T) {
 	}
 	defer sub.Close()
 	x := []float32{3}
-	if err := waitErr(t, sub.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Avg)), time.Minute); err != nil || x[0] != 3 {
+	if err := waitErr(t, sub.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Avg)), time.Minute); err != nil ||
+		x[0] != 3 {
 		t.Fatal(err, x)
 	}
 	none, err := gs[0].Split(context.Background(), pg.NoColor, 0)

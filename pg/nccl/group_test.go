@@ -211,7 +211,8 @@ func TestWatchdogTimeout(t *testing.T) {
 	bs[0].StallNext()
 	data := [][]float32{{1, 2}, {3, 4}}
 	start := time.Now()
-	ws := []pg.Work{rec.AllReduce(ctx, pg.Float32s(data[0]), pg.Op(pg.Sum)), gs[1].AllReduce(ctx, pg.Float32s(data[1]), pg.Op(pg.Sum))}
+	ws := []pg.Work{rec.AllReduce(ctx, pg.Float32s(data[0]), pg.Op(pg.Sum)),
+		gs[1].AllReduce(ctx, pg.Float32s(data[1]), pg.Op(pg.Sum))}
 	for r, w := range ws {
 		err := waitErr(t, w, 10*time.Second)
 		var ce *pg.CollectiveError
@@ -240,11 +241,13 @@ func TestWatchdogTimeout(t *testing.T) {
 		t.Fatalf("a call after the failure: %v", err)
 	}
 	// The watchdog logs the recorder after failing the Works: wait for it.
-	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("nccl flight recorder").Len() < 2 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("nccl flight recorder").Len() < 2 &&
+		time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if logs.FilterMessage("nccl flight recorder").Len() != 2 {
-		t.Fatalf("flight recorder dump has %d entries, want 2 (barrier, allreduce)", logs.FilterMessage("nccl flight recorder").Len())
+		t.Fatalf("flight recorder dump has %d entries, want 2 (barrier, allreduce)",
+			logs.FilterMessage("nccl flight recorder").Len())
 	}
 	if gs[0].FlightRecorder() != rec || gs[1].FlightRecorder() != nil {
 		t.Fatal("FlightRecorder is not the Recorder flight.Wrap put over the group")
@@ -281,7 +284,8 @@ func TestAsyncErrorFailsPending(t *testing.T) {
 	bs[0].InjectAsyncError(nccl.RemoteError, "peer rank 3 exited")
 	for i, w := range []pg.Work{w1, w2} {
 		err := waitErr(t, w, 5*time.Second)
-		if !errors.Is(err, pg.ErrRemote) || !errors.Is(err, nccl.RemoteError) || !strings.Contains(err.Error(), "peer rank 3 exited") {
+		if !errors.Is(err, pg.ErrRemote) || !errors.Is(err, nccl.RemoteError) ||
+			!strings.Contains(err.Error(), "peer rank 3 exited") {
 			t.Fatalf("work %d: %v", i, err)
 		}
 		if !strings.Contains(err.Error(), fmt.Sprintf("seq %d", i+1)) {
@@ -344,7 +348,8 @@ func TestStagingPool(t *testing.T) {
 	gs, bs := fakeWorld(t, 1, time.Minute)
 	for i := 0; i < 50; i++ {
 		x := []float32{float32(i)}
-		if err := waitErr(t, gs[0].AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)), 5*time.Second); err != nil || x[0] != float32(i) {
+		if err := waitErr(t, gs[0].AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)),
+			5*time.Second); err != nil || x[0] != float32(i) {
 			t.Fatal(err, x)
 		}
 	}
@@ -389,7 +394,8 @@ func TestSeqAndHooks(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(infos) != 3 || infos[2].Seq != 3 || infos[0].Op != pg.OpAllReduce || infos[0].InBytes != 16 || infos[0].Dtype != pg.Float64 || infos[0].Rank != 1 {
+	if len(infos) != 3 || infos[2].Seq != 3 || infos[0].Op != pg.OpAllReduce || infos[0].InBytes != 16 ||
+		infos[0].Dtype != pg.Float64 || infos[0].Rank != 1 {
 		t.Fatalf("%+v", infos)
 	}
 }
@@ -419,7 +425,8 @@ func TestSplitOverFake(t *testing.T) {
 	x := [][]float32{{1}, nil, {5}}
 	w0 := subs[0].AllReduce(context.Background(), pg.Float32s(x[0]), pg.Op(pg.Sum))
 	w2 := subs[2].AllReduce(context.Background(), pg.Float32s(x[2]), pg.Op(pg.Sum))
-	if err := errors.Join(waitErr(t, w0, 5*time.Second), waitErr(t, w2, 5*time.Second)); err != nil || x[0][0] != 6 || w0.Seq() != 1 {
+	if err := errors.Join(waitErr(t, w0, 5*time.Second), waitErr(t, w2, 5*time.Second)); err != nil || x[0][0] != 6 ||
+		w0.Seq() != 1 {
 		t.Fatal(err, x)
 	}
 	for _, s := range subs {
@@ -475,11 +482,14 @@ func TestOneRankPremulSum(t *testing.T) {
 		t.Fatalf("x[1], x[4098] = %v, %v", x[1], x[4098])
 	}
 	h := []uint16{pg.F32ToF16(3)}
-	if err := waitErr(t, gs[0].Reduce(ctx, pg.Float16s(h), 0, pg.PremulSumOp(2)), 5*time.Second); err != nil || pg.F16ToF32(h[0]) != 6 {
+	if err := waitErr(t, gs[0].Reduce(ctx, pg.Float16s(h), 0, pg.PremulSumOp(2)), 5*time.Second); err != nil ||
+		pg.F16ToF32(h[0]) != 6 {
 		t.Fatal(err, pg.F16ToF32(h[0]))
 	}
 	out := []uint16{0}
-	if err := waitErr(t, gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{pg.F32ToBF16(4)}), pg.PremulSumOp(0.25)), 5*time.Second); err != nil || pg.BF16ToF32(out[0]) != 1 {
+	if err := waitErr(t,
+		gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{pg.F32ToBF16(4)}), pg.PremulSumOp(0.25)),
+		5*time.Second); err != nil || pg.BF16ToF32(out[0]) != 1 {
 		t.Fatal(err, pg.BF16ToF32(out[0]))
 	}
 	if n := bs[0].Calls(); n != 0 {

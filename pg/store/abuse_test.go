@@ -283,7 +283,8 @@ func TestTCPLargeFrameClaimsCostWhatArrives(t *testing.T) {
 	}
 	waitInflight(t, srv, func(n int64) bool { return n == conns*firstChunk })
 	claimed := heapAfterGC() - base
-	t.Logf("%d connections announcing %d MiB each: the live heap grew by %.1f MiB", conns, claim>>20, float64(claimed)/(1<<20))
+	t.Logf("%d connections announcing %d MiB each: the live heap grew by %.1f MiB", conns, claim>>20,
+		float64(claimed)/(1<<20))
 	if claimed > 4<<20 {
 		t.Errorf("announcing %d frames of %d MiB grew the live heap by %d bytes; want under 4 MiB", conns, claim>>20, claimed)
 	}
@@ -304,7 +305,8 @@ func TestTCPLargeFrameClaimsCostWhatArrives(t *testing.T) {
 	t.Logf("then sending %d MiB each: %.1f MiB in flight (peak %.1f MiB, budget %d MiB), the live heap grew by %.1f MiB",
 		send>>20, float64(st.InflightBytes)/(1<<20), float64(st.PeakInflightBytes)/(1<<20), budget>>20, float64(sent)/(1<<20))
 	if limit := int64(budget + claim + conns*firstChunk); st.PeakInflightBytes > limit {
-		t.Errorf("peak of %d bytes in flight; want at most the budget, a frame and a first chunk per connection, %d", st.PeakInflightBytes, limit)
+		t.Errorf("peak of %d bytes in flight; want at most the budget, a frame and a first chunk per connection, %d",
+			st.PeakInflightBytes, limit)
 	}
 	if sent > 3*budget {
 		t.Errorf("the live heap grew by %d bytes with a budget of %d", sent, budget)

@@ -111,7 +111,8 @@ func (c *charge) grow(n int64) error {
 		case <-b.done:
 			return ErrClosed
 		case <-timeout:
-			return fmt.Errorf("%w: %d bytes in flight, %d more wanted, MaxInflight is %d; waited %v", errOverBudget, used, n, b.limit, b.wait)
+			return fmt.Errorf("%w: %d bytes in flight, %d more wanted, MaxInflight is %d; waited %v", errOverBudget, used, n,
+				b.limit, b.wait)
 		}
 	}
 }

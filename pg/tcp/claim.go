@@ -48,7 +48,8 @@ type DuplicateRankError struct {
 }
 
 func (e *DuplicateRankError) Error() string {
-	return fmt.Sprintf("rank %d is claimed by two processes: %s, then %s; every process of a job needs a rank of its own (check RANK, or the launcher's node rank and local rank)",
+	return fmt.Sprintf("rank %d is claimed by two processes: %s, then %s; every process of a job needs a rank of its "+
+		"own (check RANK, or the launcher's node rank and local rank)",
 		e.Rank, e.First, e.Second)
 }
 

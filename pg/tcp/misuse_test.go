@@ -22,7 +22,8 @@ func TestNilContextFailsTheCallAlone(t *testing.T) {
 		what string
 		call func(r int, g *Group) pg.Work
 	}{
-		{"AllReduce(nil ctx)", func(_ int, g *Group) pg.Work { return g.AllReduce(none, pg.Float32s([]float32{1}), pg.Op(pg.Sum)) }},
+		{"AllReduce(nil ctx)",
+			func(_ int, g *Group) pg.Work { return g.AllReduce(none, pg.Float32s([]float32{1}), pg.Op(pg.Sum)) }},
 		{"Barrier(nil ctx)", func(_ int, g *Group) pg.Work { return g.Barrier(none) }},
 		{"Send or Recv(nil ctx)", func(r int, g *Group) pg.Work {
 			if r == 0 {
@@ -67,7 +68,8 @@ func TestNilContextFailsTheCallAlone(t *testing.T) {
 // boundedEach makes call on every rank at once and returns the errors of
 // their Works by rank. A call that panics fails t; one that has not
 // returned, with its Work finished, within bound fails t and ends it.
-func boundedEach(t *testing.T, bound time.Duration, what string, gs []*Group, call func(r int, g *Group) pg.Work) []error {
+func boundedEach(t *testing.T, bound time.Duration, what string, gs []*Group,
+	call func(r int, g *Group) pg.Work) []error {
 	t.Helper()
 	type result struct {
 		r        int

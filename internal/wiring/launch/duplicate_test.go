@@ -27,7 +27,8 @@ func joinWorker() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var m *ddp.Group
-		if m, err = ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &e, Timeout: 30 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}}); err == nil {
+		if m, err = ddp.InitProcessGroup(ctx,
+			ddp.InitOptions{Env: &e, Timeout: 30 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}}); err == nil {
 			m.Close()
 		}
 	}

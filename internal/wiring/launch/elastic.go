@@ -211,7 +211,8 @@ func SelfElastic(ctx context.Context, n int, args []string, marker string, stdou
 // per attempt, or e.Node's), the torchrun variables a restart sets, and extra. It is
 // how ddp-train --nproc N starts a program of one's own, which joins the
 // job with ddp.InitProcessGroup.
-func ProgramElastic(ctx context.Context, n int, path string, args, extra []string, stdout, stderr io.Writer, e Elastic) error {
+func ProgramElastic(ctx context.Context, n int, path string, args, extra []string, stdout, stderr io.Writer,
+	e Elastic) error {
 	runID, err := NewSecret()
 	if err != nil {
 		return err
@@ -233,6 +234,8 @@ func ProgramElastic(ctx context.Context, n int, path string, args, extra []strin
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
 		env = append(env, e.Env...)
-		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks, Crashed: e.Crashed}, nil
+		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr,
+			ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks,
+			Crashed: e.Crashed}, nil
 	})
 }

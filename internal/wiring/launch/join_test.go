@@ -74,7 +74,8 @@ func TestJoinAgentStore(t *testing.T) {
 				UseAgentStore: true, RunID: "job-7", RestartCount: restart, Source: env.SourceTorchrun}
 			e.MasterPort = atoi(t, port)
 			go func() {
-				m, err := ddp.InitProcessGroup(ctx, ddp.InitOptions{Env: &e, Timeout: 10 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}})
+				m, err := ddp.InitProcessGroup(ctx,
+					ddp.InitOptions{Env: &e, Timeout: 10 * time.Second, TCP: tcp.Options{ListenAddr: "127.0.0.1:0"}})
 				members[r] = m
 				errs <- err
 			}()

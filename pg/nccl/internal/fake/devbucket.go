@@ -101,7 +101,8 @@ func (b *Backend) unhandle(h uintptr, kind string) error {
 	b.dev.mu.Lock()
 	defer b.dev.mu.Unlock()
 	if b.dev.regs[h] != kind {
-		return &nccl.Error{Func: "fake", Code: nccl.InvalidArgument, Desc: fmt.Sprintf("%s of handle %d, which is %q", kind, h, b.dev.regs[h])}
+		return &nccl.Error{Func: "fake", Code: nccl.InvalidArgument,
+			Desc: fmt.Sprintf("%s of handle %d, which is %q", kind, h, b.dev.regs[h])}
 	}
 	delete(b.dev.regs, h)
 	b.dev.log = append(b.dev.log, "de"+kind)

@@ -194,7 +194,8 @@ func (e event) Destroy() error { return nil }
 func (e event) Elapsed(start binding.Event) (time.Duration, error) {
 	s, ok := start.(event)
 	if !ok || e.at == nil || s.at == nil {
-		return 0, &nccl.Error{Func: "cuEventElapsedTime", Code: nccl.InvalidArgument, Desc: "not two timing events of the fake"}
+		return 0, &nccl.Error{Func: "cuEventElapsedTime", Code: nccl.InvalidArgument,
+			Desc: "not two timing events of the fake"}
 	}
 	if s.Query() != nil || e.Query() != nil {
 		return 0, nccl.ErrNotReady
