@@ -91,9 +91,11 @@ func (e *StallError) Culprits() []int {
 }
 
 // Error is one line that names the culprits first, then what the
-// reporting rank was doing, what to check, and the original error:
+// reporting rank was doing, what to check, and the original error (wrapped
+// here):
 //
-//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #57; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
+//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #57; check rank 2: is its process alive,
+//	    stopped, or stuck outside collectives? (cause: ...)
 func (e *StallError) Error() string {
 	why := e.silentPhrases()
 	if far := e.unreachableNotSilent(); len(far) > 0 {
