@@ -105,24 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"libnccl.so.2) or mpi (under mpirun -np N; needs a binary built with -tags mpi)")
 	fs.StringVar(&c.engine, "engine", "gorgonia", "autodiff engine: gorgonia, or gomlx (GoMLX on its pure-Go simplego "+
 		"backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
-	fs.StringVar(&c.model, "model", "mlp", "model: mlp or cnn")
-	fs.StringVar(&hidden, "hidden", "128,128", "mlp hidden layer sizes, comma-separated")
-	fs.StringVar(&c.activation, "activation", "relu", "activation: relu or tanh")
-	fs.StringVar(&c.data, "data", "",
-		"features: a .npy file [N,D] (float32/float64) or MNIST idx3-ubyte images; empty for the built-in synthetic set")
-	fs.StringVar(&c.labels, "labels", "", "labels: an integer .npy file [N] or MNIST idx1-ubyte labels")
-	fs.IntVar(&c.classes, "classes", 0, "number of classes (0: largest label + 1)")
-	fs.IntVar(&c.samples, "samples", 8192, "size of the built-in synthetic dataset")
-	fs.BoolVar(&c.shuffle, "shuffle", true, "shuffle every epoch (seeded by --seed and the epoch), as DistributedSampler")
-	fs.IntVar(&c.batchSize, "batch-size", 32, "samples per rank per step")
-	fs.IntVar(&c.steps, "steps", 500, "optimizer steps to run (the default only without --epochs; 0: use --epochs; both "+
-		"0: no training, e.g. --init A --save B)")
-	fs.IntVar(&c.epochs, "epochs", 0,
-		"epochs to run instead of --steps (--epochs N alone trains N epochs; with --steps, one of them must be 0)")
-	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
-	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (0.9) or adam")
-	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
-	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
+	c.registerModelFlags(fs, &hidden)
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
 	fs.StringVar(&c.commHook, "comm-hook", "allreduce",
@@ -185,6 +168,29 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.hidden = h
 	return c, c.validate()
+}
+
+// registerModelFlags registers the flags of the model, its data and its
+// optimizer; --hidden is parsed by parseFlags into c.hidden.
+func (c *config) registerModelFlags(fs *flag.FlagSet, hidden *string) {
+	fs.StringVar(&c.model, "model", "mlp", "model: mlp or cnn")
+	fs.StringVar(hidden, "hidden", "128,128", "mlp hidden layer sizes, comma-separated")
+	fs.StringVar(&c.activation, "activation", "relu", "activation: relu or tanh")
+	fs.StringVar(&c.data, "data", "",
+		"features: a .npy file [N,D] (float32/float64) or MNIST idx3-ubyte images; empty for the built-in synthetic set")
+	fs.StringVar(&c.labels, "labels", "", "labels: an integer .npy file [N] or MNIST idx1-ubyte labels")
+	fs.IntVar(&c.classes, "classes", 0, "number of classes (0: largest label + 1)")
+	fs.IntVar(&c.samples, "samples", 8192, "size of the built-in synthetic dataset")
+	fs.BoolVar(&c.shuffle, "shuffle", true, "shuffle every epoch (seeded by --seed and the epoch), as DistributedSampler")
+	fs.IntVar(&c.batchSize, "batch-size", 32, "samples per rank per step")
+	fs.IntVar(&c.steps, "steps", 500, "optimizer steps to run (the default only without --epochs; 0: use --epochs; both "+
+		"0: no training, e.g. --init A --save B)")
+	fs.IntVar(&c.epochs, "epochs", 0,
+		"epochs to run instead of --steps (--epochs N alone trains N epochs; with --steps, one of them must be 0)")
+	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
+	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (0.9) or adam")
+	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
+	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
 }
 
 // registerOutputFlags registers the flags of what a run reads from and
