@@ -202,7 +202,8 @@ func TestMarkReadyAllocatesNothing(t *testing.T) {
 	for i, p := range params {
 		values[i] = tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(uniform[float32](p.Numel(), 1, uint64(i), 1)))
 	}
-	r, err := reducer.New(ctx, world(t, 1)[0], params, Options{Hook: newDoneHook(), BucketCapBytes: 256, FirstBucketBytes: 64})
+	r, err := reducer.New(ctx, world(t, 1)[0], params,
+		Options{Hook: newDoneHook(), BucketCapBytes: 256, FirstBucketBytes: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,8 @@ func BenchmarkMarkReadyHook(b *testing.B) {
 	}
 	values := make([]G.Value, len(m.params))
 	for i, p := range m.params {
-		values[i] = tensor.New(tensor.WithShape(p.Shape()...), tensor.WithBacking(uniform[float32](p.Shape().TotalSize(), 1, uint64(i), 1)))
+		values[i] = tensor.New(tensor.WithShape(p.Shape()...),
+			tensor.WithBacking(uniform[float32](p.Shape().TotalSize(), 1, uint64(i), 1)))
 	}
 	iteration := func() {
 		if err := d.r.Prepare(ctx, reducer.Iteration{Sync: true}); err != nil {

@@ -21,7 +21,8 @@ func TestGradNamesDDPNode(t *testing.T) {
 		wrapped bool // the loss also uses d.Node(1)
 		want    string
 	}{
-		{"raw only", false, "ddp: parameter 1 (b) reaches the loss directly, not through d.Node(1), so its gradient hook would never fire"},
+		{"raw only", false,
+			"ddp: parameter 1 (b) reaches the loss directly, not through d.Node(1), so its gradient hook would never fire"},
 		{"raw and wrapped", true, "ddp: parameter 1 (b) reaches the loss both through d.Node(1) and directly"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -47,9 +48,12 @@ func TestGradNamesDDPNode(t *testing.T) {
 				return nil
 			}))
 			var bypass *autogradhooks.BypassError
-			if err == nil || !strings.HasPrefix(err.Error(), c.want) || !strings.Contains(err.Error(), "build the forward graph with d.Node(1) (DDP.Node)") ||
-				strings.Contains(err.Error(), "Set.Node") || !errors.As(err, &bypass) || bypass.Index != 1 || bypass.Partly != c.wrapped {
-				t.Errorf("d.Grad: %v\nwant it to start %q, name d.Node(1), not Set.Node, and wrap a *BypassError{Index: 1, Partly: %v}", err, c.want, c.wrapped)
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) ||
+				!strings.Contains(err.Error(), "build the forward graph with d.Node(1) (DDP.Node)") ||
+				strings.Contains(err.Error(), "Set.Node") || !errors.As(err, &bypass) || bypass.Index != 1 ||
+				bypass.Partly != c.wrapped {
+				t.Errorf("d.Grad: %v\nwant it to start %q, name d.Node(1), not Set.Node, and wrap a *BypassError{Index: 1, "+
+					"Partly: %v}", err, c.want, c.wrapped)
 			}
 		})
 	}

@@ -173,7 +173,8 @@ func stepTensorsRank(g pg.ProcessGroup, building *sync.Mutex) string {
 	a := G.NewMatrix(graph, tensor.Float64, G.WithShape(1, 2), G.WithName("a"), G.WithInit(G.Zeroes()))
 	b := G.NewMatrix(graph, tensor.Float64, G.WithShape(1, 2), G.WithName("b"), G.WithInit(G.Zeroes()))
 	xs := []float64{1 + 2*float64(g.Rank()), 2 + 2*float64(g.Rank())}
-	x := G.NewMatrix(graph, tensor.Float64, G.WithShape(1, 2), G.WithName("x"), G.WithValue(tensor.New(tensor.WithShape(1, 2), tensor.WithBacking(xs))))
+	x := G.NewMatrix(graph, tensor.Float64, G.WithShape(1, 2), G.WithName("x"),
+		G.WithValue(tensor.New(tensor.WithShape(1, 2), tensor.WithBacking(xs))))
 	building.Unlock()
 
 	d, err := ddp.Wrap(ctx, g, G.Nodes{a, b}, ddp.Options{FindUnusedParameters: true})

@@ -94,7 +94,8 @@ func testParity[T float](t *testing.T, c parityCase, tol float64) {
 // startReplicas builds one replica per rank, rank 0 from referenceSeed
 // and the others from seeds of their own, and wraps them (which copies
 // rank 0's values to every rank).
-func startReplicas[T float](t *testing.T, ctx context.Context, gs []pg.ProcessGroup, spec mlpSpec, opts Options) []*mlp[T] {
+func startReplicas[T float](t *testing.T, ctx context.Context, gs []pg.ProcessGroup, spec mlpSpec,
+	opts Options) []*mlp[T] {
 	t.Helper()
 	replicas := make([]*mlp[T], len(gs))
 	for r := range replicas {
@@ -197,7 +198,8 @@ func TestGorgoniaNoSyncAccumulation(t *testing.T) {
 					d.vm.Reset()
 					if m == micro-2 {
 						if e := relErr(d.gradients(), wantLocal[s][r]); e > tol64 {
-							t.Errorf("rank %d step %d: after RunAllNoSync the gradients should be this rank's own; they differ by %.3g", r, s, e)
+							t.Errorf("rank %d step %d: after RunAllNoSync the gradients should be this rank's own; they differ by %.3g", r,
+								s, e)
 						}
 					}
 					continue
@@ -207,7 +209,8 @@ func TestGorgoniaNoSyncAccumulation(t *testing.T) {
 				}
 			}
 			if e := relErr(d.gradients(), wantGrads[s]); e > tol64 {
-				t.Errorf("rank %d step %d: the reduced gradients differ from the reference's average of summed micro-batch gradients by %.3g", r, s, e)
+				t.Errorf("rank %d step %d: the reduced gradients differ from the reference's average of summed micro-batch "+
+					"gradients by %.3g", r, s, e)
 			}
 			if err := d.step(solver); err != nil {
 				return err
@@ -265,12 +268,14 @@ func TestGorgoniaUnusedParameter(t *testing.T) {
 		for r, m := range replicas {
 			got := m.values()[extra]
 			if p, k := firstBitDiff([][]float64{got}, [][]float64{initial}); p >= 0 {
-				t.Errorf("rank %d: side.weight[%d] = %v, want rank 0's initial %v: an unused parameter was changed", r, k, got[k], initial[k])
+				t.Errorf("rank %d: side.weight[%d] = %v, want rank 0's initial %v: an unused parameter was changed", r, k, got[k],
+					initial[k])
 			}
 			if g, err := m.params[extra].Grad(); err == nil || g != nil {
 				t.Errorf("rank %d: side.weight has gradient %v (err %v); it should have none", r, g, err)
 			}
-			if v := pg.View[float64](m.ddp.Reducer().Gradient(extra)); slices.ContainsFunc(v, func(x float64) bool { return x != 0 }) {
+			if v := pg.View[float64](m.ddp.Reducer().Gradient(extra)); slices.ContainsFunc(v,
+				func(x float64) bool { return x != 0 }) {
 				t.Errorf("rank %d: side.weight was reduced as %v, want zeros", r, v)
 			}
 		}

@@ -150,7 +150,9 @@ func (d *DDP) ValueGrads() []gorgonia.ValueGrad {
 	}
 	if len(undefined) > 0 && !d.warned {
 		d.warned = true
-		d.r.Options().Logger.Warn("no rank has produced a gradient for these parameters yet; ValueGrads steps them with zero gradients, which moves them only under weight decay (torch would skip them; ddp.StepTensors with package optim does)",
+		d.r.Options().Logger.Warn("no rank has produced a gradient for these parameters yet; ValueGrads steps them with "+
+			"zero gradients, which moves them only under weight decay (torch would skip them; ddp.StepTensors with package "+
+			"optim does)",
 			zap.String("params", d.names(undefined)))
 	}
 	return out
@@ -176,7 +178,8 @@ func (d *DDP) StepTensors() (params, grads []pg.Tensor, err error) {
 		g := d.own[i]
 		if d.local[i] {
 			if g, err = p.Grad(); err != nil {
-				return nil, nil, fmt.Errorf("ddp: parameter %d (%s) has no gradient; call StepTensors after RunAll and before vm.Reset", i, p.Name())
+				return nil, nil, fmt.Errorf(
+					"ddp: parameter %d (%s) has no gradient; call StepTensors after RunAll and before vm.Reset", i, p.Name())
 			}
 		} else if !d.defined[i] {
 			grads[i] = pg.Tensor{Dtype: params[i].Dtype}

@@ -71,8 +71,10 @@ func newMLP[T float](t testing.TB, spec mlpSpec, seed uint64) *mlp[T] {
 	dt := dtypeOf[T]()
 	m := &mlp[T]{spec: spec, g: G.NewGraph()}
 	in := spec.sizes[0]
-	m.x = G.NewMatrix(m.g, dt, G.WithShape(spec.rows, in), G.WithName("x"), G.WithValue(tensor.New(tensor.WithShape(spec.rows, in), tensor.Of(dt))))
-	m.y = G.NewMatrix(m.g, dt, G.WithShape(spec.rows, spec.classes()), G.WithName("y"), G.WithValue(tensor.New(tensor.WithShape(spec.rows, spec.classes()), tensor.Of(dt))))
+	m.x = G.NewMatrix(m.g, dt, G.WithShape(spec.rows, in), G.WithName("x"),
+		G.WithValue(tensor.New(tensor.WithShape(spec.rows, in), tensor.Of(dt))))
+	m.y = G.NewMatrix(m.g, dt, G.WithShape(spec.rows, spec.classes()), G.WithName("y"),
+		G.WithValue(tensor.New(tensor.WithShape(spec.rows, spec.classes()), tensor.Of(dt))))
 	param := func(name string, r, c int) {
 		v := uniform[T](r*c, seed, uint64(len(m.params)), 1/math.Sqrt(float64(max(r, 2))))
 		m.params = append(m.params, G.NewMatrix(m.g, dt, G.WithShape(r, c), G.WithName(name),

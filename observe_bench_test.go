@@ -39,7 +39,8 @@ import (
 // observedOptions are the sinks of the observed side: metrics and the
 // sampled logging data (a logger that formats and discards its lines).
 func observedOptions() Options {
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard),
+		zapcore.InfoLevel)
 	return Options{Registerer: prometheus.NewRegistry(), Logger: zap.New(core)}
 }
 

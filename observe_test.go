@@ -34,7 +34,8 @@ func TestDDPObservesForwardAndWritesATimeline(t *testing.T) {
 	opts := func(r int) Options {
 		return Options{BucketCapBytes: 512, FirstBucketBytes: 128, Registerer: reg, Timeline: tls[r]}
 	}
-	noErrors(t, onGroups(groupsOf(t, "local", n), func(r int, g pg.ProcessGroup) error { return replicas[r].wrap(ctx, g, opts(r)) }))
+	noErrors(t,
+		onGroups(groupsOf(t, "local", n), func(r int, g pg.ProcessGroup) error { return replicas[r].wrap(ctx, g, opts(r)) }))
 	for _, m := range replicas {
 		m.mustBuild(t)
 	}
@@ -113,7 +114,8 @@ func checkTrace(t *testing.T, rank int, data []byte, iterations int) {
 		}
 		fwd, bwd := in("forward"), in("backward")
 		launches, comms, waits, copies := in("launch"), in("communication"), in("wait"), in("copy")
-		if len(fwd) != 1 || len(bwd) != 1 || len(launches) == 0 || len(comms) != len(launches) || len(waits) != len(launches) || len(copies) != 6 {
+		if len(fwd) != 1 || len(bwd) != 1 || len(launches) == 0 || len(comms) != len(launches) ||
+			len(waits) != len(launches) || len(copies) != 6 {
 			t.Fatalf("rank %d iteration %d: %d forward, %d backward, %d launches, %d communications, %d waits, %d copies",
 				rank, it, len(fwd), len(bwd), len(launches), len(comms), len(waits), len(copies))
 		}
@@ -121,8 +123,10 @@ func checkTrace(t *testing.T, rank int, data []byte, iterations int) {
 			t.Errorf("rank %d iteration %d: forward ends at %v, after backward starts at %v", rank, it, fwd[0].end(), bwd[0].Ts)
 		}
 		for k, l := range launches {
-			if l.arg("bucket") != int64(k) || comms[k].arg("bucket") != int64(k) || comms[k].Ts+eps < l.Ts || waits[k].Ts+eps < bwd[0].end() {
-				t.Errorf("rank %d iteration %d bucket %d: launch %+v, communication %+v, wait %+v", rank, it, k, l, comms[k], waits[k])
+			if l.arg("bucket") != int64(k) || comms[k].arg("bucket") != int64(k) || comms[k].Ts+eps < l.Ts ||
+				waits[k].Ts+eps < bwd[0].end() {
+				t.Errorf("rank %d iteration %d bucket %d: launch %+v, communication %+v, wait %+v", rank, it, k, l, comms[k],
+					waits[k])
 			}
 		}
 		for _, c := range copies {
@@ -137,7 +141,8 @@ func checkTrace(t *testing.T, rank int, data []byte, iterations int) {
 			t.Errorf("rank %d iteration %d: %d buckets after the rebuild, want 3", rank, it, len(launches))
 		}
 		if launches[0].Ts >= bwd[0].end() || comms[0].Ts >= bwd[0].end() {
-			t.Errorf("rank %d iteration %d: bucket 0 launched at %v, its communication began at %v, backward ended at %v: no overlap",
+			t.Errorf("rank %d iteration %d: bucket 0 launched at %v, its communication began at %v, backward ended at %v: no "+
+				"overlap",
 				rank, it, launches[0].Ts, comms[0].Ts, bwd[0].end())
 		}
 	}

@@ -101,7 +101,8 @@ func TestGorgoniaOverlap(t *testing.T) {
 				continue // one bucket, holding fc1's gradients too: it can only launch at the end of backward
 			}
 			if first > layer1 {
-				t.Errorf("rank %d iteration %d: bucket 0 launched after backward reached layer 1 (%v): it should start as soon as the last layer's gradients exist", r, it, events)
+				t.Errorf("rank %d iteration %d: bucket 0 launched after backward reached layer 1 (%v): it should start as soon "+
+					"as the last layer's gradients exist", r, it, events)
 			}
 		}
 	}

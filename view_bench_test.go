@@ -31,7 +31,8 @@ func BenchmarkBucketView(b *testing.B) {
 			values := make([]G.Value, len(m.params))
 			var bytes int64
 			for i, p := range m.params {
-				values[i] = tensor.New(tensor.WithShape(p.Shape()...), tensor.WithBacking(uniform[float32](p.Shape().TotalSize(), 1, uint64(i), 1)))
+				values[i] = tensor.New(tensor.WithShape(p.Shape()...),
+					tensor.WithBacking(uniform[float32](p.Shape().TotalSize(), 1, uint64(i), 1)))
 				bytes += int64(4 * p.Shape().TotalSize())
 			}
 			hook := func(i int, v G.Value) error { return d.onGradient(i, v) }

@@ -121,8 +121,10 @@ func TestGradientAsBucketViewBitwise(t *testing.T) {
 		{"sync/oneParamPerBucket", schedule{n: 2, steps: 4, micro: 1}, oneParamPerBucket()},
 		{"nosync/fewBuckets", schedule{n: 2, steps: 3, micro: 3}, Options{BucketCapBytes: 256, FirstBucketBytes: 64}},
 		{"nosync/N=3/oneBucket", schedule{n: 3, steps: 2, micro: 2}, oneBucket()},
-		{"unused/FindUnusedParameters", schedule{n: 2, steps: 3, micro: 2, extra: true}, Options{FindUnusedParameters: true, BucketCapBytes: 256, FirstBucketBytes: 64}},
-		{"unused/StaticGraph", schedule{n: 2, steps: 3, micro: 1, extra: true}, Options{StaticGraph: true, BucketCapBytes: 256, FirstBucketBytes: 64}},
+		{"unused/FindUnusedParameters", schedule{n: 2, steps: 3, micro: 2, extra: true},
+			Options{FindUnusedParameters: true, BucketCapBytes: 256, FirstBucketBytes: 64}},
+		{"unused/StaticGraph", schedule{n: 2, steps: 3, micro: 1, extra: true},
+			Options{StaticGraph: true, BucketCapBytes: 256, FirstBucketBytes: 64}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			plain := runSchedule(t, ctx, c.s, c.opts)
@@ -131,22 +133,27 @@ func TestGradientAsBucketViewBitwise(t *testing.T) {
 			views := runSchedule(t, ctx, c.s, vo)
 			for step := range c.s.steps {
 				if p, k := firstBitDiff(views.grads[step], plain.grads[step]); p >= 0 {
-					t.Fatalf("step %d: reduced gradient of parameter %d [%d] = %v with views, %v without", step, p, k, views.grads[step][p][k], plain.grads[step][p][k])
+					t.Fatalf("step %d: reduced gradient of parameter %d [%d] = %v with views, %v without", step, p, k,
+						views.grads[step][p][k], plain.grads[step][p][k])
 				}
 			}
 			for r := range c.s.n {
 				if p, k := firstBitDiff(views.values[r], plain.values[r]); p >= 0 {
-					t.Fatalf("rank %d: parameter %d [%d] = %v with views, %v without", r, p, k, views.values[r][p][k], plain.values[r][p][k])
+					t.Fatalf("rank %d: parameter %d [%d] = %v with views, %v without", r, p, k, views.values[r][p][k],
+						plain.values[r][p][k])
 				}
 				pc, vc := plain.copies[r], views.copies[r]
 				if pc.In == 0 || pc.Out == 0 || pc.InPlace != 0 || plain.placed[r] != 0 {
-					t.Errorf("rank %d without views: copies %+v, placed %d; want copies in and out, none in place", r, pc, plain.placed[r])
+					t.Errorf("rank %d without views: copies %+v, placed %d; want copies in and out, none in place", r, pc,
+						plain.placed[r])
 				}
 				if vc.In != 0 || vc.Out != 0 || vc.Fallbacks != 0 || vc.InPlace != pc.In || views.placed[r] != pc.In {
-					t.Errorf("rank %d with views: copies %+v, placed %d; want no reducer copy and %d bytes placed in the buckets by the hooks", r, vc, views.placed[r], pc.In)
+					t.Errorf("rank %d with views: copies %+v, placed %d; want no reducer copy and %d bytes placed in the buckets by "+
+						"the hooks", r, vc, views.placed[r], pc.In)
 				}
 			}
-			t.Logf("bytes copied per run and rank: without views in %d + out %d; with views in %d + out %d, placed by the hooks %d",
+			t.Logf("bytes copied per run and rank: without views in %d + out %d; with views in %d + out %d, placed by the "+
+				"hooks %d",
 				plain.copies[0].In, plain.copies[0].Out, views.copies[0].In, views.copies[0].Out, views.placed[0])
 		})
 	}
@@ -213,7 +220,8 @@ func TestGorgoniaCannotComputeIntoBuffer(t *testing.T) {
 	bufs := make([][]float64, len(m.grads))
 	for i, gr := range m.grads {
 		bufs[i] = make([]float64, gr.Shape().TotalSize())
-		if err := G.UnsafeLet(gr, tensor.New(tensor.WithShape(gr.Shape().Clone()...), tensor.WithBacking(bufs[i]))); err != nil {
+		if err := G.UnsafeLet(gr,
+			tensor.New(tensor.WithShape(gr.Shape().Clone()...), tensor.WithBacking(bufs[i]))); err != nil {
 			t.Fatalf("parameter %d: %v", i, err)
 		}
 	}
@@ -223,7 +231,8 @@ func TestGorgoniaCannotComputeIntoBuffer(t *testing.T) {
 	for i, gr := range m.grads {
 		g := gr.Value().Data().([]float64)
 		if unsafe.SliceData(g) == unsafe.SliceData(bufs[i]) {
-			t.Errorf("parameter %d (%v): the gradient was computed into the bound buffer; Gorgonia can preallocate it, and the copy in placeGradient may be avoidable", i, gr.Op())
+			t.Errorf("parameter %d (%v): the gradient was computed into the bound buffer; Gorgonia can preallocate it, and "+
+				"the copy in placeGradient may be avoidable", i, gr.Op())
 		}
 		for _, v := range bufs[i] {
 			if v != 0 {

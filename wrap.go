@@ -58,13 +58,16 @@ func Wrap(ctx context.Context, g pg.ProcessGroup, params gorgonia.Nodes, opts Op
 		// v0.9.24 has no float16 or bfloat16 dtype, and one registered by
 		// hand fails in every arithmetic and BLAS op. So it cannot produce
 		// the low-precision gradients MixedPrecision reduces.
-		return nil, errors.New("ddp: Options.MixedPrecision needs float16 or bfloat16 gradients, which Gorgonia cannot compute (gorgonia.org/tensor has no such dtype); leave it nil here, or drive reducer.New from an engine that computes in half precision")
+		return nil, errors.New("ddp: Options.MixedPrecision needs float16 or bfloat16 gradients, which Gorgonia cannot " +
+			"compute (gorgonia.org/tensor has no such dtype); leave it nil here, or drive reducer.New from an engine that " +
+			"computes in half precision")
 	}
 	descs := make([]reducer.Param, len(params))
 	values := make([]pg.Tensor, len(params))
 	for i, p := range params {
 		if p == nil || p.Value() == nil {
-			return nil, fmt.Errorf("ddp: parameter %d has no value; models with uninitialised parameters can't be wrapped: give every parameter a value (gorgonia.WithInit or WithValue) first", i)
+			return nil, fmt.Errorf("ddp: parameter %d has no value; models with uninitialised parameters can't be wrapped: "+
+				"give every parameter a value (gorgonia.WithInit or WithValue) first", i)
 		}
 		dt, err := gtensor.DtypeOf(p.Dtype())
 		if err != nil {
@@ -122,7 +125,8 @@ func (d *DDP) Grad(cost *gorgonia.Node) (gorgonia.Nodes, error) {
 		return nil, bypassed(err)
 	}
 	if o := d.r.Options(); len(unused) > 0 && !o.FindUnusedParameters && !o.StaticGraph {
-		return nil, fmt.Errorf("ddp: parameters %s are not used in producing the loss; set Options.FindUnusedParameters (ddp-train --find-unused-parameters), or make every parameter take part in the loss", d.names(unused))
+		return nil, fmt.Errorf("ddp: parameters %s are not used in producing the loss; set Options.FindUnusedParameters "+
+			"(ddp-train --find-unused-parameters), or make every parameter take part in the loss", d.names(unused))
 	}
 	d.unused, d.graded = unused, true
 	d.local = make([]bool, len(d.params))
@@ -155,11 +159,15 @@ func bypassed(err error) error {
 		return err
 	}
 	if b.Partly {
-		return &restated{fmt.Sprintf("ddp: parameter %d (%s) reaches the loss both through d.Node(%d) and directly, so its gradient hook would see only part of its gradient; "+
-			"build the forward graph with d.Node(%d) (DDP.Node) at every use of parameter %d", b.Index, b.Param, b.Index, b.Index, b.Index), err}
+		return &restated{fmt.Sprintf("ddp: parameter %d (%s) reaches the loss both through d.Node(%d) and directly, so its "+
+			"gradient hook would see only part of its gradient; "+
+			"build the forward graph with d.Node(%d) (DDP.Node) at every use of parameter %d", b.Index, b.Param, b.Index,
+			b.Index, b.Index), err}
 	}
-	return &restated{fmt.Sprintf("ddp: parameter %d (%s) reaches the loss directly, not through d.Node(%d), so its gradient hook would never fire and its bucket never be reduced; "+
-		"build the forward graph with d.Node(%d) (DDP.Node) wherever parameter %d is used", b.Index, b.Param, b.Index, b.Index, b.Index), err}
+	return &restated{fmt.Sprintf("ddp: parameter %d (%s) reaches the loss directly, not through d.Node(%d), so its "+
+		"gradient hook would never fire and its bucket never be reduced; "+
+		"build the forward graph with d.Node(%d) (DDP.Node) wherever parameter %d is used", b.Index, b.Param, b.Index,
+		b.Index, b.Index), err}
 }
 
 // restated is err said in other words.

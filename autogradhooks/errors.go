@@ -41,10 +41,12 @@ type BypassError struct {
 func (e *BypassError) Error() string {
 	if e.Partly {
 		return fmt.Sprintf("autogradhooks: params[%d] (%s) is wrapped by a hook Set but cost also reaches it directly, "+
-			"so its hook would miss part of its gradient; build the forward graph from Set.Node(%d) only", e.Index, e.Param, e.Index)
+			"so its hook would miss part of its gradient; build the forward graph from Set.Node(%d) only", e.Index, e.Param,
+			e.Index)
 	}
 	return fmt.Sprintf("autogradhooks: the gradient of params[%d] (%s) does not pass through its hook, "+
-		"so the hook would never fire; build the forward graph from Set.Node(%d) instead of the raw parameter", e.Index, e.Param, e.Index)
+		"so the hook would never fire; build the forward graph from Set.Node(%d) instead of the raw parameter", e.Index,
+		e.Param, e.Index)
 }
 
 // RunAll calls vm.RunAll and returns its error with the cause reachable by

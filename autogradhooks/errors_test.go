@@ -74,7 +74,8 @@ func TestHookPanicBecomesError(t *testing.T) {
 	defer vm.Close()
 	err := RunAll(vm)
 	var he *HookError
-	if !errors.Is(err, ErrHookPanic) || !errors.As(err, &he) || he.Index != 6 || !strings.Contains(err.Error(), "hook bug") {
+	if !errors.Is(err, ErrHookPanic) || !errors.As(err, &he) || he.Index != 6 ||
+		!strings.Contains(err.Error(), "hook bug") {
 		t.Fatalf("RunAll = %v, want a HookError for parameter 6 wrapping ErrHookPanic and naming the panic value", err)
 	}
 	vm.Reset()

@@ -96,7 +96,8 @@ func TestWrappingUpFrontFiresLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(first) != len(m.params) {
-		t.Fatalf("with up-front wrapping the first hook saw gradients %v; expected all %d (hooks at the end)", first, len(m.params))
+		t.Fatalf("with up-front wrapping the first hook saw gradients %v; expected all %d (hooks at the end)", first,
+			len(m.params))
 	}
 }
 

@@ -12,8 +12,10 @@ import (
 // first gradient hook.
 func TestMarkBackwardFiresBetweenForwardAndBackward(t *testing.T) {
 	g := gorgonia.NewGraph()
-	w := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(2, 2), gorgonia.WithName("w"), gorgonia.WithInit(gorgonia.Ones()))
-	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(2, 2), gorgonia.WithName("x"), gorgonia.WithInit(gorgonia.Ones()))
+	w := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(2, 2), gorgonia.WithName("w"),
+		gorgonia.WithInit(gorgonia.Ones()))
+	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(2, 2), gorgonia.WithName("x"),
+		gorgonia.WithInit(gorgonia.Ones()))
 	var events []string
 	s, err := New(gorgonia.Nodes{w}, func(int, gorgonia.Value) error { events = append(events, "grad"); return nil })
 	if err != nil {

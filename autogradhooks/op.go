@@ -123,7 +123,9 @@ func (op *gradHook) Do(in ...gorgonia.Value) (out gorgonia.Value, err error) {
 	}
 	if placed != nil {
 		if !placed.Shape().Eq(v.Shape()) || placed.Dtype() != v.Dtype() {
-			return nil, &HookError{Index: op.idx, Param: op.name, Err: fmt.Errorf("the placed gradient is %v %v; the gradient is %v %v", placed.Dtype(), placed.Shape(), v.Dtype(), v.Shape())}
+			return nil, &HookError{Index: op.idx, Param: op.name,
+				Err: fmt.Errorf("the placed gradient is %v %v; the gradient is %v %v", placed.Dtype(), placed.Shape(), v.Dtype(),
+					v.Shape())}
 		}
 		return placed, nil
 	}

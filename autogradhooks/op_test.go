@@ -31,7 +31,8 @@ func TestHookHashesAreDistinct(t *testing.T) {
 		}
 		seen[h] = op
 	}
-	if a, b := (&gradHook{set: s1, idx: 3, name: "W"}), (&gradHook{set: s1, idx: 3, name: "W"}); a.Hashcode() != b.Hashcode() {
+	if a, b := (&gradHook{set: s1, idx: 3, name: "W"}), (&gradHook{set: s1, idx: 3,
+		name: "W"}); a.Hashcode() != b.Hashcode() {
 		t.Error("equal hooks hash differently")
 	}
 }
@@ -57,7 +58,8 @@ func TestSameGradientExpressionKeepsTwoHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if pa, pb := childrenOf(g, grads[0]), childrenOf(g, grads[1]); pa[0] != pb[0] {
-		t.Fatalf("precondition: the gradients of a and b are different nodes (%v, %v), so this test proves nothing", pa[0], pb[0])
+		t.Fatalf("precondition: the gradients of a and b are different nodes (%v, %v), so this test proves nothing", pa[0],
+			pb[0])
 	}
 	if grads[0] == grads[1] {
 		t.Fatal("the hooks of a and b were merged into one node")

@@ -135,7 +135,8 @@ func checkParams(params gorgonia.Nodes) error {
 		case p.Graph() != params[0].Graph():
 			return fmt.Errorf("autogradhooks: params[%d] (%s) is in a different graph from params[0]", i, p.Name())
 		case !p.IsVar():
-			return fmt.Errorf("autogradhooks: params[%d] (%s) is not a variable node; gorgonia.Grad can only differentiate with respect to variables", i, p.Name())
+			return fmt.Errorf("autogradhooks: params[%d] (%s) is not a variable node; gorgonia.Grad can only differentiate "+
+				"with respect to variables", i, p.Name())
 		}
 		if j, dup := seen[p]; dup {
 			return fmt.Errorf("autogradhooks: params[%d] and params[%d] are the same node (%s)", j, i, p.Name())

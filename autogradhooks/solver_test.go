@@ -122,7 +122,8 @@ func testOverwrite[T float](t *testing.T, r rule, tol float64) {
 			t.Errorf("%s after %d steps is %.3g away from the update with the written gradient", p.Name(), steps, d)
 		}
 		if d := maxRelDiff(got, unchanged[i]); d < 100*tol {
-			t.Errorf("%s is only %.3g away from the update with the computed gradient: the test cannot tell them apart", p.Name(), d)
+			t.Errorf("%s is only %.3g away from the update with the computed gradient: the test cannot tell them apart",
+				p.Name(), d)
 		}
 	}
 }

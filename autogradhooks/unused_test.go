@@ -186,11 +186,13 @@ func TestGradRejectsBypassedHooks(t *testing.T) {
 	bypass := func(err error, partly bool) bool { // the first bypassed parameter: P when partly, else W
 		var b *BypassError
 		i := map[bool]int{true: 1, false: 0}[partly]
-		return errors.As(err, &b) && b.Index == i && b.Partly == partly && strings.Contains(err.Error(), fmt.Sprintf("Set.Node(%d)", i))
+		return errors.As(err, &b) && b.Index == i && b.Partly == partly &&
+			strings.Contains(err.Error(), fmt.Sprintf("Set.Node(%d)", i))
 	}
 	s, cost := build(true, true)
 	if _, _, err := Grad(cost, s.Params()); !bypass(err, true) {
-		t.Errorf("Grad of a parameter used both directly and through its hook: %v, want a *BypassError{Index: 1, Partly: true}", err)
+		t.Errorf("Grad of a parameter used both directly and through its hook: %v, want a *BypassError{Index: 1, Partly: "+
+			"true}", err)
 	}
 
 	s, cost = build(true, false)

@@ -128,7 +128,8 @@ func TestPeriodicModelAverager(t *testing.T) {
 	avgs := make([]*averaging.PeriodicModelAverager, 3)
 	for r, g := range gs {
 		var err error
-		if avgs[r], err = averaging.NewPeriodicModelAverager(g, averaging.PeriodicOptions{Period: 2, WarmupSteps: 3}); err != nil {
+		if avgs[r], err = averaging.NewPeriodicModelAverager(g,
+			averaging.PeriodicOptions{Period: 2, WarmupSteps: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}

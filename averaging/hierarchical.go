@@ -45,7 +45,8 @@ type HierarchicalModelAverager struct {
 // NewHierarchicalModelAverager makes this rank's group of every level
 // below the top (collective over g: every rank calls it at the same point)
 // and returns the averager, at step 0.
-func NewHierarchicalModelAverager(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptions) (*HierarchicalModelAverager, error) {
+func NewHierarchicalModelAverager(ctx context.Context, g pg.ProcessGroup,
+	o HierarchicalOptions) (*HierarchicalModelAverager, error) {
 	if len(o.Levels) == 0 {
 		return nil, errors.New("averaging: Levels (period_group_size_dict) must not be empty")
 	}
@@ -54,11 +55,13 @@ func NewHierarchicalModelAverager(ctx context.Context, g pg.ProcessGroup, o Hier
 	}
 	for i := 1; i < len(o.Levels); i++ {
 		if o.Levels[i].Period <= o.Levels[i-1].Period {
-			return nil, fmt.Errorf("averaging: periods must ascend, level by level (got %d after %d)", o.Levels[i].Period, o.Levels[i-1].Period)
+			return nil, fmt.Errorf("averaging: periods must ascend, level by level (got %d after %d)", o.Levels[i].Period,
+				o.Levels[i-1].Period)
 		}
 	}
 	if last := o.Levels[len(o.Levels)-1].GroupSize; last != g.Size() {
-		return nil, fmt.Errorf("averaging: the last level's group size %d must be equal to the size of the process group %d", last, g.Size())
+		return nil, fmt.Errorf("averaging: the last level's group size %d must be equal to the size of the process group %d",
+			last, g.Size())
 	}
 	if o.WarmupSteps < 0 {
 		return nil, fmt.Errorf("averaging: WarmupSteps %d must be a non-negative number", o.WarmupSteps)

@@ -17,7 +17,8 @@ type Param struct {
 }
 
 // ErrNoParams is returned when there is nothing to assign.
-var ErrNoParams = errors.New("bucket: no parameters to assign (a model needs at least one parameter that requires a gradient)")
+var ErrNoParams = errors.New(
+	"bucket: no parameters to assign (a model needs at least one parameter that requires a gradient)")
 
 // groupKey is what a bucket must share: dtype and device.
 type groupKey struct {

@@ -103,13 +103,15 @@ func Load(dir string) (*Checkpoint, error) {
 func loadOne(dir string, o Options) (*Checkpoint, error) {
 	m, err := readManifest(filepath.Join(dir, manifestName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s has no %s; is it a checkpoint directory? (%v)", ErrBadCheckpoint, dir, manifestName, err)
+		return nil, fmt.Errorf("%w: %s has no %s; is it a checkpoint directory? (%v)", ErrBadCheckpoint, dir, manifestName,
+			err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadCheckpoint, dir, err)
 	}
 	if m.Step < 0 || m.Step > MaxStep || m.Optimizer.Step < 0 || m.Optimizer.Step > MaxStep {
-		return nil, fmt.Errorf("%w: %s: the manifest claims step %d (optimizer step %d); a step lies in [0, %d]", ErrBadCheckpoint, dir, m.Step, m.Optimizer.Step, MaxStep)
+		return nil, fmt.Errorf("%w: %s: the manifest claims step %d (optimizer step %d); a step lies in [0, %d]",
+			ErrBadCheckpoint, dir, m.Step, m.Optimizer.Step, MaxStep)
 	}
 	c := &Checkpoint{Step: m.Step, Dtype: m.Dtype, Meta: m.Meta,
 		Params: map[string][]float64{}, Shapes: map[string][]int{}, Extra: map[string][]float64{}}
@@ -195,7 +197,8 @@ func (c *Checkpoint) Restore(p Model, opt optim.Optimizer) error {
 		return incompatible("it holds a %s model and this run's is %s; resume with --dtype %s", c.Dtype, want, c.Dtype)
 	}
 	if len(c.Params) != p.Len() {
-		return incompatible("it holds %d parameters and this run's model has %d (%v); resume with the same model flags", len(c.Params), p.Len(), names(p))
+		return incompatible("it holds %d parameters and this run's model has %d (%v); resume with the same model flags",
+			len(c.Params), p.Len(), names(p))
 	}
 	for i := range p.Len() {
 		name := p.Name(i)
@@ -206,13 +209,15 @@ func (c *Checkpoint) Restore(p Model, opt optim.Optimizer) error {
 		case !ok:
 			return incompatible("it has no parameter %s; resume with the same model flags", name)
 		case recorded && !slices.Equal(shape, p.Shape(i)):
-			return incompatible("its %s has shape %v and this run's has %v; resume with the same model flags", name, shape, p.Shape(i))
+			return incompatible("its %s has shape %v and this run's has %v; resume with the same model flags", name, shape,
+				p.Shape(i))
 		case len(v) != n:
 			return incompatible("its %s has %d values and this run's has %d; resume with the same model flags", name, len(v), n)
 		}
 	}
 	if c.Optimizer.Name != "" && c.Optimizer.Name != opt.Name() {
-		return incompatible("it was written by a run with the %s optimizer and this run uses %s", c.Optimizer.Name, opt.Name())
+		return incompatible("it was written by a run with the %s optimizer and this run uses %s", c.Optimizer.Name,
+			opt.Name())
 	}
 	if err := opt.Load(c.Optimizer); err != nil {
 		return fmt.Errorf("%w: %w", ErrIncompatible, err)

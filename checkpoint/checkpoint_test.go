@@ -124,7 +124,8 @@ func TestKilledSaveLeavesTheCheckpointLoadable(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(stale, paramsDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(stale, paramsDir, "fc1.weight.npy"), []byte("\x93NUMPY half"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(stale, paramsDir, "fc1.weight.npy"), []byte("\x93NUMPY half"),
+		0o644); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := Load(dir); err != nil || got.Step != 1 {
@@ -165,7 +166,10 @@ func TestLoadRejectsDamagedCheckpoints(t *testing.T) {
 		"unknown field": func(s string) string { return strings.Replace(s, `"step"`, `"stepp": 1, "step"`, 1) },
 		"other format":  func(s string) string { return strings.Replace(s, formatName, "goddp-checkpoint/9", 1) },
 		"escaping file": func(s string) string { return strings.Replace(s, "params/fc1.bias.npy", "../fc1.bias.npy", 1) },
-		"wrong shape":   func(s string) string { return strings.Replace(s, "[\n        3\n      ]", "[\n        4\n      ]", 1) },
+		"wrong shape": func(s string) string {
+			return strings.Replace(s, "[\n        3\n      ]", "[\n        4\n      ]",
+				1)
+		},
 		"not json":      func(string) string { return "{" },
 		"trailing data": func(s string) string { return s + "{}" },
 	}

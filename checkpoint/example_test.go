@@ -127,7 +127,8 @@ func ExampleSave() {
 
 	os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"name": "a web app"}`), 0o644)
 	err = checkpoint.CheckDir(dir)
-	fmt.Println(errors.Is(err, checkpoint.ErrNotOurs), strings.Contains(err.Error(), "manifest.json: it is not a checkpoint's manifest"))
+	fmt.Println(errors.Is(err, checkpoint.ErrNotOurs),
+		strings.Contains(err.Error(), "manifest.json: it is not a checkpoint's manifest"))
 	// Output:
 	// latest
 	// notes.txt

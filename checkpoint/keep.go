@@ -82,8 +82,10 @@ func save(dir string, c *Checkpoint, write writeFunc, o Options) error {
 		return err
 	}
 	keep := max(o.Keep, 1)
-	if steps, _ := stepDirs(dir); o.Keep <= 1 && len(slices.DeleteFunc(steps, func(s int) bool { return s == c.Step })) > 1 {
-		o.logger().Warn("checkpoint: keeping one checkpoint: replacing the rotated checkpoints in this directory by the new one",
+	if steps, _ := stepDirs(dir); o.Keep <= 1 &&
+		len(slices.DeleteFunc(steps, func(s int) bool { return s == c.Step })) > 1 {
+		o.logger().Warn(
+			"checkpoint: keeping one checkpoint: replacing the rotated checkpoints in this directory by the new one",
 			zap.String("checkpoint", dir), zap.Int("replaced", len(steps)), zap.Int("step", c.Step))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -180,7 +182,8 @@ func removeTemporaries(dir string) error {
 		if rest, ok := strings.CutPrefix(name, "."+stepPrefix); ok && e.IsDir() && killedSave.MatchString(rest) {
 			errs = append(errs, os.RemoveAll(filepath.Join(dir, name)))
 		}
-		if rest, ok := strings.CutPrefix(name, "."+latestName+".tmp-"); ok && e.Type().IsRegular() && killedLatest.MatchString(rest) {
+		if rest, ok := strings.CutPrefix(name, "."+latestName+".tmp-"); ok && e.Type().IsRegular() &&
+			killedLatest.MatchString(rest) {
 			errs = append(errs, os.Remove(filepath.Join(dir, name)))
 		}
 	}

@@ -103,7 +103,8 @@ func TestLoadWithFallsBackToTheNewestIntact(t *testing.T) {
 	// Every one damaged.
 	damage(t, filepath.Join(dir, "step-000000001", optimDir, "0.npy"), flip)
 	_, _, err = LoadWith(dir, Options{Keep: 3})
-	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), bad3) || !strings.Contains(err.Error(), "no older checkpoint") {
+	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), bad3) ||
+		!strings.Contains(err.Error(), "no older checkpoint") {
 		t.Errorf("with every checkpoint damaged: %v", err)
 	}
 }
@@ -121,7 +122,8 @@ func TestDamagedLatestPointer(t *testing.T) {
 	latest := filepath.Join(dir, latestName)
 	for how, edit := range edits {
 		restore := damage(t, latest, edit)
-		if _, _, err := LoadWith(dir, Options{Keep: 1}); !errors.Is(err, ErrBadCheckpoint) || !strings.Contains(err.Error(), latest) {
+		if _, _, err := LoadWith(dir, Options{Keep: 1}); !errors.Is(err, ErrBadCheckpoint) ||
+			!strings.Contains(err.Error(), latest) {
 			t.Errorf("%s: LoadWith Keep 1: %v; want an error naming %s", how, err, latest)
 		}
 		core, logs := observer.New(zap.WarnLevel)
@@ -162,7 +164,8 @@ func TestSaveWithPrunesAndMigrates(t *testing.T) {
 	if err := SaveWith(dir, sample(10), Options{Keep: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000010"}; !slices.Equal(got, want) {
+	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000010"}; !slices.Equal(got,
+		want) {
 		t.Errorf("after the first new save: %v, want %v", got, want)
 	}
 	if got := entryNames(t, filepath.Join(dir, paramsDir)); !slices.Equal(got, []string{"mine.npy"}) {
@@ -177,7 +180,8 @@ func TestSaveWithPrunesAndMigrates(t *testing.T) {
 	if err := SaveWith(dir, sample(25), Options{Keep: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000020", "step-000000025"}; !slices.Equal(got, want) {
+	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000020",
+		"step-000000025"}; !slices.Equal(got, want) {
 		t.Errorf("after saving step 25 past step 30: %v, want %v", got, want)
 	}
 	if c, err := Load(dir); err != nil || c.Step != 25 {
@@ -194,14 +198,16 @@ func TestSaveWithPrunesAndMigrates(t *testing.T) {
 	if c, err := Load(dir); err != nil || c.Step != 26 {
 		t.Errorf("Load after going back to Keep 1: %v, %v", c, err)
 	}
-	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000026"}; !slices.Equal(got, want) {
+	if got, want := entryNames(t, dir), []string{"README", "latest", paramsDir, "step-000000026"}; !slices.Equal(got,
+		want) {
 		t.Errorf("after a Keep 1 save: %v, want %v", got, want)
 	}
 }
 
 func TestExists(t *testing.T) {
 	root := t.TempDir()
-	single, rotated, leftovers := filepath.Join(root, "single"), filepath.Join(root, "rotated"), filepath.Join(root, "leftovers")
+	single, rotated, leftovers := filepath.Join(root, "single"), filepath.Join(root, "rotated"), filepath.Join(root,
+		"leftovers")
 	if err := writeDir(single, sample(1), writeNPY); err != nil { // the older layout
 		t.Fatal(err)
 	}
@@ -211,7 +217,8 @@ func TestExists(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(leftovers, ".step-000000001.tmp-123", paramsDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for dir, want := range map[string]bool{single: true, rotated: true, leftovers: false, filepath.Join(root, "none"): false} {
+	for dir, want := range map[string]bool{single: true, rotated: true, leftovers: false,
+		filepath.Join(root, "none"): false} {
 		if got := Exists(dir); got != want {
 			t.Errorf("Exists(%s) = %v, want %v", filepath.Base(dir), got, want)
 		}

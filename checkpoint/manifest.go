@@ -67,7 +67,8 @@ func newManifest(c *Checkpoint) *manifest {
 	m := &manifest{Format: formatName, Step: c.Step, Dtype: c.Dtype, Meta: c.Meta,
 		Optimizer: optimEntry{Name: c.Optimizer.Name, Step: c.Optimizer.Step}}
 	for _, name := range sortedKeys(c.Params) {
-		m.Params = append(m.Params, entry{Name: name, File: paramsDir + "/" + name + ".npy", Shape: slices.Clone(c.shape(name))})
+		m.Params = append(m.Params,
+			entry{Name: name, File: paramsDir + "/" + name + ".npy", Shape: slices.Clone(c.shape(name))})
 	}
 	m.Optimizer.Buffers = flatEntries(optimDir, c.Optimizer.Buffers)
 	m.Extra = flatEntries(extraDir, c.Extra)
@@ -183,7 +184,8 @@ func (m *manifest) check() error {
 		what    string
 		dir     string
 		entries []entry
-	}{{"parameter", paramsDir, m.Params}, {"optimizer buffer", optimDir, m.Optimizer.Buffers}, {"extra", extraDir, m.Extra}} {
+	}{{"parameter", paramsDir, m.Params}, {"optimizer buffer", optimDir, m.Optimizer.Buffers},
+		{"extra", extraDir, m.Extra}} {
 		names := map[string]bool{}
 		for _, e := range group.entries {
 			if names[e.Name] {

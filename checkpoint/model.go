@@ -92,11 +92,13 @@ func (n Nodes) SetValue(i int, v []float64) error {
 		}
 		copy(data, v)
 	default:
-		return fmt.Errorf("checkpoint: %s has dtype %v; checkpoints hold float32 or float64 parameters", n[i].Name(), n[i].Dtype())
+		return fmt.Errorf("checkpoint: %s has dtype %v; checkpoints hold float32 or float64 parameters", n[i].Name(),
+			n[i].Dtype())
 	}
 	return nil
 }
 
 func (n Nodes) sizeError(i, got int) error {
-	return fmt.Errorf("checkpoint: %s: %d values for a parameter of shape %v (%d values)", n[i].Name(), got, n[i].Shape(), n[i].Shape().TotalSize())
+	return fmt.Errorf("checkpoint: %s: %d values for a parameter of shape %v (%d values)", n[i].Name(), got, n[i].Shape(),
+		n[i].Shape().TotalSize())
 }

@@ -84,7 +84,8 @@ func TestResumeEqualsUninterruptedRun(t *testing.T) {
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for _, opt := range optim.Names() {
 			t.Run(dt.String()+"/"+opt, func(t *testing.T) {
-				spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "relu", Classes: 3, Dtype: dt, Batch: 4}
+				spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "relu", Classes: 3, Dtype: dt,
+					Batch: 4}
 				whole := newRun(t, spec, 1, opt)
 				whole.steps(t, 0, 6)
 
@@ -117,7 +118,8 @@ func TestResumeEqualsUninterruptedRun(t *testing.T) {
 }
 
 func TestRestoreRejectsAnotherRunsCheckpoint(t *testing.T) {
-	spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "relu", Classes: 3, Dtype: tensor.Float64, Batch: 4}
+	spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "relu", Classes: 3,
+		Dtype: tensor.Float64, Batch: 4}
 	src := newRun(t, spec, 1, "adam")
 	src.steps(t, 0, 1)
 	good := checkpoint.Capture(1, src.p, src.opt)
@@ -130,7 +132,8 @@ func TestRestoreRejectsAnotherRunsCheckpoint(t *testing.T) {
 		name string
 		spec model.Spec
 		opt  string
-	}{{"another model", other, "adam"}, {"another dtype", other32, "adam"}, {"another optimizer", spec, "momentum"}, {"another shape", spec, "adam"}} {
+	}{{"another model", other, "adam"}, {"another dtype", other32, "adam"}, {"another optimizer", spec, "momentum"},
+		{"another shape", spec, "adam"}} {
 		dst := newRun(t, c.spec, 2, c.opt)
 		before := dst.p.Value(0)
 		ck := good
@@ -161,7 +164,8 @@ func transposed(c *checkpoint.Checkpoint) *checkpoint.Checkpoint {
 
 // A captured checkpoint's params directory is a valid --init directory.
 func TestCheckpointParamsAreAnInitDirectory(t *testing.T) {
-	spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "tanh", Classes: 3, Dtype: tensor.Float32, Batch: 4}
+	spec := model.Spec{Kind: "mlp", InputShape: []int{5}, Hidden: []int{7}, Activation: "tanh", Classes: 3,
+		Dtype: tensor.Float32, Batch: 4}
 	src := newRun(t, spec, 1, "sgd")
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	if err := checkpoint.Save(dir, checkpoint.Capture(0, src.p, src.opt)); err != nil {

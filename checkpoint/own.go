@@ -88,7 +88,8 @@ func Lock(dir string) (release func() error, err error) {
 		if who == "" {
 			who = "another process"
 		}
-		return nil, fmt.Errorf("%w: %s is held by %s (lock file %s); give each run a --checkpoint directory of its own, or wait for that run to end", ErrLocked, dir, who, path)
+		return nil, fmt.Errorf("%w: %s is held by %s (lock file %s); give each run a --checkpoint directory of its own, or "+
+			"wait for that run to end", ErrLocked, dir, who, path)
 	}
 	host, _ := os.Hostname()
 	if err := f.Truncate(0); err == nil {
@@ -132,7 +133,9 @@ func CheckDir(dir string) error {
 		default:
 			continue
 		}
-		return fmt.Errorf("%w: %s: %s, and a checkpoint would overwrite or remove it; move it away, or choose another --checkpoint directory", ErrNotOurs, path, why)
+		return fmt.Errorf(
+			"%w: %s: %s, and a checkpoint would overwrite or remove it; move it away, or choose another --checkpoint directory",
+			ErrNotOurs, path, why)
 	}
 	return nil
 }

@@ -60,7 +60,8 @@ func TestRemove(t *testing.T) {
 	for _, d := range []string{"step-000000100", "step-000000200", ".step-000000300.tmp-123", "notes", "step-1x"} {
 		mk(d, true)
 	}
-	for _, f := range []string{"latest", ".latest.tmp-99", "README", ".bashrc.tmp-1", filepath.Join(paramsDir, "mine.npy")} {
+	for _, f := range []string{"latest", ".latest.tmp-99", "README", ".bashrc.tmp-1",
+		filepath.Join(paramsDir, "mine.npy")} {
 		mk(f, false)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "latest"), []byte("step-000000200 x\n"), 0o644); err != nil {
@@ -72,7 +73,8 @@ func TestRemove(t *testing.T) {
 	if err := Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := entryNames(t, dir), []string{".bashrc.tmp-1", "README", "notes", paramsDir, "step-1x"}; !slices.Equal(got, want) {
+	if got, want := entryNames(t, dir), []string{".bashrc.tmp-1", "README", "notes", paramsDir,
+		"step-1x"}; !slices.Equal(got, want) {
 		t.Errorf("left %v; want %v", got, want)
 	}
 	if got := entryNames(t, filepath.Join(dir, paramsDir)); !slices.Equal(got, []string{"mine.npy"}) {
@@ -92,7 +94,8 @@ func TestSaveTouchesOnlyItsOwnFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user := map[string]string{"README": "notes", "params.npy": "not ours", filepath.Join("other", "w"): "x", ".step-notes": "y"}
+	user := map[string]string{"README": "notes", "params.npy": "not ours", filepath.Join("other", "w"): "x",
+		".step-notes": "y"}
 	for f, body := range user {
 		os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
 		if err := os.WriteFile(filepath.Join(dir, f), []byte(body), 0o644); err != nil {
@@ -113,7 +116,8 @@ func TestSaveTouchesOnlyItsOwnFiles(t *testing.T) {
 			t.Errorf("the user's %s: %q, %v; want %q", f, b, err, body)
 		}
 	}
-	if got, want := entryNames(t, dir), []string{".step-notes", "README", "latest", "other", "params.npy", "step-000000007"}; !slices.Equal(got, want) {
+	if got, want := entryNames(t, dir), []string{".step-notes", "README", "latest", "other", "params.npy",
+		"step-000000007"}; !slices.Equal(got, want) {
 		t.Errorf("the directory holds %v, want %v", got, want)
 	}
 	if err := CheckDir(dir); err != nil {
@@ -132,8 +136,11 @@ func TestCheckDirRefusesForeignFiles(t *testing.T) {
 		"step-000000001": func(dir string) error {
 			return os.WriteFile(filepath.Join(dir, "step-000000001"), []byte("a file"), 0o644)
 		},
-		"step-000000002": func(dir string) error { return os.MkdirAll(filepath.Join(dir, "step-000000002", "photos"), 0o755) },
-		lockName:         func(dir string) error { return os.Symlink("/etc/passwd", filepath.Join(dir, lockName)) },
+		"step-000000002": func(dir string) error {
+			return os.MkdirAll(filepath.Join(dir, "step-000000002", "photos"),
+				0o755)
+		},
+		lockName: func(dir string) error { return os.Symlink("/etc/passwd", filepath.Join(dir, lockName)) },
 	} {
 		dir := t.TempDir()
 		if err := plant(dir); err != nil {
@@ -230,7 +237,8 @@ func TestLoadRefusesAbsurdStep(t *testing.T) {
 	if err := os.WriteFile(path, sealed, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(dir); !errors.Is(err, ErrBadCheckpoint) || !strings.Contains(err.Error(), "claims step 1000000000000") {
+	if _, err := Load(dir); !errors.Is(err, ErrBadCheckpoint) ||
+		!strings.Contains(err.Error(), "claims step 1000000000000") {
 		t.Fatalf("Load = %v; want ErrBadCheckpoint naming the step", err)
 	}
 	if err := Save(t.TempDir(), &Checkpoint{Step: MaxStep + 1}); err == nil {

@@ -81,15 +81,18 @@ func (a *Adasum) Run(ctx context.Context, g pg.ProcessGroup, b *GradBucket) pg.W
 
 func checkAdasum(g pg.ProcessGroup, b *GradBucket) error {
 	if n := g.Size(); bits.OnesCount(uint(n)) != 1 {
-		return fmt.Errorf("commhook: Adasum needs a power-of-two number of ranks, as Horovod's does; this group has %d (use %d or %d ranks, or another hook)", n, 1<<(bits.Len(uint(n))-1), 1<<bits.Len(uint(n)))
+		return fmt.Errorf("commhook: Adasum needs a power-of-two number of ranks, as Horovod's does; this group has %d "+
+			"(use %d or %d ranks, or another hook)", n, 1<<(bits.Len(uint(n))-1), 1<<bits.Len(uint(n)))
 	}
 	if b.Buffer.IsDevice() {
-		return fmt.Errorf("commhook: Adasum computes its dot products on the host, and this bucket is in device memory: keep buckets on the host for it")
+		return fmt.Errorf("commhook: Adasum computes its dot products on the host, and this bucket is in device memory: " +
+			"keep buckets on the host for it")
 	}
 	switch b.Buffer.Dtype {
 	case pg.Float16, pg.Float32, pg.Float64:
 	default:
-		return fmt.Errorf("commhook: Adasum reduces float16, float32 and float64 gradients, as Horovod's does, not %v", b.Buffer.Dtype)
+		return fmt.Errorf("commhook: Adasum reduces float16, float32 and float64 gradients, as Horovod's does, not %v",
+			b.Buffer.Dtype)
 	}
 	var p2p pg.PointToPoint
 	if !pg.As(g, &p2p) && g.Size() > 1 {
@@ -112,7 +115,9 @@ func adasumSegments(b *GradBucket) ([]int, error) {
 	at := 0
 	for _, p := range ps {
 		if p.Offset < at || p.Len < 0 || p.Offset+p.Len > n {
-			return nil, fmt.Errorf("commhook: Adasum: parameter %q at [%d, %d) overlaps another or lies outside the bucket of %d elements", p.Name, p.Offset, p.Offset+p.Len, n)
+			return nil, fmt.Errorf(
+				"commhook: Adasum: parameter %q at [%d, %d) overlaps another or lies outside the bucket of %d elements", p.Name,
+				p.Offset, p.Offset+p.Len, n)
 		}
 		if p.Offset > at {
 			segs = append(segs, p.Offset-at)

@@ -70,7 +70,8 @@ func adasumReference(inputs [][]*commhook.GradBucket) [][]float64 {
 
 // runAdasum runs one iteration of Adasum on every rank with the buckets
 // init fills, and returns the inputs and outputs.
-func runAdasum(t *testing.T, gs []pg.ProcessGroup, d pg.Dtype, init func(r int, bs []*commhook.GradBucket)) (in, out [][]*commhook.GradBucket) {
+func runAdasum(t *testing.T, gs []pg.ProcessGroup, d pg.Dtype, init func(r int, bs []*commhook.GradBucket)) (in,
+	out [][]*commhook.GradBucket) {
 	t.Helper()
 	ctx := testCtx(t)
 	in = make([][]*commhook.GradBucket, len(gs))
@@ -222,7 +223,8 @@ func TestAdasumRefusesWhatHorovodRefuses(t *testing.T) {
 		t.Error("an int32 bucket was accepted")
 	}
 	dev := &commhook.GradBucket{Buffer: pg.DeviceTensor(pg.Float32, 0, 0x1000, 16), IsLast: true}
-	if err := commhook.NewAdasum().Run(ctx, localGroups(t, 2)[0], dev).Wait(ctx); err == nil || !strings.Contains(err.Error(), "device memory") {
+	if err := commhook.NewAdasum().Run(ctx, localGroups(t, 2)[0], dev).Wait(ctx); err == nil ||
+		!strings.Contains(err.Error(), "device memory") {
 		t.Errorf("a device bucket: %v, want an error saying Adasum computes on the host", err)
 	}
 }

@@ -40,7 +40,8 @@ func TestBatchedPowerSGDPadsToASquare(t *testing.T) {
 		}
 		st := h.State()
 		if len(st["error/0"]) != c.side*c.side || len(st["q/0"]) != c.side {
-			t.Errorf("N=%d: error has %d values, Q %d; want %d and %d", c.n, len(st["error/0"]), len(st["q/0"]), c.side*c.side, c.side)
+			t.Errorf("N=%d: error has %d values, Q %d; want %d and %d", c.n, len(st["error/0"]), len(st["q/0"]), c.side*c.side,
+				c.side)
 		}
 		if _, before, after := h.CompressionStats(); before != c.n || after != 2*c.side {
 			t.Errorf("N=%d: stats %d before, %d after", c.n, before, after)
@@ -115,7 +116,8 @@ func TestBatchedPowerSGDStateFollowsTheParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := h.State()
-	if len(st["error/0,1"]) != 64 || !slices.Equal(st["error/0"], kept["error/0"]) || !slices.Equal(st["q/1"], kept["q/1"]) {
+	if len(st["error/0,1"]) != 64 || !slices.Equal(st["error/0"], kept["error/0"]) ||
+		!slices.Equal(st["q/1"], kept["q/1"]) {
 		t.Errorf("state keys %v", slices.Sorted(maps.Keys(st)))
 	}
 }

@@ -80,5 +80,6 @@ func (h *BatchedPowerSGD) OnDevice(pg.Dtype) (DeviceForm, error) {
 }
 
 func (c *core) notOnDevice() error {
-	return fmt.Errorf("reducer: comm hook %q needs matrix products on the host and cannot run on device buckets; set Options.HostBuckets to keep the buckets on the host", c.name)
+	return fmt.Errorf("reducer: comm hook %q needs matrix products on the host and cannot run on device buckets; set "+
+		"Options.HostBuckets to keep the buckets on the host", c.name)
 }

@@ -27,10 +27,12 @@ func TestOnlyAllreduceHonoursDivisor(t *testing.T) {
 		{"powersgd", func(pg.ProcessGroup) (commhook.Hook, error) { return commhook.NewPowerSGD(psgd) }, n},
 		{"batched-powersgd", func(pg.ProcessGroup) (commhook.Hook, error) { return commhook.NewBatchedPowerSGD(psgd) }, n},
 		{"post-localsgd/global", func(g pg.ProcessGroup) (commhook.Hook, error) {
-			return commhook.NewPostLocalSGD(testworld.Ctx(t), g, commhook.PostLocalSGDOptions{StartLocalSGDIter: 1000, RanksPerHost: n})
+			return commhook.NewPostLocalSGD(testworld.Ctx(t), g,
+				commhook.PostLocalSGDOptions{StartLocalSGDIter: 1000, RanksPerHost: n})
 		}, n},
 		{"post-localsgd/subgroup", func(g pg.ProcessGroup) (commhook.Hook, error) {
-			return commhook.NewPostLocalSGD(testworld.Ctx(t), g, commhook.PostLocalSGDOptions{StartLocalSGDIter: 0, RanksPerHost: n})
+			return commhook.NewPostLocalSGD(testworld.Ctx(t), g,
+				commhook.PostLocalSGDOptions{StartLocalSGDIter: 0, RanksPerHost: n})
 		}, n},
 		{"fp16", func(pg.ProcessGroup) (commhook.Hook, error) { return commhook.FP16Compress(), nil }, n},
 	} {

@@ -178,7 +178,8 @@ func TestCompressOfAllreduceIsFP16Compress(t *testing.T) {
 			t.Fatalf("a float16 bucket: element %d is %v, a float32 bucket gave %v", i, c[0][i], a[0][i])
 		}
 	}
-	if commhook.Name(commhook.FP16Compress()) != "fp16_compress" || commhook.Name(commhook.BF16Compress()) != "bf16_compress" {
+	if commhook.Name(commhook.FP16Compress()) != "fp16_compress" ||
+		commhook.Name(commhook.BF16Compress()) != "bf16_compress" {
 		t.Error("names")
 	}
 }
@@ -190,7 +191,8 @@ func TestCompressFailures(t *testing.T) {
 	if err := iterate(testCtx(t), bad, gs[0], bs); err == nil {
 		t.Error("compressing to int32 succeeded")
 	}
-	nilWork := commhook.Compress(pg.Float16, commhook.HookFunc(func(context.Context, pg.ProcessGroup, *commhook.GradBucket) pg.Work { return nil }))
+	nilWork := commhook.Compress(pg.Float16,
+		commhook.HookFunc(func(context.Context, pg.ProcessGroup, *commhook.GradBucket) pg.Work { return nil }))
 	if err := iterate(testCtx(t), nilWork, gs[0], bs); err == nil {
 		t.Error("a nil Work went unnoticed")
 	}

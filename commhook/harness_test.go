@@ -124,7 +124,8 @@ func newBuckets(d pg.Dtype, plan [][]layer) []*commhook.GradBucket {
 		gb := &commhook.GradBucket{Index: b, IsLast: b == len(plan)-1}
 		off := 0
 		for _, s := range shapes {
-			gb.Params = append(gb.Params, commhook.ParamView{Index: idx, Name: fmt.Sprintf("p%d", idx), Shape: s, Offset: off, Len: s.numel()})
+			gb.Params = append(gb.Params,
+				commhook.ParamView{Index: idx, Name: fmt.Sprintf("p%d", idx), Shape: s, Offset: off, Len: s.numel()})
 			idx++
 			off += s.numel()
 		}

@@ -74,7 +74,8 @@ func NewHierarchical(o HierarchicalOptions) (*Hierarchical, error) {
 	if o.RanksPerHost == 0 && o.Host == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return nil, fmt.Errorf("commhook: hierarchical: no host label and os.Hostname failed (set HierarchicalOptions.Host): %w", err)
+			return nil, fmt.Errorf(
+				"commhook: hierarchical: no host label and os.Hostname failed (set HierarchicalOptions.Host): %w", err)
 		}
 		o.Host = h
 	}
@@ -131,7 +132,9 @@ func (h *Hierarchical) topology(ctx context.Context, g pg.ProcessGroup) (*hostTo
 	}
 	if t := h.topo; t != nil {
 		if g.Rank() != t.rank || g.Size() != t.size {
-			return nil, fmt.Errorf("commhook: hierarchical hook set up for rank %d of %d, run as rank %d of %d: use one hook per rank and group", t.rank, t.size, g.Rank(), g.Size())
+			return nil, fmt.Errorf(
+				"commhook: hierarchical hook set up for rank %d of %d, run as rank %d of %d: use one hook per rank and group",
+				t.rank, t.size, g.Rank(), g.Size())
 		}
 		return t, nil
 	}
@@ -148,7 +151,8 @@ func (h *Hierarchical) topology(ctx context.Context, g pg.ProcessGroup) (*hostTo
 func newHostTopology(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptions) (*hostTopology, error) {
 	var sp pg.Splitter
 	if !pg.As(g, &sp) {
-		return nil, fmt.Errorf("commhook: hierarchical allreduce needs subgroups, and a %s group cannot split (no pg.Splitter)", pg.BackendName(g))
+		return nil, fmt.Errorf(
+			"commhook: hierarchical allreduce needs subgroups, and a %s group cannot split (no pg.Splitter)", pg.BackendName(g))
 	}
 	rank, size := g.Rank(), g.Size()
 	layout, hosts, err := hostLayout(ctx, g, o)
@@ -184,7 +188,8 @@ func newHostTopology(ctx context.Context, g pg.ProcessGroup, o HierarchicalOptio
 		}
 		return nil, fmt.Errorf("commhook: hierarchical: a %s subgroup has no Reduce (pg.Rooted)", pg.BackendName(local))
 	}
-	return &hostTopology{rank: rank, size: size, hosts: hosts, local: local, rooted: rooted, cross: cross, layout: layout}, nil
+	return &hostTopology{rank: rank, size: size, hosts: hosts, local: local, rooted: rooted, cross: cross,
+		layout: layout}, nil
 }
 
 // hostLayout learns every rank's host with one allgather of a host key:

@@ -116,11 +116,12 @@ func hierBytesRank(job hierBytesJob) error {
 		return err
 	}
 	defer st.Close()
-	g, err := tcp.New(ctx, store.NewPrefixStore(job.Prefix, st), tcp.Options{Rank: job.Rank, Size: job.Size, Secret: secret,
-		ListenAddr: "127.0.0.1:0", Timeout: time.Minute,
-		// The simulated hosts stand for machines, which share no memory:
-		// every byte must cross a socket to be counted.
-		NoSharedMemory: true})
+	g, err := tcp.New(ctx, store.NewPrefixStore(job.Prefix, st),
+		tcp.Options{Rank: job.Rank, Size: job.Size, Secret: secret,
+			ListenAddr: "127.0.0.1:0", Timeout: time.Minute,
+			// The simulated hosts stand for machines, which share no memory:
+			// every byte must cross a socket to be counted.
+			NoSharedMemory: true})
 	if err != nil {
 		return err
 	}
@@ -245,7 +246,8 @@ func TestHierarchicalSavesInterHostBytes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	srv, err := store.NewServer(ctx, store.ServerOptions{Addr: "127.0.0.1:0", Secret: []byte("commhook-hierbytes-secret-0123456789")})
+	srv, err := store.NewServer(ctx,
+		store.ServerOptions{Addr: "127.0.0.1:0", Secret: []byte("commhook-hierbytes-secret-0123456789")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,8 @@ var hierarchicalPlan = [][]layer{{{16, 8}, {8}}, {{33}}, {{4, 4}, {5}, {1}}}
 // runHierarchical runs one iteration of Hierarchical on every rank, with
 // the host options of each rank, and returns every rank's buckets and
 // host layout.
-func runHierarchical(t *testing.T, gs []pg.ProcessGroup, d pg.Dtype, opts func(r int) commhook.HierarchicalOptions) ([][]*commhook.GradBucket, [][]int) {
+func runHierarchical(t *testing.T, gs []pg.ProcessGroup, d pg.Dtype,
+	opts func(r int) commhook.HierarchicalOptions) ([][]*commhook.GradBucket, [][]int) {
 	t.Helper()
 	ctx := testCtx(t)
 	n := len(gs)

@@ -44,7 +44,8 @@ func (j *jittery) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg
 // inflightPlan has buckets of different sizes and mixes: only
 // compressed tensors, compressed and not, only uncompressed (which sends
 // no P or Q), so that consecutive collectives always differ in size.
-var inflightPlan = [][]layer{{{64, 10}, {10}}, {{7}}, {{100, 64}}, {{3, 3}, {50, 100}, {100}}, {{50}}, {{784, 50}, {50}}}
+var inflightPlan = [][]layer{{{64, 10}, {10}}, {{7}}, {{100, 64}}, {{3, 3}, {50, 100}, {100}}, {{50}},
+	{{784, 50}, {50}}}
 
 // PowerSGD and BatchedPowerSGD on the TCP backend, three ranks, six
 // buckets of different sizes in flight at once, with random delays: every

@@ -64,7 +64,8 @@ func TestHorovodHooksWithMetrics(t *testing.T) {
 					case name == "adasum" && sent < float64(iters*planBytes):
 						// Vector halving, distance doubling sends 3/2 of
 						// the buffer; the norms' allreduces alone are tiny.
-						t.Errorf("rank %d: adasum handed %v bytes to collectives in %d iterations of %d bytes: its sends were not counted", r, sent, iters, planBytes)
+						t.Errorf("rank %d: adasum handed %v bytes to collectives in %d iterations of %d bytes: its sends were not "+
+							"counted", r, sent, iters, planBytes)
 					case name == "hierarchical":
 						// One allgather of host keys, then per iteration a
 						// reduce and a broadcast in the host, and on the

@@ -61,7 +61,8 @@ func NewPostLocalSGD(ctx context.Context, g pg.ProcessGroup, o PostLocalSGDOptio
 		return nil, fmt.Errorf("%w: post-local SGD's StartLocalSGDIter %d is negative", ErrInvalidConfig, o.StartLocalSGDIter)
 	}
 	if o.RanksPerHost < 0 {
-		return nil, fmt.Errorf("%w: RanksPerHost %d is negative; use 0 to group ranks by host label", ErrInvalidConfig, o.RanksPerHost)
+		return nil, fmt.Errorf("%w: RanksPerHost %d is negative; use 0 to group ranks by host label", ErrInvalidConfig,
+			o.RanksPerHost)
 	}
 	p := &PostLocalSGD{opts: o, subgroup: o.Subgroup}
 	if p.subgroup != nil {
@@ -69,13 +70,16 @@ func NewPostLocalSGD(ctx context.Context, g pg.ProcessGroup, o PostLocalSGDOptio
 	}
 	var sp pg.Splitter
 	if !pg.As(g, &sp) {
-		return nil, fmt.Errorf("commhook: post-local SGD needs an intra-host subgroup, and a %s group cannot split (no pg.Splitter); pass PostLocalSGDOptions.Subgroup", pg.BackendName(g))
+		return nil, fmt.Errorf("commhook: post-local SGD needs an intra-host subgroup, and a %s group cannot split (no "+
+			"pg.Splitter); pass PostLocalSGDOptions.Subgroup", pg.BackendName(g))
 	}
 	h := HierarchicalOptions{Host: o.Host, RanksPerHost: o.RanksPerHost}
 	if h.RanksPerHost == 0 && h.Host == "" {
 		name, err := os.Hostname()
 		if err != nil {
-			return nil, fmt.Errorf("commhook: post-local SGD: no host label and os.Hostname failed (set PostLocalSGDOptions.Host or Subgroup): %w", err)
+			return nil, fmt.Errorf(
+				"commhook: post-local SGD: no host label and os.Hostname failed (set PostLocalSGDOptions.Host or Subgroup): %w",
+				err)
 		}
 		h.Host = name
 	}

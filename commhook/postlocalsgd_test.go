@@ -92,7 +92,8 @@ func TestPostLocalSGDSwitchesToTheSubgroup(t *testing.T) {
 func TestPostLocalSGDTraining(t *testing.T) {
 	const ranks, steps, lr = 4, 10, 0.1
 	gs := testworld.Groups(t, "tcp", ranks)
-	params := []reducer.Param{{Name: "w", Shape: []int{3}, Dtype: pg.Float64}, {Name: "b", Shape: []int{1}, Dtype: pg.Float64}}
+	params := []reducer.Param{{Name: "w", Shape: []int{3}, Dtype: pg.Float64},
+		{Name: "b", Shape: []int{1}, Dtype: pg.Float64}}
 	values := make([][][]float64, ranks) // [rank][param][elem]
 	hosts := func(r int) int { return r / 2 }
 	history := make([][][][]float64, steps) // [step][rank] snapshot
@@ -171,7 +172,8 @@ func TestPostLocalSGDTraining(t *testing.T) {
 
 func TestPostLocalSGDRefuses(t *testing.T) {
 	g := testworld.Local(t, 1)[0]
-	if _, err := commhook.NewPostLocalSGD(context.Background(), g, commhook.PostLocalSGDOptions{StartLocalSGDIter: -1}); err == nil {
+	if _, err := commhook.NewPostLocalSGD(context.Background(), g,
+		commhook.PostLocalSGDOptions{StartLocalSGDIter: -1}); err == nil {
 		t.Fatal("negative StartLocalSGDIter accepted")
 	}
 }

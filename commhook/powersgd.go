@@ -62,7 +62,8 @@ func (o PowerSGDOptions) validate() error {
 	case (o.UseErrorFeedback || o.WarmStart) && o.StartIter <= 1:
 		// torch's ValueError, in Go's names.
 		return fmt.Errorf("%w: expect StartIter (start_powerSGD_iter) > 1 if UseErrorFeedback or WarmStart is enabled, "+
-			"because PowerSGD can only be applied after the first two iterations in DDP (got StartIter %d)", ErrInvalidConfig, o.StartIter)
+			"because PowerSGD can only be applied after the first two iterations in DDP (got StartIter %d)", ErrInvalidConfig,
+			o.StartIter)
 	}
 	return nil
 }

@@ -43,7 +43,8 @@ func TestPowerSGDOptions(t *testing.T) {
 		{"start 1 with error feedback", func(o *commhook.PowerSGDOptions) { o.StartIter, o.WarmStart = 1, false }, false},
 		{"start 1 with warm start", func(o *commhook.PowerSGDOptions) { o.StartIter, o.UseErrorFeedback = 1, false }, false},
 		{"start 0 with both", func(o *commhook.PowerSGDOptions) { o.StartIter = 0 }, false},
-		{"start 0 with neither", func(o *commhook.PowerSGDOptions) { o.StartIter, o.UseErrorFeedback, o.WarmStart = 0, false, false }, true},
+		{"start 0 with neither",
+			func(o *commhook.PowerSGDOptions) { o.StartIter, o.UseErrorFeedback, o.WarmStart = 0, false, false }, true},
 		{"start 2", func(o *commhook.PowerSGDOptions) { o.StartIter = 2 }, true},
 		{"rank 0", func(o *commhook.PowerSGDOptions) { o.MatrixApproximationRank = 0 }, false},
 		{"negative rate", func(o *commhook.PowerSGDOptions) { o.MinCompressionRate = -1 }, false},
@@ -61,7 +62,8 @@ func TestPowerSGDOptions(t *testing.T) {
 	}
 	o.StartIter = 1
 	_, err := commhook.NewPowerSGD(o)
-	if err == nil || !strings.Contains(err.Error(), "StartIter (start_powerSGD_iter) > 1 if UseErrorFeedback or WarmStart is enabled, because PowerSGD can only be applied after the first two iterations in DDP") {
+	if err == nil || !strings.Contains(err.Error(), "StartIter (start_powerSGD_iter) > 1 if UseErrorFeedback or "+
+		"WarmStart is enabled, because PowerSGD can only be applied after the first two iterations in DDP") {
 		t.Errorf("the message should be torch's: %v", err)
 	}
 }
@@ -237,7 +239,8 @@ func lowRankGrads(world, rank int, seed uint64) [][][]float64 {
 	return out
 }
 
-func checkLowRankResult(t *testing.T, it int, d pg.Dtype, rank int, tol float64, grads [][][]float64, outs [][][]float64) {
+func checkLowRankResult(t *testing.T, it int, d pg.Dtype, rank int, tol float64, grads [][][]float64,
+	outs [][][]float64) {
 	t.Helper()
 	world := len(grads)
 	round := func(x float64) float64 {
@@ -266,7 +269,8 @@ func checkLowRankResult(t *testing.T, it int, d pg.Dtype, rank int, tol float64,
 				}
 				for r := range world {
 					if outs[r][b][i] != outs[0][b][i] {
-						t.Fatalf("iteration %d bucket %d element %d: rank %d has %v, rank 0 %v", it, b, i, r, outs[r][b][i], outs[0][b][i])
+						t.Fatalf("iteration %d bucket %d element %d: rank %d has %v, rank 0 %v", it, b, i, r, outs[r][b][i],
+							outs[0][b][i])
 					}
 				}
 				got := outs[0][b][i]
@@ -295,7 +299,8 @@ func TestErrorFeedbackTracksTheTrueSum(t *testing.T) {
 	gapNoEF, _ := runFeedback(t, world, iters, plan, false)
 	grad := math.Sqrt(16 * 24) // the norm of one gradient (unit normal entries)
 	early, late := maxOf(gapEF[50:300]), maxOf(gapEF[600:])
-	t.Logf("gap with error feedback: max %.3g over iterations 50..300, %.3g over 600..1000 (one gradient: %.3g); without: %.3g at 300, %.3g at 1000",
+	t.Logf("gap with error feedback: max %.3g over iterations 50..300, %.3g over 600..1000 (one gradient: %.3g); "+
+		"without: %.3g at 300, %.3g at 1000",
 		early, late, grad, gapNoEF[299], gapNoEF[iters-1])
 	if late > 1.5*early || late > 5*grad {
 		t.Errorf("with error feedback the gap grows: %.3g early, %.3g late", early, late)

@@ -31,7 +31,8 @@ func trainThroughReducer(t *testing.T, gs []pg.ProcessGroup, hook func() commhoo
 
 // trainObserved is trainThroughReducer with each rank's reducer metrics
 // on regs[rank]; nil regs means metrics off.
-func trainObserved(t *testing.T, gs []pg.ProcessGroup, hook func() commhook.Hook, iters int, regs []*prometheus.Registry) [][]float32 {
+func trainObserved(t *testing.T, gs []pg.ProcessGroup, hook func() commhook.Hook, iters int,
+	regs []*prometheus.Registry) [][]float32 {
 	out := make([][]float32, len(gs))
 	ctx := testCtx(t)
 	onRanks(t, gs, func(rank int, g pg.ProcessGroup) error {

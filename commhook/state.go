@@ -70,7 +70,9 @@ func stateVec[T float](m map[string]pg.Tensor, key string, n int) ([]T, bool, er
 	case !found:
 		t = pg.NewTensor(want, n)
 	case t.Len() != n:
-		return nil, false, fmt.Errorf("commhook: the saved state %q holds %d values, but the model needs %d; was it saved by another model?", key, t.Len(), n)
+		return nil, false, fmt.Errorf(
+			"commhook: the saved state %q holds %d values, but the model needs %d; was it saved by another model?", key, t.Len(),
+			n)
 	case t.Dtype != want:
 		c := pg.NewTensor(want, n)
 		if err := backend.Convert(c, t); err != nil {

@@ -114,13 +114,15 @@ type features struct {
 // builds the Dataset.
 func assemble(xPath, yPath string, f features, labels []int, classes int) (*Dataset, error) {
 	if classes < 0 {
-		return nil, inputErr("", "the number of classes is %d; it must be positive, or 0 to use the largest label plus one", classes)
+		return nil, inputErr("", "the number of classes is %d; it must be positive, or 0 to use the largest label plus one",
+			classes)
 	}
 	if f.n == 0 {
 		return nil, inputErr(xPath, "has no samples; a data set needs at least one")
 	}
 	if len(labels) != f.n {
-		return nil, inputErr(yPath, "has %d labels but %s has %d samples; give exactly one label per sample, in the same order", len(labels), xPath, f.n)
+		return nil, inputErr(yPath,
+			"has %d labels but %s has %d samples; give exactly one label per sample, in the same order", len(labels), xPath, f.n)
 	}
 	maxLabel := 0
 	for i, l := range labels {
@@ -137,7 +139,8 @@ func assemble(xPath, yPath string, f features, labels []int, classes int) (*Data
 	}
 	if maxLabel >= classes {
 		i := indexOf(labels, maxLabel)
-		return nil, inputErr(yPath, "label %d (index %d) is out of range for %d classes; labels must lie in [0, %d): give more classes or fix the labels", maxLabel, i, classes, classes)
+		return nil, inputErr(yPath, "label %d (index %d) is out of range for %d classes; labels must lie in [0, %d): give "+
+			"more classes or fix the labels", maxLabel, i, classes, classes)
 	}
 	d := 1
 	for _, s := range f.shape {
@@ -183,7 +186,8 @@ func checkLabelSpread(yPath string, labels []int, maxLabel int) error {
 	if !counted {
 		among = fmt.Sprintf("%d labels", len(labels))
 	}
-	return inputErr(yPath, "label %d (index %d) is far beyond the others (%s): it would make a model of %d classes; fix the label, or if there are that many classes give their number (ddp-train: --classes %d)",
+	return inputErr(yPath, "label %d (index %d) is far beyond the others (%s): it would make a model of %d classes; fix "+
+		"the label, or if there are that many classes give their number (ddp-train: --classes %d)",
 		maxLabel, indexOf(labels, maxLabel), among, maxLabel+1, maxLabel+1)
 }
 

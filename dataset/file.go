@@ -79,7 +79,8 @@ func sniff(head []byte) format {
 }
 
 func (f *file) unknownErr() error {
-	return inputErr(f.path, "is neither a .npy file (it would start with \\x93NUMPY) nor an IDX file like MNIST's train-images-idx3-ubyte; save arrays with numpy.save")
+	return inputErr(f.path, "is neither a .npy file (it would start with \\x93NUMPY) nor an IDX file like MNIST's "+
+		"train-images-idx3-ubyte; save arrays with numpy.save")
 }
 
 // pathErrText is the reason in an *fs.PathError, without the repeated path.
@@ -157,7 +158,9 @@ func (f *file) skipFull(n int64, what string) error {
 
 func (f *file) lengthErr(want, got int64, what string) error {
 	if got < want {
-		return inputErr(f.path, "is truncated: the header promises %d bytes of %s but only %d follow; download or write the file again", want, what, got)
+		return inputErr(f.path,
+			"is truncated: the header promises %d bytes of %s but only %d follow; download or write the file again", want, what,
+			got)
 	}
 	return inputErr(f.path, "has bytes after the %d bytes of %s its header promises; the file is corrupt", want, what)
 }

@@ -20,14 +20,16 @@ func (f *file) idxHeader(ndims int, kind string) ([]int, error) {
 		return nil, f.idxTruncated(err)
 	}
 	if magic[2] != idxUbyte {
-		return nil, inputErr(f.path, "is an IDX file of element type 0x%02x; only unsigned bytes (0x08, as in MNIST) are supported", magic[2])
+		return nil, inputErr(f.path,
+			"is an IDX file of element type 0x%02x; only unsigned bytes (0x08, as in MNIST) are supported", magic[2])
 	}
 	if int(magic[3]) != ndims {
 		swap := ""
 		if magic[3] == idxImages || magic[3] == idxLabels {
 			swap = "; did you swap the data and labels files?"
 		}
-		return nil, inputErr(f.path, "has IDX magic 0x%08x (%d dimensions), but %s need 0x%08x (%d)%s", binary.BigEndian.Uint32(magic[:]), magic[3], kind, 0x800+ndims, ndims, swap)
+		return nil, inputErr(f.path, "has IDX magic 0x%08x (%d dimensions), but %s need 0x%08x (%d)%s",
+			binary.BigEndian.Uint32(magic[:]), magic[3], kind, 0x800+ndims, ndims, swap)
 	}
 	dims := make([]int, ndims)
 	var b [4]byte
@@ -58,7 +60,9 @@ func (f *file) idxImagesHeader() (declared, error) {
 		return declared{}, inputErr(f.path, "holds images of %d×%d pixels; the file is corrupt", rows, cols)
 	}
 	if rows > MaxValues/cols || n > MaxValues/(rows*cols) {
-		return declared{}, inputErr(f.path, "claims %d images of %d×%d pixels, more than the %d bytes supported; the file is corrupt or too large", n, rows, cols, MaxValues)
+		return declared{}, inputErr(f.path,
+			"claims %d images of %d×%d pixels, more than the %d bytes supported; the file is corrupt or too large", n, rows,
+			cols, MaxValues)
 	}
 	if n == 0 {
 		return declared{}, inputErr(f.path, "has no samples; a data set needs at least one")

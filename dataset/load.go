@@ -104,7 +104,8 @@ func load(xPath, yPath string, classes int, want format, check bool) (*Dataset, 
 		return nil, err
 	}
 	if yh.n != xh.n {
-		return nil, inputErr(yPath, "has %d labels but %s has %d samples; give exactly one label per sample, in the same order", yh.n, xPath, xh.n)
+		return nil, inputErr(yPath,
+			"has %d labels but %s has %d samples; give exactly one label per sample, in the same order", yh.n, xPath, xh.n)
 	}
 	f, err := xf.readFeatures(xh, check)
 	if err != nil {
@@ -129,7 +130,8 @@ func open(path string, want format) (*file, error) {
 	case want == formatNPY && f.format != want:
 		err = inputErr(path, "is not a .npy file (it does not start with \\x93NUMPY); save it with numpy.save")
 	case want == formatIDX && f.format != want:
-		err = inputErr(path, "is not an IDX file (it does not start with 0x0000080N); give MNIST's idx3-ubyte and idx1-ubyte files")
+		err = inputErr(path,
+			"is not an IDX file (it does not start with 0x0000080N); give MNIST's idx3-ubyte and idx1-ubyte files")
 	}
 	if err != nil {
 		f.close()
@@ -157,7 +159,8 @@ func (f *file) featuresHeader() (declared, error) {
 		return declared{}, f.npyErr(err)
 	}
 	if len(h.Shape) < 2 {
-		return declared{}, inputErr(f.path, "holds features of shape %v, but they need shape [N, D], one row per sample; for one feature per sample use X.reshape(-1, 1)", h.Shape)
+		return declared{}, inputErr(f.path, "holds features of shape %v, but they need shape [N, D], one row per sample; "+
+			"for one feature per sample use X.reshape(-1, 1)", h.Shape)
 	}
 	n, d := h.Shape[0], (npy.Header{Shape: h.Shape[1:]}).Len()
 	switch {
@@ -166,7 +169,8 @@ func (f *file) featuresHeader() (declared, error) {
 	case n == 0:
 		return declared{}, inputErr(f.path, "has no samples; a data set needs at least one")
 	case d < 0 || n > MaxValues/d:
-		return declared{}, inputErr(f.path, "declares features of shape %v, more than the %d values a data set may hold; the file is corrupt, or too large to load at once", h.Shape, MaxValues)
+		return declared{}, inputErr(f.path, "declares features of shape %v, more than the %d values a data set may hold; "+
+			"the file is corrupt, or too large to load at once", h.Shape, MaxValues)
 	}
 	return declared{n: n, shape: h.Shape[1:], npy: h}, nil
 }
@@ -181,7 +185,9 @@ func (f *file) labelsHeader() (declared, error) {
 		return declared{}, f.npyErr(err)
 	}
 	if len(h.Shape) != 1 {
-		return declared{}, inputErr(f.path, "holds labels of shape %v, but they need shape [N], one integer per sample; flatten them with y.reshape(-1)", h.Shape)
+		return declared{}, inputErr(f.path,
+			"holds labels of shape %v, but they need shape [N], one integer per sample; flatten them with y.reshape(-1)",
+			h.Shape)
 	}
 	return declared{n: h.Shape[0], npy: h}, nil // load checks n against the features
 }
@@ -203,7 +209,8 @@ func (f *file) readFeatures(h declared, check bool) (features, error) {
 	d := len(x) / h.n
 	for i, v := range x {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return features{}, inputErr(f.path, "sample %d has the value %v in feature %d; remove or replace NaN and infinite values", i/d, v, i%d)
+			return features{}, inputErr(f.path,
+				"sample %d has the value %v in feature %d; remove or replace NaN and infinite values", i/d, v, i%d)
 		}
 	}
 	if check {

@@ -121,7 +121,8 @@ func TestLoadIDX(t *testing.T) {
 		}
 	}
 	// Load mixes formats: IDX images with .npy labels.
-	ds, err := Load(filepath.Join(dir, "train-images-idx3-ubyte"), put(t, dir, "y.npy", npyBytes(t, []int{3}, []int64{1, 2, 3})), 0)
+	ds, err := Load(filepath.Join(dir, "train-images-idx3-ubyte"),
+		put(t, dir, "y.npy", npyBytes(t, []int{3}, []int64{1, 2, 3})), 0)
 	if err != nil || ds.Classes != 4 || ds.D != 4 {
 		t.Errorf("IDX images with .npy labels: %+v, %v", ds, err)
 	}
@@ -178,7 +179,8 @@ func TestLabelSpread(t *testing.T) {
 	}
 	few := slices.Repeat([]int64{0, 1500}, n/2) // counted: 2 distinct labels
 	if _, err := Load(x, put(t, dir, "y1500.npy", npyBytes(t, []int{n}, few)), 0); err == nil ||
-		!strings.Contains(err.Error(), "label 1500 (index 1) is far beyond the others (2 distinct labels): it would make a model of 1501 classes") {
+		!strings.Contains(err.Error(),
+			"label 1500 (index 1) is far beyond the others (2 distinct labels): it would make a model of 1501 classes") {
 		t.Errorf("largest label 1500 of 2 distinct: %v", err)
 	}
 	small := slices.Repeat([]int64{0, 1000}, n/2) // the largest label at the threshold
@@ -221,7 +223,8 @@ func TestInspectStreams(t *testing.T) {
 	if _, err := Inspect(x, y, 0); err == nil || !strings.Contains(err.Error(), "NaN") {
 		t.Errorf("a NaN: %v", err)
 	}
-	if info, err := Inspect(put(t, dir, "x2.npy", npyBytes(t, []int{2, 2}, []float32{0, 1, 2, 3})), y, 0); err != nil || info.Bytes != 32 || info.D != 2 {
+	if info, err := Inspect(put(t, dir, "x2.npy", npyBytes(t, []int{2, 2}, []float32{0, 1, 2, 3})), y, 0); err != nil ||
+		info.Bytes != 32 || info.D != 2 {
 		t.Errorf(".npy: %+v, %v", info, err)
 	}
 }

@@ -70,7 +70,8 @@ func TestSyntheticIsLearnable(t *testing.T) {
 		// The noise alone gives a mean of norm about sqrt(32/500) = 0.25;
 		// a centre has norm about 0.6*sqrt(32) = 3.4.
 		if math.Sqrt(norm) > 0.6 {
-			t.Errorf("class %d has mean of norm %.2f, want about 0: the classes should differ only nonlinearly", k, math.Sqrt(norm))
+			t.Errorf("class %d has mean of norm %.2f, want about 0: the classes should differ only nonlinearly", k,
+				math.Sqrt(norm))
 		}
 	}
 	meanAcc, nnAcc := 0, 0

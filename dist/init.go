@@ -205,7 +205,9 @@ func meet(ctx context.Context, e *env.Config, o Options) (*Group, error) {
 	}
 	if len(e.Secret) == 0 {
 		if e.WorldSize > 1 {
-			return nil, fmt.Errorf("%w: rank %d: torchrun's agent store is unauthenticated, so goddp does not pass its secret through it: export GODDP_SECRET (e.g. export GODDP_SECRET=$(openssl rand -hex 32)) where torchrun runs, the same on every node", pg.ErrInvalidArgument, e.Rank)
+			return nil, fmt.Errorf("%w: rank %d: torchrun's agent store is unauthenticated, so goddp does not pass its secret "+
+				"through it: export GODDP_SECRET (e.g. export GODDP_SECRET=$(openssl rand -hex 32)) where torchrun runs, the "+
+				"same on every node", pg.ErrInvalidArgument, e.Rank)
 		}
 		e.Secret = make([]byte, 32) // one rank: no peer to share it with
 		if _, err := rand.Read(e.Secret); err != nil {
@@ -294,7 +296,8 @@ func joinNCCL(ctx context.Context, e env.Config, o Options) (*Group, error) {
 		g.closer.Close()
 		return nil, fmt.Errorf("rank %d: joining the NCCL process group on GPU %d: %w", e.Rank, opts.Device, err)
 	}
-	o.Logger.Info("nccl process group", zap.Stringer("nccl", opts.Library.Version()), zap.String("library", opts.Library.Path()),
+	o.Logger.Info("nccl process group", zap.Stringer("nccl", opts.Library.Version()),
+		zap.String("library", opts.Library.Path()),
 		zap.Int("device", opts.Device))
 	g.ProcessGroup = ng
 	return g, nil

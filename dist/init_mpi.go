@@ -20,12 +20,14 @@ const mpiBuilt = true
 func joinMPI(ctx context.Context, o Options) (*Group, error) {
 	mg, err := mpi.New(ctx, mpi.Options{Timeout: o.Timeout, AbortGrace: o.MPIAbortGrace, Logger: o.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: mpi: %v (start the program with mpirun -np N or srun --mpi=pmix)", ErrBackendUnavailable, err)
+		return nil, fmt.Errorf("%w: mpi: %v (start the program with mpirun -np N or srun --mpi=pmix)", ErrBackendUnavailable,
+			err)
 	}
 	st, err := mpi.NewStore(ctx, mg, mpi.StoreOptions{Timeout: o.Timeout, Logger: o.Logger})
 	if err != nil {
 		mg.Close()
 		return nil, err
 	}
-	return &Group{ProcessGroup: mg, env: env.Config{Rank: mg.Rank(), WorldSize: mg.Size(), Source: env.SourceMPI}, store: st, storeHost: 0, closer: st}, nil
+	return &Group{ProcessGroup: mg, env: env.Config{Rank: mg.Rank(), WorldSize: mg.Size(), Source: env.SourceMPI},
+		store: st, storeHost: 0, closer: st}, nil
 }

@@ -61,7 +61,8 @@ func DtypeOf(dt tensor.Dtype) (pg.Dtype, error) {
 // float64 and hold exactly shape's number of elements.
 func DenseOn(t pg.Tensor, shape tensor.Shape) (*tensor.Dense, error) {
 	if n := shape.TotalSize(); n != t.Len() {
-		return nil, fmt.Errorf("gtensor: a %v tensor of %d elements cannot back shape %v (%d elements)", t.Dtype, t.Len(), shape, n)
+		return nil, fmt.Errorf("gtensor: a %v tensor of %d elements cannot back shape %v (%d elements)", t.Dtype, t.Len(),
+			shape, n)
 	}
 	var backing any
 	switch t.Dtype {

@@ -54,7 +54,8 @@ func TestCrashReportDiverted(t *testing.T) {
 	if !errors.As(err, &we) || !errors.As(err, &exit) || exit.ExitCode() != 2 {
 		t.Fatalf("got %v, want the worker's exit status 2", err)
 	}
-	if opened != 0 || !crash.closed || !strings.HasPrefix(crash.String(), "panic: out of cheese") || !strings.Contains(crash.String(), "goroutine ") {
+	if opened != 0 || !crash.closed || !strings.HasPrefix(crash.String(), "panic: out of cheese") ||
+		!strings.Contains(crash.String(), "goroutine ") {
 		t.Errorf("crash writer of rank %d (closed %v) holds %q, want the whole report", opened, crash.closed, crash.String())
 	}
 	if got := stderr.String(); got != "[rank 0] before the crash\n" {

@@ -233,6 +233,8 @@ func ProgramElastic(ctx context.Context, n int, path string, args, extra []strin
 			"TORCHELASTIC_MAX_RESTARTS="+strconv.Itoa(e.MaxRestarts),
 			"TORCHELASTIC_RUN_ID="+runID)
 		env = append(env, e.Env...)
-		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr, ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks, Crashed: e.Crashed}, nil
+		return Spec{N: n, RankBase: rankBase, Path: path, Args: args, Env: env, Stdout: stdout, Stderr: stderr,
+			ExtraFiles: e.ExtraFiles, EveryStdout: e.EveryStdout, Hidden: e.Hidden, StoppedStacks: e.StoppedStacks,
+			Crashed: e.Crashed}, nil
 	})
 }

@@ -29,7 +29,8 @@ func elasticWorker(mode string) bool {
 		n, _ := strconv.Atoi(strings.TrimPrefix(mode, "fail-attempts-below-"))
 		// Every rank says so on stderr: rank 0 may be stopped before it
 		// could, rank 1 always does.
-		fmt.Fprintf(os.Stderr, "attempt %d run %s port %s\n", attempt, os.Getenv("TORCHELASTIC_RUN_ID"), os.Getenv("MASTER_PORT"))
+		fmt.Fprintf(os.Stderr, "attempt %d run %s port %s\n", attempt, os.Getenv("TORCHELASTIC_RUN_ID"),
+			os.Getenv("MASTER_PORT"))
 		if rank == "1" && attempt < n {
 			fmt.Fprintf(os.Stderr, "rank 1: failing in attempt %d\n", attempt)
 			os.Exit(3)
@@ -111,7 +112,8 @@ func TestRunElasticRestartsEveryWorker(t *testing.T) {
 	}
 	for i, e := range restarts {
 		f := e.ContextMap()
-		if f["restart"] != int64(i+1) || f["failed_rank"] != int64(1) || !strings.Contains(f["last_line"].(string), "failing in attempt "+strconv.Itoa(i)) {
+		if f["restart"] != int64(i+1) || f["failed_rank"] != int64(1) ||
+			!strings.Contains(f["last_line"].(string), "failing in attempt "+strconv.Itoa(i)) {
 			t.Errorf("restart %d logged %v", i+1, f)
 		}
 	}
@@ -241,7 +243,8 @@ func (s *syncBuffer) String() string {
 // secret, and names global ranks in its output and errors.
 func TestProgramElasticOnANode(t *testing.T) {
 	node := &Node{Nodes: 3, Rank: 1, MasterAddr: "10.9.8.7", MasterPort: 29511, Secret: "0123456789abcdef0123456789abcdef"}
-	script := `echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT $GODDP_SECRET"; [ "$LOCAL_RANK" = 0 ] || exit 7`
+	script := `echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT ` +
+		`$GODDP_SECRET"; [ "$LOCAL_RANK" = 0 ] || exit 7`
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

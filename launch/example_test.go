@@ -51,9 +51,10 @@ func ExampleRunElastic() {
 	err := launch.RunElastic(context.Background(), launch.Elastic{MaxRestarts: 2}, func(attempt int) (launch.Spec, error) {
 		env, err := launch.StandaloneEnv(2)
 		return launch.Spec{
-			N:      2,
-			Path:   "/bin/sh",
-			Args:   []string{"-c", `if [ "$ATTEMPT" = 0 ]; then [ "$RANK" = 1 ] && exit 3; sleep 10; fi; echo "attempt $ATTEMPT: rank $RANK of $WORLD_SIZE"`},
+			N:    2,
+			Path: "/bin/sh",
+			Args: []string{"-c", `if [ "$ATTEMPT" = 0 ]; then [ "$RANK" = 1 ] && exit 3; sleep 10; fi; echo "attempt ` +
+				`$ATTEMPT: rank $RANK of $WORLD_SIZE"`},
 			Env:    append(env, fmt.Sprintf("ATTEMPT=%d", attempt)),
 			Stdout: os.Stdout,
 		}, err

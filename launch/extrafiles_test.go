@@ -17,7 +17,8 @@ func TestWorkersInheritExtraFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	err = Run(context.Background(), Spec{N: 3, Path: "/bin/sh", Args: []string{"-c", `echo "rank $RANK" >&3`}, ExtraFiles: []*os.File{w}})
+	err = Run(context.Background(),
+		Spec{N: 3, Path: "/bin/sh", Args: []string{"-c", `echo "rank $RANK" >&3`}, ExtraFiles: []*os.File{w}})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)

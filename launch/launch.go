@@ -430,7 +430,8 @@ func start(spec Spec, rank int, stderrMu *sync.Mutex) (*worker, error) {
 	tail := &tailBuffer{max: 4096}
 	var errOut io.Writer = tail
 	if spec.Stderr != nil {
-		errOut = io.MultiWriter(tail, &prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", global), hidden: spec.Hidden})
+		errOut = io.MultiWriter(tail,
+			&prefixWriter{mu: stderrMu, w: spec.Stderr, prefix: fmt.Sprintf("[rank %d] ", global), hidden: spec.Hidden})
 	}
 	stderr := &divertible{w: errOut}
 	cmd.Stderr = stderr

@@ -20,7 +20,8 @@ const workerEnv = "GODDP_LAUNCH_TEST_WORKER"
 func TestMain(m *testing.M) {
 	switch os.Getenv(workerEnv) {
 	case "print":
-		fmt.Printf("rank %s of %s, secret %d chars\n", os.Getenv("RANK"), os.Getenv("WORLD_SIZE"), len(os.Getenv("GODDP_SECRET")))
+		fmt.Printf("rank %s of %s, secret %d chars\n", os.Getenv("RANK"), os.Getenv("WORLD_SIZE"),
+			len(os.Getenv("GODDP_SECRET")))
 		os.Exit(0)
 	case "fail-rank-1":
 		if os.Getenv("RANK") == "1" {
@@ -112,7 +113,8 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 // stopped once Settle has passed.
 func TestSettleKeepsEveryFailure(t *testing.T) {
 	spec := Spec{N: 3, Path: "/bin/sh", Grace: time.Second, Settle: 2 * time.Second,
-		Args: []string{"-c", `case "$RANK" in 0) sleep 0.3; echo cause >&2; exit 5;; 1) echo consequence >&2; exit 4;; *) sleep 60;; esac`}}
+		Args: []string{"-c",
+			`case "$RANK" in 0) sleep 0.3; echo cause >&2; exit 5;; 1) echo consequence >&2; exit 4;; *) sleep 60;; esac`}}
 	start := time.Now()
 	err := Run(context.Background(), spec)
 	var we *WorkerError
@@ -135,7 +137,8 @@ func TestSettleKeepsEveryFailure(t *testing.T) {
 // found it stopped (Note [a stopped worker is killed]).
 func TestStoppedWorkerIsKilled(t *testing.T) {
 	spec := Spec{N: 3, Path: "/bin/sh", Grace: 30 * time.Second, Settle: 20 * time.Second,
-		Args: []string{"-c", `case "$RANK" in 0) sleep 0.5; exit 4;; 1) kill -STOP $$; sleep 60;; *) sleep 0.7; exit 4;; esac`}}
+		Args: []string{"-c",
+			`case "$RANK" in 0) sleep 0.5; exit 4;; 1) kill -STOP $$; sleep 60;; *) sleep 0.7; exit 4;; esac`}}
 	start := time.Now()
 	err := Run(context.Background(), spec)
 	var we *WorkerError

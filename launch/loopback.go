@@ -29,7 +29,8 @@ type Loopback struct {
 func (l *Loopback) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&l.Timeout, "timeout", 5*time.Minute, "group timeout")
 	fs.Int64Var(&l.LinkBytesPerSec, "link-bytes-per-sec", 0, "tcp only: cap each link's bandwidth (0 = unlimited)")
-	fs.BoolVar(&l.SharedMemory, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
+	fs.BoolVar(&l.SharedMemory, "shm", true, "tcp only: ranks on one host move AllReduce, Broadcast, AllGather, "+
+		"ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
 }
 
 // Launch starts n workers, copies of the running program with args, and

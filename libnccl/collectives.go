@@ -13,27 +13,32 @@ import (
 
 // AllReduce is ncclAllReduce (2.0).
 func (c *Comm) AllReduce(send, recv DevicePtr, count int, dt DataType, op RedOp, s *Stream) error {
-	return c.do("ncclAllReduce", c.lib.fn.allReduce, uintptr(send), uintptr(recv), uintptr(count), uintptr(dt), uintptr(op), c.h, s.h)
+	return c.do("ncclAllReduce", c.lib.fn.allReduce, uintptr(send), uintptr(recv), uintptr(count), uintptr(dt),
+		uintptr(op), c.h, s.h)
 }
 
 // Reduce is ncclReduce (2.0); recv is used on root only.
 func (c *Comm) Reduce(send, recv DevicePtr, count int, dt DataType, op RedOp, root int, s *Stream) error {
-	return c.do("ncclReduce", c.lib.fn.reduce, uintptr(send), uintptr(recv), uintptr(count), uintptr(dt), uintptr(op), uintptr(root), c.h, s.h)
+	return c.do("ncclReduce", c.lib.fn.reduce, uintptr(send), uintptr(recv), uintptr(count), uintptr(dt), uintptr(op),
+		uintptr(root), c.h, s.h)
 }
 
 // Broadcast is ncclBroadcast (2.2).
 func (c *Comm) Broadcast(send, recv DevicePtr, count int, dt DataType, root int, s *Stream) error {
-	return c.do("ncclBroadcast", c.lib.fn.broadcast, uintptr(send), uintptr(recv), uintptr(count), uintptr(dt), uintptr(root), c.h, s.h)
+	return c.do("ncclBroadcast", c.lib.fn.broadcast, uintptr(send), uintptr(recv), uintptr(count), uintptr(dt),
+		uintptr(root), c.h, s.h)
 }
 
 // AllGather is ncclAllGather (2.0); sendCount elements per rank.
 func (c *Comm) AllGather(send, recv DevicePtr, sendCount int, dt DataType, s *Stream) error {
-	return c.do("ncclAllGather", c.lib.fn.allGather, uintptr(send), uintptr(recv), uintptr(sendCount), uintptr(dt), c.h, s.h)
+	return c.do("ncclAllGather", c.lib.fn.allGather, uintptr(send), uintptr(recv), uintptr(sendCount), uintptr(dt), c.h,
+		s.h)
 }
 
 // ReduceScatter is ncclReduceScatter (2.0); recvCount elements per rank.
 func (c *Comm) ReduceScatter(send, recv DevicePtr, recvCount int, dt DataType, op RedOp, s *Stream) error {
-	return c.do("ncclReduceScatter", c.lib.fn.reduceScatter, uintptr(send), uintptr(recv), uintptr(recvCount), uintptr(dt), uintptr(op), c.h, s.h)
+	return c.do("ncclReduceScatter", c.lib.fn.reduceScatter, uintptr(send), uintptr(recv), uintptr(recvCount), uintptr(dt),
+		uintptr(op), c.h, s.h)
 }
 
 // Send is ncclSend (2.7). Match it with Recv on peer, usually inside a
@@ -79,7 +84,8 @@ func (c *Comm) CreatePreMulSum(factor float64, dt DataType) (RedOp, error) {
 		return 0, c.lib.unsupported("ncclRedOpCreatePreMulSum on "+dt.String(), 0)
 	}
 	op := new(int32)
-	err := c.do("ncclRedOpCreatePreMulSum", c.lib.fn.redOpCreatePMS, uintptr(unsafe.Pointer(op)), uintptr(unsafe.Pointer(scalar)), uintptr(dt), 1, c.h)
+	err := c.do("ncclRedOpCreatePreMulSum", c.lib.fn.redOpCreatePMS, uintptr(unsafe.Pointer(op)),
+		uintptr(unsafe.Pointer(scalar)), uintptr(dt), 1, c.h)
 	return RedOp(*op), err
 }
 

@@ -99,7 +99,8 @@ func (l *Library) CommInitAll(devs []*Device) ([]*Comm, error) {
 		list[i] = int32(d.ordinal)
 	}
 	err := devs[0].Do(func() error {
-		return l.check("ncclCommInitAll", 0, l.fn.commInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&list[0])))
+		return l.check("ncclCommInitAll", 0, l.fn.commInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)),
+			uintptr(unsafe.Pointer(&list[0])))
 	})
 	if err != nil {
 		return nil, err
@@ -263,7 +264,8 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	cfg := newConfig(!c.nonBlocking)
 	var r Result
 	_ = c.dev.Do(func() error {
-		r = call(c.lib.fn.commSplit, c.h, uintptr(int64(color)), uintptr(int64(key)), uintptr(unsafe.Pointer(&n.h)), uintptr(unsafe.Pointer(cfg)))
+		r = call(c.lib.fn.commSplit, c.h, uintptr(int64(color)), uintptr(int64(key)), uintptr(unsafe.Pointer(&n.h)),
+			uintptr(unsafe.Pointer(cfg)))
 		return nil
 	})
 	runtime.KeepAlive(cfg)

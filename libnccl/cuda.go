@@ -134,7 +134,8 @@ func (c *CUDA) Device(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{cu: c, ordinal: ordinal}
-	if err := c.check("cuDevicePrimaryCtxRetain", c.fn.primaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(dev)); err != nil {
+	if err := c.check("cuDevicePrimaryCtxRetain", c.fn.primaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)),
+		uintptr(dev)); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -222,7 +223,8 @@ func (d *Device) CopyHtoD(dst DevicePtr, src []byte) error {
 		return nil
 	}
 	return d.Do(func() error {
-		if err := d.cu.check("cuMemcpyHtoD", d.cu.fn.memcpyHtoD, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src))); err != nil {
+		if err := d.cu.check("cuMemcpyHtoD", d.cu.fn.memcpyHtoD, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))),
+			uintptr(len(src))); err != nil {
 			return err
 		}
 		return d.cu.check("cuCtxSynchronize", d.cu.fn.ctxSynchronize)
@@ -234,7 +236,8 @@ func (d *Device) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return d.call("cuMemcpyDtoH", d.cu.fn.memcpyDtoH, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)))
+	return d.call("cuMemcpyDtoH", d.cu.fn.memcpyDtoH, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src),
+		uintptr(len(dst)))
 }
 
 // Stream is a CUDA stream (CUstream, the same handle as cudaStream_t).
@@ -268,7 +271,8 @@ func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return s.d.call("cuMemcpyHtoDAsync", s.d.cu.fn.memcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), s.h)
+	return s.d.call("cuMemcpyHtoDAsync", s.d.cu.fn.memcpyHtoDAsync, uintptr(dst),
+		uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), s.h)
 }
 
 // CopyDtoH is cuMemcpyDtoHAsync; dst must be page-locked.
@@ -276,7 +280,8 @@ func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return s.d.call("cuMemcpyDtoHAsync", s.d.cu.fn.memcpyDtoHAsync, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)), s.h)
+	return s.d.call("cuMemcpyDtoHAsync", s.d.cu.fn.memcpyDtoHAsync, uintptr(unsafe.Pointer(unsafe.SliceData(dst))),
+		uintptr(src), uintptr(len(dst)), s.h)
 }
 
 // CopyDtoD is cuMemcpyDtoDAsync.

@@ -13,7 +13,8 @@ func TestGPURegistration(t *testing.T) {
 	g := openGPU(t)
 	c := g.comm(t)
 	const n = 1 << 20
-	t.Logf("GPU-FACT nccl %v memalloc=%v register=%v windows=%v", g.lib.Version(), g.lib.HasMemAlloc(), g.lib.HasRegister(), g.lib.HasWindows())
+	t.Logf("GPU-FACT nccl %v memalloc=%v register=%v windows=%v", g.lib.Version(), g.lib.HasMemAlloc(),
+		g.lib.HasRegister(), g.lib.HasWindows())
 	var p DevicePtr
 	if g.lib.HasMemAlloc() {
 		var err error

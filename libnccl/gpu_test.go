@@ -15,7 +15,8 @@ import (
 )
 
 var (
-	flagLib   = flag.String("nccl.lib", "", "libnccl.so.2 to test (default: GODDP_NCCL_LIBRARY, the search path, then PyTorch's copy)")
+	flagLib = flag.String("nccl.lib", "",
+		"libnccl.so.2 to test (default: GODDP_NCCL_LIBRARY, the search path, then PyTorch's copy)")
 	flagBench = flag.Bool("nccl.bench", false, "run the algbw measurement (TestGPUAlgbw)")
 )
 
@@ -94,8 +95,10 @@ func (g *gpu) stream(t testing.TB) *Stream {
 
 func TestGPUVersion(t *testing.T) {
 	g := openGPU(t)
-	t.Logf("NCCL %v (code %d) from %s; CUDA driver %d from %s", g.lib.Version(), g.lib.Version(), g.lib.Path(), g.cu.DriverVersion(), g.cu.Path())
-	fmt.Printf("GPU-FACT nccl_version=%v nccl_path=%s cuda_driver=%d\n", g.lib.Version(), g.lib.Path(), g.cu.DriverVersion())
+	t.Logf("NCCL %v (code %d) from %s; CUDA driver %d from %s", g.lib.Version(), g.lib.Version(), g.lib.Path(),
+		g.cu.DriverVersion(), g.cu.Path())
+	fmt.Printf("GPU-FACT nccl_version=%v nccl_path=%s cuda_driver=%d\n", g.lib.Version(), g.lib.Path(),
+		g.cu.DriverVersion())
 	if g.lib.Version() < MakeVersion(2, 0, 0) {
 		t.Fatalf("version %d", g.lib.Version())
 	}
@@ -464,7 +467,8 @@ func TestGPUMultiRank(t *testing.T) {
 		}
 		for i, c := range comms {
 			if err := devs[i].Do(func() error {
-				return c.lib.check("ncclAllReduce", c.h, c.lib.fn.allReduce, uintptr(bufs[i]), uintptr(bufs[i]), m, uintptr(Float32), uintptr(Sum), c.h, streams[i].h)
+				return c.lib.check("ncclAllReduce", c.h, c.lib.fn.allReduce, uintptr(bufs[i]), uintptr(bufs[i]), m,
+					uintptr(Float32), uintptr(Sum), c.h, streams[i].h)
 			}); err != nil {
 				return err
 			}
@@ -535,7 +539,8 @@ func TestGPUAlgbw(t *testing.T) {
 		}
 		return float64(ms) / 1e3 / float64(iters)
 	}
-	fmt.Printf("GPU-ALGBW %12s %12s %12s %12s %12s %12s %12s\n", "bytes", "inplace_us", "inplace_GB/s", "outplace_us", "outplace_GB/s", "d2d_us", "d2d_GB/s")
+	fmt.Printf("GPU-ALGBW %12s %12s %12s %12s %12s %12s %12s\n", "bytes", "inplace_us", "inplace_GB/s", "outplace_us",
+		"outplace_GB/s", "d2d_us", "d2d_GB/s")
 	for size := 1 << 10; size <= max; size <<= 2 {
 		iters := 50
 		if size >= 1<<26 {

@@ -14,5 +14,6 @@ func initRank(fn uintptr, comm *uintptr, nranks int, id *UniqueID, rank int) Res
 func initRankConfig(fn uintptr, comm *uintptr, nranks int, id *UniqueID, rank int, cfg *config) Result {
 	cp := new(UniqueID)
 	*cp = *id
-	return call(fn, uintptr(unsafe.Pointer(comm)), uintptr(nranks), uintptr(unsafe.Pointer(cp)), uintptr(rank), uintptr(unsafe.Pointer(cfg)))
+	return call(fn, uintptr(unsafe.Pointer(comm)), uintptr(nranks), uintptr(unsafe.Pointer(cp)), uintptr(rank),
+		uintptr(unsafe.Pointer(cfg)))
 }

@@ -61,7 +61,8 @@ func (o Options) candidates(glob func(string) ([]string, error)) []string {
 	out := []string{LibraryName} // the system's search path
 	var sites []string
 	for _, p := range o.PythonPrefixes {
-		for _, pat := range []string{"lib/python3*/site-packages", "lib/python3*/dist-packages", "lib64/python3*/site-packages"} {
+		for _, pat := range []string{"lib/python3*/site-packages", "lib/python3*/dist-packages",
+			"lib64/python3*/site-packages"} {
 			m, _ := glob(filepath.Join(p, pat))
 			sort.Sort(sort.Reverse(sort.StringSlice(m))) // newest python first
 			sites = append(sites, m...)

@@ -41,7 +41,8 @@ func TestCandidatesOrder(t *testing.T) {
 		}
 		return nil, nil
 	}
-	got := Options{PythonPrefixes: []string{"/venv"}, SitePackages: []string{"/sp", "/venv/lib/python3.12/site-packages"}}.candidates(glob)
+	got := Options{PythonPrefixes: []string{"/venv"},
+		SitePackages: []string{"/sp", "/venv/lib/python3.12/site-packages"}}.candidates(glob)
 	want := []string{
 		"libnccl.so.2",
 		"/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
@@ -51,7 +52,8 @@ func TestCandidatesOrder(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("candidates:\n got %q\nwant %q", got, want)
 	}
-	if got := (Options{Path: "/x/libnccl.so.2.27.3", PythonPrefixes: []string{"/venv"}}).candidates(glob); !reflect.DeepEqual(got, []string{"/x/libnccl.so.2.27.3"}) {
+	if got := (Options{Path: "/x/libnccl.so.2.27.3",
+		PythonPrefixes: []string{"/venv"}}).candidates(glob); !reflect.DeepEqual(got, []string{"/x/libnccl.so.2.27.3"}) {
 		t.Fatalf("explicit path candidates = %q", got)
 	}
 }
@@ -71,7 +73,8 @@ func TestErrorsAreTyped(t *testing.T) {
 	if ResultOf(err) != RemoteError || ResultOf(nil) != Success || ResultOf(errors.New("x")) != InternalError {
 		t.Fatal("ResultOf")
 	}
-	if s := err.Error(); !strings.Contains(s, "ncclAllReduce") || !strings.Contains(s, "ncclRemoteError") || !strings.Contains(s, "peer 3") {
+	if s := err.Error(); !strings.Contains(s, "ncclAllReduce") || !strings.Contains(s, "ncclRemoteError") ||
+		!strings.Contains(s, "peer 3") {
 		t.Fatalf("message %q", s)
 	}
 	for r := Success; r <= Timeout; r++ {
@@ -101,7 +104,8 @@ func TestFloat32ToHalf(t *testing.T) {
 	for _, c := range []struct {
 		f float32
 		h uint16
-	}{{0, 0}, {1, 0x3c00}, {-2, 0xc000}, {0.5, 0x3800}, {65504, 0x7bff}, {1e6, 0x7c00}, {5.960464477539063e-08, 1}, {0.1, 0x2e66}} {
+	}{{0, 0}, {1, 0x3c00}, {-2, 0xc000}, {0.5, 0x3800}, {65504, 0x7bff}, {1e6, 0x7c00}, {5.960464477539063e-08, 1},
+		{0.1, 0x2e66}} {
 		if got := Float32ToHalf(c.f); got != c.h {
 			t.Errorf("Float32ToHalf(%g) = %#x, want %#x", c.f, got, c.h)
 		}
@@ -113,7 +117,8 @@ func TestConfigLayout(t *testing.T) {
 	var c config
 	offs := []uintptr{0, 8, 12, 16, 20, 24, 28, 32, 40}
 	got := []uintptr{offsetOf(&c, &c.size), offsetOf(&c, &c.magic), offsetOf(&c, &c.version), offsetOf(&c, &c.blocking),
-		offsetOf(&c, &c.cgaClusterSize), offsetOf(&c, &c.minCTAs), offsetOf(&c, &c.maxCTAs), offsetOf(&c, &c.netName), offsetOf(&c, &c.splitShare)}
+		offsetOf(&c, &c.cgaClusterSize), offsetOf(&c, &c.minCTAs), offsetOf(&c, &c.maxCTAs), offsetOf(&c, &c.netName),
+		offsetOf(&c, &c.splitShare)}
 	if !reflect.DeepEqual(got, offs) {
 		t.Fatalf("offsets %v, want %v", got, offs)
 	}

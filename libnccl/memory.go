@@ -106,7 +106,8 @@ func (c *Comm) WindowRegister(p DevicePtr, n int, flags int) (Window, error) {
 		return 0, c.lib.unsupported("ncclCommWindowRegister", versionWindow)
 	}
 	w := new(uintptr)
-	err := c.do("ncclCommWindowRegister", c.lib.fn.winRegister, c.h, uintptr(p), uintptr(n), uintptr(unsafe.Pointer(w)), uintptr(int64(flags)))
+	err := c.do("ncclCommWindowRegister", c.lib.fn.winRegister, c.h, uintptr(p), uintptr(n), uintptr(unsafe.Pointer(w)),
+		uintptr(int64(flags)))
 	return Window(*w), err
 }
 

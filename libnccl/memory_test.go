@@ -16,10 +16,19 @@ func TestRegistrationOptionalBySymbolAndVersion(t *testing.T) {
 		memAlloc, reg, window bool
 	}{
 		{"2.18 without symbols", &Library{path: "old.so", version: 21805}, false, false, false},
-		{"2.26 with register", &Library{path: "mid.so", version: 22603, fn: ncclFuncs{memAlloc: fake, memFree: fake, commRegister: fake, commDeregister: fake}}, true, true, false},
-		{"2.28 with window symbols missing", &Library{path: "stripped.so", version: 22800, fn: ncclFuncs{memAlloc: fake, memFree: fake, commRegister: fake, commDeregister: fake}}, true, true, false},
-		{"2.28 complete", &Library{path: "new.so", version: 22800, fn: ncclFuncs{memAlloc: fake, memFree: fake, commRegister: fake, commDeregister: fake, winRegister: fake, winDeregister: fake}}, true, true, true},
-		{"2.26 claiming window symbols", &Library{path: "odd.so", version: 22600, fn: ncclFuncs{winRegister: fake, winDeregister: fake}}, false, false, false},
+		{"2.26 with register",
+			&Library{path: "mid.so", version: 22603,
+				fn: ncclFuncs{memAlloc: fake, memFree: fake, commRegister: fake, commDeregister: fake}}, true, true, false},
+		{"2.28 with window symbols missing",
+			&Library{path: "stripped.so", version: 22800,
+				fn: ncclFuncs{memAlloc: fake, memFree: fake, commRegister: fake, commDeregister: fake}}, true, true, false},
+		{"2.28 complete",
+			&Library{path: "new.so", version: 22800,
+				fn: ncclFuncs{memAlloc: fake, memFree: fake, commRegister: fake, commDeregister: fake, winRegister: fake,
+					winDeregister: fake}}, true, true, true},
+		{"2.26 claiming window symbols",
+			&Library{path: "odd.so", version: 22600, fn: ncclFuncs{winRegister: fake, winDeregister: fake}}, false, false,
+			false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.lib.HasMemAlloc(); got != tc.memAlloc {

@@ -116,10 +116,12 @@ func (l *Logger) Record(s Sample) {
 	average(&r.BackwardCommOverlap, &r.AvgBackwardCommOverlap, s.BackwardCommStart, s.BackwardComputeEnd, n)
 	r.LastBucketWait = s.LastBucketWait
 	r.AvgLastBucketWait = (s.LastBucketWait + r.AvgLastBucketWait*time.Duration(n-1)) / time.Duration(n)
-	r.ForwardComputeStart, r.BackwardComputeStart, r.BackwardCommStart = s.ForwardStart, s.BackwardComputeStart, s.BackwardCommStart
+	r.ForwardComputeStart, r.BackwardComputeStart, r.BackwardCommStart =
+		s.ForwardStart, s.BackwardComputeStart, s.BackwardCommStart
 	r.BackwardComputeEnd, r.BackwardCommEnd = s.BackwardComputeEnd, s.BackwardCommEnd
 	snapshot := l.data.clone() // a core may encode the fields later
-	l.zl.Debug("DDP runtime stats", zap.Int("rank", l.data.Rank), zap.String("comm_hook", l.data.CommHook), zap.Inline(&snapshot.Runtime))
+	l.zl.Debug("DDP runtime stats", zap.Int("rank", l.data.Rank), zap.String("comm_hook", l.data.CommHook),
+		zap.Inline(&snapshot.Runtime))
 }
 
 // average is c10d's calculate_avg_time: the duration from start to end,

@@ -13,7 +13,8 @@ import (
 func Example() {
 	zl := zap.NewExample() // JSON lines on stdout, without timestamps
 	l := logger.New(zl, logger.Construction{WorldSize: 2, Rank: 0, Backend: "tcp", NumParameters: 2, ParameterBytes: 40,
-		Dtypes: []string{"float32"}, BucketCapBytes: 25 << 20, FirstBucketBytes: 1 << 20, BucketSizes: []int{40}, CommHook: "allreduce"})
+		Dtypes: []string{"float32"}, BucketCapBytes: 25 << 20, FirstBucketBytes: 1 << 20, BucketSizes: []int{40},
+		CommHook: "allreduce"})
 	t0 := time.Unix(0, 0)
 	at := func(us int) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
 	if l.ShouldSample(1) {
@@ -63,8 +64,10 @@ func TestAverages(t *testing.T) {
 	l := logger.New(zap.New(core), logger.Construction{Rank: 3})
 	t0 := time.Unix(0, 0)
 	ns := func(v int) time.Time { return t0.Add(time.Duration(v)) }
-	l.Record(logger.Sample{Iteration: 1, ForwardStart: ns(1), BackwardComputeStart: ns(11), BackwardComputeEnd: ns(31), BackwardCommStart: ns(21), BackwardCommEnd: ns(41)})
-	l.Record(logger.Sample{Iteration: 2, ForwardStart: ns(1), BackwardComputeStart: ns(2), BackwardComputeEnd: ns(3), BackwardCommStart: ns(5), BackwardCommEnd: ns(9)})
+	l.Record(logger.Sample{Iteration: 1, ForwardStart: ns(1), BackwardComputeStart: ns(11), BackwardComputeEnd: ns(31),
+		BackwardCommStart: ns(21), BackwardCommEnd: ns(41)})
+	l.Record(logger.Sample{Iteration: 2, ForwardStart: ns(1), BackwardComputeStart: ns(2), BackwardComputeEnd: ns(3),
+		BackwardCommStart: ns(5), BackwardCommEnd: ns(9)})
 	l.Record(logger.Sample{Iteration: 3, BackwardComputeStart: ns(0), BackwardComputeEnd: ns(7)}) // no forward, no comm
 	d := l.Data()
 	// forward: 10, 1, missing -> avg (1 + 10*1)/2 = 5 (integer), then unchanged
@@ -88,7 +91,8 @@ func TestDataIsACopy(t *testing.T) {
 	d.BucketSizes[1] = 98
 	d.RebuiltPerBucketParamIndices[0][0] = 97
 	again := l.Data()
-	if again.BucketSizes[0] != 1 || again.BucketSizes[1] != 2 || again.RebuiltPerBucketParamIndices[0][0] != 0 || !again.HasRebuiltBuckets {
+	if again.BucketSizes[0] != 1 || again.BucketSizes[1] != 2 || again.RebuiltPerBucketParamIndices[0][0] != 0 ||
+		!again.HasRebuiltBuckets {
 		t.Errorf("the logger's data changed through a copy: %+v", again)
 	}
 }

@@ -11,8 +11,10 @@ import (
 // models on MNIST-shaped batches of 64, without communication.
 func BenchmarkStep(b *testing.B) {
 	for name, spec := range map[string]Spec{
-		"mlp-784-512-512-10/float32": {Kind: "mlp", InputShape: []int{784}, Hidden: []int{512, 512}, Activation: "relu", Classes: 10, Dtype: tensor.Float32, Batch: 64},
-		"cnn-1x28x28/float32":        {Kind: "cnn", InputShape: []int{1, 28, 28}, Activation: "relu", Classes: 10, Dtype: tensor.Float32, Batch: 64},
+		"mlp-784-512-512-10/float32": {Kind: "mlp", InputShape: []int{784}, Hidden: []int{512, 512}, Activation: "relu",
+			Classes: 10, Dtype: tensor.Float32, Batch: 64},
+		"cnn-1x28x28/float32": {Kind: "cnn", InputShape: []int{1, 28, 28}, Activation: "relu", Classes: 10,
+			Dtype: tensor.Float32, Batch: 64},
 	} {
 		b.Run(name, func(b *testing.B) {
 			m := newPlain(b, spec, 1)

@@ -49,7 +49,8 @@ func TestCNNRuns(t *testing.T) {
 			t.Errorf("%v %v: loss %v", spec.InputShape, spec.Dtype, loss)
 		}
 		for i, g := range grads {
-			if len(g) != len(m.p.Value(i)) || slices.ContainsFunc(g, func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }) {
+			if len(g) != len(m.p.Value(i)) ||
+				slices.ContainsFunc(g, func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }) {
 				t.Errorf("%v %v: gradient of %s: %d values, some not finite", spec.InputShape, spec.Dtype, m.p.Names[i], len(g))
 			}
 		}
@@ -69,7 +70,8 @@ func TestCNNGradientMatchesFiniteDifferences(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		elem int
-	}{{"conv1.weight", 0}, {"conv1.weight", 77}, {"conv1.bias", 3}, {"conv2.weight", 1234}, {"conv2.bias", 15}, {"fc1.weight", 4321}, {"fc3.bias", 9}} {
+	}{{"conv1.weight", 0}, {"conv1.weight", 77}, {"conv1.bias", 3}, {"conv2.weight", 1234}, {"conv2.bias", 15},
+		{"fc1.weight", 4321}, {"fc3.bias", 9}} {
 		i := m.p.Index(c.name)
 		v := m.p.Value(i)
 		orig := v[c.elem]

@@ -53,7 +53,8 @@ func newReplica(ctx context.Context, mu *sync.Mutex, g pg.ProcessGroup, spec Spe
 }
 
 // train runs steps synchronised steps; batch(s) gives this rank's rows.
-func (r *replica) train(ctx context.Context, spec Spec, opt optim.Optimizer, steps int, batch func(step int) ([]float64, []int)) error {
+func (r *replica) train(ctx context.Context, spec Spec, opt optim.Optimizer, steps int,
+	batch func(step int) ([]float64, []int)) error {
 	defer r.vm.Close()
 	for s := range steps {
 		x, labels := batch(s)

@@ -21,7 +21,8 @@ func (n *Net) Feed(spec Spec, x []float64, labels []int) error {
 	rows, d := len(labels), s.Features()
 	switch {
 	case spec.Features() != d || spec.Batch != s.Batch || spec.Classes != s.Classes:
-		return fmt.Errorf("model: Feed: spec (batch %d, %d features, %d classes) is not the net's (batch %d, %d features, %d classes)",
+		return fmt.Errorf(
+			"model: Feed: spec (batch %d, %d features, %d classes) is not the net's (batch %d, %d features, %d classes)",
 			spec.Batch, spec.Features(), spec.Classes, s.Batch, d, s.Classes)
 	case rows == 0:
 		return fmt.Errorf("model: Feed: empty batch; pass 1 to %d rows", s.Batch)

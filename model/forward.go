@@ -37,7 +37,8 @@ func (p *Params) Forward(spec Spec, use func(i int) *gorgonia.Node) (*Net, error
 		return nil, err
 	}
 	if p.built {
-		return nil, fmt.Errorf("model: Forward already built this model's graph; make a new Params (same seed) for a second graph")
+		return nil, fmt.Errorf(
+			"model: Forward already built this model's graph; make a new Params (same seed) for a second graph")
 	}
 	if use == nil {
 		use = func(i int) *gorgonia.Node { return p.Nodes[i] }
@@ -77,7 +78,8 @@ func (f *forward) build() (*Net, error) {
 	s, g := f.spec, f.p.Graph
 	input := func(name string, shape ...int) *gorgonia.Node {
 		v := tensor.New(tensor.WithShape(shape...), tensor.Of(s.Dtype))
-		return gorgonia.NewTensor(g, s.Dtype, len(shape), gorgonia.WithShape(shape...), gorgonia.WithName(name), gorgonia.WithValue(v))
+		return gorgonia.NewTensor(g, s.Dtype, len(shape), gorgonia.WithShape(shape...), gorgonia.WithName(name),
+			gorgonia.WithValue(v))
 	}
 	n := &Net{spec: cloneSpec(s)}
 	n.X = input("x", s.Batch, s.Features())

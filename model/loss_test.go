@@ -74,7 +74,8 @@ func TestLossAndGradientMatchHandComputed(t *testing.T) {
 				t.Errorf("loss %v, want %v", loss, wantLoss)
 			}
 			if e := maxRelDiff(grads, [][]float64{dW, db}); e > tol*10 {
-				t.Errorf("gradient differs from the hand-computed one by %g (relative)\n got %v\nwant %v", e, grads, [][]float64{dW, db})
+				t.Errorf("gradient differs from the hand-computed one by %g (relative)\n got %v\nwant %v", e, grads,
+					[][]float64{dW, db})
 			}
 		})
 	}

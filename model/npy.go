@@ -181,9 +181,11 @@ func CheckSaveDir(dir string, names []string) error {
 		case err != nil:
 			return err
 		case !fi.Mode().IsRegular():
-			return fmt.Errorf("%s is not a regular file (a link is never written through), and the save would replace it; move it away, or choose another directory", path)
+			return fmt.Errorf("%s is not a regular file (a link is never written through), and the save would replace it; "+
+				"move it away, or choose another directory", path)
 		case !slices.ContainsFunc(rec.Files, func(f savedFile) bool { return f.Name == name+".npy" }):
-			return fmt.Errorf("%s exists and an earlier save did not write it (%s does not list it), so the save would overwrite someone else's file; move it away, or choose another directory", path, SaveList)
+			return fmt.Errorf("%s exists and an earlier save did not write it (%s does not list it), so the save would "+
+				"overwrite someone else's file; move it away, or choose another directory", path, SaveList)
 		}
 	}
 	return nil

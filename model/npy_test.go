@@ -16,7 +16,8 @@ import (
 // SaveNPY then LoadNPY into a model of another seed gives back every
 // value bitwise, in both dtypes, for both kinds.
 func TestSaveLoadRoundTrip(t *testing.T) {
-	for _, spec := range []Spec{mlpSpec(tensor.Float32, 2, 5), mlpSpec(tensor.Float64, 2, 5, 6), cnnSpec(tensor.Float32, 1)} {
+	for _, spec := range []Spec{mlpSpec(tensor.Float32, 2, 5), mlpSpec(tensor.Float64, 2, 5, 6),
+		cnnSpec(tensor.Float32, 1)} {
 		dir := filepath.Join(t.TempDir(), "init")
 		a, _ := NewParams(spec, 1)
 		if err := a.SaveNPY(dir); err != nil {
@@ -40,7 +41,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		}
 		wantDescr := map[tensor.Dtype]string{tensor.Float32: "<f4", tensor.Float64: "<f8"}[spec.Dtype]
 		if !slices.Equal(arr.Shape, a.Shape(a.Index("fc1.weight"))) || arr.Descr != wantDescr {
-			t.Errorf("fc1.weight.npy: shape %v dtype %s, want %v %s", arr.Shape, arr.Descr, a.Shape(a.Index("fc1.weight")), wantDescr)
+			t.Errorf("fc1.weight.npy: shape %v dtype %s, want %v %s", arr.Shape, arr.Descr, a.Shape(a.Index("fc1.weight")),
+				wantDescr)
 		}
 	}
 }
@@ -70,7 +72,8 @@ func TestSaveTouchesOnlyItsOwnFiles(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if want := []string{SaveList, "README", "fc1.bias.npy", "fc1.weight.npy", "fc2.bias.npy", "fc2.weight.npy", "stale.npy"}; !slices.Equal(names, want) {
+	if want := []string{SaveList, "README", "fc1.bias.npy", "fc1.weight.npy", "fc2.bias.npy", "fc2.weight.npy",
+		"stale.npy"}; !slices.Equal(names, want) {
 		t.Errorf("after a second save the directory holds %v, want %v", names, want)
 	}
 	if after, _ := os.Stat(dir); !os.SameFile(before, after) {

@@ -64,7 +64,8 @@ func (p *Params) add(name string, shape []int, seed uint64, bound float64) {
 		backing = v
 	}
 	val := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
-	node := gorgonia.NewTensor(p.Graph, p.spec.Dtype, len(shape), gorgonia.WithShape(shape...), gorgonia.WithName(name), gorgonia.WithValue(val))
+	node := gorgonia.NewTensor(p.Graph, p.spec.Dtype, len(shape), gorgonia.WithShape(shape...), gorgonia.WithName(name),
+		gorgonia.WithValue(val))
 	p.Nodes = append(p.Nodes, node)
 	p.Names = append(p.Names, name)
 }

@@ -88,7 +88,8 @@ const maxElements = 1 << 31
 func (s Spec) checkSize() error {
 	features, ok := product(s.InputShape...)
 	if _, okBatch := product(s.Batch, features); !ok || !okBatch {
-		return fmt.Errorf("%w: a batch of %d inputs of shape %v is over %d values", ErrBadSpec, s.Batch, s.InputShape, maxElements)
+		return fmt.Errorf("%w: a batch of %d inputs of shape %v is over %d values", ErrBadSpec, s.Batch, s.InputShape,
+			maxElements)
 	}
 	for _, h := range append([]int{s.Classes}, s.Hidden...) {
 		if _, ok := product(s.Batch, h); !ok {

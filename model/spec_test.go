@@ -11,7 +11,8 @@ import (
 )
 
 func TestValidateRejectsBadSpecs(t *testing.T) {
-	good := Spec{Kind: "mlp", InputShape: []int{1, 28, 28}, Hidden: []int{16}, Activation: "relu", Classes: 10, Dtype: tensor.Float32, Batch: 8}
+	good := Spec{Kind: "mlp", InputShape: []int{1, 28, 28}, Hidden: []int{16}, Activation: "relu", Classes: 10,
+		Dtype: tensor.Float32, Batch: 8}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("a good spec: %v", err)
 	}
@@ -45,7 +46,8 @@ func TestValidateRejectsBadSpecs(t *testing.T) {
 }
 
 func TestMLPParameters(t *testing.T) {
-	spec := Spec{Kind: "mlp", InputShape: []int{1, 28, 28}, Hidden: []int{512, 256}, Activation: "relu", Classes: 10, Dtype: tensor.Float64, Batch: 2}
+	spec := Spec{Kind: "mlp", InputShape: []int{1, 28, 28}, Hidden: []int{512, 256}, Activation: "relu", Classes: 10,
+		Dtype: tensor.Float64, Batch: 2}
 	p, err := NewParams(spec, 1)
 	if err != nil {
 		t.Fatal(err)

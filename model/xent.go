@@ -133,7 +133,8 @@ func xentInputs(in []gorgonia.Value) (z, y, w tensor.Tensor, err error) {
 	z, y, w = ts[0], ts[1], ts[2]
 	zs := z.Shape()
 	if zs.Dims() != 2 || !zs.Eq(y.Shape()) || w.Shape().TotalSize() != zs[0] {
-		return nil, nil, nil, fmt.Errorf("cross-entropy: logits %v, targets %v, weights %v; want [B,C], [B,C], [B]", zs, y.Shape(), w.Shape())
+		return nil, nil, nil, fmt.Errorf("cross-entropy: logits %v, targets %v, weights %v; want [B,C], [B,C], [B]", zs,
+			y.Shape(), w.Shape())
 	}
 	return z, y, w, nil
 }

@@ -27,7 +27,8 @@ func parseDescr(descr string) (dtype, error) {
 	case order == '<' || dt.size == 1 && (order == '|' || order == '>'):
 		return dt, nil
 	case order == '>':
-		return dtype{}, formatErr("dtype %q is big-endian, which is not supported; convert it with a.astype('<%s')", descr, descr[1:])
+		return dtype{}, formatErr("dtype %q is big-endian, which is not supported; convert it with a.astype('<%s')", descr,
+			descr[1:])
 	default:
 		return dtype{}, formatErr("dtype %q has an unknown byte order; %s", descr, fix)
 	}
@@ -51,7 +52,8 @@ func (a *Array) check() (dtype, error) {
 	}
 	n := a.Len()
 	if n < 0 || n > maxInt/dt.size || len(a.Data) != n*dt.size {
-		return dt, formatErr("array of shape %s and dtype %s holds %d bytes of data, which does not match", pyTuple(a.Shape), a.Descr, len(a.Data))
+		return dt, formatErr("array of shape %s and dtype %s holds %d bytes of data, which does not match", pyTuple(a.Shape),
+			a.Descr, len(a.Data))
 	}
 	return dt, nil
 }
@@ -96,7 +98,8 @@ func (a *Array) Ints() ([]int, error) {
 		return nil, err
 	}
 	if dt.kind == 'f' {
-		return nil, formatErr("dtype %s is floating point, but labels must be integers; save them with y.astype('<i8')", a.Descr)
+		return nil, formatErr("dtype %s is floating point, but labels must be integers; save them with y.astype('<i8')",
+			a.Descr)
 	}
 	out := make([]int, len(a.Data)/dt.size)
 	for i := range out {

@@ -13,7 +13,8 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte(goldenF4))
 	f.Add([]byte(goldenI8))
 	f.Add([]byte(withHeader(2, "{'descr': '|b1', 'fortran_order': False, 'shape': (2L, 1), }", "\x01\x00")))
-	f.Add([]byte(withHeader(3, "{'descr': '<u8', 'fortran_order': False, 'shape': (), }", "\xff\xff\xff\xff\xff\xff\xff\xff")))
+	f.Add([]byte(withHeader(3, "{'descr': '<u8', 'fortran_order': False, 'shape': (), }",
+		"\xff\xff\xff\xff\xff\xff\xff\xff")))
 	f.Add([]byte(withHeader(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (1000000, 1000000), }", "")))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		a, err := Read(bytes.NewReader(in))

@@ -97,12 +97,15 @@ func TestReadVariants(t *testing.T) {
 		name, file string
 		shape      []int
 	}{
-		{"numpy<1.9 16-byte alignment", withHeader(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", data), []int{2, 3}},
+		{"numpy<1.9 16-byte alignment", withHeader(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", data),
+			[]int{2, 3}},
 		{"version 2.0", withHeader(2, "{'descr': '|u1', 'fortran_order': False, 'shape': (6,), }", data), []int{6}},
 		{"version 3.0", withHeader(3, "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 2), }", data), []int{3, 2}},
 		{"python 2 longs", withHeader(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2L, 3L), }", data), []int{2, 3}},
-		{"double quotes, no trailing comma", withHeader(1, `{"shape": (1, 6,), "descr": "|u1", "fortran_order": False}`, data), []int{1, 6}},
-		{"no padding or newline", magic + "\x01\x00\x37\x00{'descr': '|u1', 'fortran_order': False, 'shape': (6,)}" + data, []int{6}},
+		{"double quotes, no trailing comma",
+			withHeader(1, `{"shape": (1, 6,), "descr": "|u1", "fortran_order": False}`, data), []int{1, 6}},
+		{"no padding or newline", magic + "\x01\x00\x37\x00{'descr': '|u1', 'fortran_order': False, 'shape': (6,)}" + data,
+			[]int{6}},
 		{"scalar", withHeader(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (), }", data[:1]), []int{}},
 		{"empty", withHeader(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 5), }", ""), []int{0, 5}},
 	} {

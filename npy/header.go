@@ -46,7 +46,8 @@ func parseHeader(b []byte) (header, error) {
 	p := parser{s: b}
 	p.space()
 	if !p.eat('{') {
-		return h, formatErr("header is not a dictionary like {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }; the file is corrupt or not written by numpy")
+		return h, formatErr("header is not a dictionary like {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }; " +
+			"the file is corrupt or not written by numpy")
 	}
 	seen := map[string]bool{}
 	for {

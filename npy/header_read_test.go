@@ -37,7 +37,8 @@ func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
 // A stream whose header declares 16 GiB but holds 1 MiB costs about
 // 1 MiB, not the 16 GiB declared, and says it is truncated.
 func TestReadDataMemoryFollowsTheData(t *testing.T) {
-	in := withHeader(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 4), }", string(make([]byte, 1<<20)))
+	in := withHeader(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 4), }",
+		string(make([]byte, 1<<20)))
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	_, err := Read(onlyReader{strings.NewReader(in)})

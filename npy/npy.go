@@ -155,7 +155,8 @@ func readHeader(r io.Reader) (header, dtype, error) {
 		lenBytes = 2
 	case (major == 2 || major == 3) && minor == 0:
 	default:
-		return header{}, dtype{}, formatErr("format version %d.%d is not supported (only 1.0, 2.0 and 3.0); save it with numpy.save", major, minor)
+		return header{}, dtype{}, formatErr(
+			"format version %d.%d is not supported (only 1.0, 2.0 and 3.0); save it with numpy.save", major, minor)
 	}
 	if _, err := io.ReadFull(r, pre[8:8+lenBytes]); err != nil {
 		return header{}, dtype{}, ioErr("the file ends inside the header length", err)
@@ -165,7 +166,8 @@ func readHeader(r io.Reader) (header, dtype, error) {
 		hlen = int(binary.LittleEndian.Uint32(pre[8:]))
 	}
 	if hlen > MaxHeaderLen {
-		return header{}, dtype{}, formatErr("header is %d bytes, more than the %d allowed; the file is corrupt or holds a structured array", hlen, MaxHeaderLen)
+		return header{}, dtype{}, formatErr(
+			"header is %d bytes, more than the %d allowed; the file is corrupt or holds a structured array", hlen, MaxHeaderLen)
 	}
 	buf := make([]byte, hlen)
 	if _, err := io.ReadFull(r, buf); err != nil {
@@ -176,7 +178,8 @@ func readHeader(r io.Reader) (header, dtype, error) {
 		return header{}, dtype{}, err
 	}
 	if h.fortran {
-		return header{}, dtype{}, formatErr("the array is stored in Fortran order; save it in C order: numpy.save(path, numpy.ascontiguousarray(a))")
+		return header{}, dtype{}, formatErr(
+			"the array is stored in Fortran order; save it in C order: numpy.save(path, numpy.ascontiguousarray(a))")
 	}
 	dt, err := parseDescr(h.descr)
 	return h, dt, err
@@ -228,9 +231,11 @@ func remaining(r io.Reader) (int64, bool) {
 func lengthErr(a *Array, want int, got int64) error {
 	what := "shape " + pyTuple(a.Shape) + " of " + a.Descr + " needs " + strconv.Itoa(want) + " bytes of data"
 	if got < int64(want) {
-		return formatErr("data is truncated: %s but only %d follow the header; the file is incomplete, write it again", what, got)
+		return formatErr("data is truncated: %s but only %d follow the header; the file is incomplete, write it again", what,
+			got)
 	}
-	return formatErr("extra bytes after the data: %s but more follow; a .npy file holds exactly one array (use one file per array)", what)
+	return formatErr(
+		"extra bytes after the data: %s but more follow; a .npy file holds exactly one array (use one file per array)", what)
 }
 
 // ioErr reports a failed read; running out of bytes is a truncated file.

@@ -46,7 +46,8 @@ func TestReadRejects(t *testing.T) {
 		{"unclosed string", magic + "\x01\x00\x05\x00{'abc", "closing quote"},
 		{"junk after dict", hdr(f4("(1,)") + " x"), "end of the header"},
 		{"missing colon", hdr("{'descr' '<f4'}"), "':' after a key"},
-		{"truncated data", withHeader(1, f4("(2, 3)"), "\x00\x00\x80\x3f"), "data is truncated: shape (2, 3) of <f4 needs 24 bytes of data but only 4"},
+		{"truncated data", withHeader(1, f4("(2, 3)"), "\x00\x00\x80\x3f"),
+			"data is truncated: shape (2, 3) of <f4 needs 24 bytes of data but only 4"},
 		{"trailing data", withHeader(1, f4("(1,)"), "\x00\x00\x80\x3f\x00"), "extra bytes after the data"},
 	} {
 		_, err := Read(strings.NewReader(c.file))
@@ -68,7 +69,8 @@ func TestReadFileLength(t *testing.T) {
 		{"exact", good, ""},
 		{"short", good[:len(good)-1], "data is truncated"},
 		{"long", good + "\x00", "extra bytes"},
-		{"huge promise", withHeader(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000,), }", "1234"), "data is truncated"},
+		{"huge promise", withHeader(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000,), }", "1234"),
+			"data is truncated"},
 	} {
 		path := filepath.Join(dir, c.name+".npy")
 		if err := os.WriteFile(path, []byte(c.file), 0o644); err != nil {

@@ -24,7 +24,8 @@ func Write(w io.Writer, shape []int, data any) error {
 	}
 	a := Array{Shape: shape}
 	if got := a.Len(); got != n {
-		return fmt.Errorf("npy: shape %v holds %d elements but data has %d; pass a shape whose product is len(data)", shape, got, n)
+		return fmt.Errorf("npy: shape %v holds %d elements but data has %d; pass a shape whose product is len(data)", shape,
+			got, n)
 	}
 	bw := bufio.NewWriterSize(w, 1<<16)
 	if _, err := bw.Write(formatHeader(descr, shape)); err != nil {

@@ -31,7 +31,8 @@ func roundTrip(t *testing.T, shape []int, data any) *Array {
 }
 
 func TestRoundTripFloats(t *testing.T) {
-	f32 := []float32{1.5, float32(math.Copysign(0, -1)), float32(math.Inf(-1)), math.MaxFloat32, float32(math.NaN()), 1e-45}
+	f32 := []float32{1.5, float32(math.Copysign(0, -1)), float32(math.Inf(-1)), math.MaxFloat32, float32(math.NaN()),
+		1e-45}
 	a := roundTrip(t, []int{2, 3}, f32)
 	got, err := a.Float32s()
 	if err != nil || a.Descr != "<f4" || len(got) != len(f32) {
@@ -58,7 +59,8 @@ func TestRoundTripFloats(t *testing.T) {
 func TestRoundTripInts(t *testing.T) {
 	i32 := []int32{math.MinInt32, -1, 0, math.MaxInt32}
 	a := roundTrip(t, []int{1, 4}, i32)
-	if got, err := a.Ints(); err != nil || a.Descr != "<i4" || !slices.Equal(got, []int{math.MinInt32, -1, 0, math.MaxInt32}) {
+	if got, err := a.Ints(); err != nil || a.Descr != "<i4" ||
+		!slices.Equal(got, []int{math.MinInt32, -1, 0, math.MaxInt32}) {
 		t.Errorf("int32: %s %v %v", a.Descr, got, err)
 	}
 	i64 := []int64{math.MinInt64, math.MaxInt64, 3}
@@ -126,7 +128,8 @@ func TestWriteFileAtomic(t *testing.T) {
 	if err := WriteFile(path, []int{3}, []float64{1, 2}); err == nil {
 		t.Error("WriteFile with a bad shape succeeded")
 	}
-	if b, _ := os.ReadFile(path); !bytes.Equal(b[len(b)-16:], []byte{0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 0, 0, 0, 0, 0, 0, 0x40}) {
+	if b, _ := os.ReadFile(path); !bytes.Equal(b[len(b)-16:],
+		[]byte{0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 0, 0, 0, 0, 0, 0, 0x40}) {
 		t.Error("a failed WriteFile changed the existing file")
 	}
 	if err := WriteFile(filepath.Join(dir, "no", "such", "dir.npy"), []int{1}, []float64{1}); err == nil {

@@ -63,7 +63,8 @@ func NodeTensors(nodes gorgonia.Nodes) (params, grads []pg.Tensor, err error) {
 		}
 		g, err := n.Grad()
 		if err != nil || g == nil {
-			return nil, nil, fmt.Errorf("optim: parameter %d (%s) has no gradient; run the graph (RunAll) before stepping, on a graph whose loss uses every parameter", i, n.Name())
+			return nil, nil, fmt.Errorf("optim: parameter %d (%s) has no gradient; run the graph (RunAll) before stepping, on "+
+				"a graph whose loss uses every parameter", i, n.Name())
 		}
 		if grads[i], err = gtensor.TensorOf(g); err != nil {
 			return nil, nil, fmt.Errorf("optim: gradient of parameter %d (%s): %w", i, n.Name(), err)
@@ -125,7 +126,8 @@ func (b *base) Name() string { return b.name }
 // and converts loaded buffers to their parameter's dtype.
 func (b *base) check(params, grads []pg.Tensor) error {
 	if len(params) != b.n || len(grads) != b.n {
-		return fmt.Errorf("optim: %s.Step: %d parameters and %d gradients, but the optimizer was made for %d", b.name, len(params), len(grads), b.n)
+		return fmt.Errorf("optim: %s.Step: %d parameters and %d gradients, but the optimizer was made for %d", b.name,
+			len(params), len(grads), b.n)
 	}
 	for i, p := range params {
 		g := grads[i]
@@ -135,7 +137,8 @@ func (b *base) check(params, grads []pg.Tensor) error {
 		case g.Data == nil:
 			continue // no gradient: skipped
 		case g.Dtype != p.Dtype || g.Len() != p.Len():
-			return fmt.Errorf("optim: parameter %d is %d %v values but its gradient is %d %v values", i, p.Len(), p.Dtype, g.Len(), g.Dtype)
+			return fmt.Errorf("optim: parameter %d is %d %v values but its gradient is %d %v values", i, p.Len(), p.Dtype,
+				g.Len(), g.Dtype)
 		case p.Validate() != nil || g.Validate() != nil:
 			return fmt.Errorf("optim: parameter %d: %w", i, errFirst(p.Validate(), g.Validate()))
 		}
@@ -145,7 +148,8 @@ func (b *base) check(params, grads []pg.Tensor) error {
 				continue
 			}
 			if buf.Len() != p.Len() {
-				return fmt.Errorf("optim: state %s/%d has %d values but parameter %d has %d; the state is from another model", kind, i, buf.Len(), i, p.Len())
+				return fmt.Errorf("optim: state %s/%d has %d values but parameter %d has %d; the state is from another model", kind,
+					i, buf.Len(), i, p.Len())
 			}
 			b.bufs[k][i] = convert(buf, p.Dtype)
 		}
@@ -214,7 +218,8 @@ func (b *base) State() State {
 // must hold every buffer of every parameter.
 func (b *base) load(s State, every bool) error {
 	if s.Name != "" && s.Name != b.name {
-		return fmt.Errorf("optim: the state is %s's, but this run's optimizer is %s; resume with the same optimizer", s.Name, b.name)
+		return fmt.Errorf("optim: the state is %s's, but this run's optimizer is %s; resume with the same optimizer", s.Name,
+			b.name)
 	}
 	if s.Step < 0 {
 		return fmt.Errorf("optim: state at step %d; want >= 0", s.Step)
@@ -238,7 +243,8 @@ func (b *base) load(s State, every bool) error {
 			continue
 		}
 		if k < 0 || i < 0 {
-			return fmt.Errorf("optim: state buffer %q is not one %s keeps for %d parameters (%s/0 … %s/%d)", key, b.name, b.n, b.kindsOrNone(), b.kindsOrNone(), b.n-1)
+			return fmt.Errorf("optim: state buffer %q is not one %s keeps for %d parameters (%s/0 … %s/%d)", key, b.name, b.n,
+				b.kindsOrNone(), b.kindsOrNone(), b.n-1)
 		}
 		bufs[k][i] = pg.Float64s(slices.Clone(v))
 	}

@@ -41,7 +41,8 @@ func TestStateLoadContinuesExactly(t *testing.T) {
 					}
 					for i := range pa {
 						if !slices.Equal(pa[i].Data, pb[i].Data) {
-							t.Fatalf("step %d after resuming: param %d is %v, uninterrupted %v", s+3, i, toFloat64s(pb[i]), toFloat64s(pa[i]))
+							t.Fatalf("step %d after resuming: param %d is %v, uninterrupted %v", s+3, i, toFloat64s(pb[i]),
+								toFloat64s(pa[i]))
 						}
 					}
 				}
@@ -114,7 +115,8 @@ func TestLoadRejectsForeignState(t *testing.T) {
 	if err := o.Load(wrong); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Step(tensors(pg.Float64, start), tensors(pg.Float64, steps[0])); err == nil || !strings.Contains(err.Error(), "exp_avg/0") {
+	if err := o.Step(tensors(pg.Float64, start), tensors(pg.Float64, steps[0])); err == nil ||
+		!strings.Contains(err.Error(), "exp_avg/0") {
 		t.Errorf("Step with a 3-value buffer for a 2-value parameter: %v", err)
 	}
 }

@@ -36,7 +36,8 @@ func (c *Coalescing) add(kind OpType, op ReduceOp, out *Tensor, in Tensor) {
 	if c.kind == 0 {
 		c.kind, c.op = kind, op
 	} else if c.kind != kind || c.op != op {
-		c.err = fmt.Errorf("%w: coalescing %v %v after %v %v; a batch holds one kind of collective", ErrInvalidArgument, kind, op, c.kind, c.op)
+		c.err = fmt.Errorf("%w: coalescing %v %v after %v %v; a batch holds one kind of collective", ErrInvalidArgument, kind,
+			op, c.kind, c.op)
 		return
 	}
 	c.ins = append(c.ins, in)
@@ -67,7 +68,8 @@ func (c *Coalescing) End(ctx context.Context) Work {
 	}
 	var co Coalescer
 	if !As(c.g, &co) {
-		return Completed(fmt.Errorf("%w: %s groups cannot coalesce: %w", ErrInvalidArgument, BackendName(c.g), ErrUnsupported))
+		return Completed(fmt.Errorf("%w: %s groups cannot coalesce: %w", ErrInvalidArgument, BackendName(c.g),
+			ErrUnsupported))
 	}
 	switch c.kind {
 	case OpAllReduceCoalesced:

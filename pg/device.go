@@ -5,7 +5,8 @@ import "fmt"
 // ErrDeviceTensor is the error of a host-only backend (pg/local, pg/tcp)
 // given a tensor in device memory. It wraps ErrInvalidArgument, so
 // errors.Is(err, ErrInvalidArgument) holds for it too.
-var ErrDeviceTensor = fmt.Errorf("%w: device tensor on a host-only process group (use an NCCL group or copy to host)", ErrInvalidArgument)
+var ErrDeviceTensor = fmt.Errorf("%w: device tensor on a host-only process group (use an NCCL group or copy to host)",
+	ErrInvalidArgument)
 
 // DeviceMemory is the device memory a Tensor describes: Bytes bytes at
 // Ptr on GPU Ordinal. goddp neither allocates nor frees it; the caller

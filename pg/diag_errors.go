@@ -91,9 +91,11 @@ func (e *StallError) Culprits() []int {
 }
 
 // Error is one line that names the culprits first, then what the
-// reporting rank was doing, what to check, and the original error:
+// reporting rank was doing, what to check, and the original error (wrapped
+// here):
 //
-//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #57; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
+//	pg: rank 2 did not answer (stopped or dead) while rank 1 waited in allreduce #57; check rank 2: is its process alive,
+//	    stopped, or stuck outside collectives? (cause: ...)
 func (e *StallError) Error() string {
 	why := e.silentPhrases()
 	if far := e.unreachableNotSilent(); len(far) > 0 {
@@ -129,7 +131,8 @@ func (e *StallError) Error() string {
 	if len(why) > 0 {
 		fmt.Fprintf(&b, "%s while %s waited in %v #%d", strings.Join(why, "; "), where, e.Op, e.Seq)
 	} else {
-		fmt.Fprintf(&b, "%v #%d failed on %s, but every rank answered and had entered it, so none is behind; the fault is in the transport or a host", e.Op, e.Seq, where)
+		fmt.Fprintf(&b, "%v #%d failed on %s, but every rank answered and had entered it, so none is behind; the fault is "+
+			"in the transport or a host", e.Op, e.Seq, where)
 	}
 	e.writeAdvice(&b)
 	var causes []string
@@ -306,7 +309,8 @@ func (e *MismatchError) Error() string {
 	if e.Reason != "" {
 		fmt.Fprintf(&b, ": %s", e.Reason)
 	}
-	fmt.Fprintf(&b, " (this rank: %s); make every rank issue the same collectives in the same order with the same dtypes, sizes and roots", e.Signature)
+	fmt.Fprintf(&b, " (this rank: %s); make every rank issue the same collectives in the same order with the same "+
+		"dtypes, sizes and roots", e.Signature)
 	return b.String()
 }
 

@@ -111,7 +111,8 @@ func (t Tensor) Slice(i, j int) Tensor {
 		if i < 0 || j < i || j*s > m.Bytes {
 			panic(fmt.Sprintf("pg: device tensor slice [%d:%d] out of range of %d elements", i, j, t.Len()))
 		}
-		return Tensor{Dtype: t.Dtype, Device: &DeviceMemory{Ordinal: m.Ordinal, Ptr: m.Ptr + uintptr(i*s), Bytes: (j - i) * s}}
+		return Tensor{Dtype: t.Dtype,
+			Device: &DeviceMemory{Ordinal: m.Ordinal, Ptr: m.Ptr + uintptr(i*s), Bytes: (j - i) * s}}
 	}
 	return Tensor{Dtype: t.Dtype, Data: t.Data[i*s : j*s : j*s]}
 }

@@ -9,7 +9,8 @@ import (
 )
 
 func TestDtypes(t *testing.T) {
-	sizes := map[pg.Dtype]int{pg.Float32: 4, pg.Float64: 8, pg.Float16: 2, pg.BFloat16: 2, pg.Int32: 4, pg.Int64: 8, pg.Uint8: 1}
+	sizes := map[pg.Dtype]int{pg.Float32: 4, pg.Float64: 8, pg.Float16: 2, pg.BFloat16: 2, pg.Int32: 4, pg.Int64: 8,
+		pg.Uint8: 1}
 	floats := map[pg.Dtype]bool{pg.Float32: true, pg.Float64: true, pg.Float16: true, pg.BFloat16: true}
 	if len(pg.Dtypes()) != len(sizes) {
 		t.Fatalf("Dtypes() = %v", pg.Dtypes())

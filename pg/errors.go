@@ -77,7 +77,8 @@ type MissingRanksError struct {
 }
 
 func (e *MissingRanksError) Error() string {
-	return fmt.Sprintf("pg: monitored barrier on rank %d: ranks %v failed to pass monitoredBarrier in %s; check that they are alive and issue the same collectives", e.Rank, e.Missing, e.Timeout)
+	return fmt.Sprintf("pg: monitored barrier on rank %d: ranks %v failed to pass monitoredBarrier in %s; check that "+
+		"they are alive and issue the same collectives", e.Rank, e.Missing, e.Timeout)
 }
 
 // Unwrap makes errors.Is(err, ErrTimeout) true.

@@ -95,9 +95,11 @@ func reachDetail(reach Reach, addrs []string, plural bool) string {
 	}
 	switch reach {
 	case ReachNoHost:
-		return fmt.Sprintf("unreachable: %s %s not answer: the network to %s down or partitioned", its, verb("does", "do"), verb("it is", "them is"))
+		return fmt.Sprintf("unreachable: %s %s not answer: the network to %s down or partitioned", its, verb("does", "do"),
+			verb("it is", "them is"))
 	case ReachAnswers:
-		return fmt.Sprintf("stopped or busy: %s %s, but %s", its, verb("answers", "answer"), proc("the process does not respond", "the processes do not respond"))
+		return fmt.Sprintf("stopped or busy: %s %s, but %s", its, verb("answers", "answer"),
+			proc("the process does not respond", "the processes do not respond"))
 	case ReachRefused:
 		return fmt.Sprintf("gone: %s refused the connection: %s", its, proc("the process is gone", "the processes are gone"))
 	}

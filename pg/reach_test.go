@@ -26,16 +26,21 @@ func TestStallErrorSaysNetworkOrProcess(t *testing.T) {
 		advice  string
 		network bool
 	}{
-		{ReachNoHost, "ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or partitioned) while rank 0",
+		{ReachNoHost, "ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is " +
+			"down or partitioned) while rank 0",
 			"; check the network between this host and 10.98.0.2 (ranks 2, 3)", true},
-		{ReachAnswers, "ranks 2, 3 did not answer (stopped or busy: their host 10.98.0.2 answers, but the processes do not respond) while rank 0",
+		{ReachAnswers, "ranks 2, 3 did not answer (stopped or busy: their host 10.98.0.2 answers, but the processes do not " +
+			"respond) while rank 0",
 			"; check ranks 2, 3: are their processes alive", false},
-		{ReachRefused, "ranks 2, 3 did not answer (gone: their host 10.98.0.2 refused the connection: the processes are gone) while rank 0",
+		{ReachRefused, "ranks 2, 3 did not answer (gone: their host 10.98.0.2 refused the connection: the processes are " +
+			"gone) while rank 0",
 			"; check ranks 2, 3: are their processes alive", false},
-		{ReachUnknown, "ranks 2, 3 did not answer (stopped or dead) while rank 0", "; check ranks 2, 3: are their processes alive", false},
+		{ReachUnknown, "ranks 2, 3 did not answer (stopped or dead) while rank 0",
+			"; check ranks 2, 3: are their processes alive", false},
 	}
 	for _, tt := range tests {
-		e := &StallError{Rank: 0, Op: OpAllReduce, Seq: 5, Silent: []int{2, 3}, StoreHost: NoPeer, Kind: ErrTimeout, Progress: prog(tt.reach, "10.98.0.2:41000")}
+		e := &StallError{Rank: 0, Op: OpAllReduce, Seq: 5, Silent: []int{2, 3}, StoreHost: NoPeer, Kind: ErrTimeout,
+			Progress: prog(tt.reach, "10.98.0.2:41000")}
 		if tt.network {
 			e.Unreachable = []int{2, 3}
 		}
@@ -54,8 +59,11 @@ func TestStallErrorSaysNetworkOrProcess(t *testing.T) {
 		ps[r] = RankProgress{Rank: r, Reach: ReachNoHost, Addr: fmt.Sprintf("10.98.0.1:4100%d", r)}
 	}
 	ps[3].Reach = ReachAnswers
-	e := &StallError{Rank: 2, Op: OpAllReduce, Seq: 5, StoreHost: 0, StoreErr: ErrComm, Unreachable: []int{0, 1}, Progress: ps, Kind: ErrTimeout}
-	want := "pg: ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or partitioned); the store did not answer (hosted by rank 0, which cannot be reached) while rank 2 waited in allreduce #5; check the network between this host and 10.98.0.1 (ranks 0, 1) (store: "
+	e := &StallError{Rank: 2, Op: OpAllReduce, Seq: 5, StoreHost: 0, StoreErr: ErrComm, Unreachable: []int{0, 1},
+		Progress: ps, Kind: ErrTimeout}
+	want := "pg: ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is " +
+		"down or partitioned); the store did not answer (hosted by rank 0, which cannot be reached) while rank 2 waited in " +
+		"allreduce #5; check the network between this host and 10.98.0.1 (ranks 0, 1) (store: "
 	if msg := e.Error(); !strings.HasPrefix(msg, want) {
 		t.Errorf("partitioned from the store:\n%s\nwant prefix\n%s", msg, want)
 	}
@@ -63,7 +71,8 @@ func TestStallErrorSaysNetworkOrProcess(t *testing.T) {
 		t.Errorf("culprits %v, want the unreachable ranks 0, 1", got)
 	}
 	e.Unreachable, e.Progress[0].Reach = nil, ReachRefused
-	want = "pg: the store did not answer (hosted by rank 0: gone: its host 10.98.0.1 refused the connection: the process is gone) while rank 2"
+	want = "pg: the store did not answer (hosted by rank 0: gone: its host 10.98.0.1 refused the connection: the " +
+		"process is gone) while rank 2"
 	if msg := e.Error(); !strings.HasPrefix(msg, want) {
 		t.Errorf("store host gone:\n%s\nwant prefix\n%s", msg, want)
 	}

@@ -194,7 +194,8 @@ func (r *Reducer) uploadGrad(i int) error {
 		return d.db.Upload(r.layout.buckets[b].Offsets[j], grad)
 	}
 	if grad.IsDevice() {
-		return fmt.Errorf("%w: parameter %d (%s): device gradients with the %v compression hook; cast on the device or use the allreduce hook", ErrBadGradient, i, r.params[i].Name, d.scratch.Dtype)
+		return fmt.Errorf("%w: parameter %d (%s): device gradients with the %v compression hook; cast on the device or use "+
+			"the allreduce hook", ErrBadGradient, i, r.params[i].Name, d.scratch.Dtype)
 	}
 	return r.uploadSlot(b, j)
 }

@@ -196,7 +196,8 @@ func TestDeviceBucketsRegisterOnceAtRebuild(t *testing.T) {
 					case iter > 0 && (slices.ContainsFunc(regs, func(s string) bool { return s != tc.want }) || len(regs) < 2):
 						return fmt.Errorf("iteration %d: twins %v, want %q", iter, regs, tc.want)
 					case iter > 0 && tc.want != "none" && (live != len(regs) || made != len(regs)):
-						return fmt.Errorf("iteration %d: %d live of %d made registrations for %d buckets; want them made once", iter, live, made, len(regs))
+						return fmt.Errorf("iteration %d: %d live of %d made registrations for %d buckets; want them made once", iter,
+							live, made, len(regs))
 					}
 				}
 				if err := red.Close(); err != nil {
@@ -406,7 +407,8 @@ func TestDeviceUploadsOverlapBackward(t *testing.T) {
 				break
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("the first bucket was not uploaded, reduced and downloaded while backward paused: trace since %v", tr[len(before):])
+				return fmt.Errorf("the first bucket was not uploaded, reduced and downloaded while backward paused: trace since %v",
+					tr[len(before):])
 			}
 			time.Sleep(time.Millisecond)
 		}

@@ -9,7 +9,8 @@ import (
 // ErrUnfinishedReduction: a new iteration began, or Finalize ran, before
 // every parameter of the previous backward got a gradient. torch's
 // "Expected to have finished reduction in the prior iteration".
-var ErrUnfinishedReduction = errors.New("reducer: expected to have finished reduction in the prior iteration before starting a new one")
+var ErrUnfinishedReduction = errors.New(
+	"reducer: expected to have finished reduction in the prior iteration before starting a new one")
 
 // ErrMarkedTwice: a parameter's gradient hook fired twice in one backward.
 var ErrMarkedTwice = errors.New("reducer: expected to mark a variable ready only once")
@@ -49,18 +50,27 @@ func (m *machine) unfinishedError(missing []int) error {
 	var b strings.Builder
 	switch {
 	case m.static:
-		b.WriteString("This error indicates that your training graph has changed in this iteration, e.g., one parameter is used in the first iteration but unused in the second. This is not compatible with StaticGraph.")
+		b.WriteString("This error indicates that your training graph has changed in this iteration, e.g., one parameter is " +
+			"used in the first iteration but unused in the second. This is not compatible with StaticGraph.")
 	case m.findUnused:
-		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. Since FindUnusedParameters is enabled, this likely means that not all forward outputs participate in computing the loss. You can fix this by making sure all forward outputs participate in calculating the loss.")
+		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. Since " +
+			"FindUnusedParameters is enabled, this likely means that not all forward outputs participate in computing the " +
+			"loss. You can fix this by making sure all forward outputs participate in calculating the loss.")
 	default:
-		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. You can enable unused parameter detection by setting Options.FindUnusedParameters (ddp-train --find-unused-parameters), and by making sure all forward outputs participate in calculating the loss.")
+		b.WriteString("This error indicates that your model has parameters that were not used in producing the loss. You " +
+			"can enable unused parameter detection by setting Options.FindUnusedParameters (ddp-train " +
+			"--find-unused-parameters), and by making sure all forward outputs participate in calculating the loss.")
 	}
 	fmt.Fprintf(&b, "\nParameter indices which did not receive grad for rank %d: %v", m.rank, missing)
 	fmt.Fprintf(&b, "\nParameters which did not receive grad for rank %d: %s", m.rank, names(m.params, missing))
 	return fmt.Errorf("%w. %s", ErrUnfinishedReduction, b.String())
 }
 
+// markedTwiceError names the parameter whose gradient hook fired twice in one iteration, with torch's
+// three causes.
 func (m *machine) markedTwiceError(i int) error {
-	return fmt.Errorf("%w. This error is caused by one of the following reasons: 1) use of a module parameter outside the forward graph, so that its gradient hook fires more than once; 2) reused parameters in multiple backward passes within one iteration; 3) incorrect unused parameter detection (a parameter passed as unused also produced a gradient).\nParameter at index %d with name %s has been marked as ready twice. This means that multiple gradient hooks have fired for this particular parameter during this iteration",
+	return fmt.Errorf("%w: the parameter at index %d with name %s got a second gradient in this iteration. "+
+		"It is used outside the forward graph, or reused in several backward passes of one iteration, "+
+		"or the unused parameter detection is wrong (a parameter passed as unused also produced a gradient)",
 		ErrMarkedTwice, i, m.params[i].Name)
 }

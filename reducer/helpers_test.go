@@ -108,6 +108,7 @@ func uniform[T float32 | float64](n int, seed, stream uint64, scale float64) []T
 // observedOptions are the sinks of the observed side: metrics and the
 // sampled logging data (a logger that formats and discards its lines).
 func observedOptions() Options {
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard),
+		zapcore.InfoLevel)
 	return Options{Registerer: prometheus.NewRegistry(), Logger: zap.New(core)}
 }

@@ -50,7 +50,8 @@ func (r *Reducer) newBucket(index int, params []int, limit int) *bucket.Bucket {
 		if err != nil {
 			if !r.host.logged {
 				r.host.logged = true
-				r.log.Info("gradient buckets on the heap: the process group has no room for them in its own memory, so collectives on them copy through it",
+				r.log.Info("gradient buckets on the heap: the process group has no room for them in its own memory, so "+
+					"collectives on them copy through it",
 					zap.Int("bucket", index), zap.Error(err))
 			}
 			return pg.NewTensor(d, n)

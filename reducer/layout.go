@@ -57,7 +57,8 @@ func (r *Reducer) newLayout(plan [][]int, limits []int) *layout {
 		views := make([]commhook.ParamView, len(idx))
 		for j, p := range idx {
 			l.bucketOf[p], l.slotOf[p] = b, j
-			views[j] = commhook.ParamView{Index: p, Name: r.params[p].Name, Shape: r.params[p].Shape, Offset: bk.Offsets[j], Len: bk.Lengths[j]}
+			views[j] = commhook.ParamView{Index: p, Name: r.params[p].Name, Shape: r.params[p].Shape, Offset: bk.Offsets[j],
+				Len: bk.Lengths[j]}
 		}
 		l.grads = append(l.grads, commhook.GradBucket{Index: b, Buffer: bk.Buffer, Params: views, IsLast: b == len(plan)-1})
 	}

@@ -90,7 +90,8 @@ func TestReadOnlyMethodsAnswerWhileFinalizeWaits(t *testing.T) {
 		t.Errorf("rank 0's result %v, want the average %v", got, want)
 	}
 	// The refused Prepare left the reducers in step: one more iteration.
-	noErrors(t, onGroups(gs, func(rank int, _ pg.ProcessGroup) error { return iterate(ctx, rs[rank], sameValues(params)) }))
+	noErrors(t,
+		onGroups(gs, func(rank int, _ pg.ProcessGroup) error { return iterate(ctx, rs[rank], sameValues(params)) }))
 }
 
 // readOnlyCalls are the Reducer's read-only methods, each of which must
@@ -175,7 +176,8 @@ func TestReadOnlyMethodsAnswerWhilePrepareRebuilds(t *testing.T) {
 			t.Errorf("%s is still blocked after 1s while Prepare rebuilds", name)
 		}
 	}
-	if err := rs[1].MarkReady(0, sameValues(params)[0]); err == nil || !strings.Contains(err.Error(), "Prepare is waiting") {
+	if err := rs[1].MarkReady(0, sameValues(params)[0]); err == nil ||
+		!strings.Contains(err.Error(), "Prepare is waiting") {
 		t.Errorf("MarkReady overlapping Prepare's rebuild: %v", err)
 	}
 	select {
@@ -219,7 +221,8 @@ func TestConcurrentMarkReadyKeepsLaunchOrder(t *testing.T) {
 			}
 			want := make([][]float64, len(params))
 			for i, p := range params {
-				a, b := uniform[float64](p.Numel(), uint64(it), uint64(i*2), 1), uniform[float64](p.Numel(), uint64(it), uint64(i*2+1), 1)
+				a, b := uniform[float64](p.Numel(), uint64(it), uint64(i*2), 1), uniform[float64](p.Numel(), uint64(it),
+					uint64(i*2+1), 1)
 				want[i] = make([]float64, len(a))
 				for k := range a {
 					want[i][k] = a[k]/2 + b[k]/2

@@ -40,10 +40,12 @@ type MixedPrecision struct {
 
 func (m *MixedPrecision) check() error {
 	if !m.ParamDtype.IsFloat() {
-		return fmt.Errorf("reducer: MixedPrecision.ParamDtype is %v; use a floating-point dtype (pg.Float16, pg.BFloat16, pg.Float32 or pg.Float64)", m.ParamDtype)
+		return fmt.Errorf("reducer: MixedPrecision.ParamDtype is %v; use a floating-point dtype (pg.Float16, pg.BFloat16, "+
+			"pg.Float32 or pg.Float64)", m.ParamDtype)
 	}
 	if m.ReduceDtype != 0 && !m.ReduceDtype.IsFloat() {
-		return fmt.Errorf("reducer: MixedPrecision.ReduceDtype is %v; use a floating-point dtype, or 0 for ParamDtype", m.ReduceDtype)
+		return fmt.Errorf("reducer: MixedPrecision.ReduceDtype is %v; use a floating-point dtype, or 0 for ParamDtype",
+			m.ReduceDtype)
 	}
 	return nil
 }

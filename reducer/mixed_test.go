@@ -103,7 +103,8 @@ func TestMixedPrecision(t *testing.T) {
 		{"tcp", 2, MixedPrecision{ParamDtype: pg.Float16}, 2, true},
 		{"tcp", 2, MixedPrecision{ParamDtype: pg.BFloat16, ReduceDtype: pg.Float32}, 1, false},
 	} {
-		name := fmt.Sprintf("%s/N=%d/param=%v/reduce=%v/micro=%d/view=%v", c.backend, c.n, c.mp.ParamDtype, c.mp.ReduceDtype, c.micro, c.view)
+		name := fmt.Sprintf("%s/N=%d/param=%v/reduce=%v/micro=%d/view=%v", c.backend, c.n, c.mp.ParamDtype, c.mp.ReduceDtype,
+			c.micro, c.view)
 		t.Run(name, func(t *testing.T) {
 			const steps = 3
 			opts := small
@@ -207,7 +208,8 @@ func TestMixedPrecisionRefuses(t *testing.T) {
 	params := mixedParams()
 	half := &MixedPrecision{ParamDtype: pg.Float16}
 	noErrors(t, onRanks(world(t, 1), func(_ int, g pg.ProcessGroup) error {
-		if _, err := New(ctx, g, params, Options{MixedPrecision: half, Hook: commhook.Allreduce{}}); !errors.Is(err, ErrHookRegistration) {
+		if _, err := New(ctx, g, params, Options{MixedPrecision: half, Hook: commhook.Allreduce{}}); !errors.Is(err,
+			ErrHookRegistration) {
 			return fmt.Errorf("MixedPrecision with a Hook: err = %v, want ErrHookRegistration", err)
 		}
 		if _, err := New(ctx, g, params, Options{MixedPrecision: &MixedPrecision{ParamDtype: pg.Int32}}); err == nil {

@@ -72,7 +72,8 @@ func TestUnusedThatGetsAGradientIsMarkedTwice(t *testing.T) {
 	gr := grads(ps, 0, 0)
 	red.Prepare(ctx, Iteration{Sync: true, Unused: []int{0}})
 	red.MarkReady(1, pg.Float64s(gr[1])) // the first hook marks param 0 as unused
-	if err := red.MarkReady(0, pg.Float64s(gr[0])); !errors.Is(err, ErrMarkedTwice) || !strings.Contains(err.Error(), "unused parameter detection") {
+	if err := red.MarkReady(0, pg.Float64s(gr[0])); !errors.Is(err, ErrMarkedTwice) ||
+		!strings.Contains(err.Error(), "unused parameter detection") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -47,29 +47,42 @@ func secondsBuckets() []float64 { return prometheus.ExponentialBuckets(10e-6, 2,
 func newMetrics(reg prometheus.Registerer, g pg.ProcessGroup) (*metrics, error) {
 	labels := prometheus.Labels{"rank": strconv.Itoa(g.Rank()), "backend": pg.BackendName(g)}
 	hist := func(name, help string) prometheus.Histogram {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: secondsBuckets()})
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels,
+			Buckets: secondsBuckets()})
 	}
 	m := &metrics{
-		bucketSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ddp_bucket_allreduce_seconds", ConstLabels: labels, Buckets: secondsBuckets(),
-			Help: "Time from a bucket's launch (the comm hook's call) to the completion of its communication."}, []string{"bucket"}),
-		forward:         hist("ddp_forward_seconds", "Forward compute time: from Prepare to the start of backward (DDP wrapper only)."),
-		backwardCompute: hist("ddp_backward_compute_seconds", "Backward compute time: from the start of backward to its end."),
-		backwardComm:    hist("ddp_backward_comm_seconds", "Backward communication time: from the first bucket's launch to the end of Finalize."),
-		commExposed:     hist("ddp_comm_exposed_seconds", "Communication time not hidden behind backward: backward comm minus its overlap with backward compute."),
-		lastBucketWait:  hist("ddp_last_bucket_wait_seconds", "Time Finalize waited for the last bucket: long on ranks that wait for a straggler."),
+		bucketSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ddp_bucket_allreduce_seconds",
+			ConstLabels: labels, Buckets: secondsBuckets(),
+			Help: "Time from a bucket's launch (the comm hook's call) to the completion of its communication."},
+			[]string{"bucket"}),
+		forward: hist("ddp_forward_seconds",
+			"Forward compute time: from Prepare to the start of backward (DDP wrapper only)."),
+		backwardCompute: hist("ddp_backward_compute_seconds",
+			"Backward compute time: from the start of backward to its end."),
+		backwardComm: hist("ddp_backward_comm_seconds",
+			"Backward communication time: from the first bucket's launch to the end of Finalize."),
+		commExposed: hist("ddp_comm_exposed_seconds",
+			"Communication time not hidden behind backward: backward comm minus its overlap with backward compute."),
+		lastBucketWait: hist("ddp_last_bucket_wait_seconds",
+			"Time Finalize waited for the last bucket: long on ranks that wait for a straggler."),
 		bucketBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ddp_bucket_bytes", ConstLabels: labels,
 			Help: "Size of each bucket of the current plan, in launch order."}, []string{"bucket"}),
-		buckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ddp_buckets", ConstLabels: labels, Help: "Number of buckets in the current plan."}),
+		buckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ddp_buckets", ConstLabels: labels,
+			Help: "Number of buckets in the current plan."}),
 		compression: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ddp_compression_ratio", ConstLabels: labels,
-			Help: "Bucket bytes over the bytes the comm hook handed to collectives, in the last synchronised iteration (1 without compression)."}, []string{"hook"}),
-		iterations: prometheus.NewCounter(prometheus.CounterOpts{Name: "ddp_iterations_total", ConstLabels: labels, Help: "Iterations completed (Finalize returned), synchronised or not."}),
+			Help: "Bucket bytes over the bytes the comm hook handed to collectives, in the last synchronised iteration (1 " +
+				"without compression)."}, []string{"hook"}),
+		iterations: prometheus.NewCounter(prometheus.CounterOpts{Name: "ddp_iterations_total", ConstLabels: labels,
+			Help: "Iterations completed (Finalize returned), synchronised or not."}),
 		commBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ddp_comm_bytes_total", ConstLabels: labels,
 			Help: "Bytes of the tensors the comm hook handed to collectives."}, []string{"hook"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ddp_errors_total", ConstLabels: labels,
 			Help: "Fatal reducer errors, by type."}, []string{"type"}),
-		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "ddp_bucket_rebuilds_total", ConstLabels: labels, Help: "Bucket rebuilds in gradient-ready order."}),
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "ddp_bucket_rebuilds_total", ConstLabels: labels,
+			Help: "Bucket rebuilds in gradient-ready order."}),
 		copyBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ddp_gradient_copy_bytes_total", ConstLabels: labels,
-			Help: "Gradient bytes the reducer copied into buckets (in), back into gradients (out), or found already in their bucket view (in_place, GradientAsBucketView)."}, []string{"direction"}),
+			Help: "Gradient bytes the reducer copied into buckets (in), back into gradients (out), or found already in their " +
+				"bucket view (in_place, GradientAsBucketView)."}, []string{"direction"}),
 	}
 	errs := []error{
 		register(reg, &m.bucketSeconds), register(reg, &m.forward), register(reg, &m.backwardCompute),
@@ -82,7 +95,8 @@ func newMetrics(reg prometheus.Registerer, g pg.ProcessGroup) (*metrics, error) 
 		return nil, err
 	}
 	m.sent = instrument.Count(g)
-	m.copiedIn, m.copiedOut, m.inPlace = m.copyBytes.WithLabelValues("in"), m.copyBytes.WithLabelValues("out"), m.copyBytes.WithLabelValues("in_place")
+	m.copiedIn, m.copiedOut, m.inPlace = m.copyBytes.WithLabelValues("in"), m.copyBytes.WithLabelValues(
+		"out"), m.copyBytes.WithLabelValues("in_place")
 	return m, nil
 }
 

@@ -97,7 +97,8 @@ func TestMetricsOfAScriptedRun(t *testing.T) {
 # TYPE ddp_buckets gauge
 # HELP ddp_comm_bytes_total Bytes of the tensors the comm hook handed to collectives.
 # TYPE ddp_comm_bytes_total counter
-# HELP ddp_compression_ratio Bucket bytes over the bytes the comm hook handed to collectives, in the last synchronised iteration (1 without compression).
+# HELP ddp_compression_ratio Bucket bytes over the bytes the comm hook handed to collectives, in the last ` +
+		`synchronised iteration (1 without compression).
 # TYPE ddp_compression_ratio gauge
 # HELP ddp_iterations_total Iterations completed (Finalize returned), synchronised or not.
 # TYPE ddp_iterations_total counter
@@ -112,7 +113,8 @@ func TestMetricsOfAScriptedRun(t *testing.T) {
 		fmt.Fprintf(&want, "ddp_iterations_total{backend=\"local\",rank=\"%d\"} 6\n", rank)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()),
-		"ddp_bucket_bytes", "ddp_bucket_rebuilds_total", "ddp_buckets", "ddp_comm_bytes_total", "ddp_compression_ratio", "ddp_iterations_total"); err != nil {
+		"ddp_bucket_bytes", "ddp_bucket_rebuilds_total", "ddp_buckets", "ddp_comm_bytes_total", "ddp_compression_ratio",
+		"ddp_iterations_total"); err != nil {
 		t.Error(err)
 	}
 	counts := map[string]uint64{
@@ -172,12 +174,14 @@ func TestCompressionRatioAndCommBytes(t *testing.T) {
 # TYPE ddp_comm_bytes_total counter
 ddp_comm_bytes_total{backend="local",hook="half",rank="0"} %d
 ddp_comm_bytes_total{backend="local",hook="half",rank="1"} %d
-# HELP ddp_compression_ratio Bucket bytes over the bytes the comm hook handed to collectives, in the last synchronised iteration (1 without compression).
+# HELP ddp_compression_ratio Bucket bytes over the bytes the comm hook handed to collectives, in the last `+
+		`synchronised iteration (1 without compression).
 # TYPE ddp_compression_ratio gauge
 ddp_compression_ratio{backend="local",hook="half",rank="0"} 2
 ddp_compression_ratio{backend="local",hook="half",rank="1"} 2
 `, 3*424, 3*424)
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ddp_comm_bytes_total", "ddp_compression_ratio"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ddp_comm_bytes_total",
+		"ddp_compression_ratio"); err != nil {
 		t.Error(err)
 	}
 }
@@ -224,7 +228,8 @@ func TestStragglerShowsInLastBucketWait(t *testing.T) {
 		return time.Duration(find(t, reg, "ddp_last_bucket_wait_seconds", rank).GetHistogram().GetSampleSum() * 1e9)
 	}
 	if s := sum(0); s < iterations*delay/2 {
-		t.Errorf("rank 0 waited %v in all for the last bucket; rank 1 delayed it by %v in each of %d iterations", s, delay, iterations)
+		t.Errorf("rank 0 waited %v in all for the last bucket; rank 1 delayed it by %v in each of %d iterations", s, delay,
+			iterations)
 	}
 	if s0, s1 := sum(0), sum(1); s1 >= s0 {
 		t.Errorf("the straggler waited %v, longer than the rank waiting for it (%v)", s1, s0)
@@ -239,7 +244,8 @@ func TestStragglerShowsInLastBucketWait(t *testing.T) {
 // ready order.
 func TestLoggingDataIsSampled(t *testing.T) {
 	core, logs := zapobserver.New(zap.DebugLevel) // the runtime lines are debug
-	r := newObserved(t, 1, func(int) Options { return Options{Logger: zap.New(core), BucketCapBytes: 256, FirstBucketBytes: 64} })[0]
+	r := newObserved(t, 1,
+		func(int) Options { return Options{Logger: zap.New(core), BucketCapBytes: 256, FirstBucketBytes: 64} })[0]
 	scripted(t, []*Reducer{r}, 12, nil)
 
 	if n := logs.FilterMessage("DDP initialized").Len(); n != 1 {
@@ -253,11 +259,13 @@ func TestLoggingDataIsSampled(t *testing.T) {
 		t.Errorf("runtime stats logged at iterations %v, want %v", its, want)
 	}
 	d := r.LoggingData()
-	if d.WorldSize != 1 || d.Backend != "local" || d.NumParameters != 4 || d.ParameterBytes != 848 || !slices.Equal(d.Dtypes, []string{"float32"}) ||
+	if d.WorldSize != 1 || d.Backend != "local" || d.NumParameters != 4 || d.ParameterBytes != 848 ||
+		!slices.Equal(d.Dtypes, []string{"float32"}) ||
 		!slices.Equal(d.BucketSizes, []int{848}) || d.CommHook != "allreduce" || d.BucketCapBytes != 256 {
 		t.Errorf("construction data %+v", d.Construction)
 	}
-	if d.Samples != 10 || d.Iteration != 10 || !d.HasRebuiltBuckets || !slices.Equal(d.RebuiltBucketSizes, []int{272, 576}) ||
+	if d.Samples != 10 || d.Iteration != 10 || !d.HasRebuiltBuckets ||
+		!slices.Equal(d.RebuiltBucketSizes, []int{272, 576}) ||
 		!slices.Equal(d.GradReadyOrder, []int{3, 2, 1, 0}) || len(d.RebuiltPerBucketParamIndices) != 2 {
 		t.Errorf("runtime data %+v", d.Runtime)
 	}

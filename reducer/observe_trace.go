@@ -14,7 +14,8 @@ func (o *liveObserver) trace(r *Reducer, bwdStart, end int64, sync bool) {
 	if s := o.bwdStart.Load(); s != 0 {
 		o.tl.Write(&timeline.Event{Name: "forward", Lane: timeline.LaneCompute, Start: o.at(o.fwdStart), End: o.at(s)})
 	}
-	o.tl.Write(&timeline.Event{Name: "backward", Lane: timeline.LaneCompute, Start: o.at(bwdStart), End: o.at(o.bwdEnd.Load())})
+	o.tl.Write(&timeline.Event{Name: "backward", Lane: timeline.LaneCompute, Start: o.at(bwdStart),
+		End: o.at(o.bwdEnd.Load())})
 	for i, c := range o.copies {
 		if c.start == 0 {
 			continue

@@ -75,8 +75,8 @@ type Options struct {
 	// holds one is sent as zeros instead, so the value never reaches the
 	// other ranks. At Finalize the ranks agree (one allreduce of one word
 	// per synchronised iteration, or one word more on the used map's with
-	// FindUnusedParameters; an allgather only when some rank found one), and every rank returns the same NonFiniteOriginError
-	// (ErrNonFinite) naming the ranks, the iteration, the first bucket and
+	// FindUnusedParameters; an allgather only when some rank found one), and every rank returns the same
+	// NonFiniteOriginError (ErrNonFinite) naming the ranks, the iteration, the first bucket and
 	// the parameters. It works with every comm hook and process group,
 	// since it runs before the hook; see Note [where the NaN began] for
 	// what it cannot see (device gradients, half-precision buckets, an
@@ -105,10 +105,12 @@ type Options struct {
 
 func (o Options) withDefaults() (Options, error) {
 	if o.BucketCapBytes < 0 || o.FirstBucketBytes < 0 {
-		return o, fmt.Errorf("reducer: bucket sizes must not be negative (BucketCapBytes=%d, FirstBucketBytes=%d)", o.BucketCapBytes, o.FirstBucketBytes)
+		return o, fmt.Errorf("reducer: bucket sizes must not be negative (BucketCapBytes=%d, FirstBucketBytes=%d)",
+			o.BucketCapBytes, o.FirstBucketBytes)
 	}
 	if o.CheckReplicasEvery < 0 {
-		return o, fmt.Errorf("reducer: CheckReplicasEvery is %d; want 0 (off) or a positive number of iterations", o.CheckReplicasEvery)
+		return o, fmt.Errorf("reducer: CheckReplicasEvery is %d; want 0 (off) or a positive number of iterations",
+			o.CheckReplicasEvery)
 	}
 	if o.BucketCapBytes == 0 {
 		o.BucketCapBytes = DefaultBucketCapBytes
@@ -124,7 +126,8 @@ func (o Options) withDefaults() (Options, error) {
 			return o, err
 		}
 		if o.Hook != nil {
-			return o, fmt.Errorf("%w: MixedPrecision communicates through its own hook (torch's _reducer_allreduce_and_upcast_hook); leave Options.Hook nil", ErrHookRegistration)
+			return o, fmt.Errorf("%w: MixedPrecision communicates through its own hook (torch's "+
+				"_reducer_allreduce_and_upcast_hook); leave Options.Hook nil", ErrHookRegistration)
 		}
 	}
 	return o, nil

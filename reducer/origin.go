@@ -68,7 +68,8 @@ func (e *NonFiniteOriginError) Error() string {
 	if len(e.Ranks) > 1 {
 		who = "ranks " + rankList(e.Ranks)
 	}
-	return fmt.Sprintf("reducer: non-finite gradients began on %s at iteration %d: a NaN or an infinity in bucket %d first (parameters %s), found before the collective and sent as zeros, so no other rank received it",
+	return fmt.Sprintf("reducer: non-finite gradients began on %s at iteration %d: a NaN or an infinity in bucket %d "+
+		"first (parameters %s), found before the collective and sent as zeros, so no other rank received it",
 		who, e.Iteration, e.Bucket, strings.Join(e.Names, ", "))
 }
 
@@ -181,7 +182,8 @@ func (r *Reducer) agreeOrigin(ctx context.Context, own bool) (*NonFiniteOriginEr
 	clear(o.bad)
 	o.found = false
 	if err != nil {
-		return nil, fmt.Errorf("reducer: some rank's gradients held a NaN or an infinity, and gathering which failed: %w", err)
+		return nil, fmt.Errorf("reducer: some rank's gradients held a NaN or an infinity, and gathering which failed: %w",
+			err)
 	}
 	return r.originError(all), nil
 }

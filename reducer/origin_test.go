@@ -14,7 +14,8 @@ import (
 
 func powerSGDHook(t testing.TB) func() commhook.Hook {
 	return func() commhook.Hook {
-		h, err := commhook.NewPowerSGD(commhook.PowerSGDOptions{MatrixApproximationRank: 1, StartIter: 2, UseErrorFeedback: true, WarmStart: true})
+		h, err := commhook.NewPowerSGD(commhook.PowerSGDOptions{MatrixApproximationRank: 1, StartIter: 2,
+			UseErrorFeedback: true, WarmStart: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +50,8 @@ func TestNonFiniteOriginNamesTheRank(t *testing.T) {
 
 // Two ranks at once: both are named.
 func TestNonFiniteOriginNamesEveryRank(t *testing.T) {
-	nonFiniteOrigin(t, groupsOf(t, "local", 3), func() commhook.Hook { return commhook.Allreduce{} }, Options{}, []int{0, 2})
+	nonFiniteOrigin(t, groupsOf(t, "local", 3), func() commhook.Hook { return commhook.Allreduce{} }, Options{},
+		[]int{0, 2})
 }
 
 // Device buckets (the NCCL double): a host gradient's bad slot was
@@ -98,7 +100,8 @@ func nonFiniteOrigin(t *testing.T, gs []pg.ProcessGroup, hook func() commhook.Ho
 			if !errors.As(err, &oe) || !errors.Is(err, ErrNonFinite) {
 				return fmt.Errorf("rank %d, iteration %d: %v, want a NonFiniteOriginError", rank, it, err)
 			}
-			if !slices.Equal(oe.Ranks, bad) || oe.Iteration != badIter || !slices.Equal(oe.Names, []string{"fc2.weight"}) || oe.Bucket < 0 {
+			if !slices.Equal(oe.Ranks, bad) || oe.Iteration != badIter || !slices.Equal(oe.Names, []string{"fc2.weight"}) ||
+				oe.Bucket < 0 {
 				return fmt.Errorf("rank %d: %+v (%v), want ranks %v, iteration %d, fc2.weight", rank, *oe, err, bad, badIter)
 			}
 			for i, g := range grads {
@@ -172,8 +175,11 @@ func TestNonFiniteOriginInDeviceGradients(t *testing.T) {
 			switch {
 			case iter < 3 && err != nil:
 				return fmt.Errorf("iteration %d: %w", iter, err)
-			case iter == 3 && (!errors.As(err, &oe) || !slices.Equal(oe.Ranks, []int{badRank}) || oe.Iteration != 3 || !slices.Equal(oe.Params, []int{1})):
-				return fmt.Errorf("rank %d: %v; want a NonFiniteOriginError naming rank %d, iteration 3, parameter 1", rank, err, badRank)
+			case iter == 3 &&
+				(!errors.As(err, &oe) || !slices.Equal(oe.Ranks, []int{badRank}) || oe.Iteration != 3 ||
+					!slices.Equal(oe.Params, []int{1})):
+				return fmt.Errorf("rank %d: %v; want a NonFiniteOriginError naming rank %d, iteration 3, parameter 1", rank, err,
+					badRank)
 			}
 			if len(red.DeviceBuckets()) == 0 {
 				return fmt.Errorf("iteration %d: no device buckets", iter)

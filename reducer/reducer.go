@@ -36,7 +36,8 @@ type Reducer struct {
 	g      pg.ProcessGroup
 	opts   Options
 	params []Param
-	dtypes []pg.Dtype // per parameter, its gradients' and bucket's dtype (MixedPrecision.ParamDtype when on; Param.Dtype is the values')
+	// per parameter, its gradients' and bucket's dtype (MixedPrecision.ParamDtype when on; Param.Dtype is the values')
+	dtypes []pg.Dtype
 	numel  []int
 	log    *zap.Logger
 
@@ -138,7 +139,8 @@ func (r *Reducer) describe() error {
 	r.numel = make([]int, len(r.params))
 	for i, p := range r.params {
 		if p.Dtype != pg.Float32 && p.Dtype != pg.Float64 {
-			return fmt.Errorf("reducer: parameter %d (%s) has dtype %v; DDP reduces float32 or float64 parameters", i, p.Name, p.Dtype)
+			return fmt.Errorf("reducer: parameter %d (%s) has dtype %v; DDP reduces float32 or float64 parameters", i, p.Name,
+				p.Dtype)
 		}
 		r.dtypes[i], r.numel[i] = p.Dtype, p.Numel()
 		if mp := r.opts.MixedPrecision; mp != nil {

@@ -56,7 +56,8 @@ func TestReducerAveragesForRandomOrdersAndCaps(t *testing.T) {
 	for trial := range 12 {
 		n := 1 + rng.IntN(4)
 		ps := mlpParams(1+rng.IntN(20), 1+rng.IntN(20), 1+rng.IntN(10))
-		opts := Options{BucketCapBytes: 8 * (1 + rng.IntN(400)), FirstBucketBytes: 8 * (1 + rng.IntN(100)), FindUnusedParameters: rng.IntN(3) == 0}
+		opts := Options{BucketCapBytes: 8 * (1 + rng.IntN(400)), FirstBucketBytes: 8 * (1 + rng.IntN(100)),
+			FindUnusedParameters: rng.IntN(3) == 0}
 		orders := make([][][]int, n) // rank -> iteration -> order
 		for r := range orders {
 			for range 3 {
@@ -88,7 +89,8 @@ func TestReducerAveragesForRandomOrdersAndCaps(t *testing.T) {
 				want := average(ps, n, iter)
 				for i := range ps {
 					if !closeTo(gr[i], want[i], 1e-12) {
-						t.Errorf("trial %d rank %d iter %d param %d: got %v want %v", trial, rank, iter, i, gr[i][:min(3, len(gr[i]))], want[i][:min(3, len(want[i]))])
+						t.Errorf("trial %d rank %d iter %d param %d: got %v want %v", trial, rank, iter, i, gr[i][:min(3, len(gr[i]))],
+							want[i][:min(3, len(want[i]))])
 					}
 				}
 			}
@@ -166,7 +168,8 @@ func TestReducerErrors(t *testing.T) {
 		red.Prepare(ctx, Iteration{Sync: true})
 		red.MarkReady(0, pg.Float64s(gr[0]))
 		err = red.Finalize(ctx)
-		if !errors.Is(err, ErrUnfinishedReduction) || !strings.Contains(err.Error(), "fc1.bias") || !strings.Contains(err.Error(), "FindUnusedParameters") {
+		if !errors.Is(err, ErrUnfinishedReduction) || !strings.Contains(err.Error(), "fc1.bias") ||
+			!strings.Contains(err.Error(), "FindUnusedParameters") {
 			t.Fatalf("got %v", err)
 		}
 		if err2 := red.Prepare(ctx, Iteration{Sync: true}); !errors.Is(err2, ErrUnfinishedReduction) {
@@ -196,7 +199,8 @@ func TestReducerErrors(t *testing.T) {
 	t.Run("wrong dtype and size", func(t *testing.T) {
 		red, _ := New(ctx, gs[0], ps, Options{})
 		red.Prepare(ctx, Iteration{Sync: true})
-		if err := red.MarkReady(0, pg.Float32s(make([]float32, 6))); !errors.Is(err, ErrBadGradient) || !strings.Contains(err.Error(), "fc1.weight") {
+		if err := red.MarkReady(0, pg.Float32s(make([]float32, 6))); !errors.Is(err, ErrBadGradient) ||
+			!strings.Contains(err.Error(), "fc1.weight") {
 			t.Fatalf("float32 gradient for a float64 param: %v", err)
 		}
 		if err := red.MarkReady(0, pg.Float64s(make([]float64, 5))); !errors.Is(err, ErrBadGradient) {
@@ -215,7 +219,8 @@ func TestReducerErrors(t *testing.T) {
 	})
 	t.Run("unused given without FindUnusedParameters", func(t *testing.T) {
 		red, _ := New(ctx, gs[0], ps, Options{})
-		if err := red.Prepare(ctx, Iteration{Sync: true, Unused: []int{1}}); err == nil || !strings.Contains(err.Error(), "FindUnusedParameters") {
+		if err := red.Prepare(ctx, Iteration{Sync: true, Unused: []int{1}}); err == nil ||
+			!strings.Contains(err.Error(), "FindUnusedParameters") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -235,7 +240,8 @@ func TestReducerModelMismatch(t *testing.T) {
 			return err
 		})
 		for r, err := range errs {
-			if !errors.Is(err, ErrModelMismatch) || !strings.Contains(err.Error(), "rank 2") || !strings.Contains(err.Error(), "fc2.weight") {
+			if !errors.Is(err, ErrModelMismatch) || !strings.Contains(err.Error(), "rank 2") ||
+				!strings.Contains(err.Error(), "fc2.weight") {
 				t.Errorf("rank %d: %v", r, err)
 			}
 		}

@@ -96,7 +96,8 @@ func (r *Reducer) VerifyReplicas(ctx context.Context, values []pg.Tensor) error 
 // naming the parameter and the ranks.
 func (r *Reducer) CheckReplicaWords(ctx context.Context, words []int64, values []pg.Tensor) error {
 	if len(words) != 2*len(r.params) || len(values) != len(r.params) {
-		return fmt.Errorf("reducer: CheckReplicaWords: %d words and %d values for %d parameters; want 2 words per parameter", len(words), len(values), len(r.params))
+		return fmt.Errorf("reducer: CheckReplicaWords: %d words and %d values for %d parameters; want 2 words per parameter",
+			len(words), len(values), len(r.params))
 	}
 	first := -1
 	for i := range r.params {
@@ -115,7 +116,8 @@ func (r *Reducer) CheckReplicaWords(ctx context.Context, words []int64, values [
 	}
 	all := make([]int64, n*len(values))
 	if err := r.g.AllGather(ctx, pg.Int64s(all), pg.Int64s(mine)).Wait(ctx); err != nil {
-		return r.fatal(fmt.Errorf("%w: parameter %d (%s) differs, and gathering the digests to name the ranks failed: %v", ErrReplicasDiverged, first, r.params[first].Name, err))
+		return r.fatal(fmt.Errorf("%w: parameter %d (%s) differs, and gathering the digests to name the ranks failed: %v",
+			ErrReplicasDiverged, first, r.params[first].Name, err))
 	}
 	groups := map[int64][]int{}
 	var order []int64
@@ -130,7 +132,10 @@ func (r *Reducer) CheckReplicaWords(ctx context.Context, words []int64, values [
 	for k, d := range order {
 		parts[k] = fmt.Sprintf("ranks %s hold %015x", rankList(groups[d]), d)
 	}
-	return r.fatal(fmt.Errorf("%w: parameter %d (%s) is the first that differs (%s); every rank stops, since training on would average gradients of different models. Look for rank-dependent code between steps (the optimizer must step every parameter on every rank: ddp.DDP.StepTensors or ValueGrads), a NaN on one rank, or writes to parameters outside the optimizer",
+	return r.fatal(fmt.Errorf("%w: parameter %d (%s) is the first that differs (%s); every rank stops, since training "+
+		"on would average gradients of different models. Look for rank-dependent code between steps (the optimizer must "+
+		"step every parameter on every rank: ddp.DDP.StepTensors or ValueGrads), a NaN on one rank, or writes to "+
+		"parameters outside the optimizer",
 		ErrReplicasDiverged, first, r.params[first].Name, strings.Join(parts, "; ")))
 }
 

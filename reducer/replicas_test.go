@@ -29,7 +29,8 @@ func TestVerifyReplicas(t *testing.T) {
 				values[rank] = sameValues(params) // the same on every rank: one seed
 				return err
 			}))
-			noErrors(t, onGroups(gs, func(rank int, _ pg.ProcessGroup) error { return rs[rank].VerifyReplicas(ctx, values[rank]) }))
+			noErrors(t,
+				onGroups(gs, func(rank int, _ pg.ProcessGroup) error { return rs[rank].VerifyReplicas(ctx, values[rank]) }))
 			values[2][2].Data[3*8] ^= 1 // the lowest bit of fc2.weight[3], on rank 2 // one element of fc2.weight, on rank 2
 			errs := onGroups(gs, func(rank int, _ pg.ProcessGroup) error { return rs[rank].VerifyReplicas(ctx, values[rank]) })
 			for rank, err := range errs {
@@ -101,7 +102,8 @@ func TestCheckReplicaWordsInsideLargerAllreduce(t *testing.T) {
 		if err := r.CheckReplicaWords(ctx, words[2:], values); err == nil || strings.Contains(err.Error(), "differs") {
 			return fmt.Errorf("misaligned words: %v; want the count refused", err)
 		}
-		if err := r.CheckReplicaWords(ctx, words[1:], values); !errors.Is(err, ErrReplicasDiverged) || !strings.Contains(err.Error(), "parameter 1 (fc1.bias)") {
+		if err := r.CheckReplicaWords(ctx, words[1:], values); !errors.Is(err, ErrReplicasDiverged) ||
+			!strings.Contains(err.Error(), "parameter 1 (fc1.bias)") {
 			return fmt.Errorf("CheckReplicaWords = %v; want fc1.bias named", err)
 		}
 		return nil
@@ -209,7 +211,8 @@ func TestUnusedSetChangesByStepAndRank(t *testing.T) {
 			for i := range params {
 				none := !used[0][i] && !used[1][i] && !used[2][i]
 				if (unusedAll != nil && unusedAll[i]) != none {
-					t.Fatalf("step %d rank %d: GloballyUnused()[%d] = %v, want %v", step, rank, i, unusedAll != nil && unusedAll[i], none)
+					t.Fatalf("step %d rank %d: GloballyUnused()[%d] = %v, want %v", step, rank, i, unusedAll != nil && unusedAll[i],
+						none)
 				}
 				if none {
 					continue // untouched, as torch leaves the grad
@@ -274,8 +277,10 @@ func TestFinite(t *testing.T) {
 		want bool
 	}{
 		{[]float64{}, true}, {[]float64{1, -1e308, 1e308, 0, math.SmallestNonzeroFloat64}, true},
-		{[]float64{1, 2, 3, 4, 5, math.NaN()}, false}, {[]float64{math.Inf(1)}, false}, {[]float64{0, 0, 0, 0, math.Inf(-1), 0}, false},
-		{[]float64{3}, true}, {[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9}, true}, {[]float64{1, 2, 3, 4, 5, 6, 7, 8, math.NaN()}, false},
+		{[]float64{1, 2, 3, 4, 5, math.NaN()}, false}, {[]float64{math.Inf(1)}, false},
+		{[]float64{0, 0, 0, 0, math.Inf(-1), 0}, false},
+		{[]float64{3}, true}, {[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9}, true},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, math.NaN()}, false},
 		{[]float64{-math.MaxFloat32, math.MaxFloat32, -1, 1, 2, 3, 4, 5, 6, 7, 8}, true},
 		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, math.Inf(-1), 9}, false}, {[]float64{-math.NaN()}, false},
 	} {
@@ -308,7 +313,8 @@ func BenchmarkFinite(b *testing.B) {
 // every special value, float32 and float64, at lengths that end the
 // 32-byte loop, the 8-byte loop and the odd float32.
 func TestFiniteEveryPosition(t *testing.T) {
-	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.MaxFloat64, -math.SmallestNonzeroFloat64, math.MaxFloat32, 0}
+	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.MaxFloat64, -math.SmallestNonzeroFloat64,
+		math.MaxFloat32, 0}
 	for n := 1; n <= 11; n++ {
 		for pos := range n {
 			for _, x := range specials {
@@ -324,7 +330,8 @@ func TestFiniteEveryPosition(t *testing.T) {
 				want64 := !math.IsNaN(x) && !math.IsInf(x, 0)
 				want32 := !math.IsNaN(float64(f[pos])) && !math.IsInf(float64(f[pos]), 0)
 				if Finite(pg.Float64s(v)) != want64 || Finite(pg.Float32s(f)) != want32 {
-					t.Fatalf("n %d, position %d, %v: Finite float64 %v (want %v), float32 %v (want %v)", n, pos, x, Finite(pg.Float64s(v)), want64, Finite(pg.Float32s(f)), want32)
+					t.Fatalf("n %d, position %d, %v: Finite float64 %v (want %v), float32 %v (want %v)", n, pos, x,
+						Finite(pg.Float64s(v)), want64, Finite(pg.Float32s(f)), want32)
 				}
 			}
 		}

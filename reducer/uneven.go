@@ -11,7 +11,8 @@ import (
 
 // ErrEarlyTermination is returned on every rank by a Join with
 // ThrowOnEarlyTermination once any rank has run out of inputs.
-var ErrEarlyTermination = errors.New("reducer: detected at least one rank that exhausted inputs; throwing across all ranks")
+var ErrEarlyTermination = errors.New(
+	"reducer: detected at least one rank that exhausted inputs; throwing across all ranks")
 
 // JoinOptions configure NewJoin, after torch's Join context manager and
 // DDP's join hook.
@@ -171,7 +172,8 @@ func (j *Join) Finish(ctx context.Context) error {
 			shadowed++
 		}
 	}
-	j.log.Info("joined: every rank is out of inputs", zap.Int("shadowed_iterations", shadowed), zap.Bool("last_joiner", lastJoiner))
+	j.log.Info("joined: every rank is out of inputs", zap.Int("shadowed_iterations", shadowed),
+		zap.Bool("last_joiner", lastJoiner))
 	return j.syncFinalModel(ctx, lastJoiner)
 }
 
@@ -230,7 +232,8 @@ func (j *Join) syncFinalModel(ctx context.Context, lastJoiner bool) error {
 		return fmt.Errorf("reducer: join: agreeing on the final model's rank: %w", err)
 	}
 	if cand[0] < 0 {
-		return errors.New("reducer: join: no rank was a last joiner") // unreachable: the first to see zero active ranks is one
+		// unreachable: the first to see zero active ranks is one
+		return errors.New("reducer: join: no rank was a last joiner")
 	}
 	return j.r.broadcastParamsFrom(ctx, j.values, int(cand[0]))
 }

@@ -82,14 +82,16 @@ func joinReferenceWith(batches []int, byActive bool, grad func(r, t, i int, w []
 
 // trainJoined runs rank r of a Join with batches[r] batches and returns
 // its final values.
-func trainJoined(ctx context.Context, g pg.ProcessGroup, batches []int, opts Options, jo JoinOptions) ([][]float64, error) {
+func trainJoined(ctx context.Context, g pg.ProcessGroup, batches []int, opts Options, jo JoinOptions) ([][]float64,
+	error) {
 	return trainJoinedWith(ctx, g, batches, opts, jo, joinGrad)
 }
 
 // trainJoinedWith is trainJoined with the gradients of grad: a nil one
 // is not marked ready (the rank's graph does not reach the parameter),
 // and an iteration that ends in a NonFiniteError is not stepped.
-func trainJoinedWith(ctx context.Context, g pg.ProcessGroup, batches []int, opts Options, jo JoinOptions, grad func(r, t, i int, w []float64) []float64) ([][]float64, error) {
+func trainJoinedWith(ctx context.Context, g pg.ProcessGroup, batches []int, opts Options, jo JoinOptions,
+	grad func(r, t, i int, w []float64) []float64) ([][]float64, error) {
 	r, err := New(ctx, g, joinParams, opts)
 	if err != nil {
 		return nil, err
@@ -149,7 +151,8 @@ func TestJoinUnevenInputs(t *testing.T) {
 			{[]int{0, 2, 2}, false, Options{FindUnusedParameters: true}},
 			{[]int{4, 4}, false, Options{}},
 		} {
-			name := fmt.Sprintf("%s/batches=%v/byActive=%v/cap=%d/unused=%v", backend, c.batches, c.byActive, c.opts.BucketCapBytes, c.opts.FindUnusedParameters)
+			name := fmt.Sprintf("%s/batches=%v/byActive=%v/cap=%d/unused=%v", backend, c.batches, c.byActive,
+				c.opts.BucketCapBytes, c.opts.FindUnusedParameters)
 			t.Run(name, func(t *testing.T) {
 				gs := groupsOf(t, backend, len(c.batches))
 				got := make([][][]float64, len(gs))

@@ -40,7 +40,8 @@ func verifyModel(ctx context.Context, g pg.ProcessGroup, params []Param) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("%w, but rank %d has %d parameters while %s; build the same model on every rank", ErrModelMismatch, g.Rank(), n, strings.Join(bad, ", "))
+		return fmt.Errorf("%w, but rank %d has %d parameters while %s; build the same model on every rank", ErrModelMismatch,
+			g.Rank(), n, strings.Join(bad, ", "))
 	}
 	mine := make([]int64, n*descWidth)
 	for i, p := range params {
@@ -56,7 +57,8 @@ func verifyModel(ctx context.Context, g pg.ProcessGroup, params []Param) error {
 		for i := range n {
 			a, b := ref[i*descWidth:(i+1)*descWidth], theirs[i*descWidth:(i+1)*descWidth]
 			if !equal(a, b) {
-				return fmt.Errorf("%w: parameter %d (%s on this rank) is %s on rank %d but %s on rank 0; build the same model on every rank",
+				return fmt.Errorf(
+					"%w: parameter %d (%s on this rank) is %s on rank %d but %s on rank 0; build the same model on every rank",
 					ErrModelMismatch, i, params[i].Name, formatDesc(b), r, formatDesc(a))
 			}
 		}
@@ -136,7 +138,8 @@ func (r *Reducer) checkValues(caller string, values []pg.Tensor) error {
 	}
 	for i, v := range values {
 		if p := r.params[i]; v.Dtype != p.Dtype || v.Len() != r.numel[i] {
-			return fmt.Errorf("%w: value of parameter %d (%s) is %v with %d elements, want %v with %d", ErrBadGradient, i, p.Name, v.Dtype, v.Len(), p.Dtype, r.numel[i])
+			return fmt.Errorf("%w: value of parameter %d (%s) is %v with %d elements, want %v with %d", ErrBadGradient, i,
+				p.Name, v.Dtype, v.Len(), p.Dtype, r.numel[i])
 		}
 	}
 	return nil

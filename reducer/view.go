@@ -111,7 +111,8 @@ func (r *Reducer) checkDisjoint() error {
 	for k := 1; k < len(s); k++ {
 		if s[k].start < s[k-1].end {
 			a, b := min(s[k-1].param, s[k].param), max(s[k-1].param, s[k].param)
-			return fmt.Errorf("%w: the gradients given to MarkReady for parameters %d (%s) and %d (%s) overlap, so one result would overwrite the other; give each parameter's gradient memory of its own (copy one of them before MarkReady)",
+			return fmt.Errorf("%w: the gradients given to MarkReady for parameters %d (%s) and %d (%s) overlap, so one result "+
+				"would overwrite the other; give each parameter's gradient memory of its own (copy one of them before MarkReady)",
 				ErrSharedGradients, a, r.params[a].Name, b, r.params[b].Name)
 		}
 	}

@@ -44,7 +44,8 @@ func TestCopyBytesMetric(t *testing.T) {
 		return nil
 	}))
 	want := `
-# HELP ddp_gradient_copy_bytes_total Gradient bytes the reducer copied into buckets (in), back into gradients (out), or found already in their bucket view (in_place, GradientAsBucketView).
+# HELP ddp_gradient_copy_bytes_total Gradient bytes the reducer copied into buckets (in), back into gradients (out), ` +
+		`or found already in their bucket view (in_place, GradientAsBucketView).
 # TYPE ddp_gradient_copy_bytes_total counter
 ddp_gradient_copy_bytes_total{backend="local",direction="in",rank="0"} 32
 ddp_gradient_copy_bytes_total{backend="local",direction="in_place",rank="0"} 96

@@ -100,7 +100,8 @@ func checkSizes(t *testing.T, n, world int, shuffle bool) {
 	}
 	for i := range n {
 		if counts[i] == 0 || firstN[i] != 1 {
-			t.Fatalf("N=%d world=%d shuffle=%v: index %d appears %d times, %d before padding; want ≥1 and exactly 1", n, world, shuffle, i, counts[i], firstN[i])
+			t.Fatalf("N=%d world=%d shuffle=%v: index %d appears %d times, %d before padding; want ≥1 and exactly 1", n, world,
+				shuffle, i, counts[i], firstN[i])
 		}
 	}
 }

@@ -42,8 +42,10 @@ func TestTraceIsJSONWithNamedLanes(t *testing.T) {
 	var buf bytes.Buffer
 	w := timeline.New(&buf, 0)
 	t0 := time.Unix(100, 0)
-	w.Write(&timeline.Event{Name: `a "quoted" name`, Lane: timeline.LaneBucket + 3, Start: t0, End: t0.Add(time.Millisecond)})
-	w.Write(&timeline.Event{Name: "backward", Lane: timeline.LaneCompute, Start: t0, End: t0.Add(-time.Second)}) // reversed: zero duration
+	w.Write(&timeline.Event{Name: `a "quoted" name`, Lane: timeline.LaneBucket + 3, Start: t0,
+		End: t0.Add(time.Millisecond)})
+	// reversed: zero duration
+	w.Write(&timeline.Event{Name: "backward", Lane: timeline.LaneCompute, Start: t0, End: t0.Add(-time.Second)})
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,8 @@ func TestTraceIsJSONWithNamedLanes(t *testing.T) {
 	if names[timeline.LaneBucket+3] != "bucket 3" || names[timeline.LaneCompute] != "compute" {
 		t.Errorf("lane names %v", names)
 	}
-	if len(slices) != 2 || slices[0].Name != `a "quoted" name` || slices[0].Dur != 1000 || slices[0].Ts != 100e6 || slices[1].Dur != 0 {
+	if len(slices) != 2 || slices[0].Name != `a "quoted" name` || slices[0].Dur != 1000 || slices[0].Ts != 100e6 ||
+		slices[1].Dur != 0 {
 		t.Errorf("events %+v", slices)
 	}
 }
@@ -179,7 +182,8 @@ func checkTrace(t *testing.T, events []event, name, lane, key string) {
 // written (invalid bytes as U+FFFD). A lane named "7" is named "7", not
 // given a sort index.
 func TestNamesAreJSONStrings(t *testing.T) {
-	for _, s := range []string{"lane\x01\xff", `a "quoted" \ name`, "7", "", "tab\tnl\nnul\x00del\x7f", "\u2028\u2029", "é 日本 \U0001F600", "\xc3", "\xed\xa0\x80"} {
+	for _, s := range []string{"lane\x01\xff", `a "quoted" \ name`, "7", "", "tab\tnl\nnul\x00del\x7f", "\u2028\u2029",
+		"é 日本 \U0001F600", "\xc3", "\xed\xa0\x80"} {
 		checkTrace(t, trace(t, s, s, "k"+s), s, s, "k"+s)
 	}
 	var buf bytes.Buffer

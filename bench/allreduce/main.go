@@ -74,14 +74,21 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&ops, "op", "allreduce", "collective to time: all, or a comma-separated list of "+opNames())
 	fs.StringVar(&format, "format", "csv", "output: csv, or table (nccl-tests' columns)")
 	fs.IntVar(&o.cfg.root, "root", 0, "root rank of broadcast, reduce, gather and scatter")
-	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local, tcp, nccl (one GPU per worker: GPU LOCAL_RANK, host tensors staged) or mpi (under mpirun -np N, built with -tags mpi; also measures tcp in the same job and prints the ratio)")
+	fs.StringVar(&o.backend, "backend", "tcp", "process group backend: local, tcp, nccl (one GPU per worker: GPU "+
+		"LOCAL_RANK, host tensors staged) or mpi (under mpirun -np N, built with -tags mpi; also measures tcp in the same "+
+		"job and prints the ratio)")
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
-	fs.BoolVar(&o.compareLocal, "compare-local", false, "tcp only: once the job is measured, rank 0 measures the same on goroutine ranks of the in-process backend (the others wait) and prints tcp's busbw over local's, with the memory-bandwidth bound, on stderr")
-	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864", "comma-separated sizes in bytes, as nccl-tests' -b/-e (see above for each op's buffers)")
+	fs.BoolVar(&o.compareLocal, "compare-local", false, "tcp only: once the job is measured, rank 0 measures the same "+
+		"on goroutine ranks of the in-process backend (the others wait) and prints tcp's busbw over local's, with the "+
+		"memory-bandwidth bound, on stderr")
+	fs.StringVar(&sizes, "sizes", "4096,1048576,67108864",
+		"comma-separated sizes in bytes, as nccl-tests' -b/-e (see above for each op's buffers)")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.IntVar(&o.cfg.iters, "iters", 0, "timed iterations per size (0 picks by size)")
 	fs.IntVar(&o.cfg.warmup, "warmup", 3, "untimed iterations per size")
-	fs.BoolVar(&o.cfg.heapBuffers, "heap-buffers", false, "allreduce on the heap; by default on memory the group hands out where it does (pg/tcp: its shared-memory arena, which the ranks of a host read in place), as the reducer keeps its buckets")
+	fs.BoolVar(&o.cfg.heapBuffers, "heap-buffers", false, "allreduce on the heap; by default on memory the group hands "+
+		"out where it does (pg/tcp: its shared-memory arena, which the ranks of a host read in place), as the reducer "+
+		"keeps its buckets")
 	o.job.AddFlags(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
@@ -233,7 +240,9 @@ func compareLocal(ctx context.Context, o options, tcpRows []result, stderr io.Wr
 		}
 	}
 	bmem := memoryBandwidth(64<<20, 8)
-	fmt.Fprintf(stderr, "# memory bandwidth (parallel copy on %d cores): %.2f GB/s of traffic; the bound, for tcp, then for local:\n", runtime.GOMAXPROCS(0), bmem/1e9)
+	fmt.Fprintf(stderr,
+		"# memory bandwidth (parallel copy on %d cores): %.2f GB/s of traffic; the bound, for tcp, then for local:\n",
+		runtime.GOMAXPROCS(0), bmem/1e9)
 	reportBoundAt(stderr, o.nproc, tcpRows, bmem)
 	reportBoundAt(stderr, o.nproc, localRows, bmem)
 	return nil

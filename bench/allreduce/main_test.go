@@ -30,7 +30,8 @@ func TestMain(m *testing.M) {
 
 func TestLocalPrintsCSV(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := run([]string{"--backend", "local", "--nproc", "3", "--sizes", "0,4096,65540", "--iters", "3"}, &out, &errOut); err != nil {
+	if err := run([]string{"--backend", "local", "--nproc", "3", "--sizes", "0,4096,65540", "--iters", "3"}, &out,
+		&errOut); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -129,7 +130,8 @@ func TestTableFormatLooksLikeNcclTests(t *testing.T) {
 // both formats, and checks one row per op and size.
 func TestEveryOpOnLocal(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := run([]string{"--backend", "local", "--nproc", "3", "--op", "all", "--sizes", "0,4096", "--iters", "2", "--warmup", "1", "--root", "1"}, &out, &errOut); err != nil {
+	if err := run([]string{"--backend", "local", "--nproc", "3", "--op", "all", "--sizes", "0,4096", "--iters", "2",
+		"--warmup", "1", "--root", "1"}, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -154,10 +156,12 @@ func TestEveryOpOnLocal(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := run([]string{"--backend", "local", "--nproc", "2", "--op", "reducescatter,sendrecv", "--sizes", "4096", "--iters", "1", "--format", "table"}, &out, &errOut); err != nil {
+	if err := run([]string{"--backend", "local", "--nproc", "2", "--op", "reducescatter,sendrecv", "--sizes", "4096",
+		"--iters", "1", "--format", "table"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# reducescatter: 2 ranks, local backend, busbw = algbw × (n-1)/n", "# sendrecv: 2 ranks, local backend, busbw = algbw × 1", "# Avg bus bandwidth"} {
+	for _, want := range []string{"# reducescatter: 2 ranks, local backend, busbw = algbw × (n-1)/n",
+		"# sendrecv: 2 ranks, local backend, busbw = algbw × 1", "# Avg bus bandwidth"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table output lacks %q:\n%s", want, out.String())
 		}
@@ -166,13 +170,15 @@ func TestEveryOpOnLocal(t *testing.T) {
 
 func TestSendRecvNeedsTwoRanks(t *testing.T) {
 	var out, errOut bytes.Buffer
-	err := run([]string{"--backend", "local", "--nproc", "1", "--op", "sendrecv", "--sizes", "64", "--iters", "1"}, &out, &errOut)
+	err := run([]string{"--backend", "local", "--nproc", "1", "--op", "sendrecv", "--sizes", "64", "--iters", "1"}, &out,
+		&errOut)
 	if err == nil || !strings.Contains(err.Error(), "at least 2 ranks") {
 		t.Fatalf("got %v, want an error asking for 2 ranks", err)
 	}
 	// --op all skips it with a note instead.
 	out.Reset()
-	if err := run([]string{"--backend", "local", "--nproc", "1", "--op", "all", "--sizes", "64", "--iters", "1", "--warmup", "0"}, &out, &errOut); err != nil {
+	if err := run([]string{"--backend", "local", "--nproc", "1", "--op", "all", "--sizes", "64", "--iters", "1",
+		"--warmup", "0"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "# skipped sendrecv: needs at least 2 ranks") {
@@ -188,7 +194,8 @@ func TestTCPWorkers(t *testing.T) {
 		t.Skip("starts two processes")
 	}
 	var out, errOut bytes.Buffer
-	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--op", "all", "--sizes", "65536", "--iters", "2", "--warmup", "1", "--timeout", "30s"}, &out, &errOut); err != nil {
+	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--op", "all", "--sizes", "65536", "--iters", "2",
+		"--warmup", "1", "--timeout", "30s"}, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -217,13 +224,15 @@ func TestCompareLocal(t *testing.T) {
 		t.Skip("starts two processes")
 	}
 	var out, errOut bytes.Buffer
-	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--sizes", "65536,1048576", "--iters", "2", "--warmup", "1", "--timeout", "30s", "--compare-local"}, &out, &errOut); err != nil {
+	if err := run([]string{"--backend", "tcp", "--nproc", "2", "--sizes", "65536,1048576", "--iters", "2", "--warmup", "1",
+		"--timeout", "30s", "--compare-local"}, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`# allreduce bytes=65536 tcp busbw=[0-9.]+ GB/s local busbw=[0-9.]+ GB/s tcp/local=[0-9.]+`),
 		regexp.MustCompile(`# allreduce bytes=1048576 tcp busbw=[0-9.]+ GB/s local busbw=[0-9.]+ GB/s tcp/local=[0-9.]+`),
-		regexp.MustCompile(`(?s)# bytes=1048576 ranks=2 bound=[0-9.]+us measured=.*# bytes=1048576 ranks=2 bound=[0-9.]+us measured=`),
+		regexp.MustCompile(
+			`(?s)# bytes=1048576 ranks=2 bound=[0-9.]+us measured=.*# bytes=1048576 ranks=2 bound=[0-9.]+us measured=`),
 	} {
 		if !want.MatchString(errOut.String()) {
 			t.Errorf("stderr does not match %v:\n%s", want, errOut.String())
@@ -237,7 +246,8 @@ func TestHelpAndTypo(t *testing.T) {
 	for _, arg := range []string{"-h", "--help"} {
 		var out bytes.Buffer
 		_, err := parse([]string{arg}, &out)
-		if cli.Code(err) != 0 || !strings.Contains(out.String(), "\n  --nproc int\n") || strings.Contains(out.String(), "\n  -n") {
+		if cli.Code(err) != 0 || !strings.Contains(out.String(), "\n  --nproc int\n") ||
+			strings.Contains(out.String(), "\n  -n") {
 			t.Errorf("%s: %v (exit %d), usage:\n%s", arg, err, cli.Code(err), out.String())
 		}
 	}
@@ -245,6 +255,7 @@ func TestHelpAndTypo(t *testing.T) {
 	_, err := parse([]string{"--nprocs", "2"}, &out)
 	var fe *cli.FlagError
 	if cli.Code(err) != 2 || !errors.As(err, &fe) || fe.Suggest != "nproc" || out.Len() != 0 {
-		t.Errorf("--nprocs: %v (exit %d), printed %q; want a flag error suggesting --nproc, exit 2, nothing printed", err, cli.Code(err), out.String())
+		t.Errorf("--nprocs: %v (exit %d), printed %q; want a flag error suggesting --nproc, exit 2, nothing printed", err,
+			cli.Code(err), out.String())
 	}
 }

@@ -82,7 +82,8 @@ func (r result) csv() string {
 // tableHeader is nccl-tests' header, for one op.
 func tableHeader(op collective, n int, backend string) string {
 	return fmt.Sprintf("# %s: %d ranks, %s backend, busbw = algbw × %s\n", op.name, n, backend, op.formula) +
-		fmt.Sprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s\n", "size", "count", "type", "redop", "root", "time", "algbw", "busbw") +
+		fmt.Sprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s\n", "size", "count", "type", "redop", "root", "time", "algbw",
+			"busbw") +
 		fmt.Sprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)")
 }
 
@@ -98,7 +99,8 @@ func (r result) table() string {
 	default:
 		t = fmt.Sprintf("%7.2f", us)
 	}
-	return fmt.Sprintf("%12d  %12d  %8v  %6s  %6s  %7s  %6.2f  %6.2f", r.bytes, r.count, r.dtype, r.redop(), r.rootField(), t, r.algbw(), r.busbw())
+	return fmt.Sprintf("%12d  %12d  %8v  %6s  %6s  %7s  %6.2f  %6.2f", r.bytes, r.count, r.dtype, r.redop(), r.rootField(),
+		t, r.algbw(), r.busbw())
 }
 
 // measure runs the benchmark on one rank. Every rank runs it; rank 0
@@ -186,5 +188,6 @@ func measureOne(ctx context.Context, g pg.ProcessGroup, c config, op collective,
 		return result{}, err
 	}
 	el := time.Since(start)
-	return result{op: op, count: count, bytes: bytes, dtype: c.dtype, root: c.root, perIter: el / time.Duration(iters), n: g.Size()}, nil
+	return result{op: op, count: count, bytes: bytes, dtype: c.dtype, root: c.root, perIter: el / time.Duration(iters),
+		n: g.Size()}, nil
 }

@@ -43,7 +43,8 @@ func reportBound(w io.Writer, n int, rows []result) {
 		return
 	}
 	bmem := memoryBandwidth(64<<20, 8)
-	fmt.Fprintf(w, "# memory bandwidth (parallel copy on %d cores): %.2f GB/s of traffic\n", runtime.GOMAXPROCS(0), bmem/1e9)
+	fmt.Fprintf(w, "# memory bandwidth (parallel copy on %d cores): %.2f GB/s of traffic\n", runtime.GOMAXPROCS(0),
+		bmem/1e9)
 	reportBoundAt(w, n, rows, bmem)
 }
 

@@ -87,11 +87,14 @@ func joinTCPOverMPI(ctx context.Context, g *mpi.Group, o options) (pg.ProcessGro
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(hello[0])<<8|int(hello[1])))
 	secret := hello[2:]
-	st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: addr, IsServer: g.Rank() == 0, Secret: secret, Timeout: o.job.Timeout})
+	st, err := store.NewTCPStore(ctx,
+		store.TCPStoreOptions{Addr: addr, IsServer: g.Rank() == 0, Secret: secret, Timeout: o.job.Timeout})
 	if err != nil {
 		return nil, nil, fmt.Errorf("rank %d: tcp store at %s: %w", g.Rank(), addr, err)
 	}
-	tg, err := tcp.New(ctx, st, tcp.Options{Rank: g.Rank(), Size: g.Size(), Secret: secret, ListenAddr: "127.0.0.1:0", Timeout: o.job.Timeout, LinkBytesPerSec: o.job.LinkBytesPerSec})
+	tg, err := tcp.New(ctx, st,
+		tcp.Options{Rank: g.Rank(), Size: g.Size(), Secret: secret, ListenAddr: "127.0.0.1:0", Timeout: o.job.Timeout,
+			LinkBytesPerSec: o.job.LinkBytesPerSec})
 	if err != nil {
 		st.Close()
 		return nil, nil, err

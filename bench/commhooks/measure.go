@@ -233,7 +233,8 @@ func gradBuckets(ps []reducer.Param, plan [][]int) []*commhook.GradBucket {
 		off := 0
 		for _, i := range idx {
 			n := ps[i].Numel()
-			gb.Params = append(gb.Params, commhook.ParamView{Index: i, Name: ps[i].Name, Shape: ps[i].Shape, Offset: off, Len: n})
+			gb.Params = append(gb.Params,
+				commhook.ParamView{Index: i, Name: ps[i].Name, Shape: ps[i].Shape, Offset: off, Len: n})
 			off += n
 		}
 		gb.Buffer = pg.NewTensor(pg.Float32, off)

@@ -25,14 +25,16 @@ func report(w io.Writer, o options, rows []row) {
 		return float64(base.bytes) / float64(r.bytes)
 	}
 	if o.format == "csv" {
-		fmt.Fprintln(w, "hook,grad_bytes,bytes_per_step,allreduces_per_step,ratio_vs_allreduce,torch_compression_rate,cpu_ms_per_mib")
+		fmt.Fprintln(w,
+			"hook,grad_bytes,bytes_per_step,allreduces_per_step,ratio_vs_allreduce,torch_compression_rate,cpu_ms_per_mib")
 		for _, r := range rows {
 			fmt.Fprintf(w, "%s,%d,%d,%d,%.2f,%.2f,%.3f\n", r.label, r.gradBytes, r.bytes, r.collectives, ratio(r), r.torchRate,
 				float64(r.cpuPerMiB.Microseconds())/1000)
 		}
 		return
 	}
-	fmt.Fprintf(w, "# commhooks: MLP %s float32, %d gradient bytes; bytes per step per rank with %d ranks and the reducer's default buckets; CPU per MiB on one rank, mean of %d steps\n",
+	fmt.Fprintf(w, "# commhooks: MLP %s float32, %d gradient bytes; bytes per step per rank with %d ranks and the "+
+		"reducer's default buckets; CPU per MiB on one rank, mean of %d steps\n",
 		strings.Join(dims, "-"), rows[0].gradBytes, o.nproc, o.steps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "hook\tbytes/step\tallreduces\tvs allreduce\ttorch rate\tCPU ms/MiB\t")

@@ -112,17 +112,25 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks")
 	fs.IntVar(&o.cfg.rows, "batch", 64, "batch per rank")
 	fs.IntVar(&o.cfg.steps, "steps", 50, "timed steps of each model")
-	fs.IntVar(&o.cfg.warmup, "warmup", 5, "untimed steps of each model first (at least 2: the buckets are rebuilt after the first)")
-	fs.StringVar(&o.cfg.hook, "hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, noop to time DDP without communication, or sync to time DDP with one float32 allreduced per bucket (the ranks' synchronization alone)")
+	fs.IntVar(&o.cfg.warmup, "warmup", 5,
+		"untimed steps of each model first (at least 2: the buckets are rebuilt after the first)")
+	fs.StringVar(&o.cfg.hook, "hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, noop "+
+		"to time DDP without communication, or sync to time DDP with one float32 allreduced per bucket (the ranks' "+
+		"synchronization alone)")
 	fs.IntVar(&o.cfg.powersgdRank, "powersgd-rank", 1, "powersgd hooks: matrix_approximation_rank")
-	fs.IntVar(&o.cfg.powersgdStartIter, "powersgd-start-iter", 2, "powersgd hooks: plain allreduce before this iteration (at least 2; keep it within --warmup to time compressed steps)")
+	fs.IntVar(&o.cfg.powersgdStartIter, "powersgd-start-iter", 2, "powersgd hooks: plain allreduce before this "+
+		"iteration (at least 2; keep it within --warmup to time compressed steps)")
 	fs.IntVar(&o.cfg.bucketCapBytes, "bucket-cap-bytes", 0, "bucket cap (0: the reducer's default, 25 MiB)")
 	fs.IntVar(&o.cfg.firstBucketBytes, "first-bucket-bytes", 0, "first bucket's cap (0: the reducer's default, 1 MiB)")
-	fs.BoolVar(&o.cfg.bucketView, "gradient-as-bucket-view", false, "the DDP replica uses GradientAsBucketView: gradients live in the buckets")
-	fs.BoolVar(&o.cfg.compareView, "compare-bucket-view", false, "also time a DDP replica with GradientAsBucketView, alternately with the copying one, and report both side by side")
-	fs.BoolVar(&o.cfg.noAlign, "no-align", false, "no untimed barrier before each step: DDP steps then also wait out the ranks' drift over the plain step before them")
+	fs.BoolVar(&o.cfg.bucketView, "gradient-as-bucket-view", false,
+		"the DDP replica uses GradientAsBucketView: gradients live in the buckets")
+	fs.BoolVar(&o.cfg.compareView, "compare-bucket-view", false,
+		"also time a DDP replica with GradientAsBucketView, alternately with the copying one, and report both side by side")
+	fs.BoolVar(&o.cfg.noAlign, "no-align", false,
+		"no untimed barrier before each step: DDP steps then also wait out the ranks' drift over the plain step before them")
 	fs.StringVar(&o.format, "format", "table", "output: table or csv")
-	fs.StringVar(&o.cpuProf, "cpuprofile", "", "tcp only: each worker writes a CPU profile of its run to this path with .rank<N> appended")
+	fs.StringVar(&o.cpuProf, "cpuprofile", "",
+		"tcp only: each worker writes a CPU profile of its run to this path with .rank<N> appended")
 	o.job.AddFlags(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
@@ -137,7 +145,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	case o.cfg.warmup < 2:
 		return o, cli.Usage(fmt.Errorf("--warmup %d: want at least 2, to time the buckets after the rebuild", o.cfg.warmup))
 	case o.cfg.bucketView && o.cfg.compareView:
-		return o, cli.Usage(fmt.Errorf("--gradient-as-bucket-view and --compare-bucket-view: choose one (the comparison runs both)"))
+		return o, cli.Usage(
+			fmt.Errorf("--gradient-as-bucket-view and --compare-bucket-view: choose one (the comparison runs both)"))
 	case o.format != "table" && o.format != "csv":
 		return o, cli.Usage(fmt.Errorf("--format %q: want table or csv", o.format))
 	}

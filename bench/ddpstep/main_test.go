@@ -43,7 +43,8 @@ func TestIntervals(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	for _, args := range [][]string{
-		{"--backend", "nccl"}, {"--nproc", "0"}, {"--warmup", "1"}, {"--hook", "zip"}, {"--hook", "powersgd", "--powersgd-start-iter", "1"}, {"--format", "json"},
+		{"--backend", "nccl"}, {"--nproc", "0"}, {"--warmup", "1"}, {"--hook", "zip"},
+		{"--hook", "powersgd", "--powersgd-start-iter", "1"}, {"--format", "json"},
 	} {
 		if _, err := parse(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parse(%q) accepted", args)
@@ -73,7 +74,8 @@ func TestMeasure(t *testing.T) {
 		}
 	}()
 	// Small caps so the small model still gets several buckets.
-	cfg := config{sizes: []int{16, 32, 32, 4}, rows: 4, steps: 3, warmup: 2, hook: "allreduce", bucketCapBytes: 4096, firstBucketBytes: 1024}
+	cfg := config{sizes: []int{16, 32, 32, 4}, rows: 4, steps: 3, warmup: 2, hook: "allreduce", bucketCapBytes: 4096,
+		firstBucketBytes: 1024}
 	results := make([]rankResult, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -103,7 +105,8 @@ func TestMeasure(t *testing.T) {
 	}
 	var out bytes.Buffer
 	report(&out, options{backend: "local", nproc: 2, format: "csv", cfg: cfg}, res)
-	for _, key := range []string{"step_no_ddp_ms,", "step_ddp_ms,", "step_ratio,", "overlap,", "bucket1_overlap,", "#   0: "} {
+	for _, key := range []string{"step_no_ddp_ms,", "step_ddp_ms,", "step_ratio,", "overlap,", "bucket1_overlap,",
+		"#   0: "} {
 		if !strings.Contains(out.String(), key) {
 			t.Errorf("report lacks %q:\n%s", key, out.String())
 		}
@@ -126,7 +129,8 @@ func TestCompareBucketView(t *testing.T) {
 			g.Close()
 		}
 	}()
-	cfg := config{sizes: []int{16, 32, 4}, rows: 4, steps: 3, warmup: 2, hook: "allreduce", bucketCapBytes: 1024, firstBucketBytes: 256, compareView: true}
+	cfg := config{sizes: []int{16, 32, 4}, rows: 4, steps: 3, warmup: 2, hook: "allreduce", bucketCapBytes: 1024,
+		firstBucketBytes: 256, compareView: true}
 	results := make([]rankResult, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -154,7 +158,8 @@ func TestCompareBucketView(t *testing.T) {
 	}
 	var out bytes.Buffer
 	report(&out, options{backend: "local", nproc: 2, format: "csv", cfg: cfg}, res)
-	for _, key := range []string{"view_step_ratio,", "copy_total_bytes,", "view_reducer_copy_in_bytes,0\n", "view_fallbacks,0\n"} {
+	for _, key := range []string{"view_step_ratio,", "copy_total_bytes,", "view_reducer_copy_in_bytes,0\n",
+		"view_fallbacks,0\n"} {
 		if !strings.Contains(out.String(), key) {
 			t.Errorf("report lacks %q:\n%s", key, out.String())
 		}
@@ -201,7 +206,8 @@ func TestHelpAndTypo(t *testing.T) {
 	for _, arg := range []string{"-h", "--help"} {
 		var out bytes.Buffer
 		_, err := parse([]string{arg}, &out)
-		if cli.Code(err) != 0 || !strings.Contains(out.String(), "\n  --nproc int\n") || strings.Contains(out.String(), "\n  -n") {
+		if cli.Code(err) != 0 || !strings.Contains(out.String(), "\n  --nproc int\n") ||
+			strings.Contains(out.String(), "\n  -n") {
 			t.Errorf("%s: %v (exit %d), usage:\n%s", arg, err, cli.Code(err), out.String())
 		}
 	}
@@ -209,6 +215,7 @@ func TestHelpAndTypo(t *testing.T) {
 	_, err := parse([]string{"--nprocs", "2"}, &out)
 	var fe *cli.FlagError
 	if cli.Code(err) != 2 || !errors.As(err, &fe) || fe.Suggest != "nproc" || out.Len() != 0 {
-		t.Errorf("--nprocs: %v (exit %d), printed %q; want a flag error suggesting --nproc, exit 2, nothing printed", err, cli.Code(err), out.String())
+		t.Errorf("--nprocs: %v (exit %d), printed %q; want a flag error suggesting --nproc, exit 2, nothing printed", err,
+			cli.Code(err), out.String())
 	}
 }

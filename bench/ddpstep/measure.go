@@ -68,13 +68,15 @@ type copyBytes struct {
 // copiesOf reads a replica's cumulative copy counters.
 func copiesOf(d *ddp.DDP) copyBytes {
 	st := d.Reducer().CopyStats()
-	return copyBytes{reducerIn: float64(st.In), reducerOut: float64(st.Out), placed: float64(d.PlacedBytes()), fallbacks: st.Fallbacks}
+	return copyBytes{reducerIn: float64(st.In), reducerOut: float64(st.Out), placed: float64(d.PlacedBytes()),
+		fallbacks: st.Fallbacks}
 }
 
 // perStep is (end - start) / steps.
 func perStep(end, start copyBytes, steps int) copyBytes {
 	n := float64(steps)
-	return copyBytes{(end.reducerIn - start.reducerIn) / n, (end.reducerOut - start.reducerOut) / n, (end.placed - start.placed) / n, end.fallbacks - start.fallbacks}
+	return copyBytes{(end.reducerIn - start.reducerIn) / n, (end.reducerOut - start.reducerOut) / n,
+		(end.placed - start.placed) / n, end.fallbacks - start.fallbacks}
 }
 
 // measure builds a plain model and a DDP replica on g and runs them
@@ -290,8 +292,9 @@ func sampleOf(pc, dc stepClock, spans []span) sample {
 	comm := union(spans)
 	s := sample{
 		plain: pc.end, plainFwd: pc.bwd - pc.runStart, plainBwd: pc.runEnd - pc.bwd, plainAfter: pc.end - pc.runEnd,
-		step: dc.end, before: dc.runStart, fwd: dc.bwd - dc.runStart, bwd: dc.runEnd - dc.bwd, wait: dc.reduced - dc.runEnd, after: dc.end - dc.reduced,
-		comm: total(comm), hidden: within(comm, span{dc.runStart, dc.runEnd}),
+		step: dc.end, before: dc.runStart, fwd: dc.bwd - dc.runStart, bwd: dc.runEnd - dc.bwd, wait: dc.reduced - dc.runEnd,
+		after: dc.end - dc.reduced,
+		comm:  total(comm), hidden: within(comm, span{dc.runStart, dc.runEnd}),
 	}
 	for _, b := range spans {
 		s.buckets = append(s.buckets, bucketSample{

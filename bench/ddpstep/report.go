@@ -40,7 +40,8 @@ func summarize(res rankResult) []row {
 		{"backward_ddp_ms", "  backward", med(func(s sample) time.Duration { return s.bwd }), "ms"},
 		{"wait_after_runall_ms", "  wait after RunAll", med(func(s sample) time.Duration { return s.wait }), "ms"},
 		{"solver_ddp_ms", "  solver step and Reset", med(func(s sample) time.Duration { return s.after }), "ms"},
-		{"step_ratio", "DDP step / step without DDP", median(ss, func(s sample) float64 { return s.step.Seconds() / s.plain.Seconds() }), "x"},
+		{"step_ratio", "DDP step / step without DDP",
+			median(ss, func(s sample) float64 { return s.step.Seconds() / s.plain.Seconds() }), "x"},
 		{"comm_ms", "communication", med(func(s sample) time.Duration { return s.comm }), "ms"},
 		{"comm_hidden_ms", "  hidden behind backward", med(func(s sample) time.Duration { return s.hidden }), "ms"},
 		{"overlap", "overlap (hidden / communication)", ratio(hidden, comm), "fraction"},
@@ -48,9 +49,12 @@ func summarize(res rankResult) []row {
 	rows = append(rows, copyRows("", "", res.copied)...)
 	if res.viewCopied != (copyBytes{}) || (len(ss) > 0 && ss[0].viewStep > 0) {
 		rows = append(rows,
-			row{"step_ddp_view_ms", "step with DDP, gradient_as_bucket_view", med(func(s sample) time.Duration { return s.viewStep }), "ms"},
-			row{"view_step_ratio", "  bucket-view step / copying DDP step", median(ss, func(s sample) float64 { return s.viewStep.Seconds() / s.step.Seconds() }), "x"},
-			row{"view_step_ratio_no_ddp", "  bucket-view step / step without DDP", median(ss, func(s sample) float64 { return s.viewStep.Seconds() / s.plain.Seconds() }), "x"})
+			row{"step_ddp_view_ms", "step with DDP, gradient_as_bucket_view",
+				med(func(s sample) time.Duration { return s.viewStep }), "ms"},
+			row{"view_step_ratio", "  bucket-view step / copying DDP step",
+				median(ss, func(s sample) float64 { return s.viewStep.Seconds() / s.step.Seconds() }), "x"},
+			row{"view_step_ratio_no_ddp", "  bucket-view step / step without DDP",
+				median(ss, func(s sample) float64 { return s.viewStep.Seconds() / s.plain.Seconds() }), "x"})
 		rows = append(rows, copyRows("view_", ", bucket views", res.viewCopied)...)
 	}
 	for b := range res.plan {
@@ -70,8 +74,10 @@ func summarize(res rankResult) []row {
 			})
 		}
 		rows = append(rows,
-			row{fmt.Sprintf("bucket%d_launch_ms", b), fmt.Sprintf("bucket %d launched after backward began", b), at(func(x bucketSample) time.Duration { return x.launch }), "ms"},
-			row{fmt.Sprintf("bucket%d_done_ms", b), fmt.Sprintf("bucket %d done after backward began", b), at(func(x bucketSample) time.Duration { return x.done }), "ms"},
+			row{fmt.Sprintf("bucket%d_launch_ms", b), fmt.Sprintf("bucket %d launched after backward began", b),
+				at(func(x bucketSample) time.Duration { return x.launch }), "ms"},
+			row{fmt.Sprintf("bucket%d_done_ms", b), fmt.Sprintf("bucket %d done after backward began", b),
+				at(func(x bucketSample) time.Duration { return x.done }), "ms"},
 			row{fmt.Sprintf("bucket%d_overlap", b), fmt.Sprintf("bucket %d hidden", b), ratio(hid, sum), "fraction"})
 	}
 	return rows
@@ -119,7 +125,8 @@ func header(w io.Writer, o options, res rankResult) {
 	for i, s := range o.cfg.sizes {
 		dims[i] = fmt.Sprint(s)
 	}
-	fmt.Fprintf(w, "# ddpstep: MLP %s float32 relu, batch %d per rank, %d ranks, backend %s, hook %s; %d steps after %d warmup, medians on rank 0\n",
+	fmt.Fprintf(w, "# ddpstep: MLP %s float32 relu, batch %d per rank, %d ranks, backend %s, hook %s; %d steps after %d "+
+		"warmup, medians on rank 0\n",
 		strings.Join(dims, "-"), o.cfg.rows, o.nproc, o.backend, o.cfg.hook, o.cfg.steps, o.cfg.warmup)
 	fmt.Fprintln(w, "# buckets after the rebuild, in launch order:")
 	for b, info := range res.plan {

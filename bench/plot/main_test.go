@@ -189,7 +189,8 @@ func TestTraceTitle(t *testing.T) {
 		{[]string{"trace/rank-0.json", "trace/rank-1.json"}, 3, "timeline: rank-0.json, rank-1.json (last 3 steps)"},
 		{[]string{"rank-0.json"}, 1, "timeline: rank-0.json (last step)"},
 		{[]string{"x.json"}, 0, "timeline: x.json (all events)"},
-		{[]string{"r0.json", "r1.json", "r2.json", "r3.json", "r4.json"}, 2, "timeline: r0.json … r4.json (5 ranks) (last 2 steps)"},
+		{[]string{"r0.json", "r1.json", "r2.json", "r3.json", "r4.json"}, 2,
+			"timeline: r0.json … r4.json (5 ranks) (last 2 steps)"},
 	} {
 		if got := traceTitle(c.paths, c.steps); got != c.want {
 			t.Errorf("traceTitle(%q, %d) = %q, want %q", c.paths, c.steps, got, c.want)
@@ -264,7 +265,8 @@ func TestUsage(t *testing.T) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
 		}
 	}
-	if err := run([]string{"--in", filepath.Join(t.TempDir(), "missing.json")}, io.Discard); err == nil || errors.Is(err, cli.ErrUsage) {
+	if err := run([]string{"--in", filepath.Join(t.TempDir(), "missing.json")}, io.Discard); err == nil ||
+		errors.Is(err, cli.ErrUsage) {
 		t.Errorf("a missing input gave %v, want a plain error", err)
 	}
 	for _, arg := range []string{"-h", "--help"} {

@@ -191,7 +191,8 @@ func printProfiles(w io.Writer, rec record, profiles map[int][]scalemodel.Profil
 		for _, q := range profiles[k] {
 			lo, hi = min(lo, q.Compute()), max(hi, q.Compute())
 		}
-		fmt.Fprintf(w, "compute-only (noop), %d×%d ranks, median of %d runs: forward %.1f ms, backward %.1f ms, other %.1f ms; step %.1f ms (runs %.1f–%.1f); buckets",
+		fmt.Fprintf(w, "compute-only (noop), %d×%d ranks, median of %d runs: forward %.1f ms, backward %.1f ms, other %.1f "+
+			"ms; step %.1f ms (runs %.1f–%.1f); buckets",
 			rec.Hosts, k, len(profiles[k]), p.Forward*1e3, p.Backward*1e3, p.Other*1e3, p.Compute()*1e3, lo*1e3, hi*1e3)
 		for _, b := range p.Buckets {
 			fmt.Fprintf(w, " [%.0f B ready at %.1f ms]", b.Bytes, b.Ready*1e3)
@@ -211,7 +212,8 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 }
 
 func printRows(w io.Writer, rows []row) {
-	fmt.Fprintf(w, "\n| link | ranks | hook | measured ms: median (min–max) | predicted ms | error | + hook overhead ms | error | exposed ms: measured | predicted, own compute | comm ms | hidden |\n")
+	fmt.Fprintf(w, "\n| link | ranks | hook | measured ms: median (min–max) | predicted ms | error | + hook overhead ms "+
+		"| error | exposed ms: measured | predicted, own compute | comm ms | hidden |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if r.hook == "noop" {
@@ -223,7 +225,8 @@ func printRows(w io.Writer, rows []row) {
 		if r.withOverhead > 0 {
 			over, overErr = fmt.Sprintf("%.1f", r.withOverhead*1e3), fmt.Sprintf("%+.0f%%", (r.withOverhead/m-1)*100)
 		}
-		fmt.Fprintf(w, "| %s | 2×%d | %s | %.1f (%.1f–%.1f) | %.1f | %+.0f%% | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", r.rate, r.perHost, r.hook,
+		fmt.Fprintf(w, "| %s | 2×%d | %s | %.1f (%.1f–%.1f) | %.1f | %+.0f%% | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n",
+			r.rate, r.perHost, r.hook,
 			m*1e3, lo*1e3, hi*1e3, r.pred.Step*1e3, (r.pred.Step/m-1)*100, over, overErr,
 			median(r.exposed)*1e3, median(r.ownExposed)*1e3, r.pred.Comm*1e3, r.pred.Hidden*100)
 	}

@@ -83,7 +83,8 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 
 // run starts perHost ranks of argv on each host, waits for all of them
 // (at most timeout), and returns each rank's stdout.
-func (j *bedJob) run(ctx context.Context, perHost int, timeout time.Duration, name string, argv ...string) ([]string, error) {
+func (j *bedJob) run(ctx context.Context, perHost int, timeout time.Duration, name string, argv ...string) ([]string,
+	error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	j.port++

@@ -41,7 +41,8 @@ func (c calibration) String() string {
 // calibrate measures the link between ranks: across hosts (one rank on
 // each of two hosts) when intra is false, else two ranks on host 0
 // (loopback TCP inside its namespace, or shared memory with shm).
-func calibrate(ctx context.Context, j *bedJob, rate string, intra, shm bool, budget time.Duration) (calibration, error) {
+func calibrate(ctx context.Context, j *bedJob, rate string, intra, shm bool, budget time.Duration) (calibration,
+	error) {
 	self, err := os.Executable()
 	if err != nil {
 		return calibration{}, err
@@ -49,7 +50,8 @@ func calibrate(ctx context.Context, j *bedJob, rate string, intra, shm bool, bud
 	if err := j.setRate(ctx, rate); err != nil {
 		return calibration{}, err
 	}
-	argv := []string{self, probeWorkerCmd, "--sizes", probeSizes, "--budget", budget.String(), "--shm=" + strconv.FormatBool(shm)}
+	argv := []string{self, probeWorkerCmd, "--sizes", probeSizes, "--budget", budget.String(),
+		"--shm=" + strconv.FormatBool(shm)}
 	var outs []string
 	name := "probe-inter-" + rate
 	if intra {

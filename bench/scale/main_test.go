@@ -43,7 +43,8 @@ func writeTrace(t *testing.T, dir string, steps int) {
 		}
 		for b, r := range []float64{30, 70} {
 			l := timeline.Event{Name: "launch", Lane: timeline.LaneReducer, Start: ms(s, r), End: ms(s, r+0.1)}
-			l.Args[0], l.Args[1] = timeline.Arg{Key: "bucket", Value: int64(b)}, timeline.Arg{Key: "bytes", Value: int64(1000 * (b + 1))}
+			l.Args[0], l.Args[1] = timeline.Arg{Key: "bucket", Value: int64(b)}, timeline.Arg{Key: "bytes",
+				Value: int64(1000 * (b + 1))}
 			w.Write(&l)
 		}
 		wt := timeline.Event{Name: "wait", Lane: timeline.LaneReducer, Start: ms(s, 70), End: ms(s, 72)}
@@ -102,7 +103,8 @@ func TestPredictTable(t *testing.T) {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	// 2 ranks, ring: 12.5 MB at 125 MB/s is 100 ms, all after backward.
-	for _, want := range []string{"1      1       ring  allreduce   100.00", "2      2       ring  allreduce   200.00", "2      2       ring       fp16   150.00"} {
+	for _, want := range []string{"1      1       ring  allreduce   100.00", "2      2       ring  allreduce   200.00",
+		"2      2       ring       fp16   150.00"} {
 		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("no row %q in\n%s", want, out.String())
 		}

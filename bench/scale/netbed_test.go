@@ -57,7 +57,8 @@ func TestNetbedValidateSmall(t *testing.T) {
 	}
 	row := func(hook string) (measured, predicted float64) {
 		t.Helper()
-		m := regexp.MustCompile(`\| 100mbit \| 2×1 \| ` + hook + ` \| ([0-9.]+) \([^)]*\) \| ([0-9.]+) \|`).FindStringSubmatch(out.String())
+		m := regexp.MustCompile(`\| 100mbit \| 2×1 \| ` + hook + ` \| ([0-9.]+) \([^)]*\) \| ([0-9.]+) ` +
+			`\|`).FindStringSubmatch(out.String())
 		if m == nil {
 			t.Fatalf("no %s row", hook)
 		}
@@ -69,7 +70,8 @@ func TestNetbedValidateSmall(t *testing.T) {
 	for _, h := range []string{"fp16", "powersgd"} {
 		m, p := row(h)
 		if m >= ar || p >= arPred {
-			t.Errorf("%s: measured %.1f ms, predicted %.1f ms; allreduce %.1f ms, predicted %.1f ms: want %s faster in both", h, m, p, ar, arPred, h)
+			t.Errorf("%s: measured %.1f ms, predicted %.1f ms; allreduce %.1f ms, predicted %.1f ms: want %s faster in both", h,
+				m, p, ar, arPred, h)
 		}
 	}
 	if r := arPred / ar; r < 1/1.5 || r > 1.5 {

@@ -43,14 +43,18 @@ func (f *clusterFlags) register(fs interface {
 	DurationVar(*time.Duration, string, time.Duration, string)
 	BoolVar(*bool, string, bool, string)
 }) {
-	fs.StringVar(&f.file, "cluster", "", "a JSON cluster description (ranks, ranks_per_host, inter_bits_per_s, inter_latency_s, intra_bits_per_s, intra_latency_s, shared_memory); overrides the flags below")
+	fs.StringVar(&f.file, "cluster", "", "a JSON cluster description (ranks, ranks_per_host, inter_bits_per_s, "+
+		"inter_latency_s, intra_bits_per_s, intra_latency_s, shared_memory); overrides the flags below")
 	fs.StringVar(&f.ranks, "ranks", "2,4,8,16,32,64,128,256,512,1024", "world sizes, comma-separated")
 	fs.IntVar(&f.ranksPerHost, "ranks-per-host", 8, "ranks per host (a world smaller than this is one host)")
-	fs.StringVar(&f.inter, "inter", "25gbit", "bandwidth of each host's link, each direction (tc units: 100mbit, 1gbit, 25gbit)")
-	fs.DurationVar(&f.interLat, "inter-latency", 10*time.Microsecond, "one-way latency of a message between hosts, software included")
+	fs.StringVar(&f.inter, "inter", "25gbit",
+		"bandwidth of each host's link, each direction (tc units: 100mbit, 1gbit, 25gbit)")
+	fs.DurationVar(&f.interLat, "inter-latency", 10*time.Microsecond,
+		"one-way latency of a message between hosts, software included")
 	fs.StringVar(&f.intra, "intra", "80gbit", "bandwidth between two ranks of one host")
 	fs.DurationVar(&f.intraLat, "intra-latency", 2*time.Microsecond, "one-way latency of a message within a host")
-	fs.BoolVar(&f.shm, "shm", true, "pg/tcp's shared memory is on (then auto is hierarchical across hosts of several ranks)")
+	fs.BoolVar(&f.shm, "shm", true,
+		"pg/tcp's shared memory is on (then auto is hierarchical across hosts of several ranks)")
 }
 
 // clusters builds one cluster per world size.
@@ -117,8 +121,10 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 	src.register(fs)
 	var cf clusterFlags
 	cf.register(fs)
-	algos := fs.String("algorithms", "auto,ring,doubling,hierarchical", "allreduce algorithms, comma-separated: auto (what pg/tcp picks), ring, doubling, hierarchical")
-	hooks := fs.String("hooks", "allreduce,fp16,powersgd:1,powersgd:4", "comm hooks, comma-separated: allreduce, fp16, bf16, powersgd:R")
+	algos := fs.String("algorithms", "auto,ring,doubling,hierarchical",
+		"allreduce algorithms, comma-separated: auto (what pg/tcp picks), ring, doubling, hierarchical")
+	hooks := fs.String("hooks", "allreduce,fp16,powersgd:1,powersgd:4",
+		"comm hooks, comma-separated: allreduce, fp16, bf16, powersgd:R")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}

@@ -34,11 +34,16 @@ func parseValidate(args []string, stderr io.Writer) (validateOpts, error) {
 	fs := cli.FlagSet("scale validate", stderr)
 	var o validateOpts
 	var rates, hooks, perHost string
-	fs.StringVar(&o.ddpTrain, "ddp-train", "", "the ddp-train binary to run on the hosts (go build -o /tmp/ddp-train ./cmd/ddp-train)")
-	fs.StringVar(&o.analyze, "analyze", "", "print the table of an earlier validation's directory (its record.json and traces) instead of measuring")
+	fs.StringVar(&o.ddpTrain, "ddp-train", "",
+		"the ddp-train binary to run on the hosts (go build -o /tmp/ddp-train ./cmd/ddp-train)")
+	fs.StringVar(&o.analyze, "analyze", "",
+		"print the table of an earlier validation's directory (its record.json and traces) instead of measuring")
 	fs.StringVar(&o.out, "out", "", "directory for the runs' traces and logs (default: a new temporary one)")
-	fs.StringVar(&rates, "rates", "none,1gbit,100mbit", "link caps, comma-separated; none (uncapped) also gives each hook's overhead (see report)")
-	fs.StringVar(&hooks, "hooks", "allreduce,fp16,powersgd,hierarchical", "ddp-train comm hooks, run with --shm=false; a +shm suffix (allreduce+shm) runs one with --shm=true, which makes pg/tcp's allreduce hierarchical through shared memory; hierarchical and +shm run only with several ranks per host")
+	fs.StringVar(&rates, "rates", "none,1gbit,100mbit",
+		"link caps, comma-separated; none (uncapped) also gives each hook's overhead (see report)")
+	fs.StringVar(&hooks, "hooks", "allreduce,fp16,powersgd,hierarchical", "ddp-train comm hooks, run with --shm=false; "+
+		"a +shm suffix (allreduce+shm) runs one with --shm=true, which makes pg/tcp's allreduce hierarchical through "+
+		"shared memory; hierarchical and +shm run only with several ranks per host")
 	fs.StringVar(&perHost, "ranks-per-host", "1,2", "ranks per host (two hosts), comma-separated")
 	fs.StringVar(&o.hidden, "hidden", "1024,1024", "ddp-train --hidden")
 	fs.IntVar(&o.batch, "batch-size", 32, "ddp-train --batch-size")
@@ -100,7 +105,8 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if err := writeJSON(filepath.Join(o.out, "record.json"), rec); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "# %d repeats in %v; traces, logs and record.json in %s\n", o.repeats, time.Since(start).Round(time.Second), o.out)
+	fmt.Fprintf(stdout, "# %d repeats in %v; traces, logs and record.json in %s\n", o.repeats,
+		time.Since(start).Round(time.Second), o.out)
 	return analyze(o.out, stdout)
 }
 
@@ -226,8 +232,10 @@ func modelOf(hook string) (scalemodel.Algorithm, scalemodel.Hook) {
 // ddpRun runs ddp-train with hook on 2 hosts × perHost ranks, writing
 // its trace to OUT/name.
 func ddpRun(ctx context.Context, j *bedJob, o validateOpts, perHost int, hook, name string) error {
-	argv := []string{o.ddpTrain, "--backend", "tcp", "--shm=" + strconv.FormatBool(strings.HasSuffix(hook, shmSuffix)), "--hidden", o.hidden,
-		"--batch-size", strconv.Itoa(o.batch), "--steps", strconv.Itoa(o.steps), "--comm-hook", strings.TrimSuffix(hook, shmSuffix),
+	argv := []string{o.ddpTrain, "--backend", "tcp", "--shm=" + strconv.FormatBool(strings.HasSuffix(hook, shmSuffix)),
+		"--hidden", o.hidden,
+		"--batch-size", strconv.Itoa(o.batch), "--steps", strconv.Itoa(o.steps), "--comm-hook",
+		strings.TrimSuffix(hook, shmSuffix),
 		"--powersgd-start-iter", "2", "--timeline", filepath.Join(o.out, name), "--log-level", "warn", "--log-format", "json",
 		"--check-replicas-every", "0", "--find-nonfinite-origin=false", "--timeout", "2m"}
 	_, err := j.run(ctx, perHost, 3*time.Minute, name, argv...)

@@ -75,7 +75,8 @@ func jobSettings(flags map[string]string, checkpointGiven bool, ds *dataset.Data
 func agreeSettings(ctx context.Context, g pg.ProcessGroup, mine []string) error {
 	blob := []byte(strings.Join(mine, "\n"))
 	sum := sha256.Sum256(blob)
-	head := []int64{int64(len(blob)), int64(binary.LittleEndian.Uint64(sum[:8])), int64(binary.LittleEndian.Uint64(sum[8:16]))}
+	head := []int64{int64(len(blob)), int64(binary.LittleEndian.Uint64(sum[:8])),
+		int64(binary.LittleEndian.Uint64(sum[8:16]))}
 	heads := make([]int64, 3*g.Size())
 	if err := g.AllGather(ctx, pg.Int64s(heads), pg.Int64s(head)).Wait(ctx); err != nil {
 		return fmt.Errorf("comparing the ranks' settings: %w", err)
@@ -144,7 +145,8 @@ func settingsMismatch(ranks [][]string) error {
 	if len(diffs) == 0 { // the digests differed but the settings did not: say so rather than nothing
 		diffs = []string{"their settings' digests differ"}
 	}
-	return usagef("the ranks were started with different settings: %s; start every rank with the same flags (only paths, addresses, logging and --timeout may differ)", strings.Join(diffs, "; "))
+	return usagef("the ranks were started with different settings: %s; start every rank with the same flags (only "+
+		"paths, addresses, logging and --timeout may differ)", strings.Join(diffs, "; "))
 }
 
 // describeDiff describes how the ranks differ on one setting, or "".

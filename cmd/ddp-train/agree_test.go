@@ -70,12 +70,16 @@ func TestRanksMustRunTheSameJob(t *testing.T) {
 	}{
 		{"steps", [][]string{{"--steps", "5"}, {"--steps", "8"}}, "--steps is 5 on rank 0 but 8 on rank 1"},
 		{"steps, other way", [][]string{{"--steps", "8"}, {"--steps", "5"}}, "--steps is 8 on rank 0 but 5 on rank 1"},
-		{"lr", [][]string{{"--steps", "12", "--lr", "0.1"}, {"--steps", "12", "--lr", "0.2"}}, "--lr is 0.1 on rank 0 but 0.2 on rank 1"},
-		{"epochs against steps", [][]string{{"--epochs", "1"}, {"--steps", "16"}}, "--epochs is 1 on rank 0 but 0 on rank 1; --steps is 0 on rank 0 but 16 on rank 1"},
+		{"lr", [][]string{{"--steps", "12", "--lr", "0.1"}, {"--steps", "12", "--lr", "0.2"}},
+			"--lr is 0.1 on rank 0 but 0.2 on rank 1"},
+		{"epochs against steps", [][]string{{"--epochs", "1"}, {"--steps", "16"}},
+			"--epochs is 1 on rank 0 but 0 on rank 1; --steps is 0 on rank 0 but 16 on rank 1"},
 		{"optimizer and hook", [][]string{{"--optimizer", "adam"}, {"--comm-hook", "fp16"}, {}},
 			"--comm-hook is allreduce on ranks 0, 2 but fp16 on rank 1; --optimizer is adam on rank 0 but sgd on ranks 1, 2"},
-		{"the data", [][]string{{"--samples", "512"}, {"--samples", "640"}}, "the training set is \"512 samples of shape [32], 4 classes\" on rank 0 but \"640 samples of shape [32], 4 classes\" on rank 1"},
-		{"checkpoint on one rank only", [][]string{{"--checkpoint", t.TempDir()}, {}}, "--checkpoint (given) is true on rank 0 but false on rank 1"},
+		{"the data", [][]string{{"--samples", "512"}, {"--samples", "640"}}, "the training set is \"512 samples of shape " +
+			"[32], 4 classes\" on rank 0 but \"640 samples of shape [32], 4 classes\" on rank 1"},
+		{"checkpoint on one rank only", [][]string{{"--checkpoint", t.TempDir()}, {}},
+			"--checkpoint (given) is true on rank 0 but false on rank 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,7 +87,8 @@ func TestRanksMustRunTheSameJob(t *testing.T) {
 			results := runRanks(t, 60*time.Second, c.perRank...)
 			for r, res := range results {
 				last := lastLine(res.stderr)
-				if res.code != 2 || !strings.Contains(last, "the ranks were started with different settings: ") || !strings.Contains(last, c.want) {
+				if res.code != 2 || !strings.Contains(last, "the ranks were started with different settings: ") ||
+					!strings.Contains(last, c.want) {
 					t.Errorf("rank %d: exit %d, last line %q; want exit 2 naming %q", r, res.code, last, c.want)
 				}
 				if strings.Contains(res.stderr, `"msg":"done"`) || strings.Contains(res.stderr, `"msg":"train"`) {
@@ -117,7 +122,8 @@ func TestSettingsMismatch(t *testing.T) {
 	ranks[3][1] = `--steps="6"`
 	ranks[11] = []string{`--lr="0.1"`}
 	err := settingsMismatch(ranks)
-	want := `--steps is 5 on ranks 0, 1, 2, 4, 5, 6, 7, 8, and 2 more but 6 on rank 3 but (not set: another version of ddp-train?) on rank 11`
+	want := `--steps is 5 on ranks 0, 1, 2, 4, 5, 6, 7, 8, and 2 more but 6 on rank 3 but (not set: another version of ` +
+		`ddp-train?) on rank 11`
 	if !isUsage(err) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "--lr") {
 		t.Fatalf("%v\nwant %q", err, want)
 	}

@@ -66,7 +66,8 @@ func (t *trainer) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, e
 			"every rank must see the same --checkpoint directory", lo, hi, ck.Step, from)
 	}
 	if ck == nil && t.g.Rank() == 0 {
-		t.log.Info("--resume: no checkpoint in the directory yet; starting from step 0", zap.String("checkpoint", t.c.checkpointDir))
+		t.log.Info("--resume: no checkpoint in the directory yet; starting from step 0",
+			zap.String("checkpoint", t.c.checkpointDir))
 	}
 	return ck, nil
 }

@@ -99,7 +99,8 @@ func TestResumeFallsBackToTheNewestIntactCheckpoint(t *testing.T) {
 	bad := filepath.Join(ck, "step-000000006", "params", "fc1.weight.npy")
 	flipMiddle(t, bad)
 
-	r := ddpTrain(t, slices.Concat(common, []string{"--checkpoint", ck, "--steps", "9", "--resume"})...) // --checkpoint-keep 1
+	// --checkpoint-keep 1
+	r := ddpTrain(t, slices.Concat(common, []string{"--checkpoint", ck, "--steps", "9", "--resume"})...)
 	if r.code != 2 || !strings.Contains(r.stderr, bad) {
 		t.Errorf("--checkpoint-keep 1: exit %d; want 2 naming %s\n%s", r.code, bad, r.stderr)
 	}
@@ -129,7 +130,8 @@ func TestRanksMustLoadTheSameCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	ck0, ck1 := filepath.Join(dir, "ck0"), filepath.Join(dir, "ck1")
 	common := args("--checkpoint-keep", "2")
-	if r := ddpTrain(t, slices.Concat(common, []string{"--checkpoint", ck0, "--steps", "4", "--checkpoint-every", "2"})...); r.code != 0 {
+	if r := ddpTrain(t,
+		slices.Concat(common, []string{"--checkpoint", ck0, "--steps", "4", "--checkpoint-every", "2"})...); r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	if err := os.CopyFS(ck1, os.DirFS(ck0)); err != nil {

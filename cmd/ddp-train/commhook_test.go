@@ -44,7 +44,8 @@ func accuracy(t *testing.T, args ...string) float64 {
 // (batched-powersgd, which torch itself calls much less accurate, reaches
 // about 96% here: see docs/comm-hooks.md.)
 func TestCommHooksTrainAsWellAsAllreduce(t *testing.T) {
-	common := []string{"--hidden", "64,64", "--steps", "300", "--log-format", "json", "--log-every", "100", "--timeout", "60s"}
+	common := []string{"--hidden", "64,64", "--steps", "300", "--log-format", "json", "--log-every", "100", "--timeout",
+		"60s"}
 	base := accuracy(t, append(common, "--comm-hook", "allreduce")...)
 	for _, c := range [][]string{
 		{"--comm-hook", "powersgd", "--powersgd-start-iter", "10"},
@@ -73,10 +74,12 @@ func TestResumeWithPowerSGDEqualsUninterrupted(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	manifest, err := os.ReadFile(filepath.Join(ck, "step-000000007", "manifest.json"))
-	if err != nil || !bytes.Contains(manifest, []byte("commhook/rank1/error/0")) || !bytes.Contains(manifest, []byte("commhook/rank0/q/2")) {
+	if err != nil || !bytes.Contains(manifest, []byte("commhook/rank1/error/0")) ||
+		!bytes.Contains(manifest, []byte("commhook/rank0/q/2")) {
 		t.Fatalf("the checkpoint lacks the ranks' PowerSGD state (%v):\n%s", err, manifest)
 	}
-	if r := ddpTrain(t, append(common, "--steps", "12", "--checkpoint", ck, "--resume", "--save", resumed)...); r.code != 0 {
+	if r := ddpTrain(t,
+		append(common, "--steps", "12", "--checkpoint", ck, "--resume", "--save", resumed)...); r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	for _, name := range []string{"fc1.weight.npy", "fc1.bias.npy", "fc2.weight.npy", "fc2.bias.npy"} {
@@ -92,7 +95,8 @@ func TestResumeWithPowerSGDEqualsUninterrupted(t *testing.T) {
 		{[]string{"--comm-hook", "powersgd", "--powersgd-start-iter", "3", "--nproc", "3"}},
 		{[]string{"--comm-hook", "powersgd", "--powersgd-start-iter", "3", "--powersgd-rank", "2"}},
 	} {
-		r := ddpTrain(t, append(args("--optimizer", "momentum", "--steps", "12", "--checkpoint", ck, "--resume"), c.args...)...)
+		r := ddpTrain(t,
+			append(args("--optimizer", "momentum", "--steps", "12", "--checkpoint", ck, "--resume"), c.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, "resume with") {
 			t.Errorf("%v: exit %d\n%s", c.args, r.code, r.stderr)
 		}
@@ -105,7 +109,8 @@ func TestCommHookFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--comm-hook", "zip"}, "allreduce, fp16, bf16, powersgd, batched-powersgd, noop"},
-		{[]string{"--comm-hook", "powersgd", "--powersgd-start-iter", "1"}, "PowerSGD can only be applied after the first two iterations in DDP"},
+		{[]string{"--comm-hook", "powersgd", "--powersgd-start-iter", "1"},
+			"PowerSGD can only be applied after the first two iterations in DDP"},
 		{[]string{"--comm-hook", "batched-powersgd", "--powersgd-rank", "0"}, "MatrixApproximationRank 0"},
 	} {
 		c.args = append(c.args, "--steps", "1")
@@ -199,7 +204,8 @@ func TestFP16ContractWithPyTorch(t *testing.T) {
 			e, _ := paramDiff(got, exact)
 			t.Logf("relative difference from the fp16 reference %.3g, from the uncompressed one %.3g", d, e)
 			if d > 1e-6 || e < 100*max(d, 1e-12) {
-				t.Errorf("ddp-train --comm-hook fp16 differs from the fp16 reference by %.3g and from the uncompressed one by %.3g", d, e)
+				t.Errorf("ddp-train --comm-hook fp16 differs from the fp16 reference by %.3g and from the uncompressed one by %.3g",
+					d, e)
 			}
 		})
 	}

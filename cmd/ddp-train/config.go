@@ -60,12 +60,13 @@ type config struct {
 	findOrigin           bool // --find-nonfinite-origin: reducer.Options.FindNonFiniteOrigin
 	overwriteCheckpoints bool
 	resumeAllow          string
-	ownLauncher          bool              // this process is a worker that ddp-train's own launcher started (set by run, not a flag)
-	command              []string          // a program to launch instead of training: the arguments after the flags
-	setFlags             []string          // the flags the command line set, by name
-	flagValues           map[string]string // every flag's value, by name, that the ranks compare (agree.go)
-	checkpointKeep       int               // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
-	resume               bool
+	// this process is a worker that ddp-train's own launcher started (set by run, not a flag)
+	ownLauncher    bool
+	command        []string          // a program to launch instead of training: the arguments after the flags
+	setFlags       []string          // the flags the command line set, by name
+	flagValues     map[string]string // every flag's value, by name, that the ranks compare (agree.go)
+	checkpointKeep int               // --checkpoint-keep: checkpoints to keep (checkpoint.Options.Keep)
+	resume         bool
 
 	logFormat   string
 	logLevel    string
@@ -99,42 +100,49 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	info.register(fs)
 	var hidden string
 	fs.IntVar(&c.nproc, "nproc", 2, "number of worker processes (or goroutine ranks with --backend local)")
-	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback), local (goroutines in one process), nccl (worker processes, one GPU each: GPU LOCAL_RANK; GODDP_NCCL_LIBRARY names libnccl.so.2) or mpi (under mpirun -np N; needs a binary built with -tags mpi)")
-	fs.StringVar(&c.engine, "engine", "gorgonia", "autodiff engine: gorgonia, or gomlx (GoMLX on its pure-Go simplego backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
-	fs.StringVar(&c.model, "model", "mlp", "model: mlp or cnn")
-	fs.StringVar(&hidden, "hidden", "128,128", "mlp hidden layer sizes, comma-separated")
-	fs.StringVar(&c.activation, "activation", "relu", "activation: relu or tanh")
-	fs.StringVar(&c.data, "data", "", "features: a .npy file [N,D] (float32/float64) or MNIST idx3-ubyte images; empty for the built-in synthetic set")
-	fs.StringVar(&c.labels, "labels", "", "labels: an integer .npy file [N] or MNIST idx1-ubyte labels")
-	fs.IntVar(&c.classes, "classes", 0, "number of classes (0: largest label + 1)")
-	fs.IntVar(&c.samples, "samples", 8192, "size of the built-in synthetic dataset")
-	fs.BoolVar(&c.shuffle, "shuffle", true, "shuffle every epoch (seeded by --seed and the epoch), as DistributedSampler")
-	fs.IntVar(&c.batchSize, "batch-size", 32, "samples per rank per step")
-	fs.IntVar(&c.steps, "steps", 500, "optimizer steps to run (the default only without --epochs; 0: use --epochs; both 0: no training, e.g. --init A --save B)")
-	fs.IntVar(&c.epochs, "epochs", 0, "epochs to run instead of --steps (--epochs N alone trains N epochs; with --steps, one of them must be 0)")
-	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
-	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (0.9) or adam")
-	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
-	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
+	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback), local "+
+		"(goroutines in one process), nccl (worker processes, one GPU each: GPU LOCAL_RANK; GODDP_NCCL_LIBRARY names "+
+		"libnccl.so.2) or mpi (under mpirun -np N; needs a binary built with -tags mpi)")
+	fs.StringVar(&c.engine, "engine", "gorgonia", "autodiff engine: gorgonia, or gomlx (GoMLX on its pure-Go simplego "+
+		"backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
+	c.registerModelFlags(fs, &hidden)
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
-	fs.StringVar(&c.commHook, "comm-hook", "allreduce", "comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, noop, adasum or hierarchical (docs/comm-hooks.md)")
-	fs.IntVar(&c.powersgdRank, "powersgd-rank", 1, "powersgd hooks: rank of the low-rank approximation (matrix_approximation_rank)")
-	fs.IntVar(&c.powersgdStartIter, "powersgd-start-iter", 1000, "powersgd hooks: plain allreduce before this iteration (start_powerSGD_iter; at least 2)")
+	fs.StringVar(&c.commHook, "comm-hook", "allreduce",
+		"comm hook: allreduce, fp16, bf16, powersgd, batched-powersgd, noop, adasum or hierarchical (docs/comm-hooks.md)")
+	fs.IntVar(&c.powersgdRank, "powersgd-rank", 1,
+		"powersgd hooks: rank of the low-rank approximation (matrix_approximation_rank)")
+	fs.IntVar(&c.powersgdStartIter, "powersgd-start-iter", 1000,
+		"powersgd hooks: plain allreduce before this iteration (start_powerSGD_iter; at least 2)")
 	fs.BoolVar(&c.findUnused, "find-unused-parameters", false, "allow parameters that do not reach the loss")
 	fs.BoolVar(&c.staticGraph, "static-graph", false, "DDP's static_graph")
-	fs.BoolVar(&c.bucketView, "gradient-as-bucket-view", false, "DDP's gradient_as_bucket_view: gradients become views of the bucket buffers, saving the copy back after each allreduce (docs/reducer.md)")
+	fs.BoolVar(&c.bucketView, "gradient-as-bucket-view", false, "DDP's gradient_as_bucket_view: gradients become views "+
+		"of the bucket buffers, saving the copy back after each allreduce (docs/reducer.md)")
 	fs.IntVar(&c.gradAccum, "grad-accum", 1, "micro-batches per optimizer step; communication only on the last")
-	fs.BoolVar(&c.shm, "shm", true, "tcp backend: ranks on one host move AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "process group timeout: a stalled or dead peer fails the run after this")
-	fs.BoolVar(&c.debugColls, "debug-collectives", false, "check before every collective that all ranks issue the same one (op, dtype, sizes, root), as TORCH_DISTRIBUTED_DEBUG=DETAIL; a mismatch fails every rank with both signatures instead of hanging; costs one small allgather per collective")
-	fs.StringVar(&c.onNonFinite, "on-nonfinite", "fail", "when a loss or the averaged gradients turn NaN or infinite: fail (exit 3, nothing of that step saved) or skip (skip that update on every rank, as loss scaling does, and count it)")
-	fs.BoolVar(&c.findOrigin, "find-nonfinite-origin", true, "check each rank's gradients for NaN and infinities before every bucket's allreduce, send such values as zeros so they never reach the other ranks, and name the ranks, step, bucket and parameters where they began (--on-nonfinite then decides); costs a scan of the gradients and one allreduce of one word per step")
-	fs.IntVar(&c.checkReplicas, "check-replicas-every", 10, "every N steps check that every rank holds bitwise the same parameters (a digest per parameter, carried by the step's stop-signal allreduce); a mismatch fails every rank naming the first differing parameter (0: off)")
+	fs.BoolVar(&c.shm, "shm", true, "tcp backend: ranks on one host move AllReduce, Broadcast, AllGather, "+
+		"ReduceScatter, Reduce, Gather, Scatter and AllToAll data through shared memory (false: loopback TCP only)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute,
+		"process group timeout: a stalled or dead peer fails the run after this")
+	fs.BoolVar(&c.debugColls, "debug-collectives", false, "check before every collective that all ranks issue the same "+
+		"one (op, dtype, sizes, root), as TORCH_DISTRIBUTED_DEBUG=DETAIL; a mismatch fails every rank with both signatures "+
+		"instead of hanging; costs one small allgather per collective")
+	fs.StringVar(&c.onNonFinite, "on-nonfinite", "fail", "when a loss or the averaged gradients turn NaN or infinite: "+
+		"fail (exit 3, nothing of that step saved) or skip (skip that update on every rank, as loss scaling does, and "+
+		"count it)")
+	fs.BoolVar(&c.findOrigin, "find-nonfinite-origin", true, "check each rank's gradients for NaN and infinities before "+
+		"every bucket's allreduce, send such values as zeros so they never reach the other ranks, and name the ranks, "+
+		"step, bucket and parameters where they began (--on-nonfinite then decides); costs a scan of the gradients and one "+
+		"allreduce of one word per step")
+	fs.IntVar(&c.checkReplicas, "check-replicas-every", 10, "every N steps check that every rank holds bitwise the same "+
+		"parameters (a digest per parameter, carried by the step's stop-signal allreduce); a mismatch fails every rank "+
+		"naming the first differing parameter (0: off)")
 	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (debug adds the reducer's sampled per-step statistics, \"DDP runtime stats\")")
-	fs.IntVar(&c.logEvery, "log-every", 50, "log a line every N steps when not on a terminal; on one, the bar's figures are renewed every N steps")
-	fs.StringVar(&c.listenAddr, "listen-addr", "", "tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (debug adds the reducer's "+
+		"sampled per-step statistics, \"DDP runtime stats\")")
+	fs.IntVar(&c.logEvery, "log-every", 50,
+		"log a line every N steps when not on a terminal; on one, the bar's figures are renewed every N steps")
+	fs.StringVar(&c.listenAddr, "listen-addr", "",
+		"tcp backend: address to listen on for peers (default: loopback for single-machine jobs, else all interfaces)")
 	c.registerOutputFlags(fs)
 	c.elastic.register(fs)
 	c.nodeFlags.register(fs)
@@ -162,22 +170,59 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	return c, c.validate()
 }
 
+// registerModelFlags registers the flags of the model, its data and its
+// optimizer; --hidden is parsed by parseFlags into c.hidden.
+func (c *config) registerModelFlags(fs *flag.FlagSet, hidden *string) {
+	fs.StringVar(&c.model, "model", "mlp", "model: mlp or cnn")
+	fs.StringVar(hidden, "hidden", "128,128", "mlp hidden layer sizes, comma-separated")
+	fs.StringVar(&c.activation, "activation", "relu", "activation: relu or tanh")
+	fs.StringVar(&c.data, "data", "",
+		"features: a .npy file [N,D] (float32/float64) or MNIST idx3-ubyte images; empty for the built-in synthetic set")
+	fs.StringVar(&c.labels, "labels", "", "labels: an integer .npy file [N] or MNIST idx1-ubyte labels")
+	fs.IntVar(&c.classes, "classes", 0, "number of classes (0: largest label + 1)")
+	fs.IntVar(&c.samples, "samples", 8192, "size of the built-in synthetic dataset")
+	fs.BoolVar(&c.shuffle, "shuffle", true, "shuffle every epoch (seeded by --seed and the epoch), as DistributedSampler")
+	fs.IntVar(&c.batchSize, "batch-size", 32, "samples per rank per step")
+	fs.IntVar(&c.steps, "steps", 500, "optimizer steps to run (the default only without --epochs; 0: use --epochs; both "+
+		"0: no training, e.g. --init A --save B)")
+	fs.IntVar(&c.epochs, "epochs", 0,
+		"epochs to run instead of --steps (--epochs N alone trains N epochs; with --steps, one of them must be 0)")
+	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
+	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (0.9) or adam")
+	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
+	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
+}
+
 // registerOutputFlags registers the flags of what a run reads from and
 // writes to disk, and where it serves metrics and debug endpoints.
 func (c *config) registerOutputFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.initDir, "init", "", "load initial parameters from DIR (one .npy per parameter)")
-	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0): one <name>.npy per parameter, and DIR/.ddp-train-save listing them; nothing else in DIR is touched")
-	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory: DIR/step-NNNNNNNNN/ per checkpoint, DIR/latest naming the newest, DIR/.ddp-train.lock; nothing else in DIR is touched")
-	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint; 0: --checkpoint gets one checkpoint, at the end of the run, or when a signal stops it)")
-	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints; --resume falls back past a damaged one to the newest intact one, with a warning (with 1, a damaged one is an error)")
-	fs.BoolVar(&c.overwriteCheckpoints, "overwrite-checkpoints", false, "start over in a --checkpoint directory that holds another run's checkpoints, deleting them (without it such a directory is refused)")
-	fs.StringVar(&c.resumeAllow, "resume-allow-changes", "", "with --resume, settings the run may change from the checkpoint's, comma-separated (world_size, seed, batch_size, grad_accum, optimizer, lr, comm_hook, powersgd_start_iter, model, shuffle, data); any other change is refused")
-	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a damaged checkpoint exits 2 naming the file)")
+	fs.StringVar(&c.saveDir, "save", "", "write the final parameters to DIR (rank 0): one <name>.npy per parameter, and "+
+		"DIR/.ddp-train-save listing them; nothing else in DIR is touched")
+	fs.StringVar(&c.checkpointDir, "checkpoint", "", "checkpoint directory: DIR/step-NNNNNNNNN/ per checkpoint, "+
+		"DIR/latest naming the newest, DIR/.ddp-train.lock; nothing else in DIR is touched")
+	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 0, "save a checkpoint every N steps (needs --checkpoint; 0: "+
+		"--checkpoint gets one checkpoint, at the end of the run, or when a signal stops it)")
+	fs.IntVar(&c.checkpointKeep, "checkpoint-keep", 1, "keep the last K checkpoints; --resume falls back past a damaged "+
+		"one to the newest intact one, with a warning (with 1, a damaged one is an error)")
+	fs.BoolVar(&c.overwriteCheckpoints, "overwrite-checkpoints", false, "start over in a --checkpoint directory that "+
+		"holds another run's checkpoints, deleting them (without it such a directory is refused)")
+	fs.StringVar(&c.resumeAllow, "resume-allow-changes", "", "with --resume, settings the run may change from the "+
+		"checkpoint's, comma-separated (world_size, seed, batch_size, grad_accum, optimizer, lr, comm_hook, "+
+		"powersgd_start_iter, model, shuffle, data); any other change is refused")
+	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint (every file is verified against its checksum; a "+
+		"damaged checkpoint exits 2 naming the file)")
 	fs.StringVar(&c.summary, "summary", "", "write a JSON summary of the run to FILE")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i), with /healthz and /readyz; and /debug/* (pprof, state, flight) to loopback clients only, unless --debug-addr")
-	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve /debug/pprof/, /debug/state and /debug/flight on host:port (worker i on port+i) to any client that reaches it (default: only to loopback clients of --metrics-addr)")
-	fs.StringVar(&c.flightDir, "flight-dir", "", "write each rank's flight recorder (its last 2000 collectives, torch's JSON layout) to DIR/nccl_trace_rank_N when a collective fails and on SIGUSR1; read them with 'ddp-train fr-trace DIR' (default: CHECKPOINT/flight with --checkpoint; otherwise a failure dumps nothing and SIGUSR1 dumps to the temporary directory)")
-	fs.StringVar(&c.timeline, "timeline", "", "write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port (worker i on port+i), with "+
+		"/healthz and /readyz; and /debug/* (pprof, state, flight) to loopback clients only, unless --debug-addr")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve /debug/pprof/, /debug/state and /debug/flight on host:port "+
+		"(worker i on port+i) to any client that reaches it (default: only to loopback clients of --metrics-addr)")
+	fs.StringVar(&c.flightDir, "flight-dir", "", "write each rank's flight recorder (its last 2000 collectives, torch's "+
+		"JSON layout) to DIR/nccl_trace_rank_N when a collective fails and on SIGUSR1; read them with 'ddp-train fr-trace "+
+		"DIR' (default: CHECKPOINT/flight with --checkpoint; otherwise a failure dumps nothing and SIGUSR1 dumps to the "+
+		"temporary directory)")
+	fs.StringVar(&c.timeline, "timeline", "",
+		"write a Chrome trace of every step to DIR/rank-N.json, one per rank (open in ui.perfetto.dev)")
 }
 
 // validate checks the flags in a fixed order and reports the first problem,
@@ -263,7 +308,8 @@ func (c config) validateTuning() error {
 	case c.bucketCapMB <= 0 || c.firstBucketMB <= 0:
 		return usagef("--bucket-cap-mb and --first-bucket-mb must be positive")
 	case c.timeout < minTimeout:
-		return usagef("--timeout %v: want at least %v, and at most %v (a week): it bounds the rendezvous and every collective, so a shorter one fails healthy runs", c.timeout, minTimeout, maxTimeout)
+		return usagef("--timeout %v: want at least %v, and at most %v (a week): it bounds the rendezvous and every "+
+			"collective, so a shorter one fails healthy runs", c.timeout, minTimeout, maxTimeout)
 	case c.logEvery < 1:
 		return usagef("--log-every %d: want at least 1", c.logEvery)
 	case c.samples < 1:

@@ -1,6 +1,6 @@
 package main
 
-// The contract with PyTorch (issue 4): with the same initial weights, the
+// The contract with PyTorch: with the same initial weights, the
 // same .npy data, --shuffle=false, plain SGD and float64, ddp-train must
 // end with the parameters PyTorch DDP ends with.
 //
@@ -73,7 +73,8 @@ func newTorchRef(sizes []int, opts refOptions) *torchRef {
 	r := &torchRef{opts: opts}
 	for k := 0; k+1 < len(sizes); k++ {
 		in, out := sizes[k], sizes[k+1]
-		r.layers = append(r.layers, torchLinear{in: in, out: out, weight: make([]float64, out*in), bias: make([]float64, out)})
+		r.layers = append(r.layers,
+			torchLinear{in: in, out: out, weight: make([]float64, out*in), bias: make([]float64, out)})
 	}
 	return r
 }
@@ -482,10 +483,12 @@ func TestContractWithPyTorch(t *testing.T) {
 			}
 			normwise, elementwise := paramDiff(got, want)
 			moved, _ := paramDiff(initial, want)
-			t.Logf("%d steps: max relative difference from the reference %.3g normwise, %.3g elementwise (training moved the parameters by %.3g)",
+			t.Logf("%d steps: max relative difference from the reference %.3g normwise, %.3g elementwise (training moved the "+
+				"parameters by %.3g)",
 				steps, normwise, elementwise, moved)
 			if normwise > contractTol || elementwise > contractTol {
-				t.Errorf("ddp-train's parameters differ from PyTorch's: relative difference %.3g normwise, %.3g elementwise; want ≤ %g",
+				t.Errorf("ddp-train's parameters differ from PyTorch's: relative difference %.3g normwise, %.3g elementwise; "+
+					"want ≤ %g",
 					normwise, elementwise, contractTol)
 			}
 			if moved < 1e-3 {

@@ -116,7 +116,8 @@ func agreed(fs []launch.Failure) (int, []verdict, bool) {
 // own: Note [the headline names the culprit].
 func culpritHeadline(we *launch.WorkerError) string {
 	r, vs, ok := agreed(append(slices.Clone(we.Failures), we.Stopped...)) // a stopped survivor's verdict counts
-	var own *launch.Failure                                               // the culprit's own failure, if it ended by itself
+	// the culprit's own failure, if it ended by itself
+	var own *launch.Failure
 	for i, f := range we.Failures {
 		if f.Rank == r || (!ok && exitCode(f.Err) != exitPeerFailed) {
 			own = &we.Failures[i]

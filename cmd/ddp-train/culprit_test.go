@@ -41,7 +41,8 @@ func TestCulpritHeadline(t *testing.T) {
 						t.Errorf("trial %d: the headline does not name rank %s first (want %s):\n%s", i, victim, want, headline)
 					}
 					if took > culpritTimeout+9*time.Second {
-						t.Errorf("trial %d: the job ended %v after the signal; want within --timeout %v plus a few seconds", i, took, culpritTimeout)
+						t.Errorf("trial %d: the job ended %v after the signal; want within --timeout %v plus a few seconds", i, took,
+							culpritTimeout)
 					}
 				}
 			})
@@ -57,7 +58,9 @@ const culpritTimeout = 3 * time.Second
 // the signal the launcher ended, and the report directory it named.
 func culpritRun(t *testing.T, victim string, sig syscall.Signal, extra ...string) (string, time.Duration, string) {
 	self, _ := os.Executable()
-	cmd := exec.Command(self, args(append([]string{"--nproc", "3", "--steps", "1000000", "--timeout", culpritTimeout.String(), "--log-every", "1000000"}, extra...)...)...)
+	cmd := exec.Command(self,
+		args(append([]string{"--nproc", "3", "--steps", "1000000", "--timeout", culpritTimeout.String(), "--log-every",
+			"1000000"}, extra...)...)...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "TMPDIR="+t.TempDir()) // the report goes there
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut

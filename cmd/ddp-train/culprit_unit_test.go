@@ -24,7 +24,8 @@ func tailWithVerdict(t *testing.T, se *pg.StallError) string {
 // first, with what happened to it: Note [the headline names the culprit].
 func TestCulpritHeadlineFromVerdicts(t *testing.T) {
 	stall := func(reporter int, f func(*pg.StallError)) launch.Failure {
-		se := &pg.StallError{Rank: reporter, Op: pg.OpAllReduce, Seq: 57, StoreHost: pg.NoPeer, Kind: pg.ErrTimeout, Err: pg.ErrTimeout}
+		se := &pg.StallError{Rank: reporter, Op: pg.OpAllReduce, Seq: 57, StoreHost: pg.NoPeer, Kind: pg.ErrTimeout,
+			Err: pg.ErrTimeout}
 		f(se)
 		return launch.Failure{Rank: reporter, Err: errors.New("exit status 4"), Tail: tailWithVerdict(t, se)}
 	}
@@ -47,24 +48,35 @@ func TestCulpritHeadlineFromVerdicts(t *testing.T) {
 		want string
 	}{
 		{"stopped", launch.WorkerError{Failures: []launch.Failure{stall(1, silent2), stall(0, silent2)}, Frozen: []int{2}},
-			"rank 2 stopped responding (SIGSTOP: found stopped, and killed) at allreduce #57; ranks 0, 1 timed out waiting for it"},
+			"rank 2 stopped responding (SIGSTOP: found stopped, and killed) at allreduce #57; ranks 0, 1 timed out waiting " +
+				"for it"},
 		{"hung", launch.WorkerError{Failures: []launch.Failure{stall(0, silent2)}},
 			"rank 2 stopped responding (hung, or stopped) at allreduce #57; rank 0 timed out waiting for it"},
 		{"behind", launch.WorkerError{Failures: []launch.Failure{stall(0, func(se *pg.StallError) { se.Behind = []int{1} })}},
 			"rank 1 fell behind (it never entered the collective) at allreduce #57; rank 0 timed out waiting for it"},
-		{"the store's host", launch.WorkerError{Failures: []launch.Failure{stall(1, func(se *pg.StallError) { se.StoreErr, se.StoreHost = pg.ErrTimeout, 0 })}, Frozen: []int{0}},
-			"rank 0 (the store's host) stopped responding (SIGSTOP: found stopped, and killed) at allreduce #57; rank 1 timed out waiting for it"},
-		{"the majority", launch.WorkerError{Failures: []launch.Failure{stall(0, func(se *pg.StallError) { se.Silent = []int{1} }), stall(1, silent2), stall(3, silent2)}},
+		{"the store's host",
+			launch.WorkerError{Failures: []launch.Failure{stall(1,
+				func(se *pg.StallError) { se.StoreErr, se.StoreHost = pg.ErrTimeout, 0 })}, Frozen: []int{0}},
+			"rank 0 (the store's host) stopped responding (SIGSTOP: found stopped, and killed) at allreduce #57; rank 1 timed " +
+				"out waiting for it"},
+		{"the majority",
+			launch.WorkerError{Failures: []launch.Failure{stall(0, func(se *pg.StallError) { se.Silent = []int{1} }),
+				stall(1, silent2), stall(3, silent2)}},
 			"rank 2 stopped responding (hung, or stopped) at allreduce #57; ranks 1, 3 timed out waiting for it"},
-		{"unreachable", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachNoHost)), stall(1, probed2(pg.ReachNoHost))}},
-			"rank 2 became unreachable (its host does not answer: the network to it is down or partitioned) at allreduce #57; ranks 0, 1 lost it"},
+		{"unreachable",
+			launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachNoHost)), stall(1, probed2(pg.ReachNoHost))}},
+			"rank 2 became unreachable (its host does not answer: the network to it is down or partitioned) at allreduce #57; " +
+				"ranks 0, 1 lost it"},
 		{"gone", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachRefused))}},
 			"rank 2 is gone (its host refused the connection) at allreduce #57; rank 0 lost it"},
 		{"unresponsive", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachAnswers))}},
-			"rank 2 stopped responding (its host answers, but the process does not: stopped or busy) at allreduce #57; rank 0 timed out waiting for it"},
-		{"unresponsive, found stopped", launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachAnswers))}, Frozen: []int{2}},
+			"rank 2 stopped responding (its host answers, but the process does not: stopped or busy) at allreduce #57; rank 0 " +
+				"timed out waiting for it"},
+		{"unresponsive, found stopped",
+			launch.WorkerError{Failures: []launch.Failure{stall(0, probed2(pg.ReachAnswers))}, Frozen: []int{2}},
 			"rank 2 stopped responding (SIGSTOP: found stopped, and killed) at allreduce #57; rank 0 timed out waiting for it"},
-		{"no verdict", launch.WorkerError{Failures: []launch.Failure{{Rank: 1, Err: errors.New("exit status 4"), Tail: "ddp-train: rank 1: boom"}}}, ""},
+		{"no verdict", launch.WorkerError{Failures: []launch.Failure{{Rank: 1, Err: errors.New(
+			"exit status 4"), Tail: "ddp-train: rank 1: boom"}}}, ""},
 	} {
 		if got := culpritHeadline(&c.we); got != c.want {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)

@@ -175,7 +175,8 @@ func (r reportDir) stoppedStacks(rank int) (io.WriteCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(f, "rank %d was found stopped (SIGSTOP); the launcher sent it SIGQUIT and SIGCONT, and the Go runtime's dump follows:\n\n", rank)
+	fmt.Fprintf(f, "rank %d was found stopped (SIGSTOP); the launcher sent it SIGQUIT and SIGCONT, and the Go runtime's "+
+		"dump follows:\n\n", rank)
 	return f, nil
 }
 

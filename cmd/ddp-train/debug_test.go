@@ -32,7 +32,8 @@ func TestDebugEndpoint(t *testing.T) {
 		var st stateReport
 		deadline := time.Now().Add(60 * time.Second)
 		for time.Now().Before(deadline) {
-			if code, body := get(base + "/debug/state"); code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil && st.Step >= 3 {
+			if code, body := get(base + "/debug/state"); code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil &&
+				st.Step >= 3 {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -40,10 +41,12 @@ func TestDebugEndpoint(t *testing.T) {
 		if st.Rank != rank || st.Step < 3 || st.Reducer == nil || st.Reducer.Buckets == 0 || st.Reducer.Params == 0 {
 			t.Fatalf("rank %d: /debug/state %+v\n%s", rank, st, errOut.String())
 		}
-		if code, body := get(base + "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
+		if code, body := get(base + "/debug/pprof/goroutine?debug=1"); code != http.StatusOK ||
+			!strings.Contains(body, "goroutine profile") {
 			t.Errorf("rank %d: /debug/pprof/goroutine: %d %.200s", rank, code, body)
 		}
-		if code, body := get(base + "/debug/flight"); code != http.StatusOK || !strings.Contains(body, `"entries"`) || !strings.Contains(body, "all_reduce") {
+		if code, body := get(base + "/debug/flight"); code != http.StatusOK || !strings.Contains(body, `"entries"`) ||
+			!strings.Contains(body, "all_reduce") {
 			t.Errorf("rank %d: /debug/flight: %d %.300s", rank, code, body)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 // profiles, and sets the profiler running; /debug/state and
 // /debug/flight tell the job's progress. None of it is for whoever can
 // reach a port, and --metrics-addr :9400 (a Kubernetes pod, the
-// README's examples) is reachable by every pod of the cluster. So:
+// docs/launchers.md's examples) is reachable by every pod of the cluster. So:
 //
 //   - --metrics-addr serves /metrics, /healthz and /readyz to any client,
 //     and /debug/* only to one that came over loopback: from 127.0.0.1
@@ -47,7 +47,8 @@ import (
 // validateDebugAddr checks --debug-addr as --metrics-addr (Note [limits]),
 // and that the two do not share a port.
 func (c config) validateDebugAddr() error {
-	if err := checkAddr("--debug-addr", c.debugAddr, c.metricsPorts()); err != nil || c.debugAddr == "" || c.metricsAddr == "" {
+	if err := checkAddr("--debug-addr", c.debugAddr, c.metricsPorts()); err != nil || c.debugAddr == "" ||
+		c.metricsAddr == "" {
 		return err
 	}
 	dh, dp, _ := net.SplitHostPort(c.debugAddr)
@@ -57,7 +58,8 @@ func (c config) validateDebugAddr() error {
 	n := c.metricsPorts()
 	sameHost := dh == mh || anyHost(dh) || anyHost(mh)
 	if sameHost && d < m+n && m < d+n && d != 0 && m != 0 {
-		return usagef("--debug-addr %q and --metrics-addr %q: both would use port %d; give --debug-addr ports of its own (worker i serves on port+i)", c.debugAddr, c.metricsAddr, max(d, m))
+		return usagef("--debug-addr %q and --metrics-addr %q: both would use port %d; give --debug-addr ports of its own "+
+			"(worker i serves on port+i)", c.debugAddr, c.metricsAddr, max(d, m))
 	}
 	return nil
 }
@@ -88,7 +90,8 @@ func serveDebug(c config, rank int, d *debugState, log *zap.Logger) (*httpserve.
 	if err != nil {
 		return nil, err
 	}
-	srv, err := httpserve.Start(context.Background(), addr, debugMux(d), httpserve.DefaultLimits()) // listening does not block
+	// listening does not block
+	srv, err := httpserve.Start(context.Background(), addr, debugMux(d), httpserve.DefaultLimits())
 	if err != nil {
 		return nil, fmt.Errorf("--debug-addr: rank %d cannot listen on %s: %w", rank, addr, err)
 	}
@@ -101,7 +104,8 @@ func serveDebug(c config, rank int, d *debugState, log *zap.Logger) (*httpserve.
 func loopbackOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !httpserve.Loopback(r) {
-			http.Error(w, "404 not found: /debug/ is served to loopback clients only (127.0.0.1, ::1); to serve it elsewhere, start ddp-train with --debug-addr host:port", http.StatusNotFound)
+			http.Error(w, "404 not found: /debug/ is served to loopback clients only (127.0.0.1, ::1); to serve it elsewhere, "+
+				"start ddp-train with --debug-addr host:port", http.StatusNotFound)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -123,12 +127,15 @@ func (g *profileGate) wrap(h http.HandlerFunc, always bool) http.HandlerFunc {
 			return
 		}
 		if sec, err := strconv.ParseFloat(s, 64); err == nil && (sec > httpserve.MaxProfile.Seconds() || math.IsNaN(sec)) {
-			http.Error(w, fmt.Sprintf("seconds=%s: a profile or trace takes at most %.0f seconds here; ask for less", s, httpserve.MaxProfile.Seconds()), http.StatusBadRequest)
+			http.Error(w,
+				fmt.Sprintf("seconds=%s: a profile or trace takes at most %.0f seconds here; ask for less", s,
+					httpserve.MaxProfile.Seconds()), http.StatusBadRequest)
 			return
 		}
 		if !g.busy.CompareAndSwap(false, true) {
 			w.Header().Set("Retry-After", strconv.Itoa(int(httpserve.MaxProfile.Seconds())))
-			http.Error(w, "another profile or trace is running on this rank; one runs at a time, try again when it ends", http.StatusTooManyRequests)
+			http.Error(w, "another profile or trace is running on this rank; one runs at a time, try again when it ends",
+				http.StatusTooManyRequests)
 			return
 		}
 		defer g.busy.Store(false)

@@ -26,7 +26,9 @@ func startDebugJob(t *testing.T, healthPort int, extra ...string) (*exec.Cmd, *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, args(append([]string{"--backend", "local", "--nproc", "1", "--steps", "1000000", "--log-every", "1000000"}, extra...)...)...)
+	cmd := exec.Command(self,
+		args(append([]string{"--backend", "local", "--nproc", "1", "--steps", "1000000", "--log-every", "1000000"},
+			extra...)...)...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	errOut := new(strings.Builder)
 	cmd.Stderr = errOut
@@ -52,7 +54,7 @@ func getFrom(url string) (int, string, time.Duration) {
 }
 
 // Note [debug endpoints are private], with a real process: --metrics-addr
-// on every interface (as the README's Kubernetes examples) serves
+// on every interface (as docs/launchers.md's Kubernetes examples) serves
 // /metrics and the probes to a remote client, /debug/* only over
 // loopback; profiles are capped and one runs at a time; a client that
 // sends half its headers is cut off, and connections beyond the cap
@@ -72,7 +74,8 @@ func TestDebugEndpointsPrivateByDefault(t *testing.T) {
 			t.Errorf("%s from %s: %d %.200s", path, remote, code, body)
 		}
 	}
-	for _, path := range []string{"/debug/state", "/debug/pprof/", "/debug/pprof/goroutine?debug=2", "/debug/pprof/cmdline", "/debug/flight"} {
+	for _, path := range []string{"/debug/state", "/debug/pprof/", "/debug/pprof/goroutine?debug=2",
+		"/debug/pprof/cmdline", "/debug/flight"} {
 		if code, body, _ := getFrom(far + path); code != http.StatusNotFound || !strings.Contains(body, "--debug-addr") {
 			t.Errorf("%s from %s (not loopback): %d %.200s; want 404 naming --debug-addr", path, remote, code, body)
 		}
@@ -92,8 +95,8 @@ func TestDebugEndpointsPrivateByDefault(t *testing.T) {
 	checkDescriptorsBounded(t, cmd.Process.Pid, port)
 }
 
-// checkDescriptorsBounded: 185 keep-alive clients (which exhausted a
-// worker's file descriptors before issue 34) hold at most the cap's 32
+// checkDescriptorsBounded: 185 keep-alive clients (enough to exhaust
+// an uncapped worker's file descriptors) hold at most the cap's 32
 // of the process's descriptors.
 func checkDescriptorsBounded(t *testing.T, pid, port int) {
 	t.Helper()
@@ -129,10 +132,12 @@ func checkDescriptorsBounded(t *testing.T, pid, port int) {
 // of two at a time, the second is refused at once.
 func checkProfileLimits(t *testing.T, base string) {
 	t.Helper()
-	if code, body, took := getFrom(base + "/debug/pprof/profile?seconds=99999999"); code != http.StatusBadRequest || took > 5*time.Second {
+	if code, body, took := getFrom(base + "/debug/pprof/profile?seconds=99999999"); code != http.StatusBadRequest ||
+		took > 5*time.Second {
 		t.Errorf("profile?seconds=99999999: %d after %v %.200s; want 400 at once", code, took, body)
 	}
-	if code, body, took := getFrom(base + "/debug/pprof/trace?seconds=3600"); code != http.StatusBadRequest || took > 5*time.Second {
+	if code, body, took := getFrom(base + "/debug/pprof/trace?seconds=3600"); code != http.StatusBadRequest ||
+		took > 5*time.Second {
 		t.Errorf("trace?seconds=3600: %d after %v %.200s; want 400 at once", code, took, body)
 	}
 	var wg sync.WaitGroup
@@ -142,7 +147,8 @@ func checkProfileLimits(t *testing.T, base string) {
 	code, body, took := getFrom(base + "/debug/pprof/trace?seconds=1")
 	wg.Wait()
 	if first != http.StatusOK || code != http.StatusTooManyRequests || took > time.Second {
-		t.Errorf("two profiles at once: the first %d, the second %d after %v (%.200s); want 200, and 429 at once", first, code, took, body)
+		t.Errorf("two profiles at once: the first %d, the second %d after %v (%.200s); want 200, and 429 at once", first,
+			code, took, body)
 	}
 }
 
@@ -221,7 +227,8 @@ func TestDebugAddr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, errOut := startDebugJob(t, mport, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mport), "--debug-addr", fmt.Sprintf(":%d", dport))
+	_, errOut := startDebugJob(t, mport, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mport), "--debug-addr",
+		fmt.Sprintf(":%d", dport))
 	if code, body, _ := getFrom(fmt.Sprintf("http://%s/debug/state", net.JoinHostPort(remote, strconv.Itoa(dport)))); code != http.StatusOK || !strings.Contains(body, `"rank"`) {
 		t.Errorf("/debug/state on --debug-addr from %s: %d %.200s\n%s", remote, code, body, errOut)
 	}
@@ -241,7 +248,8 @@ func TestDebugAddrFlag(t *testing.T) {
 		{[]string{"--debug-addr", "bogus"}, `--debug-addr "bogus": want host:port`},
 		{[]string{"--debug-addr", ":65535"}, "would serve on ports 65535 to 65536"},
 		{[]string{"--debug-addr", ":9401", "--metrics-addr", ":9400"}, "both would use port 9401"},
-		{[]string{"--debug-addr", "127.0.0.1:9400", "--metrics-addr", ":9400", "--backend", "local"}, "both would use port 9400"},
+		{[]string{"--debug-addr", "127.0.0.1:9400", "--metrics-addr", ":9400", "--backend", "local"},
+			"both would use port 9400"},
 		{[]string{"--debug-addr", "127.0.0.1:9400", "--metrics-addr", "10.0.0.1:9400"}, ""},
 		{[]string{"--debug-addr", ":9402", "--metrics-addr", ":9400"}, ""},
 	} {

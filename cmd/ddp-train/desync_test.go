@@ -24,12 +24,14 @@ func TestStoppedWorkerIsNamedByEveryRank(t *testing.T) {
 	t.Run("rank 2", func(t *testing.T) {
 		stopWorker(t, "2", []string{"0", "1"}, func(r string) string {
 			// The probe finds its port open (pg's Note [network or process]).
-			return "pg: rank 2 did not answer (stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank " + r + " waited in allreduce #"
+			return "pg: rank 2 did not answer (stopped or busy: its host 127.0.0.1 answers, but the process does not respond) " +
+				"while rank " + r + " waited in allreduce #"
 		})
 	})
 	t.Run("rank 0, the store's host", func(t *testing.T) {
 		stopWorker(t, "0", []string{"1", "2"}, func(r string) string {
-			return "pg: the store did not answer (hosted by rank 0: stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank " + r + " waited in allreduce #"
+			return "pg: the store did not answer (hosted by rank 0: stopped or busy: its host 127.0.0.1 answers, but the " +
+				"process does not respond) while rank " + r + " waited in allreduce #"
 		})
 	})
 }
@@ -71,11 +73,13 @@ func stopWorker(t *testing.T, victimRank string, survivors []string, want func(r
 	// headline names the culprit]), then repeats a survivor's line.
 	last := regexp.MustCompile(`(?m)^ddp-train: rank \d.*$`).FindString(out)
 	t.Logf("%s", last)
-	if !strings.HasPrefix(last, "ddp-train: rank "+victimRank+" ") || !strings.Contains(last, "check rank "+victimRank+":") {
+	if !strings.HasPrefix(last, "ddp-train: rank "+victimRank+" ") ||
+		!strings.Contains(last, "check rank "+victimRank+":") {
 		t.Fatalf("the launcher's last line does not name rank %s:\n%s\n\nall output:\n%s", victimRank, last, out)
 	}
 	for _, r := range survivors {
-		// Each worker's last line: "[rank R] ddp-train: rank R: ...: pg: rank 2 did not answer (stopped or busy: ...) while rank R waited in allreduce #N; check rank 2: ..."
+		// Each worker's last line: "[rank R] ddp-train: rank R: ...: pg: rank 2 did not answer (stopped or busy: ...) while
+		// rank R waited in allreduce #N; check rank 2: ..."
 		re := regexp.MustCompile(`(?m)^.*ddp-train: rank ` + r + `: .*$`)
 		line := re.FindString(out)
 		if line == "" {

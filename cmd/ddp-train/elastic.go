@@ -57,12 +57,15 @@ const stopGrace = 30 * time.Second
 type elastic struct {
 	maxRestarts    int           // --max-restarts
 	restartBackoff time.Duration // --restart-backoff: before the first restart, doubling
-	intr           *interrupt    // not a flag: run's signal handling, shared by its ranks; nil in tests that build a config
+	// not a flag: run's signal handling, shared by its ranks; nil in tests that build a config
+	intr *interrupt
 }
 
 func (e *elastic) register(fs *flag.FlagSet) {
-	fs.IntVar(&e.maxRestarts, "max-restarts", 0, "restart every worker, from the newest --checkpoint if any, up to N times when one fails (torchrun's --max_restarts)")
-	fs.DurationVar(&e.restartBackoff, "restart-backoff", time.Second, "wait before the first restart, doubled before each next one (at most 30s)")
+	fs.IntVar(&e.maxRestarts, "max-restarts", 0, "restart every worker, from the newest --checkpoint if any, up to N "+
+		"times when one fails (torchrun's --max_restarts)")
+	fs.DurationVar(&e.restartBackoff, "restart-backoff", time.Second,
+		"wait before the first restart, doubled before each next one (at most 30s)")
 }
 
 func (e elastic) validate(backend string) error {
@@ -177,7 +180,8 @@ func (e *stoppedError) Unwrap() error { return &launch.Interrupted{Signal: e.sig
 // (lossBad, Note [non-finite guard]) and, when check is set, the replica
 // check's words (reducer: Note [replica check]); a replica mismatch fails
 // every rank. Collective.
-func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool, comm time.Duration) (sig syscall.Signal, anyLossBad bool, err error) {
+func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool,
+	comm time.Duration) (sig syscall.Signal, anyLossBad bool, err error) {
 	if s.strag == nil {
 		s.strag = newStragglers(t.c.stragglerFlags, t.g.Rank(), t.log, t.metrics)
 	}
@@ -216,7 +220,8 @@ func (t *trainer) stopAt(ctx context.Context, s *session, step int, sig syscall.
 			return err
 		}
 	}
-	t.log.Warn("stopping", zap.Int("rank", t.g.Rank()), zap.String("signal", launch.SignalName(sig)), zap.Int("step", step))
+	t.log.Warn("stopping", zap.Int("rank", t.g.Rank()), zap.String("signal", launch.SignalName(sig)),
+		zap.Int("step", step))
 	e := &stoppedError{sig: sig, step: step}
 	if t.c.checkpointDir != "" {
 		e.checkpoint = t.c.checkpointDir
@@ -232,7 +237,8 @@ func (t *trainer) stopAt(ctx context.Context, s *session, step int, sig syscall.
 func elasticWorker(c config, e env.Config, launched bool, stderr io.Writer) config {
 	if !launched && c.maxRestarts > 0 {
 		if log, err := newLogger(c, stderr); err == nil {
-			log.Warn("--max-restarts restarts the workers of ddp-train's own launcher and does nothing here; under torchrun use its --max-restarts", zap.Int("rank", e.Rank))
+			log.Warn("--max-restarts restarts the workers of ddp-train's own launcher and does nothing here; under torchrun "+
+				"use its --max-restarts", zap.Int("rank", e.Rank))
 		}
 	}
 	if e.RestartCount > 0 && c.checkpointDir != "" {
@@ -351,7 +357,8 @@ func crashError(we *launch.WorkerError, report reportDir, c config) error {
 		}
 		what += fmt.Sprintf(" (after %d restart%s; --max-restarts %d)", we.Attempt, plural, c.maxRestarts)
 	}
-	return fmt.Errorf("%s: %s (a Go runtime crash, not bad input; the full report is in %s)", what, first, report.crashFile(we.Rank))
+	return fmt.Errorf("%s: %s (a Go runtime crash, not bad input; the full report is in %s)", what, first,
+		report.crashFile(we.Rank))
 }
 
 // crashLine is the first line of a Go runtime crash report in a worker's

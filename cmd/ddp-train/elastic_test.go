@@ -193,7 +193,8 @@ func TestRestartAfterKillEqualsUninterrupted(t *testing.T) {
 			t.Logf("killing rank 1 at about step %d", at)
 			run := startTrain(t, flags("killed")...)
 			run.waitStep(t, at)
-			if err := syscall.Kill(workerPID(t, run.cmd.Process.Pid, "RANK=1", "TORCHELASTIC_RESTART_COUNT=0"), syscall.SIGKILL); err != nil {
+			if err := syscall.Kill(workerPID(t, run.cmd.Process.Pid, "RANK=1", "TORCHELASTIC_RESTART_COUNT=0"),
+				syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			code := run.wait(t)
@@ -201,10 +202,12 @@ func TestRestartAfterKillEqualsUninterrupted(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d after a restart:\n%s", code, stderr)
 			}
-			if !regexp.MustCompile(`"msg":"worker failed; restarting every worker","restart":1,"max_restarts":2,"failed_rank":1,"error":"signal: killed"`).MatchString(stderr) {
+			if !regexp.MustCompile(`"msg":"worker failed; restarting every ` +
+				`worker","restart":1,"max_restarts":2,"failed_rank":1,"error":"signal: killed"`).MatchString(stderr) {
 				t.Fatalf("the restart is not logged:\n%s", stderr)
 			}
-			resumed := regexp.MustCompile(`\[rank (\d)\] .*"msg":"resuming","rank":\d,"step":(\d+)`).FindAllStringSubmatch(stderr, -1)
+			resumed := regexp.MustCompile(`\[rank (\d)\] `+
+				`.*"msg":"resuming","rank":\d,"step":(\d+)`).FindAllStringSubmatch(stderr, -1)
 			if withCheckpoint {
 				if len(resumed) != 2 || resumed[0][2] != resumed[1][2] {
 					t.Fatalf("want both ranks to resume from the same step, got %v:\n%s", resumed, stderr)
@@ -227,7 +230,8 @@ func TestRestartAfterKillEqualsUninterrupted(t *testing.T) {
 
 // Once the restarts are spent, ddp-train fails naming the rank.
 func TestRestartsExhausted(t *testing.T) {
-	run := startTrain(t, args("--steps", "1000000", "--log-every", "10", "--max-restarts", "1", "--restart-backoff", "10ms")...)
+	run := startTrain(t,
+		args("--steps", "1000000", "--log-every", "10", "--max-restarts", "1", "--restart-backoff", "10ms")...)
 	for attempt := range 2 {
 		run.waitStep(t, 20)
 		pid := workerPID(t, run.cmd.Process.Pid, "RANK=1", "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(attempt))
@@ -246,7 +250,9 @@ func TestRestartsExhausted(t *testing.T) {
 	}
 	code := run.wait(t)
 	stderr := run.stderr.String()
-	if code != 1 || !regexp.MustCompile(`(?m)^ddp-train: rank 1 died \(killed by SIGKILL\).*; after 1 restart \(--max-restarts 1\)`).MatchString(stderr) {
+	if code != 1 ||
+		!regexp.MustCompile(`(?m)^ddp-train: rank 1 died \(killed by SIGKILL\).*; after 1 restart \(--max-restarts `+
+			`1\)`).MatchString(stderr) {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
 	if strings.Contains(stderr, `"restart":2`) {
@@ -324,7 +330,9 @@ func TestPreemption(t *testing.T) {
 			if r := ddpTrain(t, append(common, "--steps", total, "--save", filepath.Join(dir, "whole"))...); r.code != 0 {
 				t.Fatalf("exit %d\n%s", r.code, r.stderr)
 			}
-			if r := ddpTrain(t, append(common, "--steps", total, "--checkpoint", ck, "--resume", "--save", filepath.Join(dir, "resumed"))...); r.code != 0 {
+			if r := ddpTrain(t,
+				append(common, "--steps", total, "--checkpoint", ck, "--resume", "--save",
+					filepath.Join(dir, "resumed"))...); r.code != 0 {
 				t.Fatalf("exit %d\n%s", r.code, r.stderr)
 			}
 			sameParams(t, filepath.Join(dir, "whole"), filepath.Join(dir, "resumed"))

@@ -58,7 +58,8 @@ var backendFlags = []struct {
 	{"listen-addr", []string{"tcp"}, "only the tcp backend listens for its peers"},
 	{"shm", []string{"tcp"}, "only the tcp backend moves data through shared memory"},
 	{"nproc", []string{"tcp", "local", "nccl"}, "mpirun's -np sets the ranks"},
-	{"oversubscribe", []string{"tcp", "local", "nccl"}, "mpirun's -np sets the ranks (and mpirun has its own --oversubscribe)"},
+	{"oversubscribe", []string{"tcp", "local", "nccl"},
+		"mpirun's -np sets the ranks (and mpirun has its own --oversubscribe)"},
 	{"max-restarts", []string{"tcp", "nccl"}, "only ddp-train's own launcher restarts workers"},
 }
 
@@ -72,11 +73,14 @@ var flagNeeds = []struct{ flag, needs, why string }{
 // validateFlagUse checks Note [no flag is ignored].
 func (c config) validateFlagUse() error {
 	if c.steps > 0 && c.epochs > 0 {
-		return usagef("--steps %d and --epochs %d: give one of them (--epochs N alone trains N epochs; --steps N alone, N steps)", c.steps, c.epochs)
+		return usagef(
+			"--steps %d and --epochs %d: give one of them (--epochs N alone trains N epochs; --steps N alone, N steps)", c.steps,
+			c.epochs)
 	}
 	for _, f := range backendFlags {
 		if c.given(f.flag) && !slices.Contains(f.backends, c.backend) {
-			return usagef("--%s does nothing with --backend %s: %s; leave it out (it applies to --backend %s)", f.flag, c.backend, f.why, strings.Join(f.backends, ", "))
+			return usagef("--%s does nothing with --backend %s: %s; leave it out (it applies to --backend %s)", f.flag,
+				c.backend, f.why, strings.Join(f.backends, ", "))
 		}
 	}
 	for _, f := range flagNeeds {
@@ -106,7 +110,8 @@ func checkListenAddr(addr string, workers int) error {
 		return nil
 	}
 	if workers > 1 {
-		return usagef("--listen-addr %s: each of this machine's %d workers would listen on port %s; give port 0 (%s) for a free port each", addr, workers, port, anyPort)
+		return usagef("--listen-addr %s: each of this machine's %d workers would listen on port %s; give port 0 (%s) for a "+
+			"free port each", addr, workers, port, anyPort)
 	}
 	if err := tryListen(addr); err != nil {
 		return listenAddrError(addr, err)
@@ -127,7 +132,9 @@ func tryListen(addr string) error {
 func listenAddrError(addr string, err error) error {
 	switch {
 	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return usagef("--listen-addr %s: not an address of this machine (%v); give one of its own addresses, or leave the flag out", addr, err)
+		return usagef(
+			"--listen-addr %s: not an address of this machine (%v); give one of its own addresses, or leave the flag out", addr,
+			err)
 	case errors.Is(err, syscall.EADDRINUSE):
 		return usagef("--listen-addr %s: the port is in use (%v); give a free port, or port 0 for any free port", addr, err)
 	}

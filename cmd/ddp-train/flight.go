@@ -30,8 +30,8 @@ import (
 //     without either, also under ddp-train's own launcher: never into the
 //     report's directory, which is removed when the run ends well or by a
 //     signal, so that a dump the user asked for is kept where the log
-//     line says. A hung job can always be asked; SIGUSR1 no longer kills
-//     a worker.
+//     line says. A hung job can always be asked; SIGUSR1 never kills a
+//     worker.
 //
 // The dump is written to a temporary file (O_EXCL) renamed into place,
 // so a link planted at its name is replaced, not followed; and
@@ -75,7 +75,8 @@ func signalDir(c config) string {
 // wrapFlight wraps g in a flight recorder of the job's rank that dumps
 // on failure and on SIGUSR1 (Note [flight recorder]); stop ends the
 // signal watch.
-func wrapFlight(g pg.ProcessGroup, c config, rank int, logger *zap.Logger) (rec *flight.Recorder, stop func(), err error) {
+func wrapFlight(g pg.ProcessGroup, c config, rank int, logger *zap.Logger) (rec *flight.Recorder, stop func(),
+	err error) {
 	dump := func(dir, why string) {
 		if c.flightDir == "" && c.checkpointDir != "" && dir == filepath.Join(c.checkpointDir, "flight") {
 			if err := ownSubdir(dir); err != nil { // outputs.go

@@ -27,7 +27,8 @@ import (
 // fingerprint check, before the device.
 func TestFlightRecorderOfNCCLHasEventTimes(t *testing.T) {
 	for _, check := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "debug-collectives"}[check], func(t *testing.T) { ncclFlightTimes(t, check) })
+		t.Run(map[bool]string{false: "plain", true: "debug-collectives"}[check],
+			func(t *testing.T) { ncclFlightTimes(t, check) })
 	}
 }
 
@@ -81,7 +82,8 @@ func ncclFlightTimes(t *testing.T, check bool) {
 	}
 	for i, e := range es {
 		if e.State != "completed" || e.DurationMs == nil || *e.TimeDiscoveredCompletedNs > waited ||
-			*e.TimeDiscoveredStartedNs < e.TimeCreatedNs || *e.DurationMs > float64(*e.TimeDiscoveredCompletedNs-e.TimeCreatedNs)/1e6 {
+			*e.TimeDiscoveredStartedNs < e.TimeCreatedNs ||
+			*e.DurationMs > float64(*e.TimeDiscoveredCompletedNs-e.TimeCreatedNs)/1e6 {
 			t.Fatalf("entry %d: %+v, want the watchdog's times", i, e)
 		}
 		t.Logf("entry %d: duration_ms %.3f", i, *e.DurationMs)

@@ -23,7 +23,8 @@ func TestFlightRecorderOfWorkerProcesses(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "flight")
 	self, _ := os.Executable()
-	cmd := exec.Command(self, args("--nproc", "3", "--steps", "1000000", "--timeout", "3s", "--log-every", "100000", "--flight-dir", dir)...)
+	cmd := exec.Command(self,
+		args("--nproc", "3", "--steps", "1000000", "--timeout", "3s", "--log-every", "100000", "--flight-dir", dir)...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut

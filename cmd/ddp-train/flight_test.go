@@ -132,7 +132,8 @@ func TestFrTraceArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdout.Reset()
-	if code := run([]string{"fr-trace", dir}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "no mismatch") {
+	if code := run([]string{"fr-trace", dir}, nil, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "no mismatch") {
 		t.Errorf("exit %d:\n%s", code, stdout.String())
 	}
 }

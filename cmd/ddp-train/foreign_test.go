@@ -57,7 +57,8 @@ func TestForeignListenerOnMasterPort(t *testing.T) {
 			for r, res := range results {
 				last := lastLine(res.stderr)
 				if res.code == 0 || !strings.Contains(last, "something else is listening there") || !strings.Contains(last, addr) {
-					t.Errorf("rank %d: exit %d, last line %q; want a failure naming %s and saying that something else is listening there", r, res.code, last, addr)
+					t.Errorf("rank %d: exit %d, last line %q; want a failure naming %s and saying that something else is listening "+
+						"there", r, res.code, last, addr)
 				}
 			}
 			if took > 10*time.Second {

@@ -21,9 +21,12 @@ func runFrTrace(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ddp-train fr-trace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	prefix := fs.String("prefix", flight.DefaultPrefix, "the dump files' names: PREFIX followed by the rank")
-	all := fs.Bool("all", false, fmt.Sprintf("print every finding in full (default: the first %d groups' findings, each list of ranks cut at %d, and a count of the rest)", frMaxFindings, frMaxItems))
+	all := fs.Bool("all", false, fmt.Sprintf("print every finding in full (default: the first %d groups' findings, each "+
+		"list of ranks cut at %d, and a count of the rest)", frMaxFindings, frMaxItems))
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ddp-train fr-trace [--prefix P] [--all] DIR\n\nMerges every rank's flight-recorder dump in DIR (written on failure or SIGUSR1; see --flight-dir)\nand prints the first collective where the ranks disagree or some never arrived.")
+		fmt.Fprintln(stderr, "usage: ddp-train fr-trace [--prefix P] [--all] DIR\n\nMerges every rank's flight-recorder "+
+			"dump in DIR (written on failure or SIGUSR1; see --flight-dir)\nand prints the first collective where the ranks "+
+			"disagree or some never arrived.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -52,13 +55,15 @@ func runFrTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "loaded %d dumps: ranks %s\n", len(dumps), listN(ranks, limit))
 	if missing := flight.MissingDumps(dumps); len(missing) > 0 {
-		fmt.Fprintf(stdout, "no dump from ranks %s (killed or stopped before they could write one); left out\n", listN(missing, limit))
+		fmt.Fprintf(stdout, "no dump from ranks %s (killed or stopped before they could write one); left out\n",
+			listN(missing, limit))
 	}
 	findings := flight.Analyze(dumps)
 	if len(findings) == 0 {
 		// A hang whose culprit left no dump: the others all wait in one collective.
 		if findings = flight.Stalled(dumps); len(findings) > 0 {
-			fmt.Fprintln(stdout, "every rank with a dump waits in the collective below, which the ranks without one never completed:")
+			fmt.Fprintln(stdout,
+				"every rank with a dump waits in the collective below, which the ranks without one never completed:")
 		}
 	}
 	if len(findings) == 0 {

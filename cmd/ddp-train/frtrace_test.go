@@ -45,9 +45,12 @@ func wideDumps(groups, ranks int) map[int]flight.Dump {
 		d := flight.Dump{Version: "2.10", PgConfig: map[string]flight.PgConfig{}}
 		for g := range groups {
 			name := strconv.Itoa(g)
-			d.PgConfig[name] = flight.PgConfig{Name: name, Desc: strings.Repeat("d", 100), Ranks: "[" + strings.Join(listed, ", ") + "]"}
-			e := flight.Entry{RecordID: uint64(g), ProcessGroup: [2]string{name, "d"}, CollectiveSeqID: uint64(1 + r), ProfilingName: "nccl:all_reduce",
-				InputSizes: [][]int{long}, OutputSizes: [][]int{long}, InputDtypes: []string{"Float"}, OutputDtypes: []string{"Float"}, State: "scheduled"}
+			d.PgConfig[name] = flight.PgConfig{Name: name, Desc: strings.Repeat("d", 100),
+				Ranks: "[" + strings.Join(listed, ", ") + "]"}
+			e := flight.Entry{RecordID: uint64(g), ProcessGroup: [2]string{name, "d"}, CollectiveSeqID: uint64(1 + r),
+				ProfilingName: "nccl:all_reduce",
+				InputSizes:    [][]int{long}, OutputSizes: [][]int{long}, InputDtypes: []string{"Float"},
+				OutputDtypes: []string{"Float"}, State: "scheduled"}
 			d.Entries = append(d.Entries, e)
 		}
 		dumps[r] = d
@@ -66,13 +69,18 @@ func TestFrTraceOutputBounded(t *testing.T) {
 		t.Fatalf("fr-trace: exit %d, want 1\n%.2000s%s", code, stdout.String(), stderr.String())
 	}
 	out := stdout.String()
-	if stdout.Len() > 64<<10 || !strings.Contains(out, "... and 84 more groups where the ranks disagree; --all prints them") ||
-		!strings.Contains(out, "no dump from ranks [2 3 4") || !strings.Contains(out, "... 66 more]") || !strings.Contains(out, "more bytes)") {
-		t.Errorf("fr-trace of %d bytes of dumps printed %d bytes, want at most 64 KiB ending with a count of the rest:\n%.3000s", size, stdout.Len(), out)
+	if stdout.Len() > 64<<10 ||
+		!strings.Contains(out, "... and 84 more groups where the ranks disagree; --all prints them") ||
+		!strings.Contains(out, "no dump from ranks [2 3 4") || !strings.Contains(out, "... 66 more]") ||
+		!strings.Contains(out, "more bytes)") {
+		t.Errorf("fr-trace of %d bytes of dumps printed %d bytes, want at most 64 KiB ending with a count of the "+
+			"rest:\n%.3000s", size, stdout.Len(), out)
 	}
 	stdout.Reset()
-	if code := run([]string{"fr-trace", "--all", dir}, nil, &stdout, &stderr); code != 1 || strings.Count(stdout.String(), "Not all ranks joining") != 100 {
-		t.Errorf("fr-trace --all: exit %d, %d findings, want 1 and 100", code, strings.Count(stdout.String(), "Not all ranks joining"))
+	if code := run([]string{"fr-trace", "--all", dir}, nil, &stdout, &stderr); code != 1 ||
+		strings.Count(stdout.String(), "Not all ranks joining") != 100 {
+		t.Errorf("fr-trace --all: exit %d, %d findings, want 1 and 100", code,
+			strings.Count(stdout.String(), "Not all ranks joining"))
 	}
 	t.Logf("%d bytes of dumps: %d bytes printed, %d with --all", size, len(out), stdout.Len())
 }
@@ -82,9 +90,12 @@ func TestFrTraceOutputBounded(t *testing.T) {
 func TestFrTraceHugeSequenceNumber(t *testing.T) {
 	dir := t.TempDir()
 	e := func(seq uint64) flight.Entry {
-		return flight.Entry{ProcessGroup: [2]string{"0", "d"}, CollectiveSeqID: seq, ProfilingName: "nccl:all_reduce", State: "completed"}
+		return flight.Entry{ProcessGroup: [2]string{"0", "d"}, CollectiveSeqID: seq, ProfilingName: "nccl:all_reduce",
+			State: "completed"}
 	}
-	writeDumps(t, dir, map[int]flight.Dump{0: {PgConfig: map[string]flight.PgConfig{"0": {Name: "0", Ranks: "[0]"}}, Entries: []flight.Entry{e(1), e(1e15)}}})
+	writeDumps(t, dir,
+		map[int]flight.Dump{0: {PgConfig: map[string]flight.PgConfig{"0": {Name: "0", Ranks: "[0]"}},
+			Entries: []flight.Entry{e(1), e(1e15)}}})
 	done := make(chan string, 1)
 	go func() {
 		var stdout, stderr bytes.Buffer

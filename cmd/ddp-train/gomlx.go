@@ -106,7 +106,8 @@ func (t *trainer) runGoMLX(ctx context.Context) error {
 		Logger:               t.log,
 		Registerer:           t.reg,
 	}}
-	tr, err := gomlxddp.New(backend, mlctx.New(), t.g, gomlxMLP(spec, p), gomlxLoss(t.c.gradAccum), gomlxOptimizer(t.c), opts)
+	tr, err := gomlxddp.New(backend, mlctx.New(), t.g, gomlxMLP(spec, p), gomlxLoss(t.c.gradAccum), gomlxOptimizer(t.c),
+		opts)
 	if err != nil {
 		return err
 	}
@@ -138,7 +139,8 @@ func (t *trainer) gomlxLoop(ctx context.Context, tr *gomlxddp.Trainer, spec mode
 			l, err := run(ctx, []*tensors.Tensor{x}, []*tensors.Tensor{y})
 			if errors.Is(err, reducer.ErrNonFinite) && t.c.onNonFinite == "skip" {
 				if t.g.Rank() == 0 {
-					t.log.Warn("skipping the update: the gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1), zap.Error(err))
+					t.log.Warn("skipping the update: the gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1),
+						zap.Error(err))
 				}
 				err = nil // every rank skipped the update; the Trainer goes on
 			}
@@ -204,7 +206,8 @@ func (t *trainer) gomlxLine(ctx context.Context, step, total int, window []float
 		return fmt.Errorf("averaging the loss: %w", err)
 	}
 	if t.g.Rank() == 0 {
-		t.log.Info("train", zap.Int("step", step), zap.Int("steps", total), zap.Float64("loss", v[0]/v[1]), zap.String("engine", "gomlx"))
+		t.log.Info("train", zap.Int("step", step), zap.Int("steps", total), zap.Float64("loss", v[0]/v[1]),
+			zap.String("engine", "gomlx"))
 	}
 	return nil
 }

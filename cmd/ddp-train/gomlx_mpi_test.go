@@ -89,7 +89,8 @@ func TestMPIEngineGoMLX(t *testing.T) {
 					t.Fatalf("train losses %v over mpi, %v over tcp", gotCurve, wantCurve)
 				}
 			}
-			t.Logf("mpi and tcp: parameters bitwise equal: %v (digests %s, %s), losses %v", bitwise, got["0"], want["0"], wantCurve)
+			t.Logf("mpi and tcp: parameters bitwise equal: %v (digests %s, %s), losses %v", bitwise, got["0"], want["0"],
+				wantCurve)
 		})
 	}
 }

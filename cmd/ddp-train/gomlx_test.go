@@ -52,10 +52,13 @@ func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 	}{
 		{"tcp-sgd", 1e-9, []string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--grad-accum", "2"}},
 		{"local-adam", 1e-5, []string{"--backend", "local", "--nproc", "3", "--optimizer", "adam", "--lr", "0.01"}},
-		{"fp16-bucket-view", 1e-6, []string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--comm-hook", "fp16", "--gradient-as-bucket-view", "--bucket-cap-mb", "0.01"}},
+		{"fp16-bucket-view", 1e-6,
+			[]string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--comm-hook", "fp16", "--gradient-as-bucket-view",
+				"--bucket-cap-mb", "0.01"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			common := args(append([]string{"--steps", "12", "--log-every", "1", "--dtype", "float64", "--activation", "tanh"}, c.args...)...)
+			common := args(append([]string{"--steps", "12", "--log-every", "1", "--dtype", "float64", "--activation", "tanh"},
+				c.args...)...)
 			curves := map[string][]float64{}
 			for _, engine := range []string{"gorgonia", "gomlx"} {
 				r := ddpTrain(t, append(common, "--engine", engine)...)
@@ -155,7 +158,8 @@ func TestTorchrunEngineGoMLX(t *testing.T) {
 		t.Fatalf("torchrun: %v after %v\n%s", err, time.Since(start).Round(time.Millisecond), log)
 	}
 	t.Logf("torchrun: %v", time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(log, `"world_size":2`) || strings.Count(log, `"msg":"done"`) != 2 || strings.Count(log, `"engine":"gomlx"`) < 2 {
+	if !strings.Contains(log, `"world_size":2`) || strings.Count(log, `"msg":"done"`) != 2 ||
+		strings.Count(log, `"engine":"gomlx"`) < 2 {
 		t.Fatalf("the workers did not train one 2-rank job with --engine gomlx:\n%s", log)
 	}
 	if d := digests(log); len(d) != 2 || d["0"] != want || d["1"] != want {

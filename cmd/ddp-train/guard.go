@@ -93,7 +93,8 @@ func (t *trainer) diverged(ctx context.Context, step int, lossBad bool, what str
 	if what != "" {
 		msg += "; " + what
 	}
-	msg += "; nothing of this step was saved (no --save, no checkpoint); lower --lr, check the data, or --on-nonfinite skip to skip such steps"
+	msg += "; nothing of this step was saved (no --save, no checkpoint); lower --lr, check the data, or --on-nonfinite " +
+		"skip to skip such steps"
 	return &divergedError{msg: msg}
 }
 
@@ -108,7 +109,8 @@ func nonFiniteGrads(err error) (string, bool) {
 		if len(origin.Ranks) > 1 {
 			who = "ranks " + joinInts(origin.Ranks)
 		}
-		return fmt.Sprintf("the gradients of %s held a NaN or an infinity before their allreduce (bucket %d: %s; sent as zeros, so no other rank received it)",
+		return fmt.Sprintf("the gradients of %s held a NaN or an infinity before their allreduce (bucket %d: %s; sent as "+
+			"zeros, so no other rank received it)",
 			who, origin.Bucket, strings.Join(origin.Names, ", ")), true
 	}
 	var nf *reducer.NonFiniteError

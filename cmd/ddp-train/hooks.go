@@ -25,7 +25,8 @@ func hookByName(c config) (commhook.Hook, error) {
 	o.MatrixApproximationRank, o.StartIter = c.powersgdRank, c.powersgdStartIter
 	h, err := commhook.ByName(c.commHook, o)
 	if err != nil {
-		return nil, fmt.Errorf("--comm-hook %s with --powersgd-rank %d --powersgd-start-iter %d: %w", c.commHook, c.powersgdRank, c.powersgdStartIter, err)
+		return nil, fmt.Errorf("--comm-hook %s with --powersgd-rank %d --powersgd-start-iter %d: %w", c.commHook,
+			c.powersgdRank, c.powersgdStartIter, err)
 	}
 	return h, nil
 }
@@ -77,7 +78,8 @@ func gatherHookState(ctx context.Context, g pg.ProcessGroup, h commhook.Hook) (m
 	}
 	for r := range g.Size() {
 		if headers[2*r] != header[0] || headers[2*r+1] != header[1] {
-			return nil, fmt.Errorf("gathering the comm hook's state: rank %d's state is laid out differently from rank %d's", r, g.Rank())
+			return nil, fmt.Errorf("gathering the comm hook's state: rank %d's state is laid out differently from rank %d's", r,
+				g.Rank())
 		}
 	}
 	all := make([]float64, len(flat)*g.Size())

@@ -18,10 +18,10 @@ import (
 	"github.com/goddp/ddp/npy"
 )
 
-// The tests of this file are issue 21's table: runs that used to end
-// "successfully" with garbage, or destroy earlier work, each with real
-// processes. Each now fails clearly or behaves as stated, and nothing is
-// lost or half-written.
+// The tests of this file are runs that could end "successfully" with
+// garbage, or destroy earlier work, each with real processes. Each must
+// fail clearly or behave as stated, and nothing may be lost or
+// half-written.
 
 // lastLine is the last non-empty line of s.
 func lastLine(s string) string {
@@ -76,7 +76,9 @@ func TestNonFiniteGuardFails(t *testing.T) {
 	}
 
 	ck := filepath.Join(dir, "ck")
-	r = ddpTrain(t, append(args("--epochs", "1", "--steps", "0", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "10"), spikyData(t, dir)...)...)
+	r = ddpTrain(t,
+		append(args("--epochs", "1", "--steps", "0", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep",
+			"10"), spikyData(t, dir)...)...)
 	// Sample 20 is in rank 0's second batch: from step 2 on the run
 	// overflows, as the gradients or the loss or at a later step.
 	m := regexp.MustCompile(`training diverged at step (\d+): the loss of rank`).FindStringSubmatch(lastLine(r.stderr))
@@ -103,7 +105,9 @@ func TestNonFiniteGuardFails(t *testing.T) {
 func TestNonFiniteGuardSkips(t *testing.T) {
 	dir := t.TempDir()
 	sum, save := filepath.Join(dir, "s.json"), filepath.Join(dir, "out")
-	r := ddpTrain(t, append(args("--epochs", "1", "--steps", "0", "--on-nonfinite", "skip", "--summary", sum, "--save", save), spikyData(t, dir)...)...)
+	r := ddpTrain(t,
+		append(args("--epochs", "1", "--steps", "0", "--on-nonfinite", "skip", "--summary", sum, "--save", save),
+			spikyData(t, dir)...)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
@@ -124,10 +128,10 @@ func TestNonFiniteGuardSkips(t *testing.T) {
 }
 
 // An output path that cannot be written is exit 2 before any worker
-// starts, with nothing written: --summary in a missing directory (it used
-// to fail after training, with --save written, and be retried by
-// --max-restarts), and --checkpoint that is a file (rank 0 used to fail
-// mid-run, and the launcher blamed rank 1's lost store).
+// starts, with nothing written: --summary in a missing directory (checked
+// late, it would fail after training, with --save written, and be retried
+// by --max-restarts), and --checkpoint that is a file (checked late, rank 0
+// would fail mid-run, and the launcher would blame rank 1's lost store).
 func TestOutputPathsCheckedFirst(t *testing.T) {
 	dir := t.TempDir()
 	save := filepath.Join(dir, "out")
@@ -139,8 +143,10 @@ func TestOutputPathsCheckedFirst(t *testing.T) {
 		args []string
 		want string
 	}{
-		"summary":       {[]string{"--summary", filepath.Join(dir, "missing", "s.json"), "--save", save, "--max-restarts", "2"}, "--summary"},
-		"checkpoint":    {[]string{"--checkpoint", file, "--checkpoint-every", "1", "--save", save}, "--checkpoint " + file + ": it is a file"},
+		"summary": {[]string{"--summary", filepath.Join(dir, "missing", "s.json"), "--save", save, "--max-restarts",
+			"2"}, "--summary"},
+		"checkpoint": {[]string{"--checkpoint", file, "--checkpoint-every", "1", "--save", save},
+			"--checkpoint " + file + ": it is a file"},
 		"save":          {[]string{"--save", filepath.Join(file, "sub")}, "--save"},
 		"summary dir":   {[]string{"--summary", dir}, "it is a directory"},
 		"timeline file": {[]string{"--timeline", file}, "--timeline"},
@@ -158,13 +164,14 @@ func TestOutputPathsCheckedFirst(t *testing.T) {
 }
 
 // A --checkpoint directory that holds another run's checkpoints is not
-// touched by a run without --resume: it is refused (it used to prune
-// step-200 and step-300); --overwrite-checkpoints starts over; a second
+// touched by a run without --resume: it is refused (pruning would delete
+// its step-200 and step-300); --overwrite-checkpoints starts over; a second
 // run while one holds the directory is refused at once naming it.
 func TestCheckpointDirectoryOwned(t *testing.T) {
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck")
-	if r := ddpTrain(t, args("--steps", "3", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3")...); r.code != 0 {
+	if r := ddpTrain(t,
+		args("--steps", "3", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3")...); r.code != 0 {
 		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
 	}
 	if got := checkpoint.Steps(ck); fmt.Sprint(got) != "[1 2 3]" {
@@ -177,19 +184,24 @@ func TestCheckpointDirectoryOwned(t *testing.T) {
 	if got := checkpoint.Steps(ck); fmt.Sprint(got) != "[1 2 3]" {
 		t.Fatalf("the refused run left steps %v", got)
 	}
-	if r := ddpTrain(t, args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3", "--overwrite-checkpoints")...); r.code != 0 {
+	if r := ddpTrain(t,
+		args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3",
+			"--overwrite-checkpoints")...); r.code != 0 {
 		t.Fatalf("--overwrite-checkpoints: exit %d\n%s", r.code, r.stderr)
 	}
 	if got := checkpoint.Steps(ck); fmt.Sprint(got) != "[1 2]" {
 		t.Fatalf("after starting over: steps %v, want [1 2]", got)
 	}
 
-	long := startTrain(t, args("--steps", "1000000", "--checkpoint", ck, "--resume", "--checkpoint-every", "100000", "--log-every", "1")...)
+	long := startTrain(t,
+		args("--steps", "1000000", "--checkpoint", ck, "--resume", "--checkpoint-every", "100000", "--log-every", "1")...)
 	long.waitStep(t, 3) // killed at cleanup
 	start := time.Now()
 	r = ddpTrain(t, args("--steps", "5", "--checkpoint", ck, "--resume")...)
-	if r.code != 2 || !strings.Contains(lastLine(r.stderr), "in use by another run") || !strings.Contains(lastLine(r.stderr), "pid ") || time.Since(start) > 20*time.Second {
-		t.Fatalf("a second run on a held directory: exit %d after %v, last line %q; want exit 2 at once naming the holder", r.code, time.Since(start), lastLine(r.stderr))
+	if r.code != 2 || !strings.Contains(lastLine(r.stderr), "in use by another run") ||
+		!strings.Contains(lastLine(r.stderr), "pid ") || time.Since(start) > 20*time.Second {
+		t.Fatalf("a second run on a held directory: exit %d after %v, last line %q; want exit 2 at once naming the holder",
+			r.code, time.Since(start), lastLine(r.stderr))
 	}
 }
 
@@ -203,13 +215,17 @@ func TestResumeCannotLie(t *testing.T) {
 	if r := ddpTrain(t, args("--steps", "4", "--checkpoint", ck, "--checkpoint-every", "4")...); r.code != 0 {
 		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
 	}
-	r := ddpTrain(t, args("--steps", "8", "--checkpoint", ck, "--resume", "--batch-size", "8", "--optimizer", "adam", "--nproc", "3")...)
-	for _, want := range []string{"world_size: the checkpoint's run had 2, this run has 3", "batch_size", "optimizer", "--resume-allow-changes (world_size,batch_size,optimizer)"} {
+	r := ddpTrain(t,
+		args("--steps", "8", "--checkpoint", ck, "--resume", "--batch-size", "8", "--optimizer", "adam", "--nproc", "3")...)
+	for _, want := range []string{"world_size: the checkpoint's run had 2, this run has 3", "batch_size", "optimizer",
+		"--resume-allow-changes (world_size,batch_size,optimizer)"} {
 		if r.code != 2 || !strings.Contains(lastLine(r.stderr), want) {
 			t.Fatalf("changed settings: exit %d, last line %q; want exit 2 naming %q", r.code, lastLine(r.stderr), want)
 		}
 	}
-	if r := ddpTrain(t, args("--steps", "6", "--checkpoint", ck, "--resume", "--lr", "0.05", "--resume-allow-changes", "lr")...); r.code != 0 || !strings.Contains(r.stderr, "resuming with changed settings") {
+	if r := ddpTrain(t,
+		args("--steps", "6", "--checkpoint", ck, "--resume", "--lr", "0.05", "--resume-allow-changes",
+			"lr")...); r.code != 0 || !strings.Contains(r.stderr, "resuming with changed settings") {
 		t.Fatalf("an allowed change: exit %d\n%s", r.code, r.stderr)
 	}
 	// Without --checkpoint-every, that run's last step is the checkpoint
@@ -224,7 +240,8 @@ func TestResumeCannotLie(t *testing.T) {
 	if err == nil {
 		err = json.Unmarshal(b, &s)
 	}
-	if r.code != 0 || !strings.Contains(r.stderr, "nothing to train") || err != nil || s.Steps != 0 || s.SamplesPerSec < 0 {
+	if r.code != 0 || !strings.Contains(r.stderr, "nothing to train") || err != nil || s.Steps != 0 ||
+		s.SamplesPerSec < 0 {
 		t.Fatalf("a finished checkpoint: exit %d, summary %+v (%v)\n%s", r.code, s, err, r.stderr)
 	}
 
@@ -284,7 +301,8 @@ func TestExternalLauncherChecksOutputsOnEveryRank(t *testing.T) {
 func TestLauncherNamesTheCause(t *testing.T) {
 	parent := filepath.Join(t.TempDir(), "p")
 	ck := filepath.Join(parent, "ck")
-	run := startTrain(t, args("--steps", "1000000", "--checkpoint", ck, "--checkpoint-every", "300", "--log-every", "1")...)
+	run := startTrain(t,
+		args("--steps", "1000000", "--checkpoint", ck, "--checkpoint-every", "300", "--log-every", "1")...)
 	run.waitStep(t, 3)
 	if err := os.RemoveAll(parent); err != nil {
 		t.Fatal(err)

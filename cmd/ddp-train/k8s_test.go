@@ -28,7 +28,8 @@ func TestKubernetesJobs(t *testing.T) {
 				"PET_MASTER_ADDR=127.0.0.1", "PET_MASTER_PORT=" + port}
 		}},
 		{"indexed-job", func(rank int, port string) []string {
-			return []string{"JOB_COMPLETION_INDEX=" + strconv.Itoa(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
+			return []string{"JOB_COMPLETION_INDEX=" + strconv.Itoa(rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+				"MASTER_PORT=" + port}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -69,8 +69,10 @@ func TestPartialLauncherEnvExits2(t *testing.T) {
 	const secret = "GODDP_SECRET=00112233445566778899aabbccddeeff"
 	srun := func(rank int, drop string, extra ...string) []string {
 		var kv []string
-		for _, v := range []string{"SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=" + strconv.Itoa(rank), "SLURM_NTASKS=2",
-			"SLURM_LOCALID=" + strconv.Itoa(rank), "SLURM_NODEID=0", "SLURM_STEP_NODELIST=localhost", "SLURM_STEP_TASKS_PER_NODE=2", secret} {
+		for _, v := range []string{"SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=" + strconv.Itoa(rank),
+			"SLURM_NTASKS=2",
+			"SLURM_LOCALID=" + strconv.Itoa(rank), "SLURM_NODEID=0", "SLURM_STEP_NODELIST=localhost",
+			"SLURM_STEP_TASKS_PER_NODE=2", secret} {
 			if !strings.HasPrefix(v, drop+"=") {
 				kv = append(kv, v)
 			}
@@ -83,11 +85,17 @@ func TestPartialLauncherEnvExits2(t *testing.T) {
 		want string
 	}{
 		{"RANK without WORLD_SIZE", []string{"RANK=0", "MASTER_ADDR=127.0.0.1", secret}, "RANK is set but WORLD_SIZE is not"},
-		{"WORLD_SIZE without RANK", []string{"WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", secret}, "WORLD_SIZE is set but RANK is not"},
-		{"MASTER_PORT without MASTER_ADDR", []string{"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=29500", secret}, "MASTER_PORT is set but MASTER_ADDR is not"},
-		{"MASTER_ADDR alone", []string{"MASTER_ADDR=10.0.0.1"}, "MASTER_ADDR is set but no launcher variables say this process's rank"},
-		{"torchrun's agent without RANK", []string{"TORCHELASTIC_RUN_ID=x", "TORCHELASTIC_USE_AGENT_STORE=True", "LOCAL_RANK=0"}, "TORCHELASTIC_USE_AGENT_STORE is set"},
-		{"OMPI rank without size", []string{"OMPI_COMM_WORLD_RANK=0", "MASTER_ADDR=127.0.0.1", secret}, "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not"},
+		{"WORLD_SIZE without RANK", []string{"WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", secret},
+			"WORLD_SIZE is set but RANK is not"},
+		{"MASTER_PORT without MASTER_ADDR", []string{"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=29500", secret},
+			"MASTER_PORT is set but MASTER_ADDR is not"},
+		{"MASTER_ADDR alone", []string{"MASTER_ADDR=10.0.0.1"},
+			"MASTER_ADDR is set but no launcher variables say this process's rank"},
+		{"torchrun's agent without RANK",
+			[]string{"TORCHELASTIC_RUN_ID=x", "TORCHELASTIC_USE_AGENT_STORE=True", "LOCAL_RANK=0"},
+			"TORCHELASTIC_USE_AGENT_STORE is set"},
+		{"OMPI rank without size", []string{"OMPI_COMM_WORLD_RANK=0", "MASTER_ADDR=127.0.0.1", secret},
+			"OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not"},
 		{"SLURM_PROCID without SLURM_NTASKS", srun(0, "SLURM_NTASKS"), "SLURM_PROCID is set but SLURM_NTASKS is not"},
 		{"SLURM_NTASKS without SLURM_PROCID", srun(0, "SLURM_PROCID"), "SLURM_NTASKS is set but SLURM_PROCID is not"},
 		{"srun task without SLURM_LOCALID", srun(1, "SLURM_LOCALID"), "SLURM_LOCALID is not set"},
@@ -95,8 +103,11 @@ func TestPartialLauncherEnvExits2(t *testing.T) {
 		{"srun task without a job id", srun(1, "SLURM_JOB_ID"), "SLURM_JOB_ID"},
 		{"srun task without a secret", srun(1, "GODDP_SECRET"), "GODDP_SECRET is not set"},
 		{"batch script of two tasks", srun(0, "SLURM_STEP_ID"), "SLURM_STEP_ID is not"},
-		{"RANK disagrees with SLURM_PROCID", srun(1, "", "RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"), "disagree with Slurm's SLURM_PROCID=1"},
-		{"RANK disagrees with OMPI", []string{"RANK=1", "WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", secret},
+		{"RANK disagrees with SLURM_PROCID", srun(1, "", "RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"),
+			"disagree with Slurm's SLURM_PROCID=1"},
+		{"RANK disagrees with OMPI",
+			[]string{"RANK=1", "WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+				secret},
 			"disagree with OMPI_COMM_WORLD_RANK=0"},
 		{"malformed node list", srun(1, "SLURM_STEP_NODELIST", "SLURM_STEP_NODELIST=node[1-"), "not closed"},
 	}

@@ -101,9 +101,11 @@ func (c config) checkNproc(cpus int) error {
 	switch {
 	case c.backend == "mpi":
 	case c.nproc > maxNproc:
-		return usagef("--nproc %d: more than %d, the most ddp-train runs on one machine; for a larger job run one ddp-train per machine under torchrun, srun or mpirun", c.nproc, maxNproc)
+		return usagef("--nproc %d: more than %d, the most ddp-train runs on one machine; for a larger job run one "+
+			"ddp-train per machine under torchrun, srun or mpirun", c.nproc, maxNproc)
 	case c.nproc > perCPU && !c.oversubscribe:
-		return usagef("--nproc %d: more than %d per CPU (%d on this machine's %d CPUs); use fewer, or add --oversubscribe to allow up to %d", c.nproc, nprocPerCPU, perCPU, cpus, maxNproc)
+		return usagef("--nproc %d: more than %d per CPU (%d on this machine's %d CPUs); use fewer, or add --oversubscribe "+
+			"to allow up to %d", c.nproc, nprocPerCPU, perCPU, cpus, maxNproc)
 	}
 	return nil
 }
@@ -137,7 +139,8 @@ func (c config) checkCounts() error {
 	case c.gradAccum > maxGradAccum:
 		return usagef("--grad-accum %d: want at most %d", c.gradAccum, maxGradAccum)
 	case c.samples > maxSamples:
-		return usagef("--samples %d: want at most %d (%d features each, %d values in all)", c.samples, maxSamples, dataset.SyntheticD, dataset.MaxValues)
+		return usagef("--samples %d: want at most %d (%d features each, %d values in all)", c.samples, maxSamples,
+			dataset.SyntheticD, dataset.MaxValues)
 	case c.classes < 0:
 		return usagef("--classes %d: want 0 (the largest label plus one) or a positive number", c.classes)
 	}
@@ -174,7 +177,8 @@ func checkAddr(name, addr string, ports int) error {
 	case ports > 1 && p == 0:
 		return usagef("%s %q: worker i serves on port+i, so give a port from 1 to %d", name, addr, maxPort-ports+1)
 	case p+ports-1 > maxPort:
-		return usagef("%s %q: its %d workers would serve on ports %d to %d; give a port of at most %d", name, addr, ports, p, p+ports-1, maxPort-ports+1)
+		return usagef("%s %q: its %d workers would serve on ports %d to %d; give a port of at most %d", name, addr, ports, p,
+			p+ports-1, maxPort-ports+1)
 	}
 	return nil
 }

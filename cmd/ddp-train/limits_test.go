@@ -51,7 +51,8 @@ func TestLimitsExitTwoBeforeAnyWorker(t *testing.T) {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			r := ddpTrainWithin(t, 10*time.Second, args(append(c.args, "--steps", "3")...)...)
 			line := strings.TrimSuffix(r.stderr, "\n")
-			if r.code != 2 || strings.Contains(line, "\n") || !strings.HasPrefix(line, "ddp-train: ") || !strings.Contains(line, c.want) {
+			if r.code != 2 || strings.Contains(line, "\n") || !strings.HasPrefix(line, "ddp-train: ") ||
+				!strings.Contains(line, c.want) {
 				t.Fatalf("exit %d, stderr %q: want exit 2 and one line saying %q", r.code, r.stderr, c.want)
 			}
 		})
@@ -92,13 +93,15 @@ func TestHugeWorldSizeExitsTwo(t *testing.T) {
 	const secret = "GODDP_SECRET=00112233445566778899aabbccddeeff"
 	for name, env := range map[string][]string{
 		"WORLD_SIZE": {"RANK=0", "WORLD_SIZE=2000000000", "MASTER_ADDR=127.0.0.1", secret},
-		"SLURM_NTASKS": {"SLURM_JOB_ID=7", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2000000000", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+		"SLURM_NTASKS": {"SLURM_JOB_ID=7", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2000000000", "SLURM_LOCALID=0",
+			"SLURM_NODEID=0",
 			"SLURM_STEP_NODELIST=localhost", "SLURM_STEP_TASKS_PER_NODE=1", secret},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := runWithEnv(t, cleanEnv(env...), args("--steps", "3")...)
 			line := strings.TrimSuffix(r.stderr, "\n")
-			if r.code != 2 || strings.Contains(line, "\n") || !strings.Contains(line, name+"=2000000000 is more than the 65536 ranks") {
+			if r.code != 2 || strings.Contains(line, "\n") ||
+				!strings.Contains(line, name+"=2000000000 is more than the 65536 ranks") {
 				t.Fatalf("exit %d, stderr %q: want exit 2 and one line naming %s", r.code, r.stderr, name)
 			}
 		})
@@ -141,7 +144,8 @@ func TestSignalMidSpawn(t *testing.T) {
 	case err = <-done:
 		exited = true
 	case <-time.After(3 * time.Second):
-		t.Fatalf("ddp-train still running 3s after SIGTERM, with %d processes started:\n%s", len(processesWith(token)), tail(stderr.String()))
+		t.Fatalf("ddp-train still running 3s after SIGTERM, with %d processes started:\n%s", len(processesWith(token)),
+			tail(stderr.String()))
 	}
 	code := -1
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -193,7 +197,8 @@ func TestCheckLimits(t *testing.T) {
 		{[]string{"--nproc", "17", "--oversubscribe"}, ""},
 		{[]string{"--nproc", "1024", "--oversubscribe"}, ""},
 		{[]string{"--nproc", "1025", "--oversubscribe"}, "more than 1024"},
-		{[]string{"--nproc", "4096", "--backend", "mpi"}, "--nproc does nothing with --backend mpi"}, // mpirun's -np decides: Note [no flag is ignored]
+		// mpirun's -np decides: Note [no flag is ignored]
+		{[]string{"--nproc", "4096", "--backend", "mpi"}, "--nproc does nothing with --backend mpi"},
 		{[]string{"--lr", "1e-12"}, ""},
 		{[]string{"--lr", "-Inf"}, "want a positive learning rate"},
 		{[]string{"--bucket-cap-mb", "1048576", "--first-bucket-mb", "0.000001"}, ""},

@@ -23,7 +23,7 @@
 // `ddp-train fr-trace DIR` merges the ranks' flight-recorder dumps
 // (--flight-dir) and names the collective where they parted.
 //
-// Exit codes (README.md's table): 0 success, 1 a failed run, 2 bad flags
+// Exit codes (docs/ddp-train.md's table): 0 success, 1 a failed run, 2 bad flags
 // or bad input, 3 the run diverged (a NaN or an infinity; Note [non-finite
 // guard]), 128+signal (130, 143) stopped by SIGINT or SIGTERM.
 package main
@@ -142,7 +142,8 @@ func report(stderr io.Writer, err error) int {
 // [memory follows the work]), then starts the workers: the whole
 // job, or with --nnodes this machine's share (nodes.go), whose outputs
 // and checkpoints rank 0's machine checks and holds.
-func runLauncher(ctx context.Context, c config, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+func runLauncher(ctx context.Context, c config, args []string, lookup func(string) (string, bool), stdout,
+	stderr io.Writer) error {
 	node, err := c.nodeFlags.node(lookup)
 	if err != nil {
 		return err

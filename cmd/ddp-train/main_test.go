@@ -62,7 +62,8 @@ func ddpTrainIn(t *testing.T, dir string, args ...string) result {
 }
 
 // small are flags for a fast run.
-var small = []string{"--hidden", "16", "--samples", "512", "--batch-size", "16", "--log-format", "json", "--timeout", "30s"}
+var small = []string{"--hidden", "16", "--samples", "512", "--batch-size", "16", "--log-format", "json", "--timeout",
+	"30s"}
 
 func args(extra ...string) []string { return append(append([]string(nil), small...), extra...) }
 
@@ -125,7 +126,8 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 	if r := ddpTrain(t, append(common, "--steps", "7", "--checkpoint", ck, "--checkpoint-every", "7")...); r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	if r := ddpTrain(t, append(common, "--steps", "12", "--checkpoint", ck, "--resume", "--save", resumed)...); r.code != 0 {
+	if r := ddpTrain(t,
+		append(common, "--steps", "12", "--checkpoint", ck, "--resume", "--save", resumed)...); r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	for _, name := range []string{"fc1.weight.npy", "fc2.bias.npy"} {
@@ -144,7 +146,8 @@ func TestLocalBackend(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	b, err := os.ReadFile(summary)
-	if err != nil || !strings.Contains(string(b), `"backend": "local"`) || !strings.Contains(string(b), `"world_size": 3`) {
+	if err != nil || !strings.Contains(string(b), `"backend": "local"`) ||
+		!strings.Contains(string(b), `"world_size": 3`) {
 		t.Fatalf("summary %s (%v)", b, err)
 	}
 }
@@ -208,7 +211,8 @@ func TestKilledWorkerIsNamed(t *testing.T) {
 		<-done
 		t.Fatalf("ddp-train still running 30s after a worker was killed:\n%s", errOut.String())
 	}
-	if !strings.Contains(errOut.String(), "ddp-train: rank 1 died (killed by SIGKILL)") { // Note [the headline names the culprit]
+	// Note [the headline names the culprit]
+	if !strings.Contains(errOut.String(), "ddp-train: rank 1 died (killed by SIGKILL)") {
 		t.Fatalf("the failed rank is not named:\n%s", errOut.String())
 	}
 }

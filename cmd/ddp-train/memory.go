@@ -74,7 +74,8 @@ const addressSlack = 256 << 20
 func checkAddressSpace() error {
 	l := readLimits()
 	if need := l.vmSize + addressSlack; l.as > 0 && need > l.as {
-		return usagef("RLIMIT_AS (ulimit -v) allows each process %s of address space, and ddp-train needs at least %s to start its threads; raise the limit (ulimit -v unlimited)", bytesText(l.as), bytesText(need))
+		return usagef("RLIMIT_AS (ulimit -v) allows each process %s of address space, and ddp-train needs at least %s to "+
+			"start its threads; raise the limit (ulimit -v unlimited)", bytesText(l.as), bytesText(need))
 	}
 	return nil
 }
@@ -141,19 +142,23 @@ func readLimits() memLimits {
 
 // check compares m with the limits l.
 func (m memEstimate) check(l memLimits) error {
-	what := fmt.Sprintf("about %s per process (data %s, model %s, runtime %s)", bytesText(m.perProcess()), bytesText(m.data), bytesText(m.model), bytesText(m.runtime))
+	what := fmt.Sprintf("about %s per process (data %s, model %s, runtime %s)", bytesText(m.perProcess()),
+		bytesText(m.data), bytesText(m.model), bytesText(m.runtime))
 	all := m.perProcess() * int64(m.procs)
 	if m.procs > 1 {
 		what = fmt.Sprintf("about %s: %d processes of %s", bytesText(all), m.procs, what[len("about "):])
 	}
 	if need := l.vmSize + m.data + m.model + addressSlack; l.as > 0 && need > l.as {
-		return usagef("the run needs %s, and its address space %s, more than the %s that RLIMIT_AS (ulimit -v) allows each process; use a smaller data set (--samples) or model, or raise the limit", what, bytesText(need), bytesText(l.as))
+		return usagef("the run needs %s, and its address space %s, more than the %s that RLIMIT_AS (ulimit -v) allows each "+
+			"process; use a smaller data set (--samples) or model, or raise the limit", what, bytesText(need), bytesText(l.as))
 	}
 	if l.cgroup != "" && all > l.cgroupLeft {
-		return usagef("the run needs %s, more than the %s its cgroup's memory.max leaves (%s); use a smaller data set (--samples), model or --nproc, or raise the limit", what, bytesText(l.cgroupLeft), l.cgroup)
+		return usagef("the run needs %s, more than the %s its cgroup's memory.max leaves (%s); use a smaller data set "+
+			"(--samples), model or --nproc, or raise the limit", what, bytesText(l.cgroupLeft), l.cgroup)
 	}
 	if l.machine > 0 && all > l.machine {
-		return usagef("the run needs %s, more than the %s of memory and swap this machine has; use a smaller data set (--samples), model or --nproc", what, bytesText(l.machine))
+		return usagef("the run needs %s, more than the %s of memory and swap this machine has; use a smaller data set "+
+			"(--samples), model or --nproc", what, bytesText(l.machine))
 	}
 	return nil
 }

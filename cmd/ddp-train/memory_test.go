@@ -33,7 +33,8 @@ func TestStrayLabelRefused(t *testing.T) {
 	}
 }
 
-var crashRE = regexp.MustCompile(`ddp-train: worker rank 1 crashed: SIGQUIT: quit \(a Go runtime crash, not bad input; the full report is in (\S+/rank-1/crash\.txt)\)`)
+var crashRE = regexp.MustCompile(`ddp-train: worker rank 1 crashed: SIGQUIT: quit \(a Go runtime crash, not bad ` +
+	`input; the full report is in (\S+/rank-1/crash\.txt)\)`)
 
 // Note [a crash is not bad input]: a worker that dies of the Go runtime
 // (here SIGQUIT, whose dump and exit status 2 are a crash's) makes the
@@ -57,7 +58,8 @@ func TestWorkerCrashIsNotBadInput(t *testing.T) {
 		t.Errorf("rank 1's crash report reached the terminal:\n%s", stderr)
 	}
 	report, err := os.ReadFile(m[1])
-	if err != nil || !strings.HasPrefix(string(report), "SIGQUIT: quit") || !strings.Contains(string(report), "goroutine ") {
+	if err != nil || !strings.HasPrefix(string(report), "SIGQUIT: quit") ||
+		!strings.Contains(string(report), "goroutine ") {
 		t.Errorf("%s: %v, want the runtime's report:\n%.500s", m[1], err, report)
 	}
 }
@@ -72,8 +74,11 @@ func TestMemoryLimits(t *testing.T) {
 		l    memLimits
 		want string
 	}{
-		{"RLIMIT_AS", memLimits{as: 2 * gib, vmSize: gib}, "and its address space 2.3 GiB, more than the 2.0 GiB that RLIMIT_AS (ulimit -v) allows each process"},
-		{"cgroup", memLimits{cgroup: "/sys/fs/cgroup/job/memory.max", cgroupLeft: 2 * gib}, "the run needs about 2.1 GiB: 2 processes of 1.0 GiB per process (data 1.0 GiB, model 10.0 MiB, runtime 30.0 MiB), more than the 2.0 GiB its cgroup's memory.max leaves (/sys/fs/cgroup/job/memory.max)"},
+		{"RLIMIT_AS", memLimits{as: 2 * gib, vmSize: gib},
+			"and its address space 2.3 GiB, more than the 2.0 GiB that RLIMIT_AS (ulimit -v) allows each process"},
+		{"cgroup", memLimits{cgroup: "/sys/fs/cgroup/job/memory.max", cgroupLeft: 2 * gib}, "the run needs about 2.1 GiB: " +
+			"2 processes of 1.0 GiB per process (data 1.0 GiB, model 10.0 MiB, runtime 30.0 MiB), more than the 2.0 GiB its " +
+			"cgroup's memory.max leaves (/sys/fs/cgroup/job/memory.max)"},
 		{"machine", memLimits{machine: 2 * gib}, "more than the 2.0 GiB of memory and swap this machine has"},
 		{"fits", memLimits{as: 3 * gib, vmSize: gib, cgroup: "x", cgroupLeft: 3 * gib, machine: 3 * gib}, ""},
 		{"no limits", memLimits{}, ""},
@@ -97,9 +102,11 @@ func TestSamplesCheckedAgainstMemory(t *testing.T) {
 	start := time.Now()
 	r := ddpTrain(t, args("--samples", "67108863", "--nproc", "64", "--oversubscribe")...)
 	last := lastLine(r.stderr)
-	if r.code != 2 || !strings.Contains(last, "the run needs about 1.0 TiB: 64 processes of 16.") || !strings.Contains(last, "per process (data 16.5 GiB") ||
+	if r.code != 2 || !strings.Contains(last, "the run needs about 1.0 TiB: 64 processes of 16.") ||
+		!strings.Contains(last, "per process (data 16.5 GiB") ||
 		strings.Contains(r.stderr, "[rank ") || time.Since(start) > 20*time.Second {
-		t.Fatalf("exit %d after %v, want 2 at once naming the estimate and the machine's memory\n%s", r.code, time.Since(start), r.stderr)
+		t.Fatalf("exit %d after %v, want 2 at once naming the estimate and the machine's memory\n%s", r.code,
+			time.Since(start), r.stderr)
 	}
 }
 
@@ -148,7 +155,8 @@ func TestGzipBombCostsItsSize(t *testing.T) {
 		images, labels := filepath.Join(dir, name+"-images.gz"), filepath.Join(dir, name+"-labels.gz")
 		writeIDX(t, images, []int{n, 28, 28}, make([]byte, n*28*28), true)
 		writeIDX(t, labels, []int{n}, make([]byte, n), true)
-		return args("--nproc", "1", "--steps", "50", "--batch-size", "8", "--data", images, "--labels", labels) // long enough to be seen
+		// long enough to be seen
+		return args("--nproc", "1", "--steps", "50", "--batch-size", "8", "--data", images, "--labels", labels)
 	}
 	const n = 40000 // 31.4 MB of pixels, about 31 KB gzipped
 	size := int64(n * 28 * 28)
@@ -162,7 +170,8 @@ func TestGzipBombCostsItsSize(t *testing.T) {
 		limit = 6 // measured 3.1 to 4.2
 	}
 	if base > 100<<20 || growth > limit {
-		t.Errorf("the launcher's peak RSS is %d (want under 100 MiB: no data), the worker's is %.2f bytes per byte of pixels beyond it (want under %g)", base, growth, limit)
+		t.Errorf("the launcher's peak RSS is %d (want under 100 MiB: no data), the worker's is %.2f bytes per byte of "+
+			"pixels beyond it (want under %g)", base, growth, limit)
 	}
 }
 
@@ -179,14 +188,16 @@ func TestMemoryEstimateIsHonest(t *testing.T) {
 	}{
 		{"data", []string{"--samples", "200000", "--hidden", "16"}},                             // 51 MB of features
 		{"model", []string{"--samples", "512", "--hidden", "1536,1536", "--optimizer", "adam"}}, // 2.4M parameters
-		{"momentum, two replicas", []string{"--samples", "50000", "--hidden", "1024,1024", "--optimizer", "momentum", "--nproc", "2"}},
+		{"momentum, two replicas",
+			[]string{"--samples", "50000", "--hidden", "1024,1024", "--optimizer", "momentum", "--nproc", "2"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			steps := "10" // the peak grows over the first steps, as garbage does
 			if raceBuild {
 				steps = "3" // the race detector's runs are slow
 			}
-			flags := append([]string{"--backend", "local", "--nproc", "1", "--steps", steps, "--batch-size", "64", "--log-format", "json", "--log-level", "debug", "--timeout", "60s"}, c.flags...)
+			flags := append([]string{"--backend", "local", "--nproc", "1", "--steps", steps, "--batch-size", "64",
+				"--log-format", "json", "--log-level", "debug", "--timeout", "60s"}, c.flags...)
 			peak, _, stderr := peaks(t, flags...)
 			m := estimateRE.FindStringSubmatch(stderr)
 			if m == nil {
@@ -210,7 +221,8 @@ func TestMemoryEstimateIsHonest(t *testing.T) {
 // --max-restarts restarts; a worker's bad input (a damaged checkpoint,
 // found by the workers only) is exit 2 and never restarted.
 func TestCrashRestartedBadInputNot(t *testing.T) {
-	run := startTrain(t, args("--steps", "1000000", "--log-every", "10", "--max-restarts", "1", "--restart-backoff", "10ms")...)
+	run := startTrain(t,
+		args("--steps", "1000000", "--log-every", "10", "--max-restarts", "1", "--restart-backoff", "10ms")...)
 	run.waitStep(t, 10)
 	crash := func() {
 		if err := syscall.Kill(waitForWorker(t, run.cmd.Process.Pid, "1"), syscall.SIGQUIT); err != nil {
@@ -231,7 +243,8 @@ func TestCrashRestartedBadInputNot(t *testing.T) {
 	crash()
 	code := run.wait(t)
 	stderr := run.stderr.String()
-	if code != 1 || !strings.Contains(stderr, "restarting every worker") || !strings.Contains(stderr, "worker rank 1 crashed (after 1 restart; --max-restarts 1): SIGQUIT: quit") {
+	if code != 1 || !strings.Contains(stderr, "restarting every worker") ||
+		!strings.Contains(stderr, "worker rank 1 crashed (after 1 restart; --max-restarts 1): SIGQUIT: quit") {
 		t.Fatalf("exit %d, want 1 after a restart, naming the crash\n%s", code, stderr)
 	}
 	if m := regexp.MustCompile(`the full report is in (\S+)/rank-1/crash\.txt`).FindStringSubmatch(stderr); m != nil {
@@ -249,7 +262,8 @@ func TestCrashRestartedBadInputNot(t *testing.T) {
 	}
 	defer flipMiddle(t, params[0])()
 	r := ddpTrain(t, append(common, "--steps", "4", "--resume")...)
-	if last := lastLine(r.stderr); r.code != 2 || !strings.Contains(last, "damaged") || strings.Contains(r.stderr, "restarting every worker") {
+	if last := lastLine(r.stderr); r.code != 2 || !strings.Contains(last, "damaged") ||
+		strings.Contains(r.stderr, "restarting every worker") {
 		t.Fatalf("a damaged checkpoint: exit %d, want 2 without a restart\n%s", r.code, r.stderr)
 	}
 }

@@ -27,11 +27,14 @@ func newTrainingMetrics() trainingMetrics {
 		samples: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train", Name: "samples_total",
 			Help: "Training samples this rank has processed (forward and backward) in this process."}),
 		comm: g("comm_fraction_ratio", "Fraction of step time spent waiting for communication after backward."),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train", Name: "skipped_steps_total",
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train",
+			Name: "skipped_steps_total",
 			Help: "Optimizer updates skipped because the averaged gradients were not finite (--on-nonfinite skip)."}),
 		last: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "straggler", Name: "last_total",
-			Help: "Steps in which this rank arrived last at the collectives, by more than --straggler-margin of the step time (the same on every rank's endpoint)."}, []string{"rank"}),
-		skew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "ddp", Subsystem: "straggler", Name: "arrival_skew_seconds",
+			Help: "Steps in which this rank arrived last at the collectives, by more than --straggler-margin of the step time " +
+				"(the same on every rank's endpoint)."}, []string{"rank"}),
+		skew: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "ddp", Subsystem: "straggler",
+			Name:    "arrival_skew_seconds",
 			Help:    "Per step, how much longer the first rank to arrive at the collectives waited than the last one.",
 			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16)}),
 	}

@@ -34,7 +34,8 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer logger.Sync()
-	ds, err := loadChecked(c, 1, 1, logger) // Note [memory follows the work]; one process counted (MPI says nothing of its neighbours here)
+	// Note [memory follows the work]; one process counted (MPI says nothing of its neighbours here)
+	ds, err := loadChecked(c, 1, 1, logger)
 	if err != nil {
 		return err
 	}
@@ -50,7 +51,8 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	rank := mg.Rank()
-	logger.Info("mpi process group", zap.Int("rank", rank), zap.Int("size", mg.Size()), zap.String("library", mpi.LibraryVersion(mg.Inner().(*mpi.Group))))
+	logger.Info("mpi process group", zap.Int("rank", rank), zap.Int("size", mg.Size()),
+		zap.String("library", mpi.LibraryVersion(mg.Inner().(*mpi.Group))))
 	metrics, err := serveMetrics(c, rank, logger)
 	if err != nil {
 		return err
@@ -86,7 +88,8 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if rank == 0 {
 		out = stdout
 	}
-	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(), buildMu: new(sync.Mutex), dbg: metrics.dbg}
+	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(),
+		buildMu: new(sync.Mutex), dbg: metrics.dbg}
 	if err := t.train(ctx); err != nil {
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}

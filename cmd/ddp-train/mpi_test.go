@@ -93,7 +93,9 @@ func TestMPICulprit(t *testing.T) {
 				flightDir := filepath.Join(t.TempDir(), "flight")
 				headline, took := mpiCulpritRun(t, mpirun, victim, sig, "--flight-dir", flightDir)
 				t.Logf("%.1fs after the signal: %s", took.Seconds(), headline)
-				want := fmt.Sprintf(`^(ddp-train: rank \d+: .*pg: rank %d did not answer|mpirun noticed that process rank %d .*exited on signal)`, victim, victim)
+				want := fmt.Sprintf(
+					`^(ddp-train: rank \d+: .*pg: rank %d did not answer|mpirun noticed that process rank %d .*exited on signal)`,
+					victim, victim)
 				if !regexp.MustCompile(want).MatchString(headline) {
 					t.Errorf("the first line does not name rank %d (want %s):\n%s", victim, want, headline)
 				}
@@ -116,12 +118,14 @@ func TestMPICulprit(t *testing.T) {
 // sig to rank victim once every rank trains, and returns the first line
 // that names a failure (ours, or mpirun's) and how long after the signal
 // mpirun ended.
-func mpiCulpritRun(t *testing.T, mpirun string, victim int, sig syscall.Signal, extra ...string) (string, time.Duration) {
+func mpiCulpritRun(t *testing.T, mpirun string, victim int, sig syscall.Signal, extra ...string) (string,
+	time.Duration) {
 	self, _ := os.Executable()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mpirun, append([]string{"--allow-run-as-root", "--oversubscribe", "-np", "3", self},
-		args(append([]string{"--backend", "mpi", "--steps", "1000000", "--timeout", culpritTimeout.String(), "--log-every", "1000000"}, extra...)...)...)...)
+		args(append([]string{"--backend", "mpi", "--steps", "1000000", "--timeout", culpritTimeout.String(), "--log-every",
+			"1000000"}, extra...)...)...)...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	var errOut lockedBuffer
 	cmd.Stderr = &errOut

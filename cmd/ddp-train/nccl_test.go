@@ -21,13 +21,16 @@ func TestNCCLLoadFailsInOneLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = joinGroup(context.Background(), c, env.Config{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: 1}, zap.NewNop())
+	_, err = joinGroup(context.Background(), c, env.Config{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: 1},
+		zap.NewNop())
 	if err == nil {
 		t.Fatal("joinGroup with a missing NCCL succeeded")
 	}
 	msg := err.Error()
-	if !isUsage(err) || strings.Contains(msg, "\n") || !strings.Contains(msg, missing) || !strings.Contains(msg, "GODDP_NCCL_LIBRARY") {
-		t.Errorf("got %q (usage error: %v); want one line naming %s and GODDP_NCCL_LIBRARY, as a usage error", msg, isUsage(err), missing)
+	if !isUsage(err) || strings.Contains(msg, "\n") || !strings.Contains(msg, missing) ||
+		!strings.Contains(msg, "GODDP_NCCL_LIBRARY") {
+		t.Errorf("got %q (usage error: %v); want one line naming %s and GODDP_NCCL_LIBRARY, as a usage error", msg,
+			isUsage(err), missing)
 	}
 	var sb strings.Builder
 	if code := report(&sb, err); code != 2 || strings.Count(sb.String(), "\n") != 1 {

@@ -17,7 +17,7 @@ import (
 	"github.com/goddp/ddp/pg/desync"
 )
 
-// Faults between hosts (issue 25): 2 network-namespace hosts of 2 ranks
+// Faults between hosts: 2 network-namespace hosts of 2 ranks
 // each (ranks 0, 1 on node0 = 10.98.0.1, which hosts the store; ranks
 // 2, 3 on node1 = 10.98.0.2), every rank a ddp-train started with plain
 // launcher variables. Each fault ends every rank within a bound of the
@@ -53,10 +53,14 @@ func testNetbedLinkDown(t *testing.T) {
 	at := time.Now()
 	j.waitAll(t)
 	far := map[int]string{
-		0: "ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or partitioned)",
-		1: "ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or partitioned)",
-		2: "ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or partitioned)",
-		3: "ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or partitioned)",
+		0: "ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or " +
+			"partitioned)",
+		1: "ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or " +
+			"partitioned)",
+		2: "ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or " +
+			"partitioned)",
+		3: "ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or " +
+			"partitioned)",
 	}
 	for r, want := range far {
 		j.wantFailed(t, r, at, want, "; check the network between this host and ")
@@ -87,14 +91,16 @@ func testNetbedFlap(t *testing.T) {
 	stalled := j.lastStep()
 	for r := range 4 {
 		if ended := j.endedAt(r); !ended.IsZero() && ended.Before(up) {
-			t.Fatalf("rank %d ended %v after the link went down, before it came back: the flap was not mid-run\n%s", r, ended.Sub(down), j.stderr(r))
+			t.Fatalf("rank %d ended %v after the link went down, before it came back: the flap was not mid-run\n%s", r,
+				ended.Sub(down), j.stderr(r))
 		}
 	}
 	j.waitStep(t, stalled+1)
 	resumed := time.Since(up)
 	j.waitAll(t)
 	t.Logf("link down for %v at step %d; training went on %v after the link came back, and the job ended %v after it",
-		up.Sub(down).Round(time.Millisecond), stalled, resumed.Round(10*time.Millisecond), time.Since(up).Round(10*time.Millisecond))
+		up.Sub(down).Round(time.Millisecond), stalled, resumed.Round(10*time.Millisecond),
+		time.Since(up).Round(10*time.Millisecond))
 	got := j.digests(t)
 	for r := range 4 {
 		if got[r] != want[0] {
@@ -116,7 +122,9 @@ func testNetbedHostKilled(t *testing.T) {
 	}
 	j.waitAll(t)
 	for _, r := range []int{0, 1} {
-		j.wantFailed(t, r, at, "ranks 2, 3 did not answer (gone: their host 10.98.0.2 refused the connection: the processes are gone)", "; check ranks 2, 3:")
+		j.wantFailed(t, r, at,
+			"ranks 2, 3 did not answer (gone: their host 10.98.0.2 refused the connection: the processes are gone)",
+			"; check ranks 2, 3:")
 	}
 }
 
@@ -132,7 +140,9 @@ func testNetbedRankStopped(t *testing.T) {
 	}
 	j.waitRanks(t, 0, 1, 2)
 	for _, r := range []int{0, 1, 2} {
-		j.wantFailed(t, r, at, "rank 3 did not answer (stopped or busy: its host 10.98.0.2 answers, but the process does not respond)", "; check rank 3:")
+		j.wantFailed(t, r, at,
+			"rank 3 did not answer (stopped or busy: its host 10.98.0.2 answers, but the process does not respond)",
+			"; check rank 3:")
 	}
 	if err := j.signal(3, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -137,7 +137,8 @@ func oneHost(t *testing.T, world int, extra []string, shm bool) string {
 }
 
 // transportsRE matches the tcp backend's "link transports" line.
-var transportsRE = regexp.MustCompile(`"msg":"link transports","rank":(\d+),.*"hosts":(\d+)(?:,"leaders":\[([0-9,]*)\])?`)
+var transportsRE = regexp.MustCompile(
+	`"msg":"link transports","rank":(\d+),.*"hosts":(\d+)(?:,"leaders":\[([0-9,]*)\])?`)
 
 // checkTransports wants every one of world ranks to log that the job
 // spans hosts hosts whose leaders (lowest rank on each) are leaders, ""
@@ -150,7 +151,8 @@ func checkTransports(t *testing.T, log string, world, hosts int, leaders string)
 	for _, m := range transportsRE.FindAllStringSubmatch(log, -1) {
 		seen[m[1]] = true
 		if m[2] != strconv.Itoa(hosts) || m[3] != leaders {
-			t.Errorf("rank %s sees %s hosts with leaders [%s]; want %d hosts with leaders [%s]", m[1], m[2], m[3], hosts, leaders)
+			t.Errorf("rank %s sees %s hosts with leaders [%s]; want %d hosts with leaders [%s]", m[1], m[2], m[3], hosts,
+				leaders)
 		}
 	}
 	if len(seen) != world {
@@ -184,7 +186,8 @@ func (d saveDiff) String() string {
 	if d.differ == 0 {
 		return fmt.Sprintf("bitwise equal (%d values)", d.values)
 	}
-	return fmt.Sprintf("%d of %d values differ, max |Δ| %.3g (%.3g of the parameter's largest value)", d.differ, d.values, d.maxAbs, d.maxRel)
+	return fmt.Sprintf("%d of %d values differ, max |Δ| %.3g (%.3g of the parameter's largest value)", d.differ, d.values,
+		d.maxAbs, d.maxRel)
 }
 
 // diffSaves compares the .npy files of two --save directories.
@@ -373,9 +376,10 @@ func TestNetbedSlurm(t *testing.T) {
 		{"ring-noshm", append([]string{"--shm=false"}, largeModel...), true, 4, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			log := launchTwice(t, layout{world: 4, extra: tc.extra, bitwiseNoShm: tc.bitwiseNoShm, launch: func(run int, train []string) string {
-				return runOnHosts(t, b, slurmTasks(self, netbedSecret(t), 4242+10*i+run, train))
-			}})
+			log := launchTwice(t,
+				layout{world: 4, extra: tc.extra, bitwiseNoShm: tc.bitwiseNoShm, launch: func(run int, train []string) string {
+					return runOnHosts(t, b, slurmTasks(self, netbedSecret(t), 4242+10*i+run, train))
+				}})
 			checkTransports(t, log, 4, tc.hosts, tc.leaders)
 		})
 	}
@@ -449,7 +453,8 @@ func TestNetbedOwnLauncherProgram(t *testing.T) {
 		}
 	}
 	node1 := log[strings.Index(log, "--- node1"):]
-	if !regexp.MustCompile(`(?m)^\[rank 2\] rank 2 of 4`).MatchString(node1) || !regexp.MustCompile(`(?m)^\[rank 3\] rank 3 of 4`).MatchString(node1) {
+	if !regexp.MustCompile(`(?m)^\[rank 2\] rank 2 of 4`).MatchString(node1) ||
+		!regexp.MustCompile(`(?m)^\[rank 3\] rank 3 of 4`).MatchString(node1) {
 		t.Fatalf("node1's launcher did not run ranks 2 and 3:\n%s", log)
 	}
 }

@@ -16,12 +16,16 @@ func TestNodeFlagsRefused(t *testing.T) {
 		want string
 	}{
 		{"no master", []string{secret}, []string{"--nnodes", "2"}, "--nnodes 2 needs --master-addr"},
-		{"node rank too high", []string{secret}, []string{"--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1"}, "--node-rank 2: want 0 to 1"},
+		{"node rank too high", []string{secret}, []string{"--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1"},
+			"--node-rank 2: want 0 to 1"},
 		{"negative nodes", []string{secret}, []string{"--nnodes", "0"}, "--nnodes 0"},
 		{"master on one machine", []string{secret}, []string{"--master-addr", "10.0.0.1"}, "add --nnodes N"},
-		{"bad port", []string{secret}, []string{"--nnodes", "2", "--master-addr", "10.0.0.1", "--master-port", "70000"}, "--master-port 70000"},
-		{"local backend", []string{secret}, []string{"--nnodes", "2", "--master-addr", "10.0.0.1", "--backend", "local"}, "use --backend tcp or nccl"},
-		{"restarts", []string{secret}, []string{"--nnodes", "2", "--master-addr", "10.0.0.1", "--max-restarts", "1"}, "restarts this machine's workers only"},
+		{"bad port", []string{secret}, []string{"--nnodes", "2", "--master-addr", "10.0.0.1", "--master-port", "70000"},
+			"--master-port 70000"},
+		{"local backend", []string{secret}, []string{"--nnodes", "2", "--master-addr", "10.0.0.1", "--backend", "local"},
+			"use --backend tcp or nccl"},
+		{"restarts", []string{secret}, []string{"--nnodes", "2", "--master-addr", "10.0.0.1", "--max-restarts", "1"},
+			"restarts this machine's workers only"},
 		{"no secret", nil, []string{"--nnodes", "2", "--master-addr", "10.0.0.1"}, "export GODDP_SECRET"},
 		{"no secret, a program", nil, []string{"--nnodes", "2", "--master-addr", "10.0.0.1", "true"}, "export GODDP_SECRET"},
 	} {

@@ -28,7 +28,8 @@ var servedMetrics = []string{
 	"ddp_bucket_allreduce_seconds", "ddp_forward_seconds", "ddp_backward_compute_seconds", "ddp_backward_comm_seconds",
 	"ddp_comm_exposed_seconds", "ddp_collective_seconds", "ddp_bucket_bytes", "ddp_buckets", "ddp_compression_ratio",
 	"ddp_iterations_total", "ddp_comm_bytes_total", "ddp_bucket_rebuilds_total", "ddp_last_bucket_wait_seconds",
-	"ddp_collective_bytes_total", "ddp_train_step", "ddp_train_samples_total", "go_goroutines", "process_cpu_seconds_total",
+	"ddp_collective_bytes_total", "ddp_train_step", "ddp_train_samples_total", "go_goroutines",
+	"process_cpu_seconds_total",
 }
 
 // TestMetricsEndpointOfARunningJob starts a two-worker TCP job with
@@ -38,20 +39,23 @@ var servedMetrics = []string{
 func TestMetricsEndpointOfARunningJob(t *testing.T) {
 	port, errOut := startMetricsJob(t)
 	for rank := range 2 {
-		body := scrapeUntil(t, port+rank, func(body string) bool { return value(body, "ddp_iterations_total", rank) >= 3 }, errOut)
+		body := scrapeUntil(t, port+rank, func(body string) bool { return value(body, "ddp_iterations_total", rank) >= 3 },
+			errOut)
 		for _, name := range servedMetrics {
 			if !strings.Contains(body, "\n"+name) {
 				t.Errorf("rank %d: /metrics lacks %s", rank, name)
 			}
 		}
 		if !strings.Contains(body, fmt.Sprintf(`ddp_iterations_total{backend="tcp",rank="%d"}`, rank)) {
-			t.Errorf("rank %d: ddp_iterations_total without its backend and rank labels:\n%s", rank, grep(body, "ddp_iterations_total"))
+			t.Errorf("rank %d: ddp_iterations_total without its backend and rank labels:\n%s", rank,
+				grep(body, "ddp_iterations_total"))
 		}
 		if n := value(body, "ddp_forward_seconds_count", rank); n < 1 {
 			t.Errorf("rank %d: ddp_forward_seconds has %v observations: the backward mark did not fire", rank, n)
 		}
 		if n := value(body, `ddp_collective_seconds_count{backend="tcp",op="allreduce"`, rank); n < 1 {
-			t.Errorf("rank %d: no allreduce observed at the process group level:\n%s", rank, grep(body, "ddp_collective_seconds_count"))
+			t.Errorf("rank %d: no allreduce observed at the process group level:\n%s", rank,
+				grep(body, "ddp_collective_seconds_count"))
 		}
 		problems, err := promlint.New(strings.NewReader(body)).Lint()
 		if err != nil {
@@ -73,7 +77,9 @@ func startMetricsJob(t *testing.T) (int, *strings.Builder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, args("--nproc", "2", "--steps", "1000000", "--log-every", "1000000", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))...)
+	cmd := exec.Command(self,
+		args("--nproc", "2", "--steps", "1000000", "--log-every", "1000000", "--metrics-addr",
+			fmt.Sprintf("127.0.0.1:%d", port))...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	errOut := new(strings.Builder)
 	cmd.Stderr = errOut
@@ -91,7 +97,9 @@ func startMetricsJob(t *testing.T) (int, *strings.Builder) {
 func TestTimelineFiles(t *testing.T) {
 	dir := t.TempDir()
 	const steps = 4
-	r := ddpTrain(t, args("--nproc", "2", "--steps", strconv.Itoa(steps), "--timeline", dir, "--first-bucket-mb", "0.0005", "--bucket-cap-mb", "0.002")...)
+	r := ddpTrain(t,
+		args("--nproc", "2", "--steps", strconv.Itoa(steps), "--timeline", dir, "--first-bucket-mb", "0.0005",
+			"--bucket-cap-mb", "0.002")...)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
@@ -123,7 +131,8 @@ func TestTimelineFiles(t *testing.T) {
 			slices.SortFunc(s, func(a, b slice) int { return cmp.Compare(a.start, b.start) })
 		}
 		fwd, bwd, launch0 := byName["forward"], byName["backward"], byName["launch0"]
-		if len(byName["step"]) != steps || len(fwd) != steps || len(bwd) != steps || len(launch0) != steps || len(byName["communication"]) < steps {
+		if len(byName["step"]) != steps || len(fwd) != steps || len(bwd) != steps || len(launch0) != steps ||
+			len(byName["communication"]) < steps {
 			t.Fatalf("rank %d: steps %d, forward %d, backward %d, bucket 0 launches %d, communications %d; want %d of each",
 				rank, len(byName["step"]), len(fwd), len(bwd), len(launch0), len(byName["communication"]), steps)
 		}
@@ -132,7 +141,8 @@ func TestTimelineFiles(t *testing.T) {
 				t.Errorf("rank %d step %d: forward ends after backward starts", rank, k+1)
 			}
 			if k > 0 && launch0[k].start >= bwd[k].end {
-				t.Errorf("rank %d step %d: bucket 0 launched at %.3f, after backward ended at %.3f", rank, k+1, launch0[k].start, bwd[k].end)
+				t.Errorf("rank %d step %d: bucket 0 launched at %.3f, after backward ended at %.3f", rank, k+1, launch0[k].start,
+					bwd[k].end)
 			}
 		}
 	}
@@ -238,7 +248,8 @@ func TestDashboardQueriesServedMetrics(t *testing.T) {
 		t.Fatalf("docs/grafana-dashboard.json: %v", err)
 	}
 	known := append(slices.Clone(servedMetrics), "ddp_errors_total", "ddp_train_loss", "process_resident_memory_bytes",
-		"ddp_straggler_last_total", "ddp_straggler_arrival_skew_seconds") // on the first step, and a straggler: straggler_test.go
+		// on the first step, and a straggler: straggler_test.go
+		"ddp_straggler_last_total", "ddp_straggler_arrival_skew_seconds")
 	name := regexp.MustCompile(`\b(ddp|go|process)_[a-z_]+`)
 	queries := 0
 	for _, p := range dash.Panels {

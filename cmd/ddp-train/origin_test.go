@@ -42,7 +42,8 @@ func overflowData(t *testing.T, dir string) []string {
 // allreduce, and every rank stops at step 2 with exit 3 naming rank 0,
 // the bucket and the parameters.
 func TestNonFiniteOriginNamesTheRankAndStep(t *testing.T) {
-	want := regexp.MustCompile(`training diverged at step 2: .*the gradients of rank 0 held a NaN or an infinity before their allreduce \(bucket \d+: [a-z0-9., ]+; sent as zeros`)
+	want := regexp.MustCompile(`training diverged at step 2: .*the gradients of rank 0 held a NaN or an infinity before ` +
+		`their allreduce \(bucket \d+: [a-z0-9., ]+; sent as zeros`)
 	for _, hook := range [][]string{
 		{"--comm-hook", "allreduce"},
 		{"--comm-hook", "fp16"},
@@ -83,14 +84,17 @@ func hasLine(s string, parts ...string) bool {
 func TestNonFiniteOriginSkipAndOff(t *testing.T) {
 	dir := t.TempDir()
 	r := ddpTrain(t, append(args("--epochs", "1", "--steps", "0", "--on-nonfinite", "skip"), overflowData(t, dir)...)...)
-	if r.code != 0 || !hasLine(r.stderr, "skipping the update", `"step":2`, "the gradients of rank 0 held a NaN or an infinity") {
+	if r.code != 0 ||
+		!hasLine(r.stderr, "skipping the update", `"step":2`, "the gradients of rank 0 held a NaN or an infinity") {
 		t.Fatalf("skip: exit %d; want 0 and a warning naming rank 0 at step 2\n%s", r.code, r.stderr)
 	}
 	if d := digests(r.stderr); len(d) != 2 || d["0"] != d["1"] {
 		t.Errorf("the ranks ended with different parameters: %v", d)
 	}
-	r = ddpTrain(t, append(args("--epochs", "1", "--steps", "0", "--find-nonfinite-origin=false"), overflowData(t, dir)...)...)
+	r = ddpTrain(t,
+		append(args("--epochs", "1", "--steps", "0", "--find-nonfinite-origin=false"), overflowData(t, dir)...)...)
 	if r.code != exitDiverged || !strings.Contains(lastLine(r.stderr), "the averaged gradients of") {
-		t.Fatalf("--find-nonfinite-origin=false: exit %d, last line %q; want exit 3 naming the averages", r.code, lastLine(r.stderr))
+		t.Fatalf("--find-nonfinite-origin=false: exit %d, last line %q; want exit 3 naming the averages", r.code,
+			lastLine(r.stderr))
 	}
 }

@@ -26,7 +26,8 @@ import (
 func newLogger(c config, stderr io.Writer) (*zap.Logger, error) {
 	enc := zapcore.EncoderConfig{
 		TimeKey: "ts", LevelKey: "level", MessageKey: "msg", NameKey: "logger",
-		EncodeTime: zapcore.ISO8601TimeEncoder, EncodeLevel: zapcore.LowercaseLevelEncoder, EncodeDuration: zapcore.StringDurationEncoder,
+		EncodeTime: zapcore.ISO8601TimeEncoder, EncodeLevel: zapcore.LowercaseLevelEncoder,
+		EncodeDuration: zapcore.StringDurationEncoder,
 	}
 	var e zapcore.Encoder = zapcore.NewConsoleEncoder(enc)
 	if c.logFormat == "json" {

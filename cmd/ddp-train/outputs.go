@@ -252,19 +252,23 @@ func ownSubdir(path string) error {
 func checkOverlaps(c config) error {
 	save, ck := realPath(c.saveDir), realPath(c.checkpointDir)
 	if save != "" && ck != "" && (within(save, ck) || within(ck, save)) {
-		return usagef("--save %s and --checkpoint %s overlap (one is, or is inside, the other), and the final save and the checkpoints would replace each other's files; give each a directory of its own", c.saveDir, c.checkpointDir)
+		return usagef("--save %s and --checkpoint %s overlap (one is, or is inside, the other), and the final save and the "+
+			"checkpoints would replace each other's files; give each a directory of its own", c.saveDir, c.checkpointDir)
 	}
 	names := model.ParamNames(c.model, len(c.hidden))
-	for _, o := range []struct{ flag, path string }{{"--summary", c.summary}, {"--timeline", c.timeline}, {"--flight-dir", c.flightDir}} {
+	for _, o := range []struct{ flag, path string }{{"--summary", c.summary}, {"--timeline", c.timeline},
+		{"--flight-dir", c.flightDir}} {
 		p := realPath(o.path)
 		if p == "" {
 			continue
 		}
 		if first, ok := firstBelow(p, ck); ok && checkpointOwns(first) {
-			return usagef("%s %s lies where --checkpoint %s keeps its own files (%s); choose a path outside them", o.flag, o.path, c.checkpointDir, first)
+			return usagef("%s %s lies where --checkpoint %s keeps its own files (%s); choose a path outside them", o.flag,
+				o.path, c.checkpointDir, first)
 		}
 		if first, ok := firstBelow(p, save); ok && saveOwns(first, names) {
-			return usagef("%s %s lies where --save %s writes its own files (%s); choose a path outside them", o.flag, o.path, c.saveDir, first)
+			return usagef("%s %s lies where --save %s writes its own files (%s); choose a path outside them", o.flag, o.path,
+				c.saveDir, first)
 		}
 	}
 	return nil
@@ -377,7 +381,8 @@ func claimCheckpoint(c config, log *zap.Logger) (release func(), err error) {
 		return func() {}, nil
 	}
 	if c.resume && c.overwriteCheckpoints {
-		return nil, usagef("--resume continues the checkpoints in %s and --overwrite-checkpoints deletes them; choose one", c.checkpointDir)
+		return nil, usagef("--resume continues the checkpoints in %s and --overwrite-checkpoints deletes them; choose one",
+			c.checkpointDir)
 	}
 	unlock, err := checkpoint.Lock(c.checkpointDir)
 	if errors.Is(err, checkpoint.ErrLocked) {
@@ -396,9 +401,11 @@ func claimCheckpoint(c config, log *zap.Logger) (release func(), err error) {
 	}
 	if !c.overwriteCheckpoints {
 		release()
-		return nil, usagef("--checkpoint %s already holds %s, which this run did not write and would replace; continue that run with --resume, or pass --overwrite-checkpoints to delete them and start over", c.checkpointDir, what)
+		return nil, usagef("--checkpoint %s already holds %s, which this run did not write and would replace; continue "+
+			"that run with --resume, or pass --overwrite-checkpoints to delete them and start over", c.checkpointDir, what)
 	}
-	log.Warn("--overwrite-checkpoints: deleting the checkpoints already in the directory", zap.String("checkpoint", c.checkpointDir), zap.String("deleting", what))
+	log.Warn("--overwrite-checkpoints: deleting the checkpoints already in the directory",
+		zap.String("checkpoint", c.checkpointDir), zap.String("deleting", what))
 	if err := checkpoint.Remove(c.checkpointDir); err != nil {
 		release()
 		return nil, err
@@ -434,14 +441,16 @@ func (t *trainer) runMeta() map[string]string {
 		"optimizer":           c.optimizer,
 		"lr":                  strconv.FormatFloat(c.lr, 'g', -1, 64),
 		"powersgd_start_iter": strconv.Itoa(c.powersgdStartIter),
-		"model":               fmt.Sprintf("%s hidden=%s activation=%s dtype=%s", c.model, strings.Join(hidden, ","), c.activation, c.dtype),
-		"shuffle":             strconv.FormatBool(c.shuffle),
-		"data":                t.dataSum,
+		"model": fmt.Sprintf("%s hidden=%s activation=%s dtype=%s", c.model, strings.Join(hidden, ","),
+			c.activation, c.dtype),
+		"shuffle": strconv.FormatBool(c.shuffle),
+		"data":    t.dataSum,
 	}
 }
 
 // metaFields are runMeta's keys, in the order mismatches are reported.
-var metaFields = []string{"world_size", "seed", "batch_size", "grad_accum", "optimizer", "lr", "comm_hook", "powersgd_start_iter", "model", "shuffle", "data"}
+var metaFields = []string{"world_size", "seed", "batch_size", "grad_accum", "optimizer", "lr", "comm_hook",
+	"powersgd_start_iter", "model", "shuffle", "data"}
 
 // dataDigest is a digest of the training set as loaded: shape, features
 // and labels.
@@ -500,7 +509,8 @@ func (t *trainer) checkResume(saved map[string]string) error {
 		}
 	}
 	if len(refused) > 0 {
-		return usagef("--resume would change the run it continues: %s; resume with the same settings, or name the fields you mean to change in --resume-allow-changes (%s)",
+		return usagef("--resume would change the run it continues: %s; resume with the same settings, or name the fields "+
+			"you mean to change in --resume-allow-changes (%s)",
 			strings.Join(refused, "; "), strings.Join(fieldsOf(refused), ","))
 	}
 	if len(changed) > 0 && t.g.Rank() == 0 {
@@ -526,7 +536,8 @@ func fieldsOf(lines []string) []string {
 func knownFields(list string) error {
 	for _, f := range strings.Split(list, ",") {
 		if f = strings.TrimSpace(f); f != "" && !slices.Contains(metaFields, f) {
-			return usagef("--resume-allow-changes %q: %q is not a setting a checkpoint records; choose from %s", list, f, strings.Join(metaFields, ","))
+			return usagef("--resume-allow-changes %q: %q is not a setting a checkpoint records; choose from %s", list, f,
+				strings.Join(metaFields, ","))
 		}
 	}
 	return nil

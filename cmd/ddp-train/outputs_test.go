@@ -19,7 +19,7 @@ import (
 )
 
 // Real-process tests of Note [outputs own only their files] and Note
-// [checkpoint directories are owned]: issue 34's rows 1-7 and 16.
+// [checkpoint directories are owned]: docs/safety.md's rows 1-7 and 16.
 
 // plant writes files (path relative to root → contents), making their
 // directories.
@@ -69,7 +69,8 @@ func refusedUpFront(t *testing.T, r result, what string, want ...string) {
 func TestSaveKeepsTheDirectorysOtherFiles(t *testing.T) {
 	root := t.TempDir()
 	s := filepath.Join(root, "s")
-	user := map[string]string{filepath.Join("other", "w"): "x", "notes.txt": "mine", "fc9.weight.npy": "not a parameter of this model"}
+	user := map[string]string{filepath.Join("other", "w"): "x", "notes.txt": "mine",
+		"fc9.weight.npy": "not a parameter of this model"}
 	plant(t, s, user)
 	before, _ := os.Stat(s)
 	if r := ddpTrain(t, args("--steps", "2", "--save", s)...); r.code != 0 {
@@ -91,7 +92,8 @@ func TestSaveKeepsTheDirectorysOtherFiles(t *testing.T) {
 	u := filepath.Join(root, "u")
 	theirs := map[string]string{"fc1.bias.npy": "someone else's"}
 	plant(t, u, theirs)
-	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--save", u)...), "a foreign fc1.bias.npy", filepath.Join(u, "fc1.bias.npy"))
+	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--save", u)...), "a foreign fc1.bias.npy",
+		filepath.Join(u, "fc1.bias.npy"))
 	intact(t, u, theirs, "after the refused --save")
 }
 
@@ -111,7 +113,9 @@ func TestCheckpointKeepsTheDirectorysOtherFiles(t *testing.T) {
 	intact(t, h, user, "after three checkpoints")
 	dump := map[string]string{filepath.Join("flight", "nccl_trace_rank_0"): "a dump the user kept"}
 	plant(t, h, dump)
-	if r := ddpTrain(t, args("--steps", "2", "--checkpoint", h, "--checkpoint-every", "1", "--checkpoint-keep", "2", "--overwrite-checkpoints")...); r.code != 0 {
+	if r := ddpTrain(t,
+		args("--steps", "2", "--checkpoint", h, "--checkpoint-every", "1", "--checkpoint-keep", "2",
+			"--overwrite-checkpoints")...); r.code != 0 {
 		t.Fatalf("--overwrite-checkpoints: exit %d\n%s", r.code, r.stderr)
 	}
 	intact(t, h, user, "after --overwrite-checkpoints")
@@ -123,7 +127,8 @@ func TestCheckpointKeepsTheDirectorysOtherFiles(t *testing.T) {
 	w := filepath.Join(root, "webapp")
 	theirs := map[string]string{"manifest.json": `{"name": "my web app", "start_url": "/"}`}
 	plant(t, w, theirs)
-	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", w, "--checkpoint-every", "1")...), "a foreign manifest.json", filepath.Join(w, "manifest.json"))
+	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", w, "--checkpoint-every", "1")...),
+		"a foreign manifest.json", filepath.Join(w, "manifest.json"))
 	intact(t, w, theirs, "after the refused --checkpoint")
 }
 
@@ -198,7 +203,9 @@ func TestOverlappingOutputsAreRefused(t *testing.T) {
 	}
 	// Apart, they work: the summary and the flight dumps may share the
 	// checkpoint directory where its files are not.
-	r := ddpTrain(t, args("--steps", "2", "--checkpoint", x, "--checkpoint-every", "1", "--summary", filepath.Join(x, "summary.json"), "--save", filepath.Join(root, "model"))...)
+	r := ddpTrain(t,
+		args("--steps", "2", "--checkpoint", x, "--checkpoint-every", "1", "--summary", filepath.Join(x, "summary.json"),
+			"--save", filepath.Join(root, "model"))...)
 	if r.code != 0 {
 		t.Errorf("outputs that do not overlap: exit %d\n%s", r.code, r.stderr)
 	}
@@ -251,7 +258,8 @@ func TestOutputsOnAMountPoint(t *testing.T) {
 	if err := syscall.Mount("", ro, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
 		t.Skipf("cannot remount read-only: %v", err)
 	}
-	if r := ddpTrain(t, args("--steps", "3", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3")...); r.code != 0 {
+	if r := ddpTrain(t,
+		args("--steps", "3", "--checkpoint", ck, "--checkpoint-every", "1", "--checkpoint-keep", "3")...); r.code != 0 {
 		t.Errorf("--checkpoint-keep 3 under a read-only parent: exit %d\n%s", r.code, r.stderr)
 	}
 	if got := checkpoint.Steps(ck); !slices.Equal(got, []int{1, 2, 3}) {
@@ -260,8 +268,10 @@ func TestOutputsOnAMountPoint(t *testing.T) {
 	// A read-only file system: refused up front.
 	rofs := filepath.Join(root, "rofs")
 	mountTmpfs(t, rofs, "ro")
-	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--save", rofs)...), "--save on a read-only file system", "read-only file system")
-	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", rofs, "--checkpoint-every", "1")...), "--checkpoint on a read-only file system", "read-only file system")
+	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--save", rofs)...), "--save on a read-only file system",
+		"read-only file system")
+	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", rofs, "--checkpoint-every", "1")...),
+		"--checkpoint on a read-only file system", "read-only file system")
 }
 
 // Row 5: links planted by another user of a shared directory are never
@@ -281,7 +291,8 @@ func TestPlantedLinksAreNotFollowed(t *testing.T) {
 	if err := os.Symlink(victim, filepath.Join(shared, ".NAME.lock")); err != nil {
 		t.Fatal(err)
 	}
-	if r := ddpTrain(t, args("--steps", "2", "--checkpoint", filepath.Join(shared, "NAME"), "--checkpoint-every", "1")...); r.code != 0 {
+	if r := ddpTrain(t,
+		args("--steps", "2", "--checkpoint", filepath.Join(shared, "NAME"), "--checkpoint-every", "1")...); r.code != 0 {
 		t.Errorf("--checkpoint beside a planted .NAME.lock: exit %d\n%s", r.code, r.stderr)
 	}
 	intact(t, shared, map[string]string{"victim": "precious"}, "with .NAME.lock -> victim")
@@ -294,7 +305,8 @@ func TestPlantedLinksAreNotFollowed(t *testing.T) {
 	if err := os.Symlink(victim, lock); err != nil {
 		t.Fatal(err)
 	}
-	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1")...), "a planted lock link", lock)
+	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1")...),
+		"a planted lock link", lock)
 	intact(t, shared, map[string]string{"victim": "precious"}, "with CHECKPOINT/.ddp-train.lock -> victim")
 	os.Remove(lock)
 
@@ -302,7 +314,8 @@ func TestPlantedLinksAreNotFollowed(t *testing.T) {
 	if err := os.Symlink(elsewhere, flightLink); err != nil {
 		t.Fatal(err)
 	}
-	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1")...), "a planted flight link", flightLink)
+	refusedUpFront(t, ddpTrain(t, args("--steps", "2", "--checkpoint", ck, "--checkpoint-every", "1")...),
+		"a planted flight link", flightLink)
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
 		t.Errorf("written through CHECKPOINT/flight -> elsewhere: %v", entries)
 	}
@@ -319,7 +332,8 @@ func TestSecondJobThroughALinkIsRefused(t *testing.T) {
 	if err := os.Symlink("ck", ck2); err != nil {
 		t.Fatal(err)
 	}
-	first := startTrain(t, args("--steps", "1000000", "--checkpoint", ck, "--checkpoint-every", "100000", "--log-every", "1")...)
+	first := startTrain(t,
+		args("--steps", "1000000", "--checkpoint", ck, "--checkpoint-every", "100000", "--log-every", "1")...)
 	first.waitStep(t, 3) // killed at cleanup
 	r := ddpTrain(t, args("--steps", "5", "--checkpoint", ck2, "--checkpoint-every", "1", "--resume")...)
 	refusedUpFront(t, r, "a second job through ck2 -> ck", "in use by another run", "pid ")
@@ -333,7 +347,7 @@ func TestSecondJobThroughALinkIsRefused(t *testing.T) {
 // Row 7: --resume where there is no checkpoint yet (an empty or missing
 // directory: the first start of a job that always passes --resume)
 // trains from step 0, saying so once, as a run without --resume would;
-// under an external launcher (the README's JobSet example) too. A damaged
+// under an external launcher (docs/launchers.md's JobSet example) too. A damaged
 // checkpoint is still exit 2.
 func TestResumeWithoutACheckpointStartsAtStepZero(t *testing.T) {
 	root := t.TempDir()

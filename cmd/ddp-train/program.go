@@ -29,7 +29,8 @@ import (
 // program.
 func launcherFlag(name string) bool {
 	switch name {
-	case "nproc", "oversubscribe", "max-restarts", "restart-backoff", "log-format", "nnodes", "node-rank", "master-addr", "master-port":
+	case "nproc", "oversubscribe", "max-restarts", "restart-backoff", "log-format", "nnodes", "node-rank", "master-addr",
+		"master-port":
 		return true
 	}
 	return false
@@ -38,11 +39,15 @@ func launcherFlag(name string) bool {
 // runProgram launches c.command on this machine.
 func runProgram(ctx context.Context, c config, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	if e, err := env.FromLookup(lookup); err == nil && e.Source != env.SourceNone {
-		return usagef("ddp-train %s: this process was started by %s, which launches the ranks itself; run %s directly under it", c.command[0], e.Source, c.command[0])
+		return usagef(
+			"ddp-train %s: this process was started by %s, which launches the ranks itself; run %s directly under it",
+			c.command[0], e.Source, c.command[0])
 	}
 	for _, name := range c.setFlags {
 		if !launcherFlag(name) {
-			return usagef("ddp-train %s: --%s is a training flag of ddp-train's own model and does not reach %s; pass the program's flags after its name, and only --nproc, --oversubscribe, --max-restarts, --restart-backoff, --log-format, --nnodes, --node-rank, --master-addr and --master-port before it", c.command[0], name, c.command[0])
+			return usagef("ddp-train %s: --%s is a training flag of ddp-train's own model and does not reach %s; pass the "+
+				"program's flags after its name, and only --nproc, --oversubscribe, --max-restarts, --restart-backoff, "+
+				"--log-format, --nnodes, --node-rank, --master-addr and --master-port before it", c.command[0], name, c.command[0])
 		}
 	}
 	path, err := exec.LookPath(c.command[0])

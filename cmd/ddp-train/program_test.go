@@ -89,7 +89,8 @@ func TestProgramUnderEveryLauncher(t *testing.T) {
 		return strconv.Itoa(p)
 	}
 	runs := map[string][]string{"ddp-train --nproc 2": {self, "--nproc", "2", prog}}
-	if py, err := exec.LookPath("/usr/bin/python3"); err == nil && exec.Command(py, "-c", "import torch.distributed.run").Run() == nil {
+	if py, err := exec.LookPath("/usr/bin/python3"); err == nil &&
+		exec.Command(py, "-c", "import torch.distributed.run").Run() == nil {
 		runs["torchrun"] = []string{py, "-m", "torch.distributed.run", "--log_dir", t.TempDir(),
 			"--redirects", "0:1,1:1", "--tee", "0:1,1:1", // Debian's torchrun 1.13 crashes with the defaults (torchrun_test.go)
 			"--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", port(), "--no_python", prog}
@@ -144,7 +145,8 @@ func TestProgramLauncherRefusals(t *testing.T) {
 	} {
 		r := ddpTrain(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("ddp-train %s: exit %d, want %d with %q:\n%s", strings.Join(tc.args, " "), r.code, tc.code, tc.want, r.stderr)
+			t.Errorf("ddp-train %s: exit %d, want %d with %q:\n%s", strings.Join(tc.args, " "), r.code, tc.code, tc.want,
+				r.stderr)
 		}
 	}
 }

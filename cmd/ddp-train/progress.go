@@ -104,7 +104,8 @@ func (p *progress) add(ctx context.Context, step int, st stats) error {
 func (p *progress) reduce(ctx context.Context) (figures, error) {
 	w := p.win
 	el := time.Since(p.winStart).Seconds()
-	v := []float64{w.loss, float64(w.correct), float64(w.samples), w.comm.Seconds(), (w.compute + w.comm).Seconds(), float64(w.steps - w.skipped)}
+	v := []float64{w.loss, float64(w.correct), float64(w.samples), w.comm.Seconds(), (w.compute + w.comm).Seconds(),
+		float64(w.steps - w.skipped)}
 	if err := p.t.g.AllReduce(ctx, pg.Float64s(v), pg.Op(pg.Sum)).Wait(ctx); err != nil {
 		return figures{}, fmt.Errorf("averaging the progress figures: %w", err)
 	}
@@ -121,7 +122,8 @@ func (p *progress) reduce(ctx context.Context) (figures, error) {
 // bar shows step on the bar, with the last figures once there are some.
 func (p *progress) bar(step int) {
 	if p.sink != nil {
-		p.sink.show(progressReport{Step: step, Total: p.total, Measured: p.measured, Figures: p.last, LogEvery: p.t.c.logEvery})
+		p.sink.show(progressReport{Step: step, Total: p.total, Measured: p.measured, Figures: p.last,
+			LogEvery: p.t.c.logEvery})
 	}
 }
 

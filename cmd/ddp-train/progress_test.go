@@ -85,7 +85,8 @@ func TestBarLineFitsTheTerminal(t *testing.T) {
 			if len(line) > max(cols-1, 0) {
 				t.Errorf("%d columns, step %d: %d-character line %q", cols, step, len(line), line)
 			}
-			if cols >= 80 && !strings.Contains(line, fmt.Sprintf(" %d/100 loss 0.1234 acc 50.0%% 12345 samples/s comm 25%%", step)) {
+			if cols >= 80 &&
+				!strings.Contains(line, fmt.Sprintf(" %d/100 loss 0.1234 acc 50.0%% 12345 samples/s comm 25%%", step)) {
 				t.Errorf("%d columns: figures missing from %q", cols, line)
 			}
 			if step == 100 && cols >= 80 {

@@ -11,7 +11,8 @@ var goodbyeRE = regexp.MustCompile(`(?m)^\[rank (\d+)\].*(closed its process gro
 // peers that closed before it, not one per peer (Note [one goodbye line]
 // in pg/tcp).
 func TestShutdownOneGoodbyeLinePerRank(t *testing.T) {
-	r := ddpTrain(t, "--nproc", "6", "--steps", "3", "--hidden", "16", "--samples", "512", "--batch-size", "16", "--timeout", "30s")
+	r := ddpTrain(t, "--nproc", "6", "--steps", "3", "--hidden", "16", "--samples", "512", "--batch-size", "16",
+		"--timeout", "30s")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}

@@ -34,7 +34,8 @@ func TestDuplicateRankExits2(t *testing.T) {
 	wg.Wait()
 	for i, r := range results {
 		if r.code != 2 || !strings.Contains(r.stderr, "rank 1 is claimed by two processes") {
-			t.Errorf("process %d (rank %d): exit %d after %v, want 2 and an error naming rank 1\nstderr:\n%s", i, ranks[i], r.code, took[i], r.stderr)
+			t.Errorf("process %d (rank %d): exit %d after %v, want 2 and an error naming rank 1\nstderr:\n%s", i, ranks[i],
+				r.code, took[i], r.stderr)
 		}
 		if took[i] > 15*time.Second {
 			t.Errorf("process %d took %v", i, took[i])

@@ -63,7 +63,8 @@ func TestUnderSrun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const n = 3
-	cmd := exec.CommandContext(ctx, "srun", "--ntasks", strconv.Itoa(n), "--kill-on-bad-exit=1", "--output", "none", "--error", "all",
+	cmd := exec.CommandContext(ctx, "srun", "--ntasks", strconv.Itoa(n), "--kill-on-bad-exit=1", "--output", "none",
+		"--error", "all",
 		"bash", "-c", `echo "job $SLURM_JOB_ID" >&2; exec "$0" "$@"`, self)
 	cmd.Args = append(cmd.Args, args("--steps", "10", "--nproc", "5")...)
 	cmd.Env = cleanEnv("GODDP_SECRET=" + secret)
@@ -97,7 +98,8 @@ func TestSbatchWithoutSrunExits2(t *testing.T) {
 	dir := t.TempDir()
 	script := filepath.Join(dir, "job.sh")
 	log := filepath.Join(dir, "job.out")
-	body := fmt.Sprintf("#!/bin/bash\n#SBATCH --ntasks=2\n#SBATCH --output=%s\n%q %s\n", log, self, strings.Join(args("--steps", "5"), " "))
+	body := fmt.Sprintf("#!/bin/bash\n#SBATCH --ntasks=2\n#SBATCH --output=%s\n%q %s\n", log, self,
+		strings.Join(args("--steps", "5"), " "))
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,8 @@ func TestSbatchWithoutSrunExits2(t *testing.T) {
 	if !ok || ee.ExitCode() != 2 {
 		t.Fatalf("sbatch --wait: %v, want exit 2\n%s\n%s", err, out, b)
 	}
-	if !strings.Contains(string(b), "SLURM_STEP_ID is not: this is Slurm's batch script") || strings.Contains(string(b), `"msg":"done"`) {
+	if !strings.Contains(string(b), "SLURM_STEP_ID is not: this is Slurm's batch script") ||
+		strings.Contains(string(b), `"msg":"done"`) {
 		t.Fatalf("job output:\n%s", b)
 	}
 }
@@ -142,9 +145,11 @@ func TestNestedUnderSlurm(t *testing.T) {
 		logs := t.TempDir()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		// Debian's torchrun 1.13 needs explicit --redirects/--tee (README).
-		script := fmt.Sprintf(`exec /usr/bin/python3 -m torch.distributed.run --nnodes 2 --node_rank $SLURM_PROCID --master_addr 127.0.0.1 --master_port %d `+
-			`--nproc_per_node 2 --log_dir %s/$SLURM_PROCID --redirects 0:1,1:1 --tee 0:1,1:1 --no_python %q %s`, port, logs, self, train)
+		// Debian's torchrun 1.13 needs explicit --redirects/--tee (docs/launchers.md).
+		script := fmt.Sprintf(`exec /usr/bin/python3 -m torch.distributed.run --nnodes 2 --node_rank $SLURM_PROCID `+
+			`--master_addr 127.0.0.1 --master_port %d `+
+			`--nproc_per_node 2 --log_dir %s/$SLURM_PROCID --redirects 0:1,1:1 --tee 0:1,1:1 --no_python %q %s`, port, logs,
+			self, train)
 		cmd := exec.CommandContext(ctx, "srun", "--ntasks", "2", "--kill-on-bad-exit=1", "bash", "-c", script)
 		cmd.Env = cleanEnv("GODDP_SECRET=" + secret)
 		out, err := cmd.CombinedOutput()

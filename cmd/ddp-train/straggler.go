@@ -48,9 +48,11 @@ type slowRank struct {
 const testSlowEnv = "GODDP_TEST_SLOW_RANK"
 
 func (f *stragglerFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&f.stragglerWindow, "straggler-window", 50, "name a rank that arrives last at the step's collectives in more than --straggler-share of the last N steps (0: no warning)")
+	fs.IntVar(&f.stragglerWindow, "straggler-window", 50, "name a rank that arrives last at the step's collectives in "+
+		"more than --straggler-share of the last N steps (0: no warning)")
 	fs.Float64Var(&f.stragglerShare, "straggler-share", 0.8, "see --straggler-window: the share of those steps")
-	fs.Float64Var(&f.stragglerMargin, "straggler-margin", 0.1, "a step counts against the last rank when it was last by more than this fraction of the step time")
+	fs.Float64Var(&f.stragglerMargin, "straggler-margin", 0.1,
+		"a step counts against the last rank when it was last by more than this fraction of the step time")
 	f.testSlow.rank = -1
 }
 
@@ -174,9 +176,11 @@ func (s *stragglers) judge(r int, step time.Duration) {
 		s.warned = r
 		if s.rank == 0 {
 			late := sum / time.Duration(n)
-			s.log.Warn(fmt.Sprintf("straggler: rank %d arrived last at the collectives in %d of the last %d steps, by %v on average (%.0f%% of the step); the other ranks wait for it",
+			s.log.Warn(fmt.Sprintf("straggler: rank %d arrived last at the collectives in %d of the last %d steps, by %v on "+
+				"average (%.0f%% of the step); the other ranks wait for it",
 				r, n, len(s.last), late.Round(time.Microsecond), 100*late.Seconds()/step.Seconds()),
-				zap.Int("straggler_rank", r), zap.Int("last_steps", n), zap.Int("window", len(s.last)), zap.Duration("late_by", late))
+				zap.Int("straggler_rank", r), zap.Int("last_steps", n), zap.Int("window", len(s.last)),
+				zap.Duration("late_by", late))
 		}
 	case !persistent && s.warned == r:
 		s.warned = -1

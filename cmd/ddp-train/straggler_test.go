@@ -74,7 +74,9 @@ func TestStragglerSlowRankNamed(t *testing.T) {
 	}
 	port := freePortPair(t)
 	self, _ := os.Executable()
-	cmd := exec.Command(self, args("--nproc", "3", "--steps", "1000000", "--log-every", "1000000", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))...)
+	cmd := exec.Command(self,
+		args("--nproc", "3", "--steps", "1000000", "--log-every", "1000000", "--metrics-addr",
+			fmt.Sprintf("127.0.0.1:%d", port))...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", testSlowEnv+"=1:30ms")
 	var errOut lockedBuffer
 	cmd.Stderr = &errOut
@@ -88,7 +90,8 @@ func TestStragglerSlowRankNamed(t *testing.T) {
 	stopJob(t, cmd)
 	for _, r := range []int{0, 2} {
 		if n := value(body, "ddp_straggler_last_total", r); n > 5 {
-			t.Errorf("ddp_straggler_last_total of rank %d = %v, beside rank 1's %v", r, n, value(body, "ddp_straggler_last_total", 1))
+			t.Errorf("ddp_straggler_last_total of rank %d = %v, beside rank 1's %v", r, n,
+				value(body, "ddp_straggler_last_total", 1))
 		}
 	}
 	if !strings.Contains(body, "ddp_straggler_arrival_skew_seconds_count") {

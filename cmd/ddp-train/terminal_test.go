@@ -107,7 +107,8 @@ var (
 // of its workers (tcp); --backend local draws its rank 0's; so does a
 // worker under an external launcher whose stderr is a terminal.
 func TestTerminalBar(t *testing.T) {
-	common := []string{"--hidden", "16", "--samples", "512", "--batch-size", "16", "--timeout", "30s", "--steps", "60", "--log-every", "20"}
+	common := []string{"--hidden", "16", "--samples", "512", "--batch-size", "16", "--timeout", "30s", "--steps", "60",
+		"--log-every", "20"}
 	port, err := launch.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +239,8 @@ func TestWaitLine(t *testing.T) {
 			if cols == 80 && r.Total == 0 && !strings.HasSuffix(line, "] starting... 2s") {
 				t.Errorf("before the first step: %q", line)
 			}
-			if want := map[int]string{7: "] 7/100 1.5s, figures at step 50", 57: "] 57/100 1.5s, figures at step 100"}[r.Step]; cols == 80 && r.Total > 0 && !strings.HasSuffix(line, want) {
+			if want := map[int]string{7: "] 7/100 1.5s, figures at step 50",
+				57: "] 57/100 1.5s, figures at step 100"}[r.Step]; cols == 80 && r.Total > 0 && !strings.HasSuffix(line, want) {
 				t.Errorf("before the first figures (a resumed run's at step 57): %q, want ...%q", line, want)
 			}
 		}

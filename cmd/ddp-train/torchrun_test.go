@@ -28,7 +28,9 @@ func torchrunPython(t *testing.T) string {
 		py = "/usr/bin/python3"
 	}
 	if out, err := exec.Command(py, "-c", "import torch.distributed.run").CombinedOutput(); err != nil {
-		t.Skipf("skipping: %s cannot import torch.distributed.run (%v: %s); install Debian's python3-torch (apt-get install -y python3-torch, as scripts/test.sh does) or set GODDP_TORCH_PYTHON", py, err, strings.TrimSpace(string(out)))
+		t.Skipf("skipping: %s cannot import torch.distributed.run (%v: %s); install Debian's python3-torch (apt-get "+
+			"install -y python3-torch, as scripts/test.sh does) or set GODDP_TORCH_PYTHON", py, err,
+			strings.TrimSpace(string(out)))
 	}
 	return py
 }
@@ -66,7 +68,8 @@ func TestTorchrun(t *testing.T) {
 		rdzv []string
 		want string // a line the workers must log
 	}{
-		{"static", []string{"--master_addr", "127.0.0.1", "--master_port", freePort()}, `rendezvous through torchrun's agent store`},
+		{"static", []string{"--master_addr", "127.0.0.1", "--master_port", freePort()},
+			`rendezvous through torchrun's agent store`},
 		{"c10d", []string{"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + freePort(), "--rdzv_id=goddp-test"}, ""},
 		{"standalone", []string{"--standalone"}, ""},
 	} {
@@ -169,7 +172,8 @@ func TestTorchrunRestart(t *testing.T) {
 	at := 100 + rand.IntN(steps/2)
 	t.Logf("killing rank 1 at about step %d", at)
 	run.waitStep(t, at)
-	if err := syscall.Kill(workerPID(t, run.cmd.Process.Pid, "RANK=1", "TORCHELASTIC_RESTART_COUNT=0"), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(workerPID(t, run.cmd.Process.Pid, "RANK=1", "TORCHELASTIC_RESTART_COUNT=0"),
+		syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if code := run.wait(t); code != 0 {

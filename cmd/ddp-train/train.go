@@ -179,7 +179,8 @@ func (t *trainer) resumeSession(ctx context.Context, s *session) error {
 		if name, ferr := s.paramsFinite(); ferr != nil || name != "" {
 			err = ferr
 			if name != "" {
-				err = usagef("the checkpoint's parameter %s holds a NaN or an infinity; resume from an earlier checkpoint (--checkpoint-keep) or start again", name)
+				err = usagef("the checkpoint's parameter %s holds a NaN or an infinity; resume from an earlier checkpoint "+
+					"(--checkpoint-keep) or start again", name)
 			}
 		}
 	}
@@ -187,7 +188,8 @@ func (t *trainer) resumeSession(ctx context.Context, s *session) error {
 		return fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
 	}
 	s.start = ck.Step
-	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step), zap.String("checkpoint", t.c.checkpointDir))
+	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step),
+		zap.String("checkpoint", t.c.checkpointDir))
 	return nil
 }
 
@@ -210,7 +212,8 @@ func (t *trainer) run(ctx context.Context) error {
 	defer s.close(t.log)
 	total := t.totalSteps(s)
 	if s.start >= total && t.g.Rank() == 0 { // Note [resume that cannot lie]
-		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs", zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
+		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs",
+			zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
 	}
 	t.announceCheckpoint(s, total)
 	t.dbg.attach(s.ddp.Reducer(), total)
@@ -241,7 +244,8 @@ func (t *trainer) run(ctx context.Context) error {
 			if t.c.onNonFinite != "skip" {
 				return t.diverged(ctx, step+1, !st.lossOK, "")
 			}
-			t.log.Warn("a loss was not finite, but the averaged gradients were, so the step was applied", zap.Int("rank", t.g.Rank()), zap.Int("step", step+1))
+			t.log.Warn("a loss was not finite, but the averaged gradients were, so the step was applied",
+				zap.Int("rank", t.g.Rank()), zap.Int("step", step+1))
 		}
 		saved := t.c.checkpointEvery > 0 && (step+1)%t.c.checkpointEvery == 0
 		if saved {
@@ -269,7 +273,8 @@ func (t *trainer) run(ctx context.Context) error {
 			return err
 		}
 	}
-	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped), zap.String("param_digest", digest(s.params)))
+	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped),
+		zap.String("param_digest", digest(s.params)))
 	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
 	sum.SkippedSteps = prog.skipped
 	return t.writeOutputs(s, sum) // outputs.go: Note [outputs only on success]
@@ -287,7 +292,8 @@ func (t *trainer) finalCheckpoint(s *session, total int) bool {
 // --checkpoint-every writes.
 func (t *trainer) announceCheckpoint(s *session, total int) {
 	if t.finalCheckpoint(s, total) && t.g.Rank() == 0 {
-		t.log.Info("--checkpoint without --checkpoint-every: one checkpoint, written at the end of the run, or at the step where a signal stops it",
+		t.log.Info("--checkpoint without --checkpoint-every: one checkpoint, written at the end of the run, or at the step "+
+			"where a signal stops it",
 			zap.String("checkpoint", t.c.checkpointDir), zap.Int("final_step", total))
 	}
 }
@@ -335,11 +341,13 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 				return st, t.diverged(ctx, step+1, !st.lossOK, what)
 			}
 			if t.g.Rank() == 0 {
-				t.log.Warn("skipping the update: the gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1), zap.String("cause", what))
+				t.log.Warn("skipping the update: the gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1),
+					zap.String("cause", what))
 			}
 			st.correct += s.net.Correct(labels)
 			s.vm.Reset()
-			return stats{skipped: 1, lossOK: true, samples: st.samples + len(labels), correct: st.correct, compute: st.compute, comm: st.comm}, nil
+			return stats{skipped: 1, lossOK: true, samples: st.samples + len(labels), correct: st.correct, compute: st.compute,
+				comm: st.comm}, nil
 		}
 		st.loss += loss / float64(k)
 		st.correct += s.net.Correct(labels)

@@ -14,10 +14,13 @@ import (
 func TestHelpAndVersion(t *testing.T) {
 	for _, flag := range []string{"--help", "-h"} {
 		r := ddpTrain(t, flag)
-		usage, desc, ex, flags := strings.Index(r.stderr, "Usage: ddp-train [flags]"), strings.Index(r.stderr, "data-parallel"),
+		usage, desc, ex, flags := strings.Index(r.stderr, "Usage: ddp-train [flags]"), strings.Index(r.stderr,
+			"data-parallel"),
 			strings.Index(r.stderr, "Examples:\n  ddp-train"), strings.Index(r.stderr, "  --activation string")
-		if r.code != 0 || usage != 0 || !(usage < desc && desc < ex && ex < flags) || !strings.Contains(r.stderr, "\n  --version\n") || strings.Contains(r.stderr, "\n  -v") {
-			t.Errorf("%s: exit %d, synopsis at %d, description %d, examples %d, flags %d:\n%s", flag, r.code, usage, desc, ex, flags, r.stderr)
+		if r.code != 0 || usage != 0 || !(usage < desc && desc < ex && ex < flags) ||
+			!strings.Contains(r.stderr, "\n  --version\n") || strings.Contains(r.stderr, "\n  -v") {
+			t.Errorf("%s: exit %d, synopsis at %d, description %d, examples %d, flags %d:\n%s", flag, r.code, usage, desc, ex,
+				flags, r.stderr)
 		}
 	}
 	r := ddpTrain(t, "--version")
@@ -51,8 +54,10 @@ func TestFlagTypo(t *testing.T) {
 			"Run 'ddp-train --help' for usage."}},
 	} {
 		r := ddpTrain(t, c.args...)
-		if got := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); r.code != 2 || r.stdout != "" || !slices.Equal(got, c.want) {
-			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", c.args, r.code, r.stdout, r.stderr, strings.Join(c.want, "\n"))
+		if got := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); r.code != 2 || r.stdout != "" ||
+			!slices.Equal(got, c.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", c.args, r.code, r.stdout, r.stderr,
+				strings.Join(c.want, "\n"))
 		}
 	}
 }
@@ -65,10 +70,15 @@ func TestVersionLine(t *testing.T) {
 	}{
 		{nil, "ddp-train " + ddp.Version + " (no build information)"},
 		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: main}, "ddp-train v1.2.3 (github.com/goddp/ddp, go1.26.8)"},
-		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/goddp/ddp"}, Settings: []debug.BuildSetting{
-			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-11-24T22:00:00Z"}, {Key: "vcs.modified", Value: "true"}}},
-			"ddp-train " + ddp.Version + " (github.com/goddp/ddp, source tree, git abc123 2026-11-24T22:00:00Z, modified, go1.26.8)"},
-		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: main, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "false"}}},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/goddp/ddp"},
+			Settings: []debug.BuildSetting{
+				{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "abc123"},
+				{Key: "vcs.time", Value: "2026-11-24T22:00:00Z"},
+				{Key: "vcs.modified", Value: "true"}}},
+			"ddp-train " + ddp.Version + " (github.com/goddp/ddp, source tree, git abc123 2026-11-24T22:00:00Z, modified, " +
+				"go1.26.8)"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: main,
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "false"}}},
 			"ddp-train v1.2.3 (github.com/goddp/ddp, vcs abc123, go1.26.8)"},
 	} {
 		if got := versionLine(c.info); got != c.want {

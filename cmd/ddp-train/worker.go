@@ -23,7 +23,8 @@ import (
 func isUsage(err error) bool {
 	var u usageError
 	return errors.As(err, &u) || errors.Is(err, dataset.ErrBadInput) || errors.Is(err, model.ErrBadInit) ||
-		errors.Is(err, model.ErrBadSpec) || errors.Is(err, checkpoint.ErrIncompatible) || errors.Is(err, checkpoint.ErrBadCheckpoint) ||
+		errors.Is(err, model.ErrBadSpec) || errors.Is(err, checkpoint.ErrIncompatible) ||
+		errors.Is(err, checkpoint.ErrBadCheckpoint) ||
 		isBadRendezvous(err)
 }
 
@@ -99,7 +100,8 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	if e.Rank == 0 {
 		out = stdout
 	}
-	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(), buildMu: new(sync.Mutex), dbg: metrics.dbg}
+	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(),
+		buildMu: new(sync.Mutex), dbg: metrics.dbg}
 	if err := t.train(ctx); err != nil {
 		writeReport(os.Getenv(reportDirEnv), metrics.dbg, err) // debug.go
 		return fmt.Errorf("rank %d: %w", e.Rank, err)
@@ -165,7 +167,8 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer stopFlight()
-		t := trainer{c: c, g: rec, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(), buildMu: &buildMu}
+		t := trainer{c: c, g: rec, ds: ds, log: logger, out: io.Discard, stderr: stderr, reg: metrics.registerer(),
+			buildMu: &buildMu}
 		if r == 0 {
 			t.out, t.metrics, t.dbg = stdout, metrics.m, metrics.dbg
 			metrics.dbg.flight.Store(rec)

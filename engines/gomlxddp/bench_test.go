@@ -73,7 +73,8 @@ func BenchmarkStep(b *testing.B) {
 
 func benchGoMLX(b *testing.B, m benchModel) {
 	c := newContext(seed)
-	tr := train.NewTrainer(newBackend(b), c, m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), nil, nil)
+	tr := train.NewTrainer(newBackend(b), c, m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(),
+		nil, nil)
 	x, y := m.data(m.batch)
 	step := func() {
 		if _, err := tr.TrainStep(nil, []*tensors.Tensor{x}, []*tensors.Tensor{y}); err != nil {
@@ -92,7 +93,8 @@ func benchDDP(b *testing.B, m benchModel, size int) {
 	trainers := make([]*gomlxddp.Trainer, size)
 	for r := range size {
 		c := newContext(seed)
-		tr, err := gomlxddp.New(newBackend(b), c, groups[r], m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), gomlxddp.Options{})
+		tr, err := gomlxddp.New(newBackend(b), c, groups[r], m.fn, losses.SparseCategoricalCrossEntropyLogits,
+			optimizers.Adam().Done(), gomlxddp.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -138,8 +140,10 @@ func benchDDP(b *testing.B, m benchModel, size int) {
 func BenchmarkOverhead(b *testing.B) {
 	for _, m := range benchModels {
 		b.Run(m.name, func(b *testing.B) {
-			ref := train.NewTrainer(newBackend(b), newContext(seed), m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), nil, nil)
-			tr, err := gomlxddp.New(newBackend(b), newContext(seed), tcpGroups(b, 1)[0], m.fn, losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), gomlxddp.Options{})
+			ref := train.NewTrainer(newBackend(b), newContext(seed), m.fn, losses.SparseCategoricalCrossEntropyLogits,
+				optimizers.Adam().Done(), nil, nil)
+			tr, err := gomlxddp.New(newBackend(b), newContext(seed), tcpGroups(b, 1)[0], m.fn,
+				losses.SparseCategoricalCrossEntropyLogits, optimizers.Adam().Done(), gomlxddp.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -49,7 +49,8 @@ func TestBroadcastBuffers(t *testing.T) {
 			}
 		}
 		if buffersEqual != broadcast {
-			t.Errorf("BroadcastBuffers=%v: every variable equal on both ranks = %v; variables %v", broadcast, buffersEqual, slices.Sorted(maps.Keys(got[0])))
+			t.Errorf("BroadcastBuffers=%v: every variable equal on both ranks = %v; variables %v", broadcast, buffersEqual,
+				slices.Sorted(maps.Keys(got[0])))
 		}
 	}
 }
@@ -82,7 +83,8 @@ func bnRank(g pg.ProcessGroup, steps, rows int, o gomlxddp.Options) (map[string]
 	defer tr.Close()
 	for s := range steps {
 		x, y := batch(s, rows)
-		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
+		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+			[]*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
 			return nil, err
 		}
 	}

@@ -39,7 +39,8 @@ func TestCheckpointResume(t *testing.T) {
 func runPhases(t *testing.T, size, rows int, phases [][2]int, load, save string) []map[string][]float64 {
 	t.Helper()
 	groups := tcpGroups(t, size)
-	out := onRanks(t, groups, func(r int) (map[string][]float64, error) { return checkpointRank(groups[r], rows, phases, load, save) })
+	out := onRanks(t, groups,
+		func(r int) (map[string][]float64, error) { return checkpointRank(groups[r], rows, phases, load, save) })
 	return out
 }
 
@@ -70,7 +71,8 @@ func checkpointRank(g pg.ProcessGroup, rows int, phases [][2]int, load, save str
 	for _, p := range phases {
 		for s := p[0]; s < p[1]; s++ {
 			x, y := batch(s, rows)
-			if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
+			if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+				[]*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
 				return nil, err
 			}
 		}

@@ -162,7 +162,8 @@ func gomlxCurve(g pg.ProcessGroup, p *model.Params, init [][]float64, steps int,
 	}
 	defer backend.Finalize()
 	opt := optimizers.StochasticGradientDescent().WithDecay(false).WithLearningRate(lr).Done()
-	tr, err := gomlxddp.New(backend, mlctx.New(), g, gomlxMLP(p, init, g.Rank()), losses.SparseCategoricalCrossEntropyLogits, opt, gomlxddp.Options{})
+	tr, err := gomlxddp.New(backend, mlctx.New(), g, gomlxMLP(p, init, g.Rank()),
+		losses.SparseCategoricalCrossEntropyLogits, opt, gomlxddp.Options{})
 	if err != nil {
 		return nil, err
 	}

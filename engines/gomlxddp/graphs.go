@@ -54,7 +54,8 @@ func (t *Trainer) gradGraph(ctx *mlctx.Context, inputsAndLabels []*graph.Node) [
 	t.perStep = perStepFns(ctx, g)
 	params, buffers := t.usedVariables(ctx, g)
 	if t.graphs > 0 && !sameVariables(params, t.params) {
-		panic(fmt.Errorf("gomlxddp: the model's graph for these input shapes reaches other trainable variables than the first graph's; DDP needs the same parameters at every step"))
+		panic(fmt.Errorf("gomlxddp: the model's graph for these input shapes reaches other trainable variables than the " +
+			"first graph's; DDP needs the same parameters at every step"))
 	}
 	t.params, t.buffers, t.lossDType = params, buffers, loss.DType()
 	t.graphs++

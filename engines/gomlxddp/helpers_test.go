@@ -192,7 +192,8 @@ func trainRank(g pg.ProcessGroup, opt optimizers.Interface, steps, rows int, o g
 	var res rankResult
 	for s := range steps {
 		x, y := batch(s, rows)
-		loss, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())})
+		loss, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+			[]*tensors.Tensor{shard(y, g.Rank(), g.Size())})
 		if err != nil {
 			return res, err
 		}

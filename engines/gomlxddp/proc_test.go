@@ -39,7 +39,8 @@ func runWorker(spec string) int {
 		return 2
 	}
 	defer st.Close()
-	g, err := tcp.New(ctx, st, tcp.Options{Rank: rank, Size: size, Secret: workerSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
+	g, err := tcp.New(ctx, st,
+		tcp.Options{Rank: rank, Size: size, Secret: workerSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker: tcp.New:", err)
 		return 2
@@ -96,7 +97,8 @@ func runProcesses(t *testing.T, opt string, size, steps, rows int) []rankResult 
 	outs := make([]*bytes.Buffer, size)
 	for r := range size {
 		cmds[r] = exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmds[r].Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s %s %d %d", workerEnv, r, size, st.Server().Addr(), opt, steps, rows))
+		cmds[r].Env = append(os.Environ(),
+			fmt.Sprintf("%s=%d %d %s %s %d %d", workerEnv, r, size, st.Server().Addr(), opt, steps, rows))
 		outs[r] = &bytes.Buffer{}
 		cmds[r].Stdout, cmds[r].Stderr = outs[r], os.Stderr
 		if err := cmds[r].Start(); err != nil {

@@ -86,7 +86,8 @@ func (t *Trainer) declare(inputs, labels []*tensors.Tensor) error {
 // step is one TrainStep (sync) or TrainStepNoSync after Setup.
 func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor, sync bool) (float64, error) {
 	if len(inputs) != t.numInputs {
-		return 0, fmt.Errorf("%w: gomlxddp: %d inputs, but the first step had %d", pg.ErrInvalidArgument, len(inputs), t.numInputs)
+		return 0, fmt.Errorf("%w: gomlxddp: %d inputs, but the first step had %d", pg.ErrInvalidArgument, len(inputs),
+			t.numInputs)
 	}
 	if every := t.opts.Reducer.CheckReplicasEvery; sync && every > 0 && t.steps > 0 && t.steps%every == 0 {
 		if err := t.VerifyReplicas(ctx); err != nil {
@@ -211,5 +212,6 @@ func pgDtype(d dtypes.DType) (pg.Dtype, error) {
 	case dtypes.Float64:
 		return pg.Float64, nil
 	}
-	return 0, fmt.Errorf("%w: trainable dtype %s; the reducer takes float32 and float64 parameters", pg.ErrInvalidArgument, d)
+	return 0, fmt.Errorf("%w: trainable dtype %s; the reducer takes float32 and float64 parameters", pg.ErrInvalidArgument,
+		d)
 }

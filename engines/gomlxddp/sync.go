@@ -125,7 +125,8 @@ func checkSameVariables(ctx context.Context, g pg.ProcessGroup, vs []*mlctx.Vari
 		return fmt.Errorf("gomlxddp: comparing the ranks' variables: %w", err)
 	}
 	if words[0] != d || words[1] != -d {
-		return fmt.Errorf("gomlxddp: the ranks' contexts hold different variables (names, dtypes or shapes); every rank must build the same model, with the same optimizer (rank %d has %d variables)", g.Rank(), len(vs))
+		return fmt.Errorf("gomlxddp: the ranks' contexts hold different variables (names, dtypes or shapes); every rank "+
+			"must build the same model, with the same optimizer (rank %d has %d variables)", g.Rank(), len(vs))
 	}
 	return nil
 }

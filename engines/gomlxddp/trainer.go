@@ -78,17 +78,22 @@ func New(backend backends.Backend, mctx *mlctx.Context, group pg.ProcessGroup,
 	model train.ModelFn, loss train.LossFn, opt optimizers.Interface, o Options) (*Trainer, error) {
 	switch {
 	case backend == nil || mctx == nil || group == nil || model == nil || opt == nil:
-		return nil, fmt.Errorf("%w: gomlxddp.New needs a backend, a context, a process group, a model and an optimizer", pg.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: gomlxddp.New needs a backend, a context, a process group, a model and an optimizer",
+			pg.ErrInvalidArgument)
 	case o.Reducer.FindUnusedParameters:
-		return nil, errors.New("gomlxddp: Options.Reducer.FindUnusedParameters is not supported: GoMLX differentiates the whole graph at once, so a parameter the loss does not reach is simply not a parameter here (it is left out of the reducer)")
+		return nil, errors.New("gomlxddp: Options.Reducer.FindUnusedParameters is not supported: GoMLX differentiates the " +
+			"whole graph at once, so a parameter the loss does not reach is simply not a parameter here (it is left out of " +
+			"the reducer)")
 	case o.Reducer.MixedPrecision != nil:
 		return nil, errors.New("gomlxddp: Options.Reducer.MixedPrecision is not supported yet; leave it nil")
 	case o.Timeout < 0:
-		return nil, fmt.Errorf("%w: gomlxddp: Options.Timeout is %v; want 0 (pg.DefaultTimeout) or more", pg.ErrInvalidArgument, o.Timeout)
+		return nil, fmt.Errorf("%w: gomlxddp: Options.Timeout is %v; want 0 (pg.DefaultTimeout) or more",
+			pg.ErrInvalidArgument, o.Timeout)
 	}
 	withGrads, ok := opt.(train.OptimizeWithGradients)
 	if !ok {
-		return nil, fmt.Errorf("gomlxddp: optimizer %T does not implement train.OptimizeWithGradients, which DDP needs to apply averaged gradients; use GoMLX's SGD or Adam family", opt)
+		return nil, fmt.Errorf("gomlxddp: optimizer %T does not implement train.OptimizeWithGradients, which DDP needs to "+
+			"apply averaged gradients; use GoMLX's SGD or Adam family", opt)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = pg.DefaultTimeout

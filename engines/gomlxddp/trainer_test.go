@@ -164,7 +164,8 @@ func TestBucketsAndHook(t *testing.T) {
 	checkBitwise(t, 0, viewed[0].Params, got[0].Params)
 	checkBitwise(t, 1, viewed[1].Params, got[0].Params)
 	if viewed[0].Copies.In != 0 || got[0].Copies.In == 0 {
-		t.Errorf("the reducer copied %d bytes in with GradientAsBucketView, %d without; want none with", viewed[0].Copies.In, got[0].Copies.In)
+		t.Errorf("the reducer copied %d bytes in with GradientAsBucketView, %d without; want none with", viewed[0].Copies.In,
+			got[0].Copies.In)
 	}
 	// The first iteration has one bucket (DDP's rule before the rebuild);
 	// later ones one per 64 bytes or so: 4 parameters, 8 float64s each at most.
@@ -200,7 +201,8 @@ func TestNoSync(t *testing.T) {
 		optimizers.StochasticGradientDescent().WithDecay(false).WithLearningRate(0.05*micro).Done(), nil, nil)
 	for s := range steps {
 		x, y := batch(s, rows)
-		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)},
+			[]*tensors.Tensor{tensors.FromValue(y)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -260,7 +262,8 @@ func noSyncRank(g pg.ProcessGroup, micro, steps, rows int, o gomlxddp.Options) (
 				step = tr.TrainStep
 			}
 			k := m*g.Size() + g.Rank()
-			if _, err := step(ctx, []*tensors.Tensor{shard(x, k, micro*g.Size())}, []*tensors.Tensor{shard(y, k, micro*g.Size())}); err != nil {
+			if _, err := step(ctx, []*tensors.Tensor{shard(x, k, micro*g.Size())},
+				[]*tensors.Tensor{shard(y, k, micro*g.Size())}); err != nil {
 				return nil, err
 			}
 		}
@@ -296,14 +299,16 @@ func TestDifferentModels(t *testing.T) {
 					if r == 1 {
 						model, opt = c.model, c.optimizer
 					}
-					tr, err := gomlxddp.New(newBackend(t), newContext(seed), groups[r], model, losses.MeanSquaredError, newOptimizer(t, opt), gomlxddp.Options{Timeout: 20 * time.Second})
+					tr, err := gomlxddp.New(newBackend(t), newContext(seed), groups[r], model, losses.MeanSquaredError,
+						newOptimizer(t, opt), gomlxddp.Options{Timeout: 20 * time.Second})
 					if err != nil {
 						errs[r] = err
 						return
 					}
 					defer tr.Close()
 					x, y := batch(0, 4)
-					_, errs[r] = tr.TrainStep(context.Background(), []*tensors.Tensor{shard(x, r, 2)}, []*tensors.Tensor{shard(y, r, 2)})
+					_, errs[r] = tr.TrainStep(context.Background(), []*tensors.Tensor{shard(x, r, 2)},
+						[]*tensors.Tensor{shard(y, r, 2)})
 				})
 			}
 			wg.Wait()
@@ -337,7 +342,8 @@ func TestPerStepUpdate(t *testing.T) {
 	tr := train.NewTrainer(newBackend(t), ref, clippedMLP, losses.MeanSquaredError, newOptimizer(t, "adam"), nil, nil)
 	for s := range steps {
 		x, y := batch(s, rows)
-		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)},
+			[]*tensors.Tensor{tensors.FromValue(y)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -355,7 +361,8 @@ func TestPerStepUpdate(t *testing.T) {
 		t.Fatal("no weight reached the clip: the test checks nothing")
 	}
 	groups := tcpGroups(t, size)
-	got := onRanks(t, groups, func(r int) (map[string][]float64, error) { return modelRank(groups[r], clippedMLP, steps, rows) })
+	got := onRanks(t, groups,
+		func(r int) (map[string][]float64, error) { return modelRank(groups[r], clippedMLP, steps, rows) })
 	checkClose(t, got[0], want, 1e-9)
 	checkBitwise(t, 1, got[1], got[0])
 }
@@ -381,7 +388,8 @@ func modelRank(g pg.ProcessGroup, model train.ModelFn, steps, rows int) (map[str
 	defer tr.Close()
 	for s := range steps {
 		x, y := batch(s, rows)
-		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
+		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+			[]*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
 			return nil, err
 		}
 	}
@@ -398,7 +406,8 @@ func TestNewBatchSize(t *testing.T) {
 	tr := train.NewTrainer(newBackend(t), ref, mlp, losses.MeanSquaredError, newOptimizer(t, "adam"), nil, nil)
 	for s, rows := range rowsAt {
 		x, y := batch(s, rows)
-		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)},
+			[]*tensors.Tensor{tensors.FromValue(y)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -432,7 +441,8 @@ func rowsRank(g pg.ProcessGroup, rowsAt []int) (map[string][]float64, error) {
 	defer tr.Close()
 	for s, rows := range rowsAt {
 		x, y := batch(s, rows)
-		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
+		if _, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+			[]*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
 			return nil, fmt.Errorf("step %d (%d rows): %w", s, rows, err)
 		}
 	}
@@ -451,7 +461,8 @@ func TestNonFiniteSkipped(t *testing.T) {
 			continue
 		}
 		x, y := batch(s, rows)
-		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)}, []*tensors.Tensor{tensors.FromValue(y)}); err != nil {
+		if _, err := tr.TrainStep(nil, []*tensors.Tensor{tensors.FromValue(x)},
+			[]*tensors.Tensor{tensors.FromValue(y)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -480,7 +491,8 @@ func nanRank(g pg.ProcessGroup, steps, rows, bad int) (map[string][]float64, err
 	if err != nil {
 		return nil, err
 	}
-	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, opt, gomlxddp.Options{Reducer: reducer.Options{CheckFinite: true}})
+	tr, err := gomlxddp.New(backend, c, g, mlp, losses.MeanSquaredError, opt,
+		gomlxddp.Options{Reducer: reducer.Options{CheckFinite: true}})
 	if err != nil {
 		return nil, err
 	}
@@ -490,7 +502,8 @@ func nanRank(g pg.ProcessGroup, steps, rows, bad int) (map[string][]float64, err
 		if s == bad && g.Rank() == 1 {
 			x[rows/2][0] = math.NaN() // the first row of rank 1's shard
 		}
-		_, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())})
+		_, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+			[]*tensors.Tensor{shard(y, g.Rank(), g.Size())})
 		if nonFinite := errors.Is(err, reducer.ErrNonFinite); nonFinite != (s == bad) || (err != nil && !nonFinite) {
 			return nil, fmt.Errorf("step %d: %v", s, err)
 		}

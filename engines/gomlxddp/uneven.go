@@ -36,7 +36,8 @@ func (t *Trainer) NewJoin(o reducer.JoinOptions) (*Join, error) {
 	case t.r == nil:
 		return nil, errors.New("gomlxddp: NewJoin before Setup: the variables do not exist yet")
 	case t.opts.BroadcastBuffers:
-		return nil, errors.New("gomlxddp: Join with Options.BroadcastBuffers is not supported: a rank that has joined would miss the buffers' broadcast")
+		return nil, errors.New("gomlxddp: Join with Options.BroadcastBuffers is not supported: a rank that has joined " +
+			"would miss the buffers' broadcast")
 	}
 	values := make([]pg.Tensor, len(t.params))
 	for i := range t.params {

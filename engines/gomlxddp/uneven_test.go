@@ -47,11 +47,13 @@ func joinRank(g pg.ProcessGroup, n, rows int) (map[string][]float64, error) {
 	defer tr.Close()
 	step := func(s int) error {
 		x, y := batch(s, rows)
-		_, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())})
+		_, err := tr.TrainStep(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+			[]*tensors.Tensor{shard(y, g.Rank(), g.Size())})
 		return err
 	}
 	x, y := batch(0, rows)
-	if err := tr.Setup(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())}, []*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
+	if err := tr.Setup(ctx, []*tensors.Tensor{shard(x, g.Rank(), g.Size())},
+		[]*tensors.Tensor{shard(y, g.Rank(), g.Size())}); err != nil {
 		return nil, err
 	}
 	j, err := tr.NewJoin(reducer.JoinOptions{})

@@ -78,7 +78,8 @@ func workerMain(c config, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if g.Rank() == 0 {
-		fmt.Fprintf(stdout, "ranks %d, loss %.4f -> %.4f, test accuracy %.1f%% (chance 25%%), params %x, replicas identical\n",
+		fmt.Fprintf(stdout,
+			"ranks %d, loss %.4f -> %.4f, test accuracy %.1f%% (chance 25%%), params %x, replicas identical\n",
 			g.Size(), res.firstLoss, res.lastLoss, 100*res.accuracy, sha256.Sum256(res.params))
 	}
 	return 0

@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var report = regexp.MustCompile(`^ranks (\d+), loss ([0-9.]+) -> ([0-9.]+), test accuracy ([0-9.]+)% \(chance 25%\), params ([0-9a-f]{64}), replicas identical\n$`)
+var report = regexp.MustCompile(`^ranks (\d+), loss ([0-9.]+) -> ([0-9.]+), test accuracy ([0-9.]+)% \(chance 25%\), ` +
+	`params ([0-9a-f]{64}), replicas identical\n$`)
 
 // job launches n worker processes of this binary, as the program's
 // --nproc does, and returns rank 0's report: first loss, last loss,

@@ -93,7 +93,8 @@ func trainRank(ctx context.Context, g pg.ProcessGroup, c config) (result, error)
 }
 
 // loop runs c.steps steps over epochs of this rank's share of the data.
-func loop(ctx context.Context, tr *gomlxddp.Trainer, g pg.ProcessGroup, c config, data *dataset.Dataset, rows int) (result, error) {
+func loop(ctx context.Context, tr *gomlxddp.Trainer, g pg.ProcessGroup, c config, data *dataset.Dataset,
+	rows int) (result, error) {
 	s, err := sampler.New(data.N, g.Size(), g.Rank(), true, int64(c.seed))
 	if err != nil {
 		return result{}, err
@@ -107,7 +108,8 @@ func loop(ctx context.Context, tr *gomlxddp.Trainer, g pg.ProcessGroup, c config
 				break
 			}
 			data.Gather(batch, x, y)
-			loss, err := tr.TrainStep(ctx, []*tensors.Tensor{tensors.FromFlatDataAndDimensions(x, rows, data.D)}, []*tensors.Tensor{labels(y)})
+			loss, err := tr.TrainStep(ctx, []*tensors.Tensor{tensors.FromFlatDataAndDimensions(x, rows, data.D)},
+				[]*tensors.Tensor{labels(y)})
 			if err != nil {
 				return res, fmt.Errorf("step %d: %w", step, err)
 			}
@@ -146,7 +148,8 @@ func paramBytes(tr *gomlxddp.Trainer) ([]byte, error) {
 }
 
 // accuracy is the trained model's share of right answers on data.
-func accuracy(backend backends.Backend, mctx *mlctx.Context, model func(*mlctx.Context, any, []*graph.Node) []*graph.Node, data *dataset.Dataset) (float64, error) {
+func accuracy(backend backends.Backend, mctx *mlctx.Context,
+	model func(*mlctx.Context, any, []*graph.Node) []*graph.Node, data *dataset.Dataset) (float64, error) {
 	exec, err := mlctx.NewExec(backend, mctx.Reuse(), func(ctx *mlctx.Context, x *graph.Node) *graph.Node {
 		return graph.ArgMax(model(ctx, nil, []*graph.Node{x})[0], -1)
 	})

@@ -70,7 +70,8 @@ func run(ctx context.Context, c config, ready chan<- string) error {
 	}
 	defer g.Close()
 	reg := prometheus.NewRegistry()
-	clipped := prometheus.NewCounter(prometheus.CounterOpts{Name: "example_clipped_buckets_total", Help: "Buckets the hook clipped."})
+	clipped := prometheus.NewCounter(prometheus.CounterOpts{Name: "example_clipped_buckets_total",
+		Help: "Buckets the hook clipped."})
 	reg.MustRegister(clipped)
 	stop, err := serve(ctx, c.metricsAddr, g.Rank(), reg, ready)
 	if err != nil {

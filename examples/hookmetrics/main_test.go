@@ -36,7 +36,8 @@ func TestHookAndMetrics(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, want := range []string{"example_clipped_buckets_total", "ddp_iterations_total", "ddp_bucket_allreduce_seconds"} {
+	for _, want := range []string{"example_clipped_buckets_total", "ddp_iterations_total",
+		"ddp_bucket_allreduce_seconds"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, body)
 		}

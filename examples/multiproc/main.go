@@ -124,7 +124,8 @@ func newModel(rows int) *model {
 		x: G.NewMatrix(g, tensor.Float64, G.WithShape(rows, in), G.WithName("x"), G.WithInit(G.Zeroes())),
 		y: G.NewMatrix(g, tensor.Float64, G.WithShape(rows, out), G.WithName("y"), G.WithInit(G.Zeroes())),
 		params: G.Nodes{
-			G.NewMatrix(g, tensor.Float64, G.WithShape(in, out), G.WithName("weight"), G.WithValue(tensor.New(tensor.WithShape(in, out), tensor.WithBacking(w)))),
+			G.NewMatrix(g, tensor.Float64, G.WithShape(in, out), G.WithName("weight"),
+				G.WithValue(tensor.New(tensor.WithShape(in, out), tensor.WithBacking(w)))),
 			G.NewMatrix(g, tensor.Float64, G.WithShape(1, out), G.WithName("bias"), G.WithInit(G.Zeroes())),
 		},
 	}

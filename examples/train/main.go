@@ -93,7 +93,8 @@ func run(ctx context.Context, c config) ([]result, error) {
 }
 
 // trainRank is what every rank runs, in a real job in its own process.
-func trainRank(ctx context.Context, g pg.ProcessGroup, c config, train, test *dataset.Dataset, building *sync.Mutex) (result, error) {
+func trainRank(ctx context.Context, g pg.ProcessGroup, c config, train, test *dataset.Dataset,
+	building *sync.Mutex) (result, error) {
 	rows := c.batch / g.Size() // this rank's share of each global batch
 	building.Lock()
 	m, err := newMLP(rows, train.D, c.hidden, train.Classes, c.seed)
@@ -247,7 +248,8 @@ func (m *mlp) feed(x []float64, y []int) error {
 	for i, c := range y {
 		onehot[i*classes+c] = 1
 	}
-	if err := G.Let(m.x, tensor.New(tensor.WithShape(m.x.Shape()...), tensor.WithBacking(append([]float64(nil), x...)))); err != nil {
+	if err := G.Let(m.x,
+		tensor.New(tensor.WithShape(m.x.Shape()...), tensor.WithBacking(append([]float64(nil), x...)))); err != nil {
 		return err
 	}
 	return G.Let(m.y, tensor.New(tensor.WithShape(m.y.Shape()...), tensor.WithBacking(onehot)))

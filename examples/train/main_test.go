@@ -50,7 +50,8 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ck.Step != c.steps || ck.Params["fc2.bias"][0] != two[0].weights[3][0] {
-		t.Fatalf("checkpoint at step %d with fc2.bias[0] = %v, want step %d and %v", ck.Step, ck.Params["fc2.bias"][0], c.steps, two[0].weights[3][0])
+		t.Fatalf("checkpoint at step %d with fc2.bias[0] = %v, want step %d and %v", ck.Step, ck.Params["fc2.bias"][0],
+			c.steps, two[0].weights[3][0])
 	}
 }
 

@@ -26,7 +26,8 @@ func TestParseHelp(t *testing.T) {
 			t.Errorf("%s: %v (code %d), want flag.ErrHelp and code 0", arg, err, Code(err))
 		}
 		u := out.String()
-		if !strings.HasPrefix(u, "Usage: prog [flags]\n") || !strings.Contains(u, "\n  --lr float\n    \tlearning rate (default 0.1)\n") ||
+		if !strings.HasPrefix(u, "Usage: prog [flags]\n") ||
+			!strings.Contains(u, "\n  --lr float\n    \tlearning rate (default 0.1)\n") ||
 			!strings.Contains(u, "\n  --v\tverbose\n") || strings.Contains(u, "\n  -l") {
 			t.Errorf("%s: usage\n%s", arg, u)
 		}
@@ -39,8 +40,10 @@ func TestParseMistakes(t *testing.T) {
 		args      []string
 		msg, hint string
 	}{
-		{[]string{"--lerning-rate", "0.1"}, "flag provided but not defined: --lerning-rate", "Did you mean --lr? Run 'prog --help' for usage."},
-		{[]string{"-stpes", "3"}, "flag provided but not defined: --stpes", "Did you mean --steps? Run 'prog --help' for usage."},
+		{[]string{"--lerning-rate", "0.1"}, "flag provided but not defined: --lerning-rate",
+			"Did you mean --lr? Run 'prog --help' for usage."},
+		{[]string{"-stpes", "3"}, "flag provided but not defined: --stpes",
+			"Did you mean --steps? Run 'prog --help' for usage."},
 		{[]string{"--xyz"}, "flag provided but not defined: --xyz", "Run 'prog --help' for usage."},
 		{[]string{"--steps", "many"}, `invalid value "many" for flag --steps: parse error`, "Run 'prog --help' for usage."},
 		{[]string{"--v=maybe"}, `invalid boolean value "maybe" for --v: parse error`, "Run 'prog --help' for usage."},
@@ -50,7 +53,8 @@ func TestParseMistakes(t *testing.T) {
 		err := Parse(testSet(&out), c.args)
 		var fe *FlagError
 		if Code(err) != 2 || !errors.As(err, &fe) || out.Len() != 0 {
-			t.Errorf("%q: %v (code %d), printed %q; want a *FlagError, code 2, nothing printed", c.args, err, Code(err), out.String())
+			t.Errorf("%q: %v (code %d), printed %q; want a *FlagError, code 2, nothing printed", c.args, err, Code(err),
+				out.String())
 			continue
 		}
 		Report(&out, "prog", err)
@@ -76,7 +80,8 @@ func TestDistance(t *testing.T) {
 	for _, c := range []struct {
 		a, b string
 		d    int
-	}{{"", "", 0}, {"", "abc", 3}, {"kitten", "sitting", 3}, {"lr", "lr", 0}, {"steps", "stpes", 1}, {"ca", "abc", 3}, {"héllo", "hello", 1}} {
+	}{{"", "", 0}, {"", "abc", 3}, {"kitten", "sitting", 3}, {"lr", "lr", 0}, {"steps", "stpes", 1}, {"ca", "abc", 3},
+		{"héllo", "hello", 1}} {
 		if got := distance(c.a, c.b); got != c.d {
 			t.Errorf("distance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
 		}

@@ -35,7 +35,8 @@ func TestWriteFile(t *testing.T) {
 		t.Fatalf("%s: %v, %v; want a regular file of mode 0644", path, fi, err)
 	}
 	boom := errors.New("boom")
-	if err := fsync.WriteFile(path, func(w io.Writer) error { io.WriteString(w, "half"); return boom }); !errors.Is(err, boom) {
+	if err := fsync.WriteFile(path, func(w io.Writer) error { io.WriteString(w, "half"); return boom }); !errors.Is(err,
+		boom) {
 		t.Fatalf("err %v, want the write's", err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "new" {

@@ -87,7 +87,8 @@ func claimBridge(ctx context.Context) (prefix string, err error) {
 			return prefix, nil
 		}
 		if !strings.Contains(stderr.String(), "exists") {
-			return "", fmt.Errorf("netbed: ip link add %sbr type bridge: %w: %s", prefix, err, strings.TrimSpace(stderr.String()))
+			return "", fmt.Errorf("netbed: ip link add %sbr type bridge: %w: %s", prefix, err,
+				strings.TrimSpace(stderr.String()))
 		}
 	}
 	return "", errors.New("netbed: this process already has 10 beds; close some")

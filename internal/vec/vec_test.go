@@ -73,7 +73,8 @@ func check[T float32 | float64](t *testing.T, name string, special []T, run, ref
 				ref(want, in[1], in[2], in[3], f)
 				run(got, in[1], in[2], in[3], f)
 				if i, ok := bitsEqual(got, want); !ok {
-					t.Fatalf("%s n=%d off=%d f=%v: element %d is %v (%#x), the scalar loop gives %v", name, n, off, f, i, got[i], got[i], want[i])
+					t.Fatalf("%s n=%d off=%d f=%v: element %d is %v (%#x), the scalar loop gives %v", name, n, off, f, i, got[i],
+						got[i], want[i])
 				}
 			}
 		}
@@ -84,14 +85,22 @@ func TestKernelsMatchScalarLoops(t *testing.T) {
 	if !useAVX {
 		t.Log("no AVX on this machine: the kernels run their scalar loops")
 	}
-	check(t, "AddF32", special32, func(a, x, _, _ []float32, _ float32) { AddF32(a, x) }, func(a, x, _, _ []float32, _ float32) { add(a, x) })
-	check(t, "AddF64", special64, func(a, x, _, _ []float64, _ float64) { AddF64(a, x) }, func(a, x, _, _ []float64, _ float64) { add(a, x) })
-	check(t, "Sum3F32", special32, func(a, x, y, z []float32, _ float32) { Sum3F32(a, x, y, z) }, func(a, x, y, z []float32, _ float32) { sum3(a, x, y, z) })
-	check(t, "Sum3F64", special64, func(a, x, y, z []float64, _ float64) { Sum3F64(a, x, y, z) }, func(a, x, y, z []float64, _ float64) { sum3(a, x, y, z) })
-	check(t, "ScaleF32", special32, func(a, _, _, _ []float32, f float32) { ScaleF32(a, f) }, func(a, _, _, _ []float32, f float32) { scale(a, f) })
-	check(t, "ScaleF64", special64, func(a, _, _, _ []float64, f float64) { ScaleF64(a, f) }, func(a, _, _, _ []float64, f float64) { scale(a, f) })
-	check(t, "DivF32", special32, func(a, _, _, _ []float32, f float32) { DivF32(a, f) }, func(a, _, _, _ []float32, f float32) { div(a, f) })
-	check(t, "DivF64", special64, func(a, _, _, _ []float64, f float64) { DivF64(a, f) }, func(a, _, _, _ []float64, f float64) { div(a, f) })
+	check(t, "AddF32", special32, func(a, x, _, _ []float32, _ float32) { AddF32(a, x) },
+		func(a, x, _, _ []float32, _ float32) { add(a, x) })
+	check(t, "AddF64", special64, func(a, x, _, _ []float64, _ float64) { AddF64(a, x) },
+		func(a, x, _, _ []float64, _ float64) { add(a, x) })
+	check(t, "Sum3F32", special32, func(a, x, y, z []float32, _ float32) { Sum3F32(a, x, y, z) },
+		func(a, x, y, z []float32, _ float32) { sum3(a, x, y, z) })
+	check(t, "Sum3F64", special64, func(a, x, y, z []float64, _ float64) { Sum3F64(a, x, y, z) },
+		func(a, x, y, z []float64, _ float64) { sum3(a, x, y, z) })
+	check(t, "ScaleF32", special32, func(a, _, _, _ []float32, f float32) { ScaleF32(a, f) },
+		func(a, _, _, _ []float32, f float32) { scale(a, f) })
+	check(t, "ScaleF64", special64, func(a, _, _, _ []float64, f float64) { ScaleF64(a, f) },
+		func(a, _, _, _ []float64, f float64) { scale(a, f) })
+	check(t, "DivF32", special32, func(a, _, _, _ []float32, f float32) { DivF32(a, f) },
+		func(a, _, _, _ []float32, f float32) { div(a, f) })
+	check(t, "DivF64", special64, func(a, _, _, _ []float64, f float64) { DivF64(a, f) },
+		func(a, _, _, _ []float64, f float64) { div(a, f) })
 }
 
 // TestKernelsStayInBounds runs the kernels on slices cut out of a larger

@@ -138,7 +138,8 @@ func TestConvertLongSlicesMatchElementwise(t *testing.T) {
 		}
 		for i, v := range h {
 			if w := c.widen(v); math.Float32bits(back[i]) != math.Float32bits(w) {
-				t.Fatalf("%v: element %d (%#04x) widened to %#08x, want %#08x", c.dt, i, v, math.Float32bits(back[i]), math.Float32bits(w))
+				t.Fatalf("%v: element %d (%#04x) widened to %#08x, want %#08x", c.dt, i, v, math.Float32bits(back[i]),
+					math.Float32bits(w))
 			}
 		}
 	}

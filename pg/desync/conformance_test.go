@@ -37,7 +37,8 @@ func wrappedWorld(check bool) pgtest.World {
 		t.Cleanup(func() { st.Close() })
 		out := make([]pg.ProcessGroup, n)
 		for r, g := range groups {
-			if out[r], err = Wrap(g, st, Options{DiagnosisTimeout: 200 * time.Millisecond, StoreHost: pg.NoPeer, CheckCollectives: check}); err != nil {
+			if out[r], err = Wrap(g, st,
+				Options{DiagnosisTimeout: 200 * time.Millisecond, StoreHost: pg.NoPeer, CheckCollectives: check}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -98,7 +98,8 @@ func TestBehindRankIsNamed(t *testing.T) {
 			t.Fatalf("rank %d: %v matches none of timeout, comm, remote", r, errs[r])
 		}
 		msg := errs[r].Error()
-		want := fmt.Sprintf("pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank %d waited in allreduce #2; check rank 2:", r)
+		want := fmt.Sprintf("pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank %d "+
+			"waited in allreduce #2; check rank 2:", r)
 		if !strings.HasPrefix(msg, want) {
 			t.Fatalf("rank %d's message\n%s\ndoes not start with\n%s", r, msg, want)
 		}
@@ -131,7 +132,8 @@ func TestSilentRankIsNamed(t *testing.T) {
 		if !slices.Equal(se.Silent, []int{2}) || len(se.Behind) != 0 || se.Progress[2].Answered {
 			t.Fatalf("rank %d: diagnosis %+v, want rank 2 silent", r, se)
 		}
-		want := fmt.Sprintf("pg: rank 2 did not answer (stopped or dead) while rank %d waited in allreduce #1; check rank 2:", r)
+		want := fmt.Sprintf("pg: rank 2 did not answer (stopped or dead) while rank %d waited in allreduce #1; check rank 2:",
+			r)
 		if !strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("rank %d's message\n%s\ndoes not start with\n%s", r, errs[r], want)
 		}
@@ -156,14 +158,16 @@ func (deadStore) Wait(ctx context.Context, keys ...string) error {
 
 // A store that does not answer is reported, and its host rank named.
 func TestDeadStoreNamesItsHost(t *testing.T) {
-	gs := world(t, 3, 200*time.Millisecond, Options{DiagnosisTimeout: 300 * time.Millisecond, StoreHost: 2}, shared(deadStore{}))
+	gs := world(t, 3, 200*time.Millisecond, Options{DiagnosisTimeout: 300 * time.Millisecond, StoreHost: 2},
+		shared(deadStore{}))
 	errs := onRanks(gs, []int{0, 1}, allReduce(4))
 	for _, r := range []int{0, 1} {
 		se := stallOf(t, r, errs[r])
 		if se.StoreErr == nil || se.StoreHost != 2 || !slices.Equal(se.Culprits(), []int{2}) {
 			t.Fatalf("rank %d: diagnosis %+v, want the store's host rank 2 named", r, se)
 		}
-		want := fmt.Sprintf("pg: the store did not answer (hosted by rank 2, which is likely stopped or dead) while rank %d waited in allreduce #1; check rank 2:", r)
+		want := fmt.Sprintf("pg: the store did not answer (hosted by rank 2, which is likely stopped or dead) while rank "+
+			"%d waited in allreduce #1; check rank 2:", r)
 		if !strings.HasPrefix(errs[r].Error(), want) || !strings.Contains(errs[r].Error(), "(store: timeout: store: set") {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
@@ -184,7 +188,8 @@ func TestMismatchOnEveryRank(t *testing.T) {
 	}{
 		"op": {func(g *Group) error { return g.Broadcast(ctx, pg.Float32s(make([]float32, 1024)), 0).Wait(ctx) },
 			"rank 2 issued broadcast(float32 x1024, root 0) where rank 0 issued allreduce(float32 x1024, SUM)"},
-		"length": {allReduce(8), "rank 2 issued allreduce(float32 x8, SUM) where rank 0 issued allreduce(float32 x1024, SUM)"},
+		"length": {allReduce(8),
+			"rank 2 issued allreduce(float32 x8, SUM) where rank 0 issued allreduce(float32 x1024, SUM)"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -240,7 +245,8 @@ func TestSeqAndResults(t *testing.T) {
 						return fmt.Errorf("allreduce %d gave %v", i, b[0])
 					}
 				}
-				if w := g.AllReduce(ctx, pg.Tensor{Dtype: pg.Float32, Data: make([]byte, 3)}, pg.Op(pg.Sum)); !errors.Is(w.Wait(ctx), pg.ErrInvalidArgument) || w.Seq() != 0 {
+				if w := g.AllReduce(ctx, pg.Tensor{Dtype: pg.Float32, Data: make([]byte, 3)},
+					pg.Op(pg.Sum)); !errors.Is(w.Wait(ctx), pg.ErrInvalidArgument) || w.Seq() != 0 {
 					return fmt.Errorf("bad tensor: %v, seq %d", w.Err(), w.Seq())
 				}
 				return g.MonitoredBarrier(ctx, time.Second, true)
@@ -359,7 +365,8 @@ func TestFingerprints(t *testing.T) {
 		t.Fatal("an unreadable fingerprint matched")
 	}
 	// Uneven all-to-all: rank 0 sends 1 to rank 1 and 3 to itself, rank 1 sends 2 to rank 0.
-	ok := []fingerprint{fpAllToAll(0, pg.Float32, []int{3, 2}, []int{3, 1}), fpAllToAll(1, pg.Float32, []int{1, 0}, []int{2, 0})}
+	ok := []fingerprint{fpAllToAll(0, pg.Float32, []int{3, 2}, []int{3, 1}),
+		fpAllToAll(1, pg.Float32, []int{1, 0}, []int{2, 0})}
 	if err := compare(0, 1, ok); err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,8 @@ func (g *Group) startDiagnosis(seq uint64, op pg.OpType) <-chan struct{} {
 func (g *Group) diagnose(seq uint64, op pg.OpType) *pg.StallError {
 	ctx, cancel := context.WithTimeout(g.life, g.opts.DiagnosisTimeout)
 	defer cancel()
-	se := &pg.StallError{Rank: g.rank, Op: op, Seq: seq, StoreHost: g.opts.StoreHost, Progress: make([]pg.RankProgress, g.size),
+	se := &pg.StallError{Rank: g.rank, Op: op, Seq: seq, StoreHost: g.opts.StoreHost,
+		Progress:    make([]pg.RankProgress, g.size),
 		ParentRanks: g.opts.parentRanks}
 	if g.opts.sub {
 		se.Group = g.opts.Name

@@ -43,20 +43,26 @@
 // that sees no failure answers through its responder.
 // Every rank reads the same reports, so all name the same culprit. The
 // message names the culprits first, then what this rank was doing, what
-// to check, and the backend's own error. On a 3-rank ddp-train job whose
+// to check, and the backend's own error, on one line (wrapped below, each
+// continuation indented). On a 3-rank ddp-train job whose
 // rank 2 was stopped with SIGSTOP, rank 1 reported (rank 0 the same,
 // with "rank 0" and its own cause):
 //
-//	pg: rank 2 did not answer (stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank 1 waited in allreduce #2360; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: pg: allreduce on rank 1 with peer rank 0: timeout: collective #2360 made no progress with rank 0 before its deadline (group timeout 3s))
+//	pg: rank 2 did not answer (stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank
+//	    1 waited in allreduce #2360; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause:
+//	    pg: allreduce on rank 1 with peer rank 0: timeout: collective #2360 made no progress with rank 0 before its
+//	    deadline (group timeout 3s))
 //
 // When rank 2 is alive but never issued the collective:
 //
-//	pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank 0 waited in allreduce #2; check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
+//	pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank 0 waited in allreduce #2;
+//	    check rank 2: is its process alive, stopped, or stuck outside collectives? (cause: ...)
 //
 // A desynchronisation is found even without the check (here over TCP,
 // where it hangs until the timeout):
 //
-//	pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, SUM) while rank 1 waited in allreduce #1; make every rank issue the same collectives in the same order (cause: ...)
+//	pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, SUM) while rank
+//	    1 waited in allreduce #1; make every rank issue the same collectives in the same order (cause: ...)
 //
 // Between ranks that share memory (pg/tcp's default on one host) there
 // is no hang to diagnose: pg/tcp compares every chunk's call with its
@@ -65,11 +71,15 @@
 //
 // In a subgroup, ranks are the subgroup's, with their parent ranks:
 //
-//	pg: rank 2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank 0 of group world/1 waited in allreduce #1; ...
+//	pg: rank 2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank 0 of group world/1
+//	    waited in allreduce #1; ...
 //
 // When the store does not answer (here rank 0, its host, was stopped):
 //
-//	pg: the store did not answer (hosted by rank 0: stopped or busy: its host 127.0.0.1 answers, but the process does not respond) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s; cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
+//	pg: the store did not answer (hosted by rank 0: stopped or busy: its host 127.0.0.1 answers, but the process does not
+//	    respond) while rank 1 waited in allreduce #2064; check rank 0: is its process alive, stopped, or stuck outside
+//	    collectives? (store: timeout: store: set ["desync/world/request"]: no answer from 127.0.0.1:43155 within 3.003s;
+//	    cause: pg: allreduce on rank 1 with peer rank 0: remote error: rank 2 failed: timeout: ...)
 //
 // # Network or process
 //
@@ -86,11 +96,15 @@
 // 2 ranks each (cmd/ddp-train's TestNetbedFaults), host 1's link taken
 // down mid-run:
 //
-//	pg: ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or partitioned) while rank 0 waited in allreduce #N; check the network between this host and 10.98.0.2 (ranks 2, 3) (cause: ...)
+//	pg: ranks 2, 3 did not answer (unreachable: their host 10.98.0.2 does not answer: the network to it is down or
+//	    partitioned) while rank 0 waited in allreduce #N; check the network between this host and 10.98.0.2 (ranks 2, 3)
+//	    (cause: ...)
 //
 // and on host 1:
 //
-//	pg: ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or partitioned); the store did not answer (hosted by rank 0, which cannot be reached) while rank 2 waited in allreduce #N; ...
+//	pg: ranks 0, 1 cannot be reached (unreachable: their host 10.98.0.1 does not answer: the network to it is down or
+//	    partitioned); the store did not answer (hosted by rank 0, which cannot be reached) while rank 2 waited in
+//	    allreduce #N; ...
 //
 // A stopped rank: "rank 3 did not answer (stopped or busy: its host
 // 10.98.0.2 answers, but the process does not respond)"; a killed one:
@@ -113,7 +127,9 @@
 // issued. A disagreement fails it on every rank with a *pg.MismatchError
 // instead of a hang or a corrupted buffer, and the group stays usable:
 //
-//	pg: rank 0: collective #3 differs across ranks: rank 2 issued broadcast(float32 x1024, root 0) where rank 0 issued allreduce(float32 x1024, SUM) (this rank: allreduce(float32 x1024, SUM)); make every rank issue the same collectives in the same order with the same dtypes, sizes and roots
+//	pg: rank 0: collective #3 differs across ranks: rank 2 issued broadcast(float32 x1024, root 0) where rank 0 issued
+//	    allreduce(float32 x1024, SUM) (this rank: allreduce(float32 x1024, SUM)); make every rank issue the same
+//	    collectives in the same order with the same dtypes, sizes and roots
 //
 // The check runs on one goroutine in issue order, so the order stays the
 // same on every rank; it costs one small allgather per collective. On 2

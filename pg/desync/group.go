@@ -219,9 +219,10 @@ func (g *Group) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.W
 	if err := backend.CheckAllReduce(t, op, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), sized(t.Dtype, t, t), func(ctx context.Context) pg.Work {
-		return g.inner.AllReduce(ctx, t, op)
-	})
+	return g.issue(ctx, withOp(fpOf(pg.OpAllReduce, t, noRoot), op), sized(t.Dtype, t, t),
+		func(ctx context.Context) pg.Work {
+			return g.inner.AllReduce(ctx, t, op)
+		})
 }
 
 // Broadcast implements pg.ProcessGroup.
@@ -249,9 +250,10 @@ func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.Redu
 	if err := backend.CheckReduceScatter(out, in, op, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
-		return g.inner.ReduceScatter(ctx, out, in, op)
-	})
+	return g.issue(ctx, withOp(fpOf(pg.OpReduceScatter, out, noRoot), op), sized(in.Dtype, in, out),
+		func(ctx context.Context) pg.Work {
+			return g.inner.ReduceScatter(ctx, out, in, op)
+		})
 }
 
 // Barrier implements pg.ProcessGroup.
@@ -284,9 +286,10 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 	if err := backend.CheckGather(out, in, root, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpGather, in, root), rootSized(in.Dtype, in, out, g.rank == root, true), func(ctx context.Context) pg.Work {
-		return r.Gather(ctx, out, in, root)
-	})
+	return g.issue(ctx, fpOf(pg.OpGather, in, root), rootSized(in.Dtype, in, out, g.rank == root, true),
+		func(ctx context.Context) pg.Work {
+			return r.Gather(ctx, out, in, root)
+		})
 }
 
 // Scatter implements pg.Rooted.
@@ -298,9 +301,10 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 	if err := backend.CheckScatter(out, in, root, g.rank, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpOf(pg.OpScatter, out, root), rootSized(out.Dtype, in, out, g.rank == root, false), func(ctx context.Context) pg.Work {
-		return r.Scatter(ctx, out, in, root)
-	})
+	return g.issue(ctx, fpOf(pg.OpScatter, out, root), rootSized(out.Dtype, in, out, g.rank == root, false),
+		func(ctx context.Context) pg.Work {
+			return r.Scatter(ctx, out, in, root)
+		})
 }
 
 // AllToAll implements pg.AllToAller.
@@ -313,9 +317,10 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	if err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpAllToAll(g.rank, in.Dtype, outS, inS), sized(in.Dtype, in, out), func(ctx context.Context) pg.Work {
-		return a.AllToAll(ctx, out, in, outSplits, inSplits)
-	})
+	return g.issue(ctx, fpAllToAll(g.rank, in.Dtype, outS, inS), sized(in.Dtype, in, out),
+		func(ctx context.Context) pg.Work {
+			return a.AllToAll(ctx, out, in, outSplits, inSplits)
+		})
 }
 
 // Send implements pg.PointToPoint. Point-to-point calls are passed
@@ -346,9 +351,10 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 	if err := backend.CheckAllReduceCoalesced(ts, op, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), coalescedSize(nil, ts), func(ctx context.Context) pg.Work {
-		return c.AllReduceCoalesced(ctx, ts, op)
-	})
+	return g.issue(ctx, fpCoalesced(pg.OpAllReduceCoalesced, ts, op), coalescedSize(nil, ts),
+		func(ctx context.Context) pg.Work {
+			return c.AllReduceCoalesced(ctx, ts, op)
+		})
 }
 
 // AllGatherCoalesced implements pg.Coalescer.
@@ -360,9 +366,10 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 	if err := backend.CheckAllGatherCoalesced(outs, ins, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
-		return c.AllGatherCoalesced(ctx, outs, ins)
-	})
+	return g.issue(ctx, fpCoalesced(pg.OpAllGatherCoalesced, ins, pg.ReduceOp{}), coalescedSize(outs, ins),
+		func(ctx context.Context) pg.Work {
+			return c.AllGatherCoalesced(ctx, outs, ins)
+		})
 }
 
 // ReduceScatterCoalesced implements pg.Coalescer.
@@ -374,9 +381,10 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 	if err := backend.CheckReduceScatterCoalesced(outs, ins, op, g.size, backend.AcceptDevice); err != nil {
 		return pg.Completed(err)
 	}
-	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins), func(ctx context.Context) pg.Work {
-		return c.ReduceScatterCoalesced(ctx, outs, ins, op)
-	})
+	return g.issue(ctx, fpCoalesced(pg.OpReduceScatterCoalesced, ins, op), coalescedSize(outs, ins),
+		func(ctx context.Context) pg.Work {
+			return c.ReduceScatterCoalesced(ctx, outs, ins, op)
+		})
 }
 
 // sizes is what a completion hook reports of a collective's buffers.
@@ -460,7 +468,8 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 		return nil, g.unsupported(pg.OpAllGather).Err()
 	}
 	if color < pg.NoColor { // refused here, before the allgather
-		return nil, fmt.Errorf("desync: %w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument, color)
+		return nil, fmt.Errorf("desync: %w: split color %d is negative; pass pg.NoColor to stay out", pg.ErrInvalidArgument,
+			color)
 	}
 	if err := backend.CheckContext(ctx); err != nil {
 		return nil, err

@@ -107,7 +107,8 @@ func (g *Group) issue(ctx context.Context, fp fingerprint, sz sizes, call func(c
 		g.prog.enter(g.seq, fp)
 		g.mu.Unlock()
 		fut := pg.NewSeqFuture(g.seq)
-		info := pg.WorkInfo{Op: fp.op, Seq: g.seq, Rank: g.rank, Dtype: sz.dtype, InBytes: sz.in, OutBytes: sz.out, Issued: time.Now()}
+		info := pg.WorkInfo{Op: fp.op, Seq: g.seq, Rank: g.rank, Dtype: sz.dtype, InBytes: sz.in, OutBytes: sz.out,
+			Issued: time.Now()}
 		if !g.jobs.push(job{ctx: ctx, seq: g.seq, fp: fp, issue: call, fut: fut, info: info}) {
 			fut.Complete(g.closedErr(fp.op))
 		}
@@ -230,7 +231,8 @@ func (g *Group) drain(ctx context.Context) error {
 	case <-m:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("desync: rank %d: waiting for earlier collectives to pass the check: %w", g.rank, context.Cause(ctx))
+		return fmt.Errorf("desync: rank %d: waiting for earlier collectives to pass the check: %w", g.rank,
+			context.Cause(ctx))
 	}
 }
 

@@ -48,7 +48,8 @@ func (p *prober) askedSorted() []int {
 }
 
 // probedWorld is world over local groups that probe through reach.
-func probedWorld(t *testing.T, n int, opts Options, reach map[int]pg.Reach, st func(int) store.Store) ([]*Group, []*prober) {
+func probedWorld(t *testing.T, n int, opts Options, reach map[int]pg.Reach, st func(int) store.Store) ([]*Group,
+	[]*prober) {
 	t.Helper()
 	inner, err := local.New(n, local.Options{Timeout: 200 * time.Millisecond})
 	if err != nil {
@@ -85,19 +86,23 @@ func testSilentRankIsProbed(t *testing.T, late bool, probed0, probed1 []int) {
 	elsewhere := store.NewHashStore(store.HashStoreOptions{})
 	defer elsewhere.Close()
 	opts := Options{DiagnosisTimeout: 500 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, lateProbes: late}
-	gs, ps := probedWorld(t, 3, opts, map[int]pg.Reach{0: pg.ReachAnswers, 1: pg.ReachAnswers, 2: pg.ReachNoHost}, func(r int) store.Store {
-		if r == 2 {
-			return elsewhere // rank 2 never answers the diagnosis
-		}
-		return hs
-	})
+	gs, ps := probedWorld(t, 3, opts, map[int]pg.Reach{0: pg.ReachAnswers, 1: pg.ReachAnswers, 2: pg.ReachNoHost},
+		func(r int) store.Store {
+			if r == 2 {
+				return elsewhere // rank 2 never answers the diagnosis
+			}
+			return hs
+		})
 	errs := onRanks(gs, []int{0, 1}, allReduce(16))
 	for _, r := range []int{0, 1} {
 		se := stallOf(t, r, errs[r])
-		if !slices.Equal(se.Silent, []int{2}) || !slices.Equal(se.Unreachable, []int{2}) || se.Progress[2].Reach != pg.ReachNoHost || se.Progress[2].Addr != "10.0.0.3:4000" {
+		if !slices.Equal(se.Silent, []int{2}) || !slices.Equal(se.Unreachable, []int{2}) ||
+			se.Progress[2].Reach != pg.ReachNoHost || se.Progress[2].Addr != "10.0.0.3:4000" {
 			t.Fatalf("rank %d: diagnosis %+v, want rank 2 silent and unreachable", r, se)
 		}
-		want := fmt.Sprintf("pg: rank 2 did not answer (unreachable: its host 10.0.0.3 does not answer: the network to it is down or partitioned) while rank %d waited in allreduce #1; check the network between this host and 10.0.0.3 (rank 2)", r)
+		want := fmt.Sprintf("pg: rank 2 did not answer (unreachable: its host 10.0.0.3 does not answer: the network to it "+
+			"is down or partitioned) while rank %d waited in allreduce #1; check the network between this host and 10.0.0.3 "+
+			"(rank 2)", r)
 		if !strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("rank %d's message\n%s\ndoes not start with\n%s", r, errs[r], want)
 		}
@@ -120,14 +125,17 @@ func TestDeadStoreProbesEveryRank(t *testing.T) {
 
 func testDeadStoreProbesEveryRank(t *testing.T, late bool) {
 	reach := map[int]pg.Reach{0: pg.ReachRefused, 1: pg.ReachRefused, 2: pg.ReachNoHost, 3: pg.ReachNoHost}
-	gs, ps := probedWorld(t, 4, Options{DiagnosisTimeout: 300 * time.Millisecond, StoreHost: 2, lateProbes: late}, reach, shared(deadStore{}))
+	gs, ps := probedWorld(t, 4, Options{DiagnosisTimeout: 300 * time.Millisecond, StoreHost: 2, lateProbes: late}, reach,
+		shared(deadStore{}))
 	errs := onRanks(gs, []int{0, 1}, allReduce(4))
 	for _, r := range []int{0, 1} {
 		se := stallOf(t, r, errs[r])
 		if !slices.Equal(se.Unreachable, []int{2, 3}) || !slices.Equal(se.Culprits(), []int{2, 3}) {
 			t.Fatalf("rank %d: diagnosis %+v, want ranks 2, 3 unreachable and named", r, se)
 		}
-		want := fmt.Sprintf("pg: ranks 2, 3 cannot be reached (unreachable: their hosts 10.0.0.3, 10.0.0.4 do not answer: the network to them is down or partitioned); the store did not answer (hosted by rank 2, which cannot be reached) while rank %d waited in allreduce #1", r)
+		want := fmt.Sprintf("pg: ranks 2, 3 cannot be reached (unreachable: their hosts 10.0.0.3, 10.0.0.4 do not answer: "+
+			"the network to them is down or partitioned); the store did not answer (hosted by rank 2, which cannot be "+
+			"reached) while rank %d waited in allreduce #1", r)
 		if !strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("rank %d's message\n%s\ndoes not start with\n%s", r, errs[r], want)
 		}
@@ -150,12 +158,13 @@ func TestSilentRankProbedAgainAfterTheWait(t *testing.T) {
 	elsewhere := store.NewHashStore(store.HashStoreOptions{})
 	defer elsewhere.Close()
 	opts := Options{DiagnosisTimeout: 300 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond}
-	gs, ps := probedWorld(t, 3, opts, map[int]pg.Reach{0: pg.ReachAnswers, 1: pg.ReachAnswers, 2: pg.ReachAnswers}, func(r int) store.Store {
-		if r == 2 {
-			return elsewhere // rank 2 never answers the diagnosis
-		}
-		return hs
-	})
+	gs, ps := probedWorld(t, 3, opts, map[int]pg.Reach{0: pg.ReachAnswers, 1: pg.ReachAnswers, 2: pg.ReachAnswers},
+		func(r int) store.Store {
+			if r == 2 {
+				return elsewhere // rank 2 never answers the diagnosis
+			}
+			return hs
+		})
 	for _, p := range ps {
 		p.later = map[int]pg.Reach{2: pg.ReachRefused}
 	}

@@ -53,7 +53,9 @@ func TestStallInSubgroup(t *testing.T) {
 	})
 	for _, r := range []int{1, 2} {
 		se := stallOf(t, r-1, errs[r])
-		if !slices.Equal(se.Behind, []int{2}) || se.Seq != 1 || !strings.HasPrefix(errs[r].Error(), fmt.Sprintf("pg: rank 2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank %d of group world/1 waited in allreduce #1", r-1)) {
+		if !slices.Equal(se.Behind, []int{2}) || se.Seq != 1 || !strings.HasPrefix(errs[r].Error(), fmt.Sprintf("pg: rank "+
+			"2 (parent rank 3) is behind (it has issued no collective; it never entered #1) while rank %d of group world/1 "+
+			"waited in allreduce #1", r-1)) {
 			t.Fatalf("global rank %d: %v", r, errs[r])
 		}
 	}

@@ -69,7 +69,8 @@ func TestTCPBehindRankIsNamed(t *testing.T) {
 		if !slices.Equal(se.Culprits(), []int{2}) || !slices.Equal(se.Behind, []int{2}) {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
-		want := fmt.Sprintf("pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank %d waited in allreduce #2", r)
+		want := fmt.Sprintf("pg: rank 2 is behind (its last collective is allreduce #1; it never entered #2) while rank %d "+
+			"waited in allreduce #2", r)
 		if !strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
@@ -106,7 +107,8 @@ func TestTCPMismatch(t *testing.T) {
 // once with ErrMismatch naming the peer, which the wrapper passes on as
 // it is: TestShmDesyncCaughtByTransport.
 func TestTCPDesyncDiagnosed(t *testing.T) {
-	gs := tcpWorld(t, 3, 500*time.Millisecond, Options{DiagnosisTimeout: 2 * time.Second}, func(o *tcp.Options) { o.NoSharedMemory = true })
+	gs := tcpWorld(t, 3, 500*time.Millisecond, Options{DiagnosisTimeout: 2 * time.Second},
+		func(o *tcp.Options) { o.NoSharedMemory = true })
 	ctx := context.Background()
 	errs := onRanks(gs, []int{0, 1, 2}, func(g *Group) error {
 		if g.Rank() == 2 {
@@ -119,8 +121,10 @@ func TestTCPDesyncDiagnosed(t *testing.T) {
 		if !slices.Equal(se.Mismatched, []int{2}) || len(se.Behind)+len(se.Silent) != 0 {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-		want := "pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, SUM) while rank " + fmt.Sprint(r) + " waited in "
-		if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "; make every rank issue the same collectives in the same order") {
+		want := "pg: rank 2 issued broadcast(float32 x1000, root 0) as #1 where rank 0 issued allreduce(float32 x1000, " +
+			"SUM) while rank " + fmt.Sprint(r) + " waited in "
+		if !strings.HasPrefix(err.Error(), want) ||
+			!strings.Contains(err.Error(), "; make every rank issue the same collectives in the same order") {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
@@ -151,7 +155,8 @@ func TestShmDesyncCaughtByTransport(t *testing.T) {
 		if r == 2 {
 			continue // it names whichever peer it compared first
 		}
-		for _, want := range []string{"with peer rank 2", "rank 2 issued broadcast of 4000 bytes of float32 from root 0", "where this rank issued allreduce of 4000 bytes of float32"} {
+		for _, want := range []string{"with peer rank 2", "rank 2 issued broadcast of 4000 bytes of float32 from root 0",
+			"where this rank issued allreduce of 4000 bytes of float32"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Fatalf("rank %d: %q lacks %q", r, err, want)
 			}
@@ -191,8 +196,10 @@ func TestTCPDeadRankInSubgroup(t *testing.T) {
 		se := stallOf(t, r-1, errs[r])
 		// Its listener is closed, so the probe finds the process gone
 		// (pg's Note [network or process]).
-		want := fmt.Sprintf("pg: rank 2 (parent rank 3) did not answer (gone: its host 127.0.0.1 refused the connection: the process is gone) while rank %d of group world/1 waited in allreduce #1; check rank 2 (parent rank 3):", r-1)
-		if !slices.Equal(se.Silent, []int{2}) || se.Progress[2].Reach != pg.ReachRefused || !strings.HasPrefix(errs[r].Error(), want) {
+		want := fmt.Sprintf("pg: rank 2 (parent rank 3) did not answer (gone: its host 127.0.0.1 refused the connection: "+
+			"the process is gone) while rank %d of group world/1 waited in allreduce #1; check rank 2 (parent rank 3):", r-1)
+		if !slices.Equal(se.Silent, []int{2}) || se.Progress[2].Reach != pg.ReachRefused ||
+			!strings.HasPrefix(errs[r].Error(), want) {
 			t.Fatalf("parent rank %d: %v", r, errs[r])
 		}
 	}

@@ -132,7 +132,8 @@ func (r reader) master(c *Config) error {
 	case portSet:
 		c.MasterPort = p
 	case c.UseAgentStore:
-		return invalid("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_PORT is not; torchrun sets both, to where its agent serves the store")
+		return invalid("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_PORT is not; torchrun sets both, to where its agent " +
+			"serves the store")
 	case c.Source == SourceSlurm:
 		if c.MasterPort, err = r.slurmPort(); err != nil {
 			return err
@@ -144,15 +145,18 @@ func (r reader) master(c *Config) error {
 	switch {
 	case set:
 	case c.UseAgentStore:
-		return invalid("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_ADDR is not; torchrun sets both, to where its agent serves the store")
+		return invalid("TORCHELASTIC_USE_AGENT_STORE is set but MASTER_ADDR is not; torchrun sets both, to where its agent " +
+			"serves the store")
 	case c.Source == SourceSlurm:
 		if addr, err = r.slurmMaster(); err != nil {
 			return err
 		}
 	case c.WorldSize > 1 && portSet:
-		return invalid("MASTER_PORT is set but MASTER_ADDR is not; every rank of a %d-rank job needs the address of rank 0's store: set MASTER_ADDR to rank 0's host", c.WorldSize)
+		return invalid("MASTER_PORT is set but MASTER_ADDR is not; every rank of a %d-rank job needs the address of rank "+
+			"0's store: set MASTER_ADDR to rank 0's host", c.WorldSize)
 	case c.WorldSize > 1:
-		return invalid("MASTER_ADDR is not set; every rank of a %d-rank job needs the address of rank 0's store: set MASTER_ADDR to rank 0's host", c.WorldSize)
+		return invalid("MASTER_ADDR is not set; every rank of a %d-rank job needs the address of rank 0's store: set "+
+			"MASTER_ADDR to rank 0's host", c.WorldSize)
 	default:
 		addr = "127.0.0.1"
 	}
@@ -169,7 +173,8 @@ func (r reader) secret(c *Config) error {
 	v, set := r.str("GODDP_SECRET")
 	if !set {
 		if c.WorldSize > 1 {
-			return invalid("GODDP_SECRET is not set; a %d-rank job needs a shared secret of at least %d bytes (e.g. GODDP_SECRET=$(openssl rand -hex 32))", c.WorldSize, wire.MinSecret)
+			return invalid("GODDP_SECRET is not set; a %d-rank job needs a shared secret of at least %d bytes (e.g. "+
+				"GODDP_SECRET=$(openssl rand -hex 32))", c.WorldSize, wire.MinSecret)
 		}
 		return nil
 	}

@@ -23,10 +23,13 @@ func (r reader) kubeflow() (c Config, set bool, err error) {
 	}
 	per, perSet, err := r.int("PET_NPROC_PER_NODE")
 	if err != nil {
-		return Config{}, false, invalid("PET_NPROC_PER_NODE is not a number of processes; with \"auto\", \"gpu\" or \"cpu\" run the program under torchrun in the container's command, which resolves it")
+		return Config{}, false, invalid("PET_NPROC_PER_NODE is not a number of processes; with \"auto\", \"gpu\" or " +
+			"\"cpu\" run the program under torchrun in the container's command, which resolves it")
 	}
 	if perSet && per != 1 {
-		return Config{}, false, invalid("PET_NPROC_PER_NODE=%d asks for %d processes in each pod, which a launcher starts: make torchrun the container's command (it reads the PET_ variables and sets RANK for each), or set numProcPerNode to 1", per, per)
+		return Config{}, false, invalid("PET_NPROC_PER_NODE=%d asks for %d processes in each pod, which a launcher starts: "+
+			"make torchrun the container's command (it reads the PET_ variables and sets RANK for each), or set "+
+			"numProcPerNode to 1", per, per)
 	}
 	return Config{Source: SourceKubeflow, Rank: node, WorldSize: nodes, GroupRank: node, LocalWorldSize: 1}, true, nil
 }

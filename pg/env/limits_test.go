@@ -29,10 +29,13 @@ func TestWorldSizeBounded(t *testing.T) {
 		vars map[string]string
 		want string
 	}{
-		{"WORLD_SIZE 2e9", with("RANK", "0", "WORLD_SIZE", "2000000000"), "WORLD_SIZE=2000000000 is more than the 65536 ranks"},
+		{"WORLD_SIZE 2e9", with("RANK", "0", "WORLD_SIZE", "2000000000"),
+			"WORLD_SIZE=2000000000 is more than the 65536 ranks"},
 		{"WORLD_SIZE just over", with("RANK", "0", "WORLD_SIZE", over), "WORLD_SIZE=" + over + " is more than"},
-		{"LOCAL_WORLD_SIZE 2e9", with("RANK", "0", "WORLD_SIZE", "2", "LOCAL_RANK", "0", "LOCAL_WORLD_SIZE", "2000000000"), "LOCAL_WORLD_SIZE=2000000000 is more than"},
-		{"OMPI_COMM_WORLD_SIZE 2e9", with("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "2000000000"), "OMPI_COMM_WORLD_SIZE=2000000000 is more than"},
+		{"LOCAL_WORLD_SIZE 2e9", with("RANK", "0", "WORLD_SIZE", "2", "LOCAL_RANK", "0", "LOCAL_WORLD_SIZE", "2000000000"),
+			"LOCAL_WORLD_SIZE=2000000000 is more than"},
+		{"OMPI_COMM_WORLD_SIZE 2e9", with("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "2000000000"),
+			"OMPI_COMM_WORLD_SIZE=2000000000 is more than"},
 		{"SLURM_NTASKS 2e9", srunTask(1, "SLURM_NTASKS", "2000000000"), "SLURM_NTASKS=2000000000 is more than"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,7 +51,8 @@ func TestWorldSizeBounded(t *testing.T) {
 func TestLargestWorldSize(t *testing.T) {
 	n := strconv.Itoa(65536)
 	last := strconv.Itoa(65536 - 1)
-	c, err := FromLookup(lookupOf(map[string]string{"RANK": last, "WORLD_SIZE": n, "MASTER_ADDR": "10.0.0.1", "GODDP_SECRET": hexSecret}))
+	c, err := FromLookup(lookupOf(map[string]string{"RANK": last, "WORLD_SIZE": n, "MASTER_ADDR": "10.0.0.1",
+		"GODDP_SECRET": hexSecret}))
 	if err != nil || c.WorldSize != 65536 || c.Rank != 65536-1 {
 		t.Fatalf("FromLookup = %v, %v", c, err)
 	}

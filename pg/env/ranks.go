@@ -42,9 +42,11 @@ func (r reader) pair(index, count string) (i, n int, set bool, err error) {
 	}
 	switch {
 	case iSet && !nSet:
-		return 0, 0, false, invalid("%s is set but %s is not; launchers set both: set %s too, or unset %s", index, count, count, index)
+		return 0, 0, false, invalid("%s is set but %s is not; launchers set both: set %s too, or unset %s", index, count,
+			count, index)
 	case nSet && !iSet:
-		return 0, 0, false, invalid("%s is set but %s is not; launchers set both: set %s too, or unset %s", count, index, index, count)
+		return 0, 0, false, invalid("%s is set but %s is not; launchers set both: set %s too, or unset %s", count, index,
+			index, count)
 	case !iSet:
 		return 0, 0, false, nil
 	}
@@ -52,7 +54,9 @@ func (r reader) pair(index, count string) (i, n int, set bool, err error) {
 		return 0, 0, false, invalid("%s=%d must be at least 1", count, n)
 	}
 	if n > pg.MaxWorldSize {
-		return 0, 0, false, invalid("%s=%d is more than the %d ranks goddp supports (pg.MaxWorldSize); check the launcher's settings", count, n, pg.MaxWorldSize)
+		return 0, 0, false, invalid(
+			"%s=%d is more than the %d ranks goddp supports (pg.MaxWorldSize); check the launcher's settings", count, n,
+			pg.MaxWorldSize)
 	}
 	if i < 0 || i >= n {
 		return 0, 0, false, invalid("%s=%d is not below %s=%d", index, i, count, n)
@@ -78,13 +82,15 @@ func (r reader) ranks() (Config, error) {
 	}
 	agent := r.underAgent()
 	if agent && !torch {
-		return Config{}, invalid("%s is set, as torchrun sets it on its workers, but RANK and WORLD_SIZE are not; torchrun sets all of them: start the program with torchrun, or unset %s",
+		return Config{}, invalid("%s is set, as torchrun sets it on its workers, but RANK and WORLD_SIZE are not; torchrun "+
+			"sets all of them: start the program with torchrun, or unset %s",
 			r.firstSet(torchrunAgentVars), r.firstSet(torchrunAgentVars))
 	}
 	switch {
 	case torch && !agent:
 		if mpi && (rank != mRank || size != mSize) {
-			return Config{}, invalid("RANK=%d and WORLD_SIZE=%d disagree with OMPI_COMM_WORLD_RANK=%d and OMPI_COMM_WORLD_SIZE=%d; set them to Open MPI's values or unset RANK and WORLD_SIZE",
+			return Config{}, invalid("RANK=%d and WORLD_SIZE=%d disagree with OMPI_COMM_WORLD_RANK=%d and "+
+				"OMPI_COMM_WORLD_SIZE=%d; set them to Open MPI's values or unset RANK and WORLD_SIZE",
 				rank, size, mRank, mSize)
 		}
 		if !mpi {
@@ -94,7 +100,8 @@ func (r reader) ranks() (Config, error) {
 			sRank, sSize, slurm, err := r.slurmRanks()
 			if err == nil && slurm && (rank != sRank || size != sSize) {
 				return Config{}, invalid("RANK=%d and WORLD_SIZE=%d disagree with Slurm's SLURM_PROCID=%d and SLURM_NTASKS=%d "+
-					"(a RANK exported once in the batch script is the same in every task); unset RANK and WORLD_SIZE, which are read from Slurm, or set them in each task",
+					"(a RANK exported once in the batch script is the same in every task); unset RANK and WORLD_SIZE, which are "+
+					"read from Slurm, or set them in each task",
 					rank, size, sRank, sSize)
 			}
 		}
@@ -106,7 +113,8 @@ func (r reader) ranks() (Config, error) {
 		}
 		return r.local(c, "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 	case mpi:
-		return r.local(Config{Source: SourceMPI, Rank: mRank, WorldSize: mSize}, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
+		return r.local(Config{Source: SourceMPI, Rank: mRank, WorldSize: mSize}, "OMPI_COMM_WORLD_LOCAL_RANK",
+			"OMPI_COMM_WORLD_LOCAL_SIZE")
 	}
 	sRank, sSize, slurm, err := r.slurmRanks()
 	if err != nil {
@@ -116,14 +124,17 @@ func (r reader) ranks() (Config, error) {
 		return c, err
 	}
 	if slurm {
-		if name := r.firstSet([]string{"LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}); name != "" {
-			return Config{}, invalid("%s is set but RANK and WORLD_SIZE are not; under Slurm unset %s (SLURM_LOCALID is read), or set RANK and WORLD_SIZE too", name, name)
+		if name := r.firstSet([]string{"LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+			"OMPI_COMM_WORLD_LOCAL_SIZE"}); name != "" {
+			return Config{}, invalid("%s is set but RANK and WORLD_SIZE are not; under Slurm unset %s (SLURM_LOCALID is "+
+				"read), or set RANK and WORLD_SIZE too", name, name)
 		}
 		return r.slurm(sRank, sSize)
 	}
 	if name := r.firstSet(partialVars); name != "" {
-		return Config{}, invalid("%s is set but no launcher variables say this process's rank: set RANK and WORLD_SIZE (torchrun, PyTorchJob), "+
-			"or start it with torchrun, srun or mpirun; to run a job of one process, unset %s", name, name)
+		return Config{}, invalid(
+			"%s is set but no launcher variables say this process's rank: set RANK and WORLD_SIZE (torchrun, PyTorchJob), "+
+				"or start it with torchrun, srun or mpirun; to run a job of one process, unset %s", name, name)
 	}
 	return Config{Source: SourceNone, WorldSize: 1, LocalWorldSize: 1}, nil
 }

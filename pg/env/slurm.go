@@ -43,9 +43,10 @@ func (r reader) slurmRanks() (rank, size int, set bool, err error) {
 			return 0, 0, false, err
 		}
 		if pSet && nSet && n > 1 {
-			return 0, 0, false, invalid("SLURM_NTASKS=%d and SLURM_PROCID=%d are set but SLURM_STEP_ID is not: this is Slurm's batch script, "+
-				"not one of %d tasks; start one process per task with srun (srun PROGRAM ...), "+
-				"or ask Slurm for one task (--ntasks=1) for a single-machine job", n, p, n)
+			return 0, 0, false, invalid(
+				"SLURM_NTASKS=%d and SLURM_PROCID=%d are set but SLURM_STEP_ID is not: this is Slurm's batch script, "+
+					"not one of %d tasks; start one process per task with srun (srun PROGRAM ...), "+
+					"or ask Slurm for one task (--ntasks=1) for a single-machine job", n, p, n)
 		}
 		return 0, 0, false, nil
 	}
@@ -53,11 +54,14 @@ func (r reader) slurmRanks() (rank, size int, set bool, err error) {
 	_, nSet := r.str("SLURM_NTASKS")
 	switch {
 	case !pSet && !nSet:
-		return 0, 0, false, invalid("SLURM_STEP_ID is set but SLURM_PROCID and SLURM_NTASKS are not; srun sets all three on every task (do not unset them)")
+		return 0, 0, false, invalid("SLURM_STEP_ID is set but SLURM_PROCID and SLURM_NTASKS are not; srun sets all three " +
+			"on every task (do not unset them)")
 	case !nSet:
-		return 0, 0, false, invalid("SLURM_PROCID is set but SLURM_NTASKS is not, in a task of srun (SLURM_STEP_ID is set), which has both; do not unset it")
+		return 0, 0, false, invalid("SLURM_PROCID is set but SLURM_NTASKS is not, in a task of srun (SLURM_STEP_ID is " +
+			"set), which has both; do not unset it")
 	case !pSet:
-		return 0, 0, false, invalid("SLURM_NTASKS is set but SLURM_PROCID is not, in a task of srun (SLURM_STEP_ID is set), which has both; do not unset it")
+		return 0, 0, false, invalid("SLURM_NTASKS is set but SLURM_PROCID is not, in a task of srun (SLURM_STEP_ID is " +
+			"set), which has both; do not unset it")
 	}
 	if rank, size, _, err = r.pair("SLURM_PROCID", "SLURM_NTASKS"); err != nil {
 		return 0, 0, false, err
@@ -78,7 +82,8 @@ func (r reader) slurm(rank, size int) (Config, error) {
 			return 0, err
 		}
 		if !set {
-			return 0, invalid("%s is not set, but SLURM_PROCID=%d and SLURM_NTASKS=%d say this is a task of an srun step; srun sets it on every task (do not unset it)",
+			return 0, invalid("%s is not set, but SLURM_PROCID=%d and SLURM_NTASKS=%d say this is a task of an srun step; "+
+				"srun sets it on every task (do not unset it)",
 				name, rank, size)
 		}
 		if n < 0 {
@@ -135,7 +140,8 @@ func (r reader) slurmLocalSize(size, node int) (int, error) {
 			return size / len(hosts), nil
 		}
 	}
-	return 0, invalid("SLURM_STEP_TASKS_PER_NODE is not set and SLURM_NTASKS=%d does not spread evenly over the step's nodes; srun sets it on every task (do not unset it)", size)
+	return 0, invalid("SLURM_STEP_TASKS_PER_NODE is not set and SLURM_NTASKS=%d does not spread evenly over the step's "+
+		"nodes; srun sets it on every task (do not unset it)", size)
 }
 
 // slurmNodelist returns the step's node list, or the job's.
@@ -153,7 +159,8 @@ func (r reader) slurmNodelist() (name, list string, ok bool) {
 func (r reader) slurmMaster() (string, error) {
 	name, list, ok := r.slurmNodelist()
 	if !ok {
-		return "", invalid("MASTER_ADDR is not set and neither is SLURM_STEP_NODELIST or SLURM_JOB_NODELIST to take the first host from; set MASTER_ADDR to rank 0's host")
+		return "", invalid("MASTER_ADDR is not set and neither is SLURM_STEP_NODELIST or SLURM_JOB_NODELIST to take the " +
+			"first host from; set MASTER_ADDR to rank 0's host")
 	}
 	hosts, err := ExpandHostlist(list)
 	if err != nil {
@@ -175,7 +182,8 @@ func (r reader) slurmPort() (int, error) {
 		}
 		return SlurmMasterPort(id), nil
 	}
-	return 0, invalid("MASTER_PORT is not set and neither is SLURM_JOB_ID to derive it from; set MASTER_PORT to a free port on rank 0's host")
+	return 0, invalid("MASTER_PORT is not set and neither is SLURM_JOB_ID to derive it from; set MASTER_PORT to a free " +
+		"port on rank 0's host")
 }
 
 // parseTasksPerNode expands Slurm's tasks-per-node notation, such as

@@ -99,13 +99,15 @@ func TestRecordsThroughEveryAbility(t *testing.T) {
 	})
 	d := rs[1].Snapshot()
 	want := []string{"nccl:all_reduce", "nccl:broadcast", "nccl:all_gather", "nccl:_reduce_scatter_base",
-		"nccl:all_reduce_barrier", "nccl:reduce", "nccl:all_to_all", "nccl:allreduce_coalesced", "nccl:recv 1<-0", "nccl:all_reduce"}
+		"nccl:all_reduce_barrier", "nccl:reduce", "nccl:all_to_all", "nccl:allreduce_coalesced", "nccl:recv 1<-0",
+		"nccl:all_reduce"}
 	if len(d.Entries) != len(want) {
 		t.Fatalf("%d entries, want %d: %+v", len(d.Entries), len(want), d.Entries)
 	}
 	for i, e := range d.Entries {
 		if e.ProfilingName != want[i] || e.State != "completed" || e.RecordID != uint64(i) {
-			t.Errorf("entry %d: %s %s record %d, want %s completed record %d", i, e.ProfilingName, e.State, e.RecordID, want[i], i)
+			t.Errorf("entry %d: %s %s record %d, want %s completed record %d", i, e.ProfilingName, e.State, e.RecordID, want[i],
+				i)
 		}
 	}
 	if e := d.Entries[2]; fmt.Sprint(e.InputSizes, e.OutputSizes, e.InputDtypes) != "[[2]] [[4]] [Float]" {
@@ -238,7 +240,8 @@ func TestStates(t *testing.T) {
 	if d.Entries[0].State != "started" || d.Entries[1].State != "scheduled" {
 		t.Errorf("states %s, %s; want started, scheduled", d.Entries[0].State, d.Entries[1].State)
 	}
-	if s := d.PgStatus["0"]; s["last_enqueued_collective"] != "2" || s["last_started_collective"] != "1" || s["last_completed_collective"] != "0" {
+	if s := d.PgStatus["0"]; s["last_enqueued_collective"] != "2" || s["last_started_collective"] != "1" ||
+		s["last_completed_collective"] != "0" {
 		t.Errorf("pg_status %v", s)
 	}
 }

@@ -180,7 +180,8 @@ func stalledGroup(dumps map[int]Dump, name string) (Finding, bool) {
 		return Finding{}, false
 	}
 	return Finding{Group: name + ":" + desc, Seq: last.CollectiveSeqID, RecordID: last.RecordID, Op: last.ProfilingName,
-		Missing: missing, Expected: len(ranks), InputSizes: last.InputSizes, OutputSizes: last.OutputSizes, State: last.State}, true
+		Missing: missing, Expected: len(ranks), InputSizes: last.InputSizes, OutputSizes: last.OutputSizes,
+		State: last.State}, true
 }
 
 // newest is the rank's collective with the highest sequence number.

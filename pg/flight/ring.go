@@ -21,8 +21,8 @@ import (
 // entry found completed is marked started at the same moment unless a
 // dump found it started before (markStartedLocked). An entry whose Work
 // failed is retired without completing: torch's "retired but not
-// completed", which is how its dumps show a timed-out collective. Recording costs a mutex, a clock read and a few stores;
-// nothing runs between operations.
+// completed", which is how its dumps show a timed-out collective. Recording costs a mutex, a clock read and a few
+// stores; nothing runs between operations.
 
 // entry is one recorded operation.
 type entry struct {

@@ -66,7 +66,8 @@ func TestEventTimesFillTorchsFields(t *testing.T) {
 	}
 	ok, failed := es[2], es[1] // calls 5 and 4
 	if ok.State != "completed" || *ok.TimeDiscoveredStartedNs != started.UnixNano() ||
-		*ok.TimeDiscoveredCompletedNs != started.Add(3*time.Millisecond).UnixNano() || ok.DurationMs == nil || *ok.DurationMs != 2.5 {
+		*ok.TimeDiscoveredCompletedNs != started.Add(3*time.Millisecond).UnixNano() || ok.DurationMs == nil ||
+		*ok.DurationMs != 2.5 {
 		t.Fatalf("completed entry %+v", ok)
 	}
 	if failed.State != "started" || !failed.Retired || failed.TimeDiscoveredCompletedNs != nil ||

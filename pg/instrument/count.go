@@ -97,7 +97,8 @@ func (c *Counter) As(target any) bool {
 		return view(c, t, func(x pg.Splitter) pg.Splitter { return countedSplitter{c, x} })
 	case *pg.Extended:
 		return view(c, t, func(x pg.Extended) pg.Extended {
-			return countedExtended{c, countedRooted{c, x}, countedAllToAll{c, x}, countedP2P{c, x}, countedCoalescer{c, x}, countedSplitter{c, x}, x, x}
+			return countedExtended{c, countedRooted{c, x}, countedAllToAll{c, x}, countedP2P{c, x}, countedCoalescer{c, x},
+				countedSplitter{c, x}, x, x}
 		})
 	}
 	return false

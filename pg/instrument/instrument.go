@@ -158,7 +158,8 @@ func Wrap(g pg.ProcessGroup, reg prometheus.Registerer) (pg.ProcessGroup, error)
 	for _, op := range []string{OpAllReduce, OpBroadcast, OpAllGather, OpReduceScatter, OpBarrier} {
 		m.ops[op] = opMetrics{seconds: seconds.WithLabelValues(op), bytes: bytes.WithLabelValues(op)}
 	}
-	w := &group{ProcessGroup: g, m: m, queue: make(chan pending, queueLen), quit: make(chan struct{}), exited: make(chan struct{})}
+	w := &group{ProcessGroup: g, m: m, queue: make(chan pending, queueLen), quit: make(chan struct{}),
+		exited: make(chan struct{})}
 	go w.watch()
 	var mb pg.MonitoredBarrierer
 	if pg.As(g, &mb) {

@@ -201,8 +201,10 @@ func testScriptedRun(t *testing.T, hooks bool) {
 # TYPE ddp_collective_bytes_total counter
 `)
 	for _, rank := range []string{"0", "1"} {
-		for _, op := range []struct{ name, bytes string }{{"allgather", "0"}, {"allreduce", "192"}, {"barrier", "0"}, {"broadcast", "32"}, {"reducescatter", "0"}} {
-			want.WriteString(`ddp_collective_bytes_total{backend="local",op="` + op.name + `",rank="` + rank + `"} ` + op.bytes + "\n")
+		for _, op := range []struct{ name, bytes string }{{"allgather", "0"}, {"allreduce", "192"}, {"barrier", "0"},
+			{"broadcast", "32"}, {"reducescatter", "0"}} {
+			want.WriteString(`ddp_collective_bytes_total{backend="local",op="` + op.name + `",rank="` + rank + `"} ` +
+				`` + op.bytes + "\n")
 		}
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()), "ddp_collective_bytes_total"); err != nil {
@@ -362,7 +364,8 @@ func TestGroupsWithoutHooksAreWrapped(t *testing.T) {
 
 func TestOpLabelsAreOpTypeNames(t *testing.T) {
 	for label, op := range map[string]pg.OpType{
-		instrument.OpAllReduce: pg.OpAllReduce, instrument.OpBroadcast: pg.OpBroadcast, instrument.OpAllGather: pg.OpAllGather,
+		instrument.OpAllReduce: pg.OpAllReduce, instrument.OpBroadcast: pg.OpBroadcast,
+		instrument.OpAllGather:     pg.OpAllGather,
 		instrument.OpReduceScatter: pg.OpReduceScatter, instrument.OpBarrier: pg.OpBarrier,
 	} {
 		if op.String() != label {

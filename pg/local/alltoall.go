@@ -42,10 +42,12 @@ func offsets(sizes []int) []int {
 func splitsDisagree(a, b int, aa, ab args) string {
 	chunk := func(off []int, i int) int { return off[i+1] - off[i] }
 	if s, e := chunk(aa.inOff, b), chunk(ab.outOff, a); s != e {
-		return fmt.Sprintf("alltoall: rank %d sends %d elements to rank %d, which expects %d (input split %d of rank %d must equal output split %d of rank %d)", a, s, b, e, b, a, a, b)
+		return fmt.Sprintf("alltoall: rank %d sends %d elements to rank %d, which expects %d (input split %d of rank %d "+
+			"must equal output split %d of rank %d)", a, s, b, e, b, a, a, b)
 	}
 	if s, e := chunk(ab.inOff, a), chunk(aa.outOff, b); s != e {
-		return fmt.Sprintf("alltoall: rank %d sends %d elements to rank %d, which expects %d (input split %d of rank %d must equal output split %d of rank %d)", b, s, a, e, a, b, b, a)
+		return fmt.Sprintf("alltoall: rank %d sends %d elements to rank %d, which expects %d (input split %d of rank %d "+
+			"must equal output split %d of rank %d)", b, s, a, e, a, b, b, a)
 	}
 	return ""
 }

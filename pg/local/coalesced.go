@@ -57,7 +57,8 @@ func nonNil(ts []pg.Tensor) []pg.Tensor {
 func tensorsDisagree(k opKind, a, b int, ta, tb []pg.Tensor) string {
 	for i := range ta {
 		if ta[i].Dtype != tb[i].Dtype || ta[i].Len() != tb[i].Len() {
-			return fmt.Sprintf("%v: tensor %d is %v x %d on rank %d but %v x %d on rank %d", k, i, ta[i].Dtype, ta[i].Len(), a, tb[i].Dtype, tb[i].Len(), b)
+			return fmt.Sprintf("%v: tensor %d is %v x %d on rank %d but %v x %d on rank %d", k, i, ta[i].Dtype, ta[i].Len(), a,
+				tb[i].Dtype, tb[i].Len(), b)
 		}
 	}
 	return ""

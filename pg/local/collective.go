@@ -59,9 +59,11 @@ func (k opKind) opType() pg.OpType {
 type desc struct {
 	kind  opKind
 	dtype pg.Dtype
-	len   int // elements: of t, of AllGather's and Gather's in, of ReduceScatter's and Scatter's out; tensors of a coalesced collective; new_group's ranks
-	root  int // Broadcast, Reduce, Gather, Scatter
-	op    pg.ReduceKind
+	// elements: of t, of AllGather's and Gather's in, of ReduceScatter's and Scatter's out; tensors of a coalesced
+	// collective; new_group's ranks
+	len  int
+	root int // Broadcast, Reduce, Gather, Scatter
+	op   pg.ReduceKind
 }
 
 func (d desc) String() string {

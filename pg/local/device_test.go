@@ -29,7 +29,8 @@ func TestRefusesDeviceTensors(t *testing.T) {
 		"coalesced": g.AllReduceCoalesced(ctx, []pg.Tensor{h, d}, pg.Op(pg.Sum)),
 	} {
 		err := w.Wait(ctx)
-		if !errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "use an NCCL group or copy to host") {
+		if !errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "use an NCCL group or copy to host") {
 			t.Errorf("%s of a device tensor: %v, want pg.ErrDeviceTensor", name, err)
 		}
 	}

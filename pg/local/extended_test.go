@@ -67,7 +67,8 @@ func val(r, i int) float64 { return float64(100*r + i + 1) }
 
 func TestExtendedReduce(t *testing.T) {
 	ctx := context.Background()
-	ops := []pg.ReduceOp{pg.Op(pg.Sum), pg.Op(pg.Max), pg.Op(pg.Min), pg.Op(pg.Product), pg.Op(pg.Avg), pg.PremulSumOp(0.5)}
+	ops := []pg.ReduceOp{pg.Op(pg.Sum), pg.Op(pg.Max), pg.Op(pg.Min), pg.Op(pg.Product), pg.Op(pg.Avg),
+		pg.PremulSumOp(0.5)}
 	for _, n := range extendedSizes {
 		groups := start(t, n, time.Minute)
 		for _, op := range ops {
@@ -315,7 +316,8 @@ func TestExtendedAllToAllSplitsMismatch(t *testing.T) {
 		return g.AllToAll(ctx, pg.Float32s(out), pg.Float32s([]float32{1, 2, 3}), outSplits[r], inSplits[r])
 	})
 	for r, err := range errs {
-		if !errors.Is(err, pg.ErrMismatch) || !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "rank 2") {
+		if !errors.Is(err, pg.ErrMismatch) || !errors.Is(err, pg.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "rank 2") {
 			t.Errorf("rank %d: got %v, want pg.ErrMismatch and pg.ErrInvalidArgument naming rank 2", r, err)
 		}
 	}
@@ -430,7 +432,8 @@ func TestExtendedSendRecvFailures(t *testing.T) {
 	if err := wait(t, w); !errors.Is(err, pg.ErrTimeout) || !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled send: got %v", err)
 	}
-	for _, bad := range []pg.Work{groups[0].Send(ctx, f32(1), 0, 0), groups[0].Send(ctx, f32(1), 3, 0), groups[0].Recv(ctx, f32(1), 1, -1)} {
+	for _, bad := range []pg.Work{groups[0].Send(ctx, f32(1), 0, 0), groups[0].Send(ctx, f32(1), 3, 0),
+		groups[0].Recv(ctx, f32(1), 1, -1)} {
 		if err := wait(t, bad); !errors.Is(err, pg.ErrInvalidArgument) || bad.Seq() != 0 {
 			t.Errorf("bad call: got %v (Seq %d), want pg.ErrInvalidArgument and Seq 0", err, bad.Seq())
 		}
@@ -456,17 +459,20 @@ func TestExtendedCoalesced(t *testing.T) {
 		mustAll(t, groups, func(r int, g *local.Group) pg.Work {
 			fs[r] = []float64{val(r, 0), val(r, 1), val(r, 2)}
 			is[r] = []int32{int32(val(r, 3)), int32(val(r, 4))}
-			w := g.AllReduceCoalesced(ctx, []pg.Tensor{pg.Float64s(fs[r]), pg.Int32s(is[r]), pg.NewTensor(pg.Float32, 0)}, pg.Op(pg.Avg))
+			w := g.AllReduceCoalesced(ctx, []pg.Tensor{pg.Float64s(fs[r]), pg.Int32s(is[r]), pg.NewTensor(pg.Float32, 0)},
+				pg.Op(pg.Avg))
 			return w
 		})
 		for r := range n {
 			for i := range 3 {
-				if want := refReduce(pg.Op(pg.Avg), n, func(j int) float64 { return val(j, i) }, false); fs[r][i]-want > 1e-9 || want-fs[r][i] > 1e-9 {
+				if want := refReduce(pg.Op(pg.Avg), n, func(j int) float64 { return val(j, i) }, false); fs[r][i]-want > 1e-9 ||
+					want-fs[r][i] > 1e-9 {
 					t.Fatalf("allreduce_coalesced n=%d rank %d float[%d] = %v, want %v", n, r, i, fs[r][i], want)
 				}
 			}
 			for i := range 2 {
-				if want := refReduce(pg.Op(pg.Avg), n, func(j int) float64 { return val(j, i+3) }, true); float64(is[r][i]) != want {
+				if want := refReduce(pg.Op(pg.Avg), n, func(j int) float64 { return val(j, i+3) },
+					true); float64(is[r][i]) != want {
 					t.Fatalf("allreduce_coalesced n=%d rank %d int[%d] = %v, want %v", n, r, i, is[r][i], want)
 				}
 			}
@@ -489,20 +495,24 @@ func TestExtendedCoalesced(t *testing.T) {
 			for i := range b {
 				b[i] = int64(val(r, 50+i))
 			}
-			return g.ReduceScatterCoalesced(ctx, []pg.Tensor{pg.Int64s(routs[r][0]), pg.Int64s(routs[r][1])}, []pg.Tensor{pg.Int64s(a), pg.Int64s(b)}, pg.Op(pg.Sum))
+			return g.ReduceScatterCoalesced(ctx, []pg.Tensor{pg.Int64s(routs[r][0]), pg.Int64s(routs[r][1])},
+				[]pg.Tensor{pg.Int64s(a), pg.Int64s(b)}, pg.Op(pg.Sum))
 		})
 		for r := range n {
 			for j := range n {
-				if gouts[r][0][2*j] != float32(val(j, 0)) || gouts[r][0][2*j+1] != float32(val(j, 1)) || gouts[r][1][j] != float32(val(j, 2)) {
+				if gouts[r][0][2*j] != float32(val(j, 0)) || gouts[r][0][2*j+1] != float32(val(j, 1)) ||
+					gouts[r][1][j] != float32(val(j, 2)) {
 					t.Fatalf("allgather_coalesced n=%d rank %d: got %v", n, r, gouts[r])
 				}
 			}
 			for i := range 2 {
-				if want := refReduce(pg.Op(pg.Sum), n, func(j int) float64 { return val(j, 2*r+i) }, true); float64(routs[r][0][i]) != want {
+				if want := refReduce(pg.Op(pg.Sum), n, func(j int) float64 { return val(j, 2*r+i) },
+					true); float64(routs[r][0][i]) != want {
 					t.Fatalf("reducescatter_coalesced n=%d rank %d: got %v, want %v at %d", n, r, routs[r][0], want, i)
 				}
 			}
-			if want := refReduce(pg.Op(pg.Sum), n, func(j int) float64 { return val(j, 50+r) }, true); float64(routs[r][1][0]) != want {
+			if want := refReduce(pg.Op(pg.Sum), n, func(j int) float64 { return val(j, 50+r) },
+				true); float64(routs[r][1][0]) != want {
 				t.Fatalf("reducescatter_coalesced n=%d rank %d tensor 1: got %v, want %v", n, r, routs[r][1], want)
 			}
 		}
@@ -557,13 +567,15 @@ func TestExtendedCoalescedMismatch(t *testing.T) {
 			if r == 1 {
 				l = 2
 			}
-			return g.AllGatherCoalesced(ctx, []pg.Tensor{pg.NewTensor(pg.Float32, 3*l)}, []pg.Tensor{pg.NewTensor(pg.Float32, l)})
+			return g.AllGatherCoalesced(ctx, []pg.Tensor{pg.NewTensor(pg.Float32, 3*l)},
+				[]pg.Tensor{pg.NewTensor(pg.Float32, l)})
 		},
 		"kind": func(r int, g *local.Group) pg.Work {
 			if r == 1 {
 				return g.AllReduce(ctx, pg.NewTensor(pg.Float32, 3), pg.Op(pg.Sum))
 			}
-			return g.ReduceScatterCoalesced(ctx, []pg.Tensor{pg.NewTensor(pg.Float32, 1)}, []pg.Tensor{pg.NewTensor(pg.Float32, 3)}, pg.Op(pg.Sum))
+			return g.ReduceScatterCoalesced(ctx, []pg.Tensor{pg.NewTensor(pg.Float32, 1)},
+				[]pg.Tensor{pg.NewTensor(pg.Float32, 3)}, pg.Op(pg.Sum))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -658,14 +670,16 @@ func TestExtendedCompletionHookSeesFailuresAndPointToPoint(t *testing.T) {
 	// The failed barrier's WorkInfo may be delivered after the send's: its
 	// Wait returns on the timeout before the group records the failure.
 	slices.SortFunc(got, func(a, b pg.WorkInfo) int { return cmp.Compare(a.Issued.UnixNano(), b.Issued.UnixNano()) })
-	if len(got) != 2 || got[0].Op != pg.OpBarrier || !errors.Is(got[0].Err, pg.ErrTimeout) || got[1].Op != pg.OpSend || got[1].Seq != 1 || got[1].InBytes != 8 || got[1].Err != nil {
+	if len(got) != 2 || got[0].Op != pg.OpBarrier || !errors.Is(got[0].Err, pg.ErrTimeout) || got[1].Op != pg.OpSend ||
+		got[1].Seq != 1 || got[1].InBytes != 8 || got[1].Err != nil {
 		t.Fatalf("got %+v, want the failed barrier and the send", got)
 	}
 }
 
 // makeSubgroups calls make on every rank at once and returns the subgroups
 // by parent rank, closing them when the test ends.
-func makeSubgroups(t *testing.T, groups []*local.Group, mk func(r int, g *local.Group) (pg.ProcessGroup, error)) []*local.Group {
+func makeSubgroups(t *testing.T, groups []*local.Group,
+	mk func(r int, g *local.Group) (pg.ProcessGroup, error)) []*local.Group {
 	t.Helper()
 	subs := make([]*local.Group, len(groups))
 	errs := make([]error, len(groups))
@@ -724,7 +738,8 @@ func TestExtendedSplitAndNewGroup(t *testing.T) {
 		}
 	}
 	// NewGroup in a given order.
-	ng := makeSubgroups(t, groups, func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{4, 2, 0}) })
+	ng := makeSubgroups(t, groups,
+		func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{4, 2, 0}) })
 	for r, want := range map[int]int{4: 0, 2: 1, 0: 2} {
 		if ng[r].Rank() != want || ng[r].Size() != 3 {
 			t.Errorf("new group: parent rank %d has rank %d size %d, want %d of 3", r, ng[r].Rank(), ng[r].Size(), want)
@@ -930,7 +945,8 @@ func TestExtendedMixedInFlight(t *testing.T) {
 				}
 			case 3:
 				b := []float32{0}
-				works = append(works, g.Send(ctx, pg.Float32s([]float32{float32(r)}), (r+1)%n, i), g.Recv(ctx, pg.Float32s(b), (r+n-1)%n, i))
+				works = append(works, g.Send(ctx, pg.Float32s([]float32{float32(r)}), (r+1)%n, i),
+					g.Recv(ctx, pg.Float32s(b), (r+n-1)%n, i))
 				checks = append(checks, func() error {
 					if b[0] != float32((r+n-1)%n) {
 						return fmt.Errorf("recv #%d rank %d: %v", i, r, b)
@@ -958,13 +974,16 @@ func TestExtendedAbortInSubgroup(t *testing.T) {
 	ctx := context.Background()
 	groups := start(t, 4, time.Minute)
 	// Two subgroups that share parent rank 2: {2, 0} and {1, 2, 3}.
-	a := makeSubgroups(t, groups, func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{2, 0}) })
-	b := makeSubgroups(t, groups, func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{1, 2, 3}) })
+	a := makeSubgroups(t, groups,
+		func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{2, 0}) })
+	b := makeSubgroups(t, groups,
+		func(r int, g *local.Group) (pg.ProcessGroup, error) { return g.NewGroup(ctx, []int{1, 2, 3}) })
 	waiting := a[2].AllReduce(ctx, f32(1), pg.Op(pg.Sum))
 	a[0].Abort(errors.New("disk full"))
 	err := wait(t, waiting)
 	wantCollErr(t, "a's rank 0", err, pg.ErrRemote, 1)
-	if !strings.Contains(err.Error(), "rank 1 (rank 0 of the parent group)") || !strings.Contains(err.Error(), "disk full") {
+	if !strings.Contains(err.Error(), "rank 1 (rank 0 of the parent group)") ||
+		!strings.Contains(err.Error(), "disk full") {
 		t.Errorf("%v does not name the rank in both numberings with the cause", err)
 	}
 	wantCollErr(t, "aborted rank", wait(t, a[0].Barrier(ctx)), pg.ErrAborted, pg.NoPeer)

@@ -61,7 +61,8 @@ func (f cancelFailure) errFor(v view) error {
 	if v.rank == f.by {
 		return v.collErr(pg.ErrTimeout, f.missing[0], fmt.Errorf("%w (%s had not arrived)", f.cause, f.names))
 	}
-	return v.collErr(pg.ErrRemote, f.by, fmt.Errorf("rank %d gave up (%v) while %s had not arrived", f.by, f.cause, f.names))
+	return v.collErr(pg.ErrRemote, f.by,
+		fmt.Errorf("rank %d gave up (%v) while %s had not arrived", f.by, f.cause, f.names))
 }
 
 // goneFailure: rank peer closed or aborted its group.
@@ -86,7 +87,8 @@ func (f mismatchFailure) errFor(v view) error {
 	if v.rank == f.b {
 		peer = f.a
 	}
-	return v.collErr(pg.ErrMismatch, peer, fmt.Errorf("collective #%d: rank %d issued %v but rank %d issued %v", f.seq, f.a, f.da, f.b, f.db))
+	return v.collErr(pg.ErrMismatch, peer,
+		fmt.Errorf("collective #%d: rank %d issued %v but rank %d issued %v", f.seq, f.a, f.da, f.b, f.db))
 }
 
 // detailFailure: ranks a and b issued the same kind of collective as

@@ -173,7 +173,8 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 		if err := w.Err(); err != nil || isDone(w) {
 			return err
 		}
-		return &pg.CollectiveError{Op: opMonitoredBarrier.String(), Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrTimeout, Err: context.Cause(ctx)}
+		return &pg.CollectiveError{Op: opMonitoredBarrier.String(), Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrTimeout,
+			Err: context.Cause(ctx)}
 	}
 }
 

@@ -63,7 +63,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	for _, c := range []struct {
 		n    int
 		opts local.Options
-	}{{0, local.Options{}}, {-1, local.Options{}}, {2, local.Options{Timeout: -time.Second}}, {4096 + 1, local.Options{}}, {2_000_000_000, local.Options{}}} {
+	}{{0, local.Options{}}, {-1, local.Options{}}, {2, local.Options{Timeout: -time.Second}}, {4096 + 1, local.Options{}},
+		{2_000_000_000, local.Options{}}} {
 		if _, err := local.New(c.n, c.opts); !errors.Is(err, pg.ErrInvalidArgument) {
 			t.Errorf("New(%d, %+v): got %v, want pg.ErrInvalidArgument", c.n, c.opts, err)
 		}

@@ -204,9 +204,15 @@ func (g *Group) await(ctx context.Context, e *p2pEntry) {
 	select {
 	case <-e.settled:
 	case <-timer.C:
-		g.w.withdraw(e, e.collErr(pg.ErrTimeout, e.peerRank(), fmt.Errorf("no matching %v from %s with tag %d within %v", other(e.op), g.w.name(e.peerRank()), e.key.tag, g.timeout)))
+		g.w.withdraw(e,
+			e.collErr(pg.ErrTimeout, e.peerRank(),
+				fmt.Errorf("no matching %v from %s with tag %d within %v", other(e.op), g.w.name(e.peerRank()), e.key.tag,
+					g.timeout)))
 	case <-ctx.Done():
-		g.w.withdraw(e, e.collErr(pg.ErrTimeout, e.peerRank(), fmt.Errorf("%w (no matching %v from %s with tag %d yet)", context.Cause(ctx), other(e.op), g.w.name(e.peerRank()), e.key.tag)))
+		g.w.withdraw(e,
+			e.collErr(pg.ErrTimeout, e.peerRank(),
+				fmt.Errorf("%w (no matching %v from %s with tag %d yet)", context.Cause(ctx), other(e.op), g.w.name(e.peerRank()),
+					e.key.tag)))
 	}
 	<-e.settled // settled by now, by withdraw if by nobody else
 	if e.err != nil {
@@ -223,8 +229,11 @@ func (g *Group) await(ctx context.Context, e *p2pEntry) {
 	s := e.peer
 	var err error
 	if len(s.t.Data) != len(e.t.Data) {
-		msg := fmt.Errorf("%w: %s sent %d bytes (%v x %d) with tag %d but %s posted a recv of %d bytes (%v x %d); the sizes must match", pg.ErrInvalidArgument,
-			g.w.name(s.g.rank), len(s.t.Data), s.t.Dtype, s.t.Len(), e.key.tag, g.w.name(g.rank), len(e.t.Data), e.t.Dtype, e.t.Len())
+		msg := fmt.Errorf(
+			"%w: %s sent %d bytes (%v x %d) with tag %d but %s posted a recv of %d bytes (%v x %d); the sizes must match",
+			pg.ErrInvalidArgument,
+			g.w.name(s.g.rank), len(s.t.Data), s.t.Dtype, s.t.Len(), e.key.tag, g.w.name(g.rank), len(e.t.Data), e.t.Dtype,
+			e.t.Len())
 		s.finish(s.collErr(pg.ErrInvalidArgument, g.rank, msg))
 		e.finish(e.collErr(pg.ErrInvalidArgument, s.g.rank, msg))
 		return

@@ -42,7 +42,8 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, err
 // gets nil and no error.
 func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, error) {
 	if color < pg.NoColor {
-		return nil, fmt.Errorf("local: %v on rank %d: %w: color %d is negative; pass a color >= 0, or pg.NoColor to stay out", opSplit, g.rank, pg.ErrInvalidArgument, color)
+		return nil, fmt.Errorf("local: %v on rank %d: %w: color %d is negative; pass a color >= 0, or pg.NoColor to stay out",
+			opSplit, g.rank, pg.ErrInvalidArgument, color)
 	}
 	return g.subgroup(ctx, desc{kind: opSplit, dtype: pg.Int64}, args{color: color, key: key})
 }

@@ -157,7 +157,8 @@ func (g *Group) allGather(ctx context.Context, kind pg.OpType, outs, ins []pg.Te
 		start: func(o *mpiWork) error {
 			for i, in := range ins {
 				var req C.MPI_Request
-				if err := o.post(C.goddp_iallgather(src[i].p, dst[i].p, C.int(in.Len()), C.int(moveDtype(in.Dtype)), g.comm, &req), req); err != nil {
+				if err := o.post(C.goddp_iallgather(src[i].p, dst[i].p, C.int(in.Len()), C.int(moveDtype(in.Dtype)), g.comm, &req),
+					req); err != nil {
 					return err
 				}
 			}
@@ -201,7 +202,8 @@ func (g *Group) reduceScatter(ctx context.Context, kind pg.OpType, outs, ins []p
 		start: func(o *mpiWork) error {
 			for i, out := range outs {
 				var req C.MPI_Request
-				rc := C.goddp_ireduce_scatter_block(src[i].p, dst[i].p, C.int(out.Len()), C.int(reduceDtype(out.Dtype)), C.int(mpiOp(op)), g.comm, &req)
+				rc := C.goddp_ireduce_scatter_block(src[i].p, dst[i].p, C.int(out.Len()), C.int(reduceDtype(out.Dtype)),
+					C.int(mpiOp(op)), g.comm, &req)
 				if err := o.post(rc, req); err != nil {
 					return err
 				}
@@ -246,7 +248,8 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 	o := &mpiWork{kind: pg.OpReduce,
 		start: func(o *mpiWork) error {
 			var req C.MPI_Request
-			rc := C.goddp_ireduce(b.p, C.int(t.Len()), C.int(reduceDtype(t.Dtype)), C.int(mpiOp(op)), C.int(root), C.int(isRoot), g.comm, &req)
+			rc := C.goddp_ireduce(b.p, C.int(t.Len()), C.int(reduceDtype(t.Dtype)), C.int(mpiOp(op)), C.int(root), C.int(isRoot),
+				g.comm, &req)
 			return o.post(rc, req)
 		},
 		finish: func(o *mpiWork) error {
@@ -276,7 +279,8 @@ func (g *Group) Gather(ctx context.Context, out, in pg.Tensor, root int) pg.Work
 	o := &mpiWork{kind: pg.OpGather,
 		start: func(o *mpiWork) error {
 			var req C.MPI_Request
-			return o.post(C.goddp_igather(src.p, dst.p, C.int(in.Len()), C.int(moveDtype(in.Dtype)), C.int(root), g.comm, &req), req)
+			return o.post(C.goddp_igather(src.p, dst.p, C.int(in.Len()), C.int(moveDtype(in.Dtype)), C.int(root), g.comm, &req),
+				req)
 		},
 		finish: func(o *mpiWork) error {
 			if g.rank == root {
@@ -305,7 +309,8 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 	o := &mpiWork{kind: pg.OpScatter,
 		start: func(o *mpiWork) error {
 			var req C.MPI_Request
-			return o.post(C.goddp_iscatter(src.p, dst.p, C.int(out.Len()), C.int(moveDtype(out.Dtype)), C.int(root), g.comm, &req), req)
+			return o.post(C.goddp_iscatter(src.p, dst.p, C.int(out.Len()), C.int(moveDtype(out.Dtype)), C.int(root), g.comm,
+				&req), req)
 		},
 		finish:  func(o *mpiWork) error { copy(out.Data, dst.bytes()); return nil },
 		release: func() { src.free(); dst.free() },
@@ -334,7 +339,8 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	o := &mpiWork{kind: pg.OpAllToAll,
 		start: func(o *mpiWork) error {
 			var req C.MPI_Request
-			return o.post(C.goddp_ialltoallv(src.p, sc.p, sd.p, dst.p, rc.p, rd.p, C.int(moveDtype(in.Dtype)), g.comm, &req), req)
+			return o.post(C.goddp_ialltoallv(src.p, sc.p, sd.p, dst.p, rc.p, rd.p, C.int(moveDtype(in.Dtype)), g.comm, &req),
+				req)
 		},
 		finish: func(o *mpiWork) error { copy(out.Data, dst.bytes()); return nil },
 		release: func() {

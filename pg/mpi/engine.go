@@ -89,17 +89,20 @@ func startEngine(log *zap.Logger, grace time.Duration) (*engine, int, int, error
 		switch rc := C.goddp_init(&provided); rc {
 		case 0:
 		case -1:
-			ready <- hello{err: errors.New("MPI is already initialised in this process; use the existing group's NewGroup or Split")}
+			ready <- hello{err: errors.New(
+				"MPI is already initialised in this process; use the existing group's NewGroup or Split")}
 			return
 		case -2:
-			ready <- hello{err: errors.New("MPI was finalised in this process (a world group was closed); MPI cannot be initialised twice")}
+			ready <- hello{err: errors.New(
+				"MPI was finalised in this process (a world group was closed); MPI cannot be initialised twice")}
 			return
 		default:
 			ready <- hello{err: fmt.Errorf("MPI_Init_thread: %w", mpiError(rc))}
 			return
 		}
 		if provided < C.goddp_thread_funneled() {
-			log.Warn("MPI provides less than MPI_THREAD_FUNNELED; goddp calls MPI from one thread only, which is what FUNNELED needs", zap.Int("provided", int(provided)))
+			log.Warn("MPI provides less than MPI_THREAD_FUNNELED; goddp calls MPI from one thread only, which is what "+
+				"FUNNELED needs", zap.Int("provided", int(provided)))
 		}
 		w := C.goddp_world()
 		ready <- hello{rank: int(C.goddp_rank(w)), size: int(C.goddp_size(w))}
@@ -173,7 +176,8 @@ func (e *engine) unref(timeout time.Duration) error {
 	case <-e.exited:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("%w: MPI_Finalize did not return within %v; the other ranks have not closed their groups", pg.ErrTimeout, timeout)
+		return fmt.Errorf("%w: MPI_Finalize did not return within %v; the other ranks have not closed their groups",
+			pg.ErrTimeout, timeout)
 	}
 }
 
@@ -258,7 +262,8 @@ func (e *engine) finalize() {
 				o.pinner.Unpin()
 			}
 		}
-		e.log.Warn("not calling MPI_Finalize: requests abandoned by an aborted or timed-out group are still in flight; mpirun will end the job when this process exits", zap.Int("inflight", live))
+		e.log.Warn("not calling MPI_Finalize: requests abandoned by an aborted or timed-out group are still in flight; "+
+			"mpirun will end the job when this process exits", zap.Int("inflight", live))
 		return
 	}
 	if rc := C.goddp_finalize(); rc != C.MPI_SUCCESS {
@@ -324,7 +329,8 @@ func (e *engine) progress() bool {
 				o.counts[i] = int(count)
 				if rc != C.MPI_SUCCESS && first == nil {
 					if rc == C.goddp_err_truncate() {
-						first = o.g.opErr(o, pg.ErrInvalidArgument, fmt.Errorf("the message from rank %d is longer than the %d-byte receive buffer; sender and receiver must agree on sizes", o.peer, o.info.OutBytes))
+						first = o.g.opErr(o, pg.ErrInvalidArgument, fmt.Errorf("the message from rank %d is longer than the %d-byte "+
+							"receive buffer; sender and receiver must agree on sizes", o.peer, o.info.OutBytes))
 					} else {
 						first = o.g.opErr(o, pg.ErrComm, mpiError(rc))
 					}

@@ -401,7 +401,8 @@ func TestSplitAndNewGroup(t *testing.T) {
 	}
 	z := pg.Int32s([]int32{int32(rank + 1)})
 	wait(t, ng.AllReduce(ctx, z, pg.Op(pg.Product)))
-	if want := int32(size) * int32(min(size, 2)-1+1); size > 1 && pg.View[int32](z)[0] != int32(size) || size == 1 && pg.View[int32](z)[0] != 1 {
+	if want := int32(size) * int32(min(size, 2)-1+1); size > 1 && pg.View[int32](z)[0] != int32(size) || size == 1 &&
+		pg.View[int32](z)[0] != 1 {
 		t.Fatalf("new group product %d (%d)", pg.View[int32](z)[0], want)
 	}
 	if _, err := g.NewGroup(ctx, []int{0, 0}); !errors.Is(err, pg.ErrInvalidArgument) {

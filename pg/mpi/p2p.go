@@ -67,7 +67,9 @@ func (g *Group) Recv(ctx context.Context, t pg.Tensor, src, tag int) pg.Work {
 		},
 		finish: func(o *mpiWork) error {
 			if got := o.counts[0]; got != len(t.Data) {
-				return g.opErr(o, pg.ErrInvalidArgument, fmt.Errorf("received %d bytes from rank %d into a %d-byte tensor; sender and receiver must agree on sizes", got, src, len(t.Data)))
+				return g.opErr(o, pg.ErrInvalidArgument,
+					fmt.Errorf("received %d bytes from rank %d into a %d-byte tensor; sender and receiver must agree on sizes", got,
+						src, len(t.Data)))
 			}
 			copy(t.Data, b.bytes())
 			return nil

@@ -106,7 +106,8 @@ func joinStore(ctx context.Context, o StoreOptions, msg []byte) (*store.TCPStore
 			tried = append(tried, addr)
 			continue
 		}
-		st, err := store.NewTCPStore(ctx, store.TCPStoreOptions{Addr: addr, Secret: []byte(secret), Timeout: o.Timeout, Logger: o.Logger})
+		st, err := store.NewTCPStore(ctx,
+			store.TCPStoreOptions{Addr: addr, Secret: []byte(secret), Timeout: o.Timeout, Logger: o.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: joining rank 0's store at %s: %w", addr, err)
 		}

@@ -46,7 +46,8 @@ func abortedJob(t *testing.T, np int, run string, env ...string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), os.Args[0], "-test.run", run, "-test.v")
+	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(np), os.Args[0],
+		"-test.run", run, "-test.v")
 	cmd.Env = append(os.Environ(), env...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -79,7 +80,8 @@ func TestTimeoutChild(t *testing.T) {
 	}
 	err := g.AllReduce(context.Background(), pg.Float32s(make([]float32, 8)), pg.Op(pg.Sum)).Wait(context.Background())
 	var ce *pg.CollectiveError
-	if !errors.Is(err, pg.ErrTimeout) || !errors.As(err, &ce) || ce.Op != "allreduce" || !strings.Contains(err.Error(), "#1") {
+	if !errors.Is(err, pg.ErrTimeout) || !errors.As(err, &ce) || ce.Op != "allreduce" ||
+		!strings.Contains(err.Error(), "#1") {
 		t.Errorf("rank 0: %v, want pg.ErrTimeout naming allreduce #1", err)
 	}
 	// Later calls fail at once: the group is about to be aborted.

@@ -42,7 +42,8 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 		}
 		in, out = in+int64(ins[i].Bytes()), out+int64(outs[i].Bytes())
 	}
-	return g.issue(ctx, desc{op: pg.OpAllGatherCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
+	return g.issue(ctx,
+		desc{op: pg.OpAllGatherCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
 		func(s *stager) ([]part, error) {
 			return coalesce(len(ins), func(i int) (part, error) { return s.allGather(outs[i], ins[i]) })
 		})
@@ -60,7 +61,8 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 		}
 		in, out = in+int64(ins[i].Bytes()), out+int64(outs[i].Bytes())
 	}
-	return g.issue(ctx, desc{op: pg.OpReduceScatterCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
+	return g.issue(ctx,
+		desc{op: pg.OpReduceScatterCoalesced, peer: pg.NoPeer, dtype: firstDtype(ins), inBytes: in, outBytes: out},
 		func(s *stager) ([]part, error) {
 			return coalesce(len(ins), func(i int) (part, error) { return s.reduceScatter(outs[i], ins[i], op) })
 		})

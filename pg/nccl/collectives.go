@@ -32,7 +32,10 @@ func (s *stager) allReduce(t pg.Tensor, op pg.ReduceOp) (part, error) {
 		if err != nil {
 			return part{}, err
 		}
-		return part{comm: func() error { return s.g.be.AllReduce(dptr(t, 0), dptr(t, 0), t.Len(), binding.DataType(t.Dtype), r) }}, nil
+		return part{comm: func() error {
+			return s.g.be.AllReduce(dptr(t, 0), dptr(t, 0), t.Len(), binding.DataType(t.Dtype),
+				r)
+		}}, nil
 	}
 	if bitwise(op) {
 		return s.bitwiseReduce(t, t.Data, op, true)
@@ -141,7 +144,8 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 	if _, err := g.onDevice("allgather", out, in); err != nil {
 		return g.invalid(pg.OpAllGather, pg.NoPeer, err)
 	}
-	return g.issue(ctx, desc{op: pg.OpAllGather, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
+	return g.issue(ctx,
+		desc{op: pg.OpAllGather, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
 		func(s *stager) ([]part, error) {
 			p, err := s.allGather(out, in)
 			return []part{p}, err
@@ -150,7 +154,10 @@ func (g *Group) AllGather(ctx context.Context, out, in pg.Tensor) pg.Work {
 
 func (s *stager) allGather(out, in pg.Tensor) (part, error) {
 	if in.IsDevice() {
-		return part{comm: func() error { return s.g.be.AllGather(dptr(in, 0), dptr(out, 0), in.Len(), binding.DataType(in.Dtype)) }}, nil
+		return part{comm: func() error {
+			return s.g.be.AllGather(dptr(in, 0), dptr(out, 0), in.Len(),
+				binding.DataType(in.Dtype))
+		}}, nil
 	}
 	n := len(in.Data)
 	b, err := s.buffer(len(out.Data))
@@ -176,7 +183,9 @@ func (g *Group) ReduceScatter(ctx context.Context, out, in pg.Tensor, op pg.Redu
 	if err := g.deviceAllReduce("reducescatter", op, out, in); err != nil {
 		return g.invalid(pg.OpReduceScatter, pg.NoPeer, err)
 	}
-	return g.issue(ctx, desc{op: pg.OpReduceScatter, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
+	return g.issue(ctx,
+		desc{op: pg.OpReduceScatter, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()),
+			outBytes: int64(out.Bytes())},
 		func(s *stager) ([]part, error) {
 			p, err := s.reduceScatter(out, in, op)
 			return []part{p}, err

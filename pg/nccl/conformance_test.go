@@ -9,7 +9,8 @@ import (
 	"github.com/goddp/ddp/pg/pgtest"
 )
 
-var flagConformance = flag.Bool("pgnccl.conformance", false, "run the full TestConformanceFake under -race too (about 2 minutes)")
+var flagConformance = flag.Bool("pgnccl.conformance", false,
+	"run the full TestConformanceFake under -race too (about 2 minutes)")
 
 // raceEnabled is set by race_test.go under -race.
 var raceEnabled bool

@@ -62,11 +62,13 @@ func choosePolicy(c binding.Caps, want Registration) (Registration, string) {
 		if c.Register {
 			return RegisterUser, "Options.BucketRegistration asks for ncclCommRegister"
 		}
-		return RegisterNone, fmt.Sprintf("Options.BucketRegistration asks for ncclCommRegister, which NCCL %v lacks (2.19+)", c.Version)
+		return RegisterNone, fmt.Sprintf("Options.BucketRegistration asks for ncclCommRegister, which NCCL %v lacks (2.19+)",
+			c.Version)
 	}
 	switch {
 	case c.Window && c.MemAlloc:
-		return RegisterWindow, fmt.Sprintf("NCCL %v has ncclMemAlloc and ncclCommWindowRegister (2.27+): symmetric windows", c.Version)
+		return RegisterWindow, fmt.Sprintf("NCCL %v has ncclMemAlloc and ncclCommWindowRegister (2.27+): symmetric windows",
+			c.Version)
 	case c.Register:
 		why := fmt.Sprintf("NCCL %v has no ncclCommWindowRegister", c.Version)
 		if c.Version >= 22700 {
@@ -74,7 +76,8 @@ func choosePolicy(c binding.Caps, want Registration) (Registration, string) {
 		}
 		return RegisterUser, why + "; using ncclCommRegister (2.19+)"
 	}
-	return RegisterNone, fmt.Sprintf("NCCL %v has neither ncclCommWindowRegister (2.27+) nor ncclCommRegister (2.19+); plain buffers", c.Version)
+	return RegisterNone, fmt.Sprintf(
+		"NCCL %v has neither ncclCommWindowRegister (2.27+) nor ncclCommRegister (2.19+); plain buffers", c.Version)
 }
 
 // devState is a Group's device-bucket state, under its own lock (not the
@@ -183,7 +186,8 @@ func (b *deviceBucket) allocate(policy Registration) error {
 			b.reg, b.handle = RegisterWindow, h
 			return nil
 		}
-		log.Warn("nccl: ncclCommWindowRegister failed; falling back to ncclCommRegister", zap.Int("bytes", b.bytes), zap.Error(err))
+		log.Warn("nccl: ncclCommWindowRegister failed; falling back to ncclCommRegister", zap.Int("bytes", b.bytes),
+			zap.Error(err))
 		policy = RegisterUser
 	}
 	if policy == RegisterUser && caps.Register {
@@ -212,10 +216,12 @@ func (b *deviceBucket) span(what string, off int, t pg.Tensor) error {
 		return fmt.Errorf("%w: %s of a %v tensor into a %v device bucket", pg.ErrInvalidArgument, what, t.Dtype, b.dtype)
 	}
 	if off < 0 || off+t.Len() > b.numel {
-		return fmt.Errorf("%w: %s of elements [%d, %d) of a device bucket of %d", pg.ErrInvalidArgument, what, off, off+t.Len(), b.numel)
+		return fmt.Errorf("%w: %s of elements [%d, %d) of a device bucket of %d", pg.ErrInvalidArgument, what, off,
+			off+t.Len(), b.numel)
 	}
 	if t.IsDevice() && t.Device.Ordinal != b.g.opts.Device {
-		return fmt.Errorf("%w: %s with a tensor on GPU %d; this group runs on GPU %d", pg.ErrInvalidArgument, what, t.Device.Ordinal, b.g.opts.Device)
+		return fmt.Errorf("%w: %s with a tensor on GPU %d; this group runs on GPU %d", pg.ErrInvalidArgument, what,
+			t.Device.Ordinal, b.g.opts.Device)
 	}
 	return nil
 }

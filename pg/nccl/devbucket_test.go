@@ -26,8 +26,10 @@ func TestChoosePolicy(t *testing.T) {
 		why  string
 	}{
 		{full, RegisterWindow, RegisterAuto, "2.27"},
-		{binding.Caps{Version: 22800, MemAlloc: true, Register: true}, RegisterUser, RegisterAuto, "lacks the ncclCommWindowRegister"},
-		{binding.Caps{Version: 22603, MemAlloc: true, Register: true}, RegisterUser, RegisterAuto, "no ncclCommWindowRegister"},
+		{binding.Caps{Version: 22800, MemAlloc: true, Register: true}, RegisterUser, RegisterAuto,
+			"lacks the ncclCommWindowRegister"},
+		{binding.Caps{Version: 22603, MemAlloc: true, Register: true}, RegisterUser, RegisterAuto,
+			"no ncclCommWindowRegister"},
 		{binding.Caps{Version: 21805}, RegisterNone, RegisterAuto, "neither"},
 		{full, RegisterNone, RegisterNone, "asks for plain"},
 		{full, RegisterUser, RegisterUser, "asks for ncclCommRegister"},
@@ -42,7 +44,8 @@ func TestChoosePolicy(t *testing.T) {
 
 // bucketWorld runs f on every rank of a fake world made with reg and o, with a
 // logger per rank, and closes the groups.
-func bucketWorld(t *testing.T, n int, reg Registration, o fake.Options, f func(r int, g *Group, b *fake.Backend)) ([]*fake.Backend, []*observer.ObservedLogs) {
+func bucketWorld(t *testing.T, n int, reg Registration, o fake.Options,
+	f func(r int, g *Group, b *fake.Backend)) ([]*fake.Backend, []*observer.ObservedLogs) {
 	t.Helper()
 	logs := make([]*observer.ObservedLogs, n)
 	var lg []*zap.Logger
@@ -109,7 +112,8 @@ func TestDeviceBucketPolicyAndFallbacks(t *testing.T) {
 		{name: "2.28 windows", want: "window", chose: "window", window: true},
 		{name: "2.26 register", o: fake.Options{Version: 22603, NoWindows: true}, want: "register", chose: "register"},
 		{name: "2.28 window symbol missing", o: fake.Options{NoWindows: true}, want: "register", chose: "register"},
-		{name: "2.18 plain", o: fake.Options{Version: 21805, NoWindows: true, NoRegister: true, NoMemAlloc: true}, want: "none", chose: "none"},
+		{name: "2.18 plain", o: fake.Options{Version: 21805, NoWindows: true, NoRegister: true, NoMemAlloc: true},
+			want: "none", chose: "none"},
 		{name: "window fails", fail: func(b *fake.Backend) { b.FailWindows() }, want: "register", chose: "window",
 			fallback: "nccl: ncclCommWindowRegister failed; falling back to ncclCommRegister"},
 		{name: "window and register fail", fail: func(b *fake.Backend) { b.FailWindows(); b.FailRegister() },

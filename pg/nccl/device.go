@@ -25,7 +25,8 @@ func (g *Group) onDevice(what string, ts ...pg.Tensor) (bool, error) {
 		}
 		dev = true
 		if t.Device.Ordinal != g.opts.Device {
-			return true, fmt.Errorf("%w: %s tensor on GPU %d but this group runs on GPU %d", pg.ErrInvalidArgument, what, t.Device.Ordinal, g.opts.Device)
+			return true, fmt.Errorf("%w: %s tensor on GPU %d but this group runs on GPU %d", pg.ErrInvalidArgument, what,
+				t.Device.Ordinal, g.opts.Device)
 		}
 	}
 	return dev, nil
@@ -37,10 +38,12 @@ func (g *Group) onDevice(what string, ts ...pg.Tensor) (bool, error) {
 // there; docs/nccl.md).
 func (g *Group) deviceOp(what string, op pg.ReduceOp) error {
 	if bitwise(op) {
-		return fmt.Errorf("%w: %s with %v on device tensors: NCCL has no bitwise reductions; use host tensors", pg.ErrInvalidArgument, what, op)
+		return fmt.Errorf("%w: %s with %v on device tensors: NCCL has no bitwise reductions; use host tensors",
+			pg.ErrInvalidArgument, what, op)
 	}
 	if g.size == 1 && op.Kind == pg.PremulSum {
-		return fmt.Errorf("%w: %s with PREMUL_SUM on device tensors in a world of one: NCCL's one-rank path mis-scales some lengths; use SUM and scale, or host tensors", pg.ErrInvalidArgument, what)
+		return fmt.Errorf("%w: %s with PREMUL_SUM on device tensors in a world of one: NCCL's one-rank path mis-scales "+
+			"some lengths; use SUM and scale, or host tensors", pg.ErrInvalidArgument, what)
 	}
 	return nil
 }

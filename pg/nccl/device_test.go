@@ -195,7 +195,8 @@ func TestDeviceTensorRefusals(t *testing.T) {
 		{"bitwise", "bitwise", g.AllReduce(ctx, pg.DeviceTensor(pg.Int32, 0, d.Device.Ptr, 8), pg.Op(pg.Bxor))},
 		{"premul world 1", "PREMUL_SUM", g.AllReduce(ctx, d, pg.PremulSumOp(0.5))},
 		{"null", "null pointer", g.Broadcast(ctx, pg.DeviceTensor(pg.Float32, 0, 0, 8), 0)},
-		{"both", "both host bytes and device", g.AllReduce(ctx, pg.Tensor{Dtype: pg.Float32, Data: h.Data, Device: d.Device}, pg.Op(pg.Sum))},
+		{"both", "both host bytes and device",
+			g.AllReduce(ctx, pg.Tensor{Dtype: pg.Float32, Data: h.Data, Device: d.Device}, pg.Op(pg.Sum))},
 	} {
 		err := waitErr(t, c.w, 5*time.Second)
 		if !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), c.msg) {

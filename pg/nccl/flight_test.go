@@ -65,14 +65,16 @@ func TestFlightEventTimes(t *testing.T) {
 		t.Fatalf("%d entries, want 1: %+v", len(es), es)
 	}
 	e := es[0]
-	if e.State != "completed" || !e.Retired || e.TimeDiscoveredStartedNs == nil || e.TimeDiscoveredCompletedNs == nil || e.DurationMs == nil {
+	if e.State != "completed" || !e.Retired || e.TimeDiscoveredStartedNs == nil || e.TimeDiscoveredCompletedNs == nil ||
+		e.DurationMs == nil {
 		t.Fatalf("entry %+v: want completed with started, completed and duration_ms", e)
 	}
 	started, completed, ms := *e.TimeDiscoveredStartedNs, *e.TimeDiscoveredCompletedNs, *e.DurationMs
 	t.Logf("created %d, started +%v, completed +%v, duration_ms %.3f", e.TimeCreatedNs,
 		time.Duration(started-e.TimeCreatedNs), time.Duration(completed-e.TimeCreatedNs), ms)
 	if started < e.TimeCreatedNs || completed < started || completed > waited {
-		t.Fatalf("created %d started %d completed %d, Wait returned at %d: want created <= started <= completed <= Wait's return",
+		t.Fatalf("created %d started %d completed %d, Wait returned at %d: want created <= started <= completed <= Wait's "+
+			"return",
 			e.TimeCreatedNs, started, completed, waited)
 	}
 	if ms < float64(lag/time.Millisecond)*0.9 || ms > float64(completed-e.TimeCreatedNs)/1e6 {
@@ -118,7 +120,8 @@ func TestFlightNoTimingNoDuration(t *testing.T) {
 // which completed.
 func TestFlightWatchdogTimeoutDump(t *testing.T) {
 	dir := t.TempDir()
-	gs, bs, cleanup, err := newFakeWorld(2, Options{Timeout: 300 * time.Millisecond, FlightDumpDir: dir, EnableTiming: true}, fake.Options{})
+	gs, bs, cleanup, err := newFakeWorld(2,
+		Options{Timeout: 300 * time.Millisecond, FlightDumpDir: dir, EnableTiming: true}, fake.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,8 @@ func TestGPUDeviceBandwidth(t *testing.T) {
 		}
 		return time.Since(start).Seconds() / float64(iters)
 	}
-	fmt.Printf("PGNCCL-DEVICE %12s %14s %14s %14s %14s  (us; GB/s = bytes/time)\n", "bytes", "dev-inplace", "dev-outplace", "host-staged", "d2d-copy")
+	fmt.Printf("PGNCCL-DEVICE %12s %14s %14s %14s %14s  (us; GB/s = bytes/time)\n", "bytes", "dev-inplace", "dev-outplace",
+		"host-staged", "d2d-copy")
 	for _, size := range []int{1 << 20, 1 << 26, 1 << 30} {
 		iters := 50
 		if size >= 1<<26 {

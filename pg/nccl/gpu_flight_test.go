@@ -11,7 +11,7 @@ import (
 	"github.com/goddp/ddp/pg/flight"
 )
 
-// TestGPUFlightEventTimes runs the issue 24 event-time path on a real
+// TestGPUFlightEventTimes runs the event-time path on a real
 // GPU: with Options.EnableTiming each collective's flight-recorder entry
 // gets torch's started and completed times from CUDA events the watchdog
 // found passed, and duration_ms from cuEventElapsedTime. At world size 1
@@ -68,27 +68,33 @@ func TestGPUFlightEventTimes(t *testing.T) {
 	ms := make([]float64, len(es))
 	for i, e := range es {
 		r := runs[i]
-		if e.State != "completed" || e.DurationMs == nil || e.TimeDiscoveredStartedNs == nil || e.TimeDiscoveredCompletedNs == nil {
+		if e.State != "completed" || e.DurationMs == nil || e.TimeDiscoveredStartedNs == nil ||
+			e.TimeDiscoveredCompletedNs == nil {
 			t.Fatalf("%d B %v: entry %+v, want completed with started, completed and duration_ms", r.bytes, r.op, e)
 		}
 		started, completed := *e.TimeDiscoveredStartedNs, *e.TimeDiscoveredCompletedNs
 		ms[i] = *e.DurationMs
-		fmt.Printf("GPU-FLIGHT allreduce %-3v %11d B duration_ms %9.4f started +%-10v completed +%-10v Wait returned after %v\n",
+		fmt.Printf(
+			"GPU-FLIGHT allreduce %-3v %11d B duration_ms %9.4f started +%-10v completed +%-10v Wait returned after %v\n",
 			r.op, r.bytes, ms[i], time.Duration(started-e.TimeCreatedNs), time.Duration(completed-e.TimeCreatedNs), r.wall)
 		if started < e.TimeCreatedNs || completed < started || completed > waited {
-			t.Fatalf("%d B %v: created %d started %d completed %d, all Waits returned by %d", r.bytes, r.op, e.TimeCreatedNs, started, completed, waited)
+			t.Fatalf("%d B %v: created %d started %d completed %d, all Waits returned by %d", r.bytes, r.op, e.TimeCreatedNs,
+				started, completed, waited)
 		}
 		if ms[i] <= 0 || ms[i] > float64(completed-e.TimeCreatedNs)/1e6 {
-			t.Fatalf("%d B %v: duration_ms %.4f, want above 0 and at most completed-created (%v)", r.bytes, r.op, ms[i], time.Duration(completed-e.TimeCreatedNs))
+			t.Fatalf("%d B %v: duration_ms %.4f, want above 0 and at most completed-created (%v)", r.bytes, r.op, ms[i],
+				time.Duration(completed-e.TimeCreatedNs))
 		}
 	}
 	// runs: 4 KiB sum, 4 KiB avg, 64 MiB sum, 64 MiB avg, 1 GiB sum, 1 GiB avg.
 	// The kernel moves 2 GiB for 1 GiB, 16 times what it moves for
 	// 64 MiB; launch costs blur the ratio at 64 MiB, so ask for 4.
 	if mid, big := ms[3], ms[5]; big < 4*mid || big < 0.1 {
-		t.Fatalf("duration_ms of a 1 GiB AVG %.4f against a 64 MiB AVG %.4f: want the GPU time of the kernel over 1 GiB (above 0.1 ms, 4x the 64 MiB one)", big, mid)
+		t.Fatalf("duration_ms of a 1 GiB AVG %.4f against a 64 MiB AVG %.4f: want the GPU time of the kernel over 1 GiB "+
+			"(above 0.1 ms, 4x the 64 MiB one)", big, mid)
 	}
-	fmt.Printf("GPU-FLIGHT 1 GiB AVG: %.1f GB/s read+written by NCCL's one-rank kernel (from duration_ms)\n", 2*float64(1<<30)/ms[5]/1e6)
+	fmt.Printf("GPU-FLIGHT 1 GiB AVG: %.1f GB/s read+written by NCCL's one-rank kernel (from duration_ms)\n",
+		2*float64(1<<30)/ms[5]/1e6)
 }
 
 // TestGPUFlightDumpOnTimeout: Options.FlightDumpDir on a real
@@ -105,7 +111,8 @@ func TestGPUFlightDumpOnTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := make([]float32, 64<<20)
-	if err := waitErr(t, rec.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)), time.Minute); !errors.Is(err, pg.ErrTimeout) {
+	if err := waitErr(t, rec.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)), time.Minute); !errors.Is(err,
+		pg.ErrTimeout) {
 		t.Fatalf("%v, want a timeout", err)
 	}
 	var dumps map[int]flight.Dump
@@ -118,11 +125,13 @@ func TestGPUFlightDumpOnTimeout(t *testing.T) {
 		t.Fatalf("the watchdog dumped %d ranks (%v), want 1", len(dumps), err)
 	}
 	es := dumps[0].Entries
-	if dumps[0].Version != flight.Version || len(es) != 1 || es[0].State == "completed" || es[0].TimeDiscoveredCompletedNs != nil ||
+	if dumps[0].Version != flight.Version || len(es) != 1 || es[0].State == "completed" ||
+		es[0].TimeDiscoveredCompletedNs != nil ||
 		es[0].DurationMs != nil || es[0].ProfilingName != "nccl:all_reduce" {
 		t.Fatalf("dump %+v", dumps[0])
 	}
-	fmt.Printf("GPU-FLIGHT dump on timeout: %s/nccl_trace_rank_0, entry state %q, started %v\n", dir, es[0].State, es[0].TimeDiscoveredStartedNs != nil)
+	fmt.Printf("GPU-FLIGHT dump on timeout: %s/nccl_trace_rank_0, entry state %q, started %v\n", dir, es[0].State,
+		es[0].TimeDiscoveredStartedNs != nil)
 	if err := g.Close(); err != nil {
 		t.Logf("Close after abort: %v", err)
 	}

@@ -145,7 +145,8 @@ func TestGPUSplit(t *testing.T) {
 	}
 	defer sub.Close()
 	x := []float32{3}
-	if err := waitErr(t, sub.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Avg)), time.Minute); err != nil || x[0] != 3 {
+	if err := waitErr(t, sub.AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Avg)), time.Minute); err != nil ||
+		x[0] != 3 {
 		t.Fatal(err, x)
 	}
 	none, err := gs[0].Split(context.Background(), pg.NoColor, 0)

@@ -70,7 +70,8 @@ func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
 		err = errors.New("Options.Library and Options.CUDA are required (libnccl.Load, libnccl.LoadCUDA)")
 	}
 	if err != nil {
-		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
+			Err: err}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -136,7 +137,8 @@ func shareUniqueID(ctx context.Context, st store.Store, opts Options) (libnccl.U
 func NewOnBackend(be binding.Backend, st store.Store, opts Options) (*Group, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
+			Err: err}
 	}
 	return newGroup(be, opts, st), nil
 }
@@ -314,7 +316,8 @@ func (g *Group) failedLocked() error {
 		return g.failure
 	}
 	if g.closed {
-		return &pg.CollectiveError{Op: "group", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrClosed, Err: errors.New("Close was called")}
+		return &pg.CollectiveError{Op: "group", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrClosed,
+			Err: errors.New("Close was called")}
 	}
 	return nil
 }

@@ -212,7 +212,8 @@ func TestWatchdogTimeout(t *testing.T) {
 	bs[0].StallNext()
 	data := [][]float32{{1, 2}, {3, 4}}
 	start := time.Now()
-	ws := []pg.Work{rec.AllReduce(ctx, pg.Float32s(data[0]), pg.Op(pg.Sum)), gs[1].AllReduce(ctx, pg.Float32s(data[1]), pg.Op(pg.Sum))}
+	ws := []pg.Work{rec.AllReduce(ctx, pg.Float32s(data[0]), pg.Op(pg.Sum)),
+		gs[1].AllReduce(ctx, pg.Float32s(data[1]), pg.Op(pg.Sum))}
 	for r, w := range ws {
 		err := waitErr(t, w, 10*time.Second)
 		var ce *pg.CollectiveError
@@ -241,11 +242,13 @@ func TestWatchdogTimeout(t *testing.T) {
 		t.Fatalf("a call after the failure: %v", err)
 	}
 	// The watchdog logs the recorder after failing the Works: wait for it.
-	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("nccl flight recorder").Len() < 2 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); logs.FilterMessage("nccl flight recorder").Len() < 2 &&
+		time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if logs.FilterMessage("nccl flight recorder").Len() != 2 {
-		t.Fatalf("flight recorder dump has %d entries, want 2 (barrier, allreduce)", logs.FilterMessage("nccl flight recorder").Len())
+		t.Fatalf("flight recorder dump has %d entries, want 2 (barrier, allreduce)",
+			logs.FilterMessage("nccl flight recorder").Len())
 	}
 	if gs[0].FlightRecorder() != rec || gs[1].FlightRecorder() != nil {
 		t.Fatal("FlightRecorder is not the Recorder flight.Wrap put over the group")
@@ -346,7 +349,8 @@ func TestStagingPool(t *testing.T) {
 	gs, bs := fakeWorld(t, 1, time.Minute)
 	for i := 0; i < 50; i++ {
 		x := []float32{float32(i)}
-		if err := waitErr(t, gs[0].AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)), 5*time.Second); err != nil || x[0] != float32(i) {
+		if err := waitErr(t, gs[0].AllReduce(context.Background(), pg.Float32s(x), pg.Op(pg.Sum)),
+			5*time.Second); err != nil || x[0] != float32(i) {
 			t.Fatal(err, x)
 		}
 	}
@@ -391,7 +395,8 @@ func TestSeqAndHooks(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(infos) != 3 || infos[2].Seq != 3 || infos[0].Op != pg.OpAllReduce || infos[0].InBytes != 16 || infos[0].Dtype != pg.Float64 || infos[0].Rank != 1 {
+	if len(infos) != 3 || infos[2].Seq != 3 || infos[0].Op != pg.OpAllReduce || infos[0].InBytes != 16 ||
+		infos[0].Dtype != pg.Float64 || infos[0].Rank != 1 {
 		t.Fatalf("%+v", infos)
 	}
 }
@@ -421,7 +426,8 @@ func TestSplitOverFake(t *testing.T) {
 	x := [][]float32{{1}, nil, {5}}
 	w0 := subs[0].AllReduce(context.Background(), pg.Float32s(x[0]), pg.Op(pg.Sum))
 	w2 := subs[2].AllReduce(context.Background(), pg.Float32s(x[2]), pg.Op(pg.Sum))
-	if err := errors.Join(waitErr(t, w0, 5*time.Second), waitErr(t, w2, 5*time.Second)); err != nil || x[0][0] != 6 || w0.Seq() != 1 {
+	if err := errors.Join(waitErr(t, w0, 5*time.Second), waitErr(t, w2, 5*time.Second)); err != nil || x[0][0] != 6 ||
+		w0.Seq() != 1 {
 		t.Fatal(err, x)
 	}
 	for _, s := range subs {

@@ -107,12 +107,14 @@ func (g *Group) issue(ctx context.Context, d desc, build func(s *stager) ([]part
 // enqueues its parts. It returns a nil Work and the group's failure if
 // the group has failed; else the Work, build's error if build refused the
 // arguments, and the error of enqueueing it.
-func (g *Group) stage(ctx context.Context, d desc, build func(s *stager) ([]part, error)) (w *work, refused, err error) {
+func (g *Group) stage(ctx context.Context, d desc, build func(s *stager) ([]part, error)) (w *work, refused,
+	err error) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.failedLocked(); err != nil {
-		return nil, &pg.CollectiveError{Op: d.op.String(), Rank: g.rank, Peer: d.peer, Kind: kindOfFailure(err), Err: err}, nil
+		return nil, &pg.CollectiveError{Op: d.op.String(), Rank: g.rank, Peer: d.peer, Kind: kindOfFailure(err),
+			Err: err}, nil
 	}
 	var seq uint64
 	if d.op.IsPointToPoint() {
@@ -212,5 +214,6 @@ func kindOfFailure(err error) error {
 
 // invalid returns a finished Work for arguments refused before issue.
 func (g *Group) invalid(op pg.OpType, peer int, err error) pg.Work {
-	return pg.Completed(&pg.CollectiveError{Op: op.String(), Rank: g.rank, Peer: peer, Kind: pg.ErrInvalidArgument, Err: err})
+	return pg.Completed(&pg.CollectiveError{Op: op.String(), Rank: g.rank, Peer: peer, Kind: pg.ErrInvalidArgument,
+		Err: err})
 }

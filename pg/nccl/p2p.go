@@ -96,7 +96,8 @@ func (g *Group) issueP2P(ctx context.Context, k laneKey, t pg.Tensor) pg.Work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.failedLocked(); err != nil {
-		return pg.Completed(&pg.CollectiveError{Op: op.String(), Rank: g.rank, Peer: k.peer, Kind: kindOfFailure(err), Err: err})
+		return pg.Completed(&pg.CollectiveError{Op: op.String(), Rank: g.rank, Peer: k.peer, Kind: kindOfFailure(err),
+			Err: err})
 	}
 	pk := p2pKey{op, k.peer}
 	g.p2pSeq[pk]++

@@ -26,7 +26,10 @@ func (g *Group) Reduce(ctx context.Context, t pg.Tensor, root int, op pg.ReduceO
 				if err != nil {
 					return nil, err
 				}
-				return []part{{comm: func() error { return g.be.Reduce(dptr(t, 0), dptr(t, 0), t.Len(), binding.DataType(t.Dtype), r, root) }}}, nil
+				return []part{{comm: func() error {
+					return g.be.Reduce(dptr(t, 0), dptr(t, 0), t.Len(), binding.DataType(t.Dtype),
+						r, root)
+				}}}, nil
 			}
 			if bitwise(op) {
 				p, err := s.bitwiseReduce(t, t.Data, op, g.rank == root)
@@ -197,7 +200,8 @@ func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSp
 	if _, err := g.onDevice("alltoall", out, in); err != nil {
 		return g.invalid(pg.OpAllToAll, pg.NoPeer, err)
 	}
-	return g.issue(ctx, desc{op: pg.OpAllToAll, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
+	return g.issue(ctx,
+		desc{op: pg.OpAllToAll, peer: pg.NoPeer, dtype: in.Dtype, inBytes: int64(in.Bytes()), outBytes: int64(out.Bytes())},
 		func(s *stager) ([]part, error) {
 			es, dt := in.Dtype.Size(), binding.DataType(in.Dtype)
 			if in.IsDevice() {

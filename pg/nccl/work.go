@@ -109,7 +109,8 @@ func (w *work) elapsed(g *Group) time.Duration {
 	}
 	d, err := w.stop.Elapsed(w.start)
 	if err != nil {
-		g.log.Debug("nccl: no elapsed time for a collective", zap.Stringer("op", w.op), zap.Uint64("seq", w.seq), zap.Error(err))
+		g.log.Debug("nccl: no elapsed time for a collective", zap.Stringer("op", w.op), zap.Uint64("seq", w.seq),
+			zap.Error(err))
 		return 0
 	}
 	return d

@@ -62,7 +62,8 @@ func nilCtxCalls(n int) []badCall {
 		call("allreduce nil ctx", func(_ context.Context, _ int, g pg.ProcessGroup) pg.Work {
 			return g.AllReduce(none, f32(4), pg.Op(pg.Sum))
 		}),
-		call("broadcast nil ctx", func(_ context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.Broadcast(none, f32(4), 0) }),
+		call("broadcast nil ctx",
+			func(_ context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.Broadcast(none, f32(4), 0) }),
 		call("allgather nil ctx", func(_ context.Context, _ int, g pg.ProcessGroup) pg.Work {
 			return g.AllGather(none, f32(2*n), f32(2))
 		}),
@@ -76,8 +77,10 @@ func nilCtxCalls(n int) []badCall {
 		extCall("reduce nil ctx", func(_ context.Context, _ int, x pg.Extended) pg.Work {
 			return x.Reduce(none, f32(4), 0, pg.Op(pg.Sum))
 		}),
-		extCall("gather nil ctx", func(_ context.Context, _ int, x pg.Extended) pg.Work { return x.Gather(none, f32(2*n), f32(2), 0) }),
-		extCall("scatter nil ctx", func(_ context.Context, _ int, x pg.Extended) pg.Work { return x.Scatter(none, f32(2), f32(2*n), 0) }),
+		extCall("gather nil ctx",
+			func(_ context.Context, _ int, x pg.Extended) pg.Work { return x.Gather(none, f32(2*n), f32(2), 0) }),
+		extCall("scatter nil ctx",
+			func(_ context.Context, _ int, x pg.Extended) pg.Work { return x.Scatter(none, f32(2), f32(2*n), 0) }),
 		extCall("alltoall nil ctx", func(_ context.Context, _ int, x pg.Extended) pg.Work {
 			return x.AllToAll(none, f32(2*n), f32(2*n), nil, nil)
 		}),
@@ -99,8 +102,10 @@ func nilCtxCalls(n int) []badCall {
 	}
 	if n > 1 {
 		calls = append(calls,
-			extCall("send nil ctx", func(_ context.Context, r int, x pg.Extended) pg.Work { return x.Send(none, f32(2), (r+1)%n, 0) }),
-			extCall("recv nil ctx", func(_ context.Context, r int, x pg.Extended) pg.Work { return x.Recv(none, f32(2), (r+n-1)%n, 0) }))
+			extCall("send nil ctx",
+				func(_ context.Context, r int, x pg.Extended) pg.Work { return x.Send(none, f32(2), (r+1)%n, 0) }),
+			extCall("recv nil ctx",
+				func(_ context.Context, r int, x pg.Extended) pg.Work { return x.Recv(none, f32(2), (r+n-1)%n, 0) }))
 	}
 	return calls
 }
@@ -118,9 +123,12 @@ func badTensorCalls(n int) []badCall {
 		call("allreduce device tensor at a null pointer", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work {
 			return g.AllReduce(ctx, nowhere, pg.Op(pg.Sum))
 		}),
-		call("broadcast zero tensor", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.Broadcast(ctx, zero, 0) }),
-		call("allgather nil output", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.AllGather(ctx, empty, f32(2)) }),
-		call("allgather zero tensors", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.AllGather(ctx, zero, zero) }),
+		call("broadcast zero tensor",
+			func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.Broadcast(ctx, zero, 0) }),
+		call("allgather nil output",
+			func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.AllGather(ctx, empty, f32(2)) }),
+		call("allgather zero tensors",
+			func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.AllGather(ctx, zero, zero) }),
 		call("reducescatter nil input", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work {
 			return g.ReduceScatter(ctx, f32(2), empty, pg.Op(pg.Sum))
 		}),
@@ -130,8 +138,10 @@ func badTensorCalls(n int) []badCall {
 		extCall("reduce zero tensor", func(ctx context.Context, _ int, x pg.Extended) pg.Work {
 			return x.Reduce(ctx, zero, 0, pg.Op(pg.Sum))
 		}),
-		extCall("gather zero input", func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), zero, 0) }),
-		extCall("scatter zero output", func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Scatter(ctx, zero, f32(2*n), 0) }),
+		extCall("gather zero input",
+			func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), zero, 0) }),
+		extCall("scatter zero output",
+			func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Scatter(ctx, zero, f32(2*n), 0) }),
 		extCall("alltoall zero tensors", func(ctx context.Context, _ int, x pg.Extended) pg.Work {
 			return x.AllToAll(ctx, zero, zero, nil, nil)
 		}),
@@ -150,8 +160,10 @@ func badTensorCalls(n int) []badCall {
 	}
 	if n > 1 {
 		calls = append(calls,
-			extCall("send zero tensor", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Send(ctx, zero, (r+1)%n, 0) }),
-			extCall("recv zero tensor", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Recv(ctx, zero, (r+n-1)%n, 0) }))
+			extCall("send zero tensor",
+				func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Send(ctx, zero, (r+1)%n, 0) }),
+			extCall("recv zero tensor",
+				func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Recv(ctx, zero, (r+n-1)%n, 0) }))
 	}
 	return calls
 }
@@ -164,7 +176,8 @@ func goodCalls(n int) []badCall {
 			return g.AllReduce(ctx, f32(4), pg.Op(pg.Sum))
 		}),
 		call("broadcast", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.Broadcast(ctx, f32(4), 0) }),
-		call("allgather", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.AllGather(ctx, f32(2*n), f32(2)) }),
+		call("allgather",
+			func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work { return g.AllGather(ctx, f32(2*n), f32(2)) }),
 		call("reducescatter", func(ctx context.Context, _ int, g pg.ProcessGroup) pg.Work {
 			return g.ReduceScatter(ctx, f32(2), f32(2*n), pg.Op(pg.Sum))
 		}),
@@ -175,8 +188,10 @@ func goodCalls(n int) []badCall {
 		extCall("reduce", func(ctx context.Context, _ int, x pg.Extended) pg.Work {
 			return x.Reduce(ctx, f32(4), 0, pg.Op(pg.Sum))
 		}),
-		extCall("gather", func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), f32(2), 0) }),
-		extCall("scatter", func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), 0) }),
+		extCall("gather",
+			func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), f32(2), 0) }),
+		extCall("scatter",
+			func(ctx context.Context, _ int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), 0) }),
 		extCall("alltoall", func(ctx context.Context, _ int, x pg.Extended) pg.Work {
 			return x.AllToAll(ctx, f32(2*n), f32(2*n), nil, nil)
 		}),
@@ -197,7 +212,8 @@ func goodCalls(n int) []badCall {
 	if n > 1 {
 		calls = append(calls,
 			extCall("send", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Send(ctx, f32(2), (r+1)%n, 0) }),
-			extCall("recv", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Recv(ctx, f32(2), (r+n-1)%n, 0) }))
+			extCall("recv",
+				func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Recv(ctx, f32(2), (r+n-1)%n, 0) }))
 	}
 	return calls
 }

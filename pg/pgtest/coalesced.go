@@ -125,7 +125,8 @@ func allGatherCoalescedTrial(w *world, d pg.Dtype, lengths []int, viaStart bool)
 
 // reduceScatterCoalescedTrial: a batch of reducescatters, one per length
 // (per rank).
-func reduceScatterCoalescedTrial(w *world, d pg.Dtype, op pg.ReduceOp, lengths []int, seed uint64, viaStart bool) trial {
+func reduceScatterCoalescedTrial(w *world, d pg.Dtype, op pg.ReduceOp, lengths []int, seed uint64,
+	viaStart bool) trial {
 	what := fmt.Sprintf("world=%d reducescatter_coalesced %v %v lens=%v per rank", w.n, d, op, lengths)
 	if viaStart {
 		what += " via StartCoalescing"
@@ -195,7 +196,8 @@ func startCoalescing(t *testing.T, w *world) {
 	t.Run("empty", func(t *testing.T) {
 		wk := pg.StartCoalescing(w.groups[max(w.first(), 0)]).End(context.Background())
 		if !isDone(wk) || wk.Err() != nil {
-			t.Errorf("world=%d: an empty coalescing batch: done %v, err %v; want a finished Work without error", w.n, isDone(wk), wk.Err())
+			t.Errorf("world=%d: an empty coalescing batch: done %v, err %v; want a finished Work without error", w.n, isDone(wk),
+				wk.Err())
 		}
 	})
 	f32 := func(n int) pg.Tensor { return pg.NewTensor(pg.Float32, n) }
@@ -212,10 +214,11 @@ func startCoalescing(t *testing.T, w *world) {
 			c.AllReduce(f32(4), pg.Op(pg.Max))
 		}},
 	} {
-		wantInvalid(t, w, fmt.Sprintf("world=%d coalescing %s", w.n, c.name), func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work {
-			co := pg.StartCoalescing(g)
-			c.add(co)
-			return co.End(ctx)
-		})
+		wantInvalid(t, w, fmt.Sprintf("world=%d coalescing %s", w.n, c.name),
+			func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work {
+				co := pg.StartCoalescing(g)
+				c.add(co)
+				return co.End(ctx)
+			})
 	}
 }

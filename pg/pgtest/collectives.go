@@ -89,7 +89,8 @@ func invalidArguments(t *testing.T, w *world) {
 		f    func(ctx context.Context, g pg.ProcessGroup) pg.Work
 	}{
 		{"broadcast root -1", func(ctx context.Context, g pg.ProcessGroup) pg.Work { return g.Broadcast(ctx, f32(4), -1) }},
-		{"broadcast root = size", func(ctx context.Context, g pg.ProcessGroup) pg.Work { return g.Broadcast(ctx, f32(4), w.n) }},
+		{"broadcast root = size",
+			func(ctx context.Context, g pg.ProcessGroup) pg.Work { return g.Broadcast(ctx, f32(4), w.n) }},
 		{"allgather output too short", func(ctx context.Context, g pg.ProcessGroup) pg.Work {
 			return g.AllGather(ctx, f32(3*w.n-1), f32(3))
 		}},
@@ -110,8 +111,9 @@ func invalidArguments(t *testing.T, w *world) {
 		}},
 	}
 	for _, c := range cases {
-		wantInvalid(t, w, fmt.Sprintf("world=%d %s", w.n, c.name), func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work {
-			return c.f(ctx, g)
-		})
+		wantInvalid(t, w, fmt.Sprintf("world=%d %s", w.n, c.name),
+			func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work {
+				return c.f(ctx, g)
+			})
 	}
 }

@@ -103,7 +103,8 @@ func notExtended(g pg.ProcessGroup) error {
 			missing = append(missing, i.name)
 		}
 	}
-	return fmt.Errorf("pgtest: %T (backend %q) does not implement pg.Extended: it lacks %s; every backend must offer the whole set",
+	return fmt.Errorf(
+		"pgtest: %T (backend %q) does not implement pg.Extended: it lacks %s; every backend must offer the whole set",
 		g, pg.BackendName(g), strings.Join(missing, ", "))
 }
 
@@ -122,7 +123,8 @@ func requireExtended(t testing.TB, w *world) {
 
 // onExt adapts an issue function of pg.Extended groups to a trial's. A
 // group that is not one gets a failed Work that says so.
-func onExt(f func(ctx context.Context, r int, x pg.Extended) pg.Work) func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work {
+func onExt(f func(ctx context.Context, r int, x pg.Extended) pg.Work) func(ctx context.Context, r int,
+	g pg.ProcessGroup) pg.Work {
 	return func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work {
 		x, ok := g.(pg.Extended)
 		if !ok {
@@ -174,7 +176,8 @@ func (w *world) tryAll(t testing.TB, trials []trial) {
 	}
 	for i := 1; i < len(seqs); i++ {
 		if seqs[i] != seqs[i-1]+1 {
-			t.Errorf("world=%d: %d collectives in flight: rank %d's Works have Seqs %v in the order issued; want consecutive numbers", w.n, len(trials), first, seqs)
+			t.Errorf("world=%d: %d collectives in flight: rank %d's Works have Seqs %v in the order issued; want consecutive "+
+				"numbers", w.n, len(trials), first, seqs)
 			break
 		}
 	}
@@ -206,7 +209,8 @@ func (w *world) unchanged(t testing.TB, what, which string, got, before []pg.Ten
 			continue
 		}
 		if i := firstDiff(got[r], before[r]); i >= 0 {
-			t.Errorf("%s: rank %d: its %s changed: element %d is %s, was %s", what, r, which, i, element(got[r], i), element(before[r], i))
+			t.Errorf("%s: rank %d: its %s changed: element %d is %s, was %s", what, r, which, i, element(got[r], i),
+				element(before[r], i))
 		}
 	}
 }

@@ -85,7 +85,8 @@ func closeDuring(t *testing.T, w *world, k int) {
 		namesRank(t, what, r, errs[r], k)
 	}
 	if took := time.Since(start); took >= w.timeout {
-		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the close went unnoticed", what, took, w.timeout)
+		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the close went unnoticed", what, took,
+			w.timeout)
 	}
 }
 
@@ -106,7 +107,8 @@ func abortDuring(t *testing.T, w *world, k int) {
 	for i, wk := range mine {
 		err := w.waitOne(t, fmt.Sprintf("%s, pending allreduce #%d", what, i), k, wk)
 		if !errors.Is(err, pg.ErrAborted) || !errors.Is(err, cause) {
-			t.Errorf("%s: rank %d, pending allreduce #%d: got %v, want an error wrapping pg.ErrAborted and the cause", what, k, i, err)
+			t.Errorf("%s: rank %d, pending allreduce #%d: got %v, want an error wrapping pg.ErrAborted and the cause", what, k,
+				i, err)
 		}
 	}
 	start := time.Now()
@@ -116,7 +118,8 @@ func abortDuring(t *testing.T, w *world, k int) {
 		namesRank(t, what, r, errs[r], k)
 	}
 	if took := time.Since(start); took >= w.timeout {
-		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the abort went unnoticed", what, took, w.timeout)
+		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the abort went unnoticed", what, took,
+			w.timeout)
 	}
 	if err := w.waitOne(t, what, k, w.groups[k].Barrier(ctx)); !errors.Is(err, pg.ErrAborted) {
 		t.Errorf("%s: rank %d: a barrier after Abort got %v, want pg.ErrAborted", what, k, err)

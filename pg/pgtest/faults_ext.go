@@ -89,12 +89,14 @@ func subgroupDies(t *testing.T, w *world, abort bool) {
 	if abort {
 		what = fmt.Sprintf("world=4, rank %d aborts subgroup [0 1 2]", k)
 	}
-	a := makeSubs(t, w, "NewGroup([0 1 2])", [][]int{{0, 1, 2}}, func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
-		return s.NewGroup(ctx, []int{0, 1, 2})
-	})[0]
-	b := makeSubs(t, w, "NewGroup([0 1 3])", [][]int{{0, 1, 3}}, func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
-		return s.NewGroup(ctx, []int{0, 1, 3})
-	})[0]
+	a := makeSubs(t, w, "NewGroup([0 1 2])", [][]int{{0, 1, 2}},
+		func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
+			return s.NewGroup(ctx, []int{0, 1, 2})
+		})[0]
+	b := makeSubs(t, w, "NewGroup([0 1 3])", [][]int{{0, 1, 3}},
+		func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
+			return s.NewGroup(ctx, []int{0, 1, 3})
+		})[0]
 	ctx, cancel := context.WithTimeout(context.Background(), w.limit)
 	defer cancel()
 	others := []int{0, 1}
@@ -126,7 +128,8 @@ func subgroupDies(t *testing.T, w *world, abort bool) {
 		namesRank(t, what, r, errs[r], k)
 	}
 	if took := time.Since(start); took >= w.timeout {
-		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the fault went unnoticed", what, took, w.timeout)
+		t.Errorf("%s: the others took %v to fail, the whole group timeout %v: the fault went unnoticed", what, took,
+			w.timeout)
 	}
 	hookCtx, hookCancel := context.WithTimeout(ctx, 5*time.Second)
 	defer hookCancel()
@@ -141,8 +144,10 @@ func subgroupDies(t *testing.T, w *world, abort bool) {
 		}
 	}
 	if abort {
-		if err := a.w.waitOne(t, what, k, a.w.groups[k].Barrier(ctx)); !errors.Is(err, pg.ErrAborted) || !errors.Is(err, cause) {
-			t.Errorf("%s: rank %d: a barrier on the aborted subgroup got %v, want pg.ErrAborted wrapping the cause", what, k, err)
+		if err := a.w.waitOne(t, what, k, a.w.groups[k].Barrier(ctx)); !errors.Is(err, pg.ErrAborted) ||
+			!errors.Is(err, cause) {
+			t.Errorf("%s: rank %d: a barrier on the aborted subgroup got %v, want pg.ErrAborted wrapping the cause", what, k,
+				err)
 		}
 	}
 	after := func(sw *world, name string) {
@@ -214,9 +219,10 @@ func infoErrs(infos []pg.WorkInfo) []error {
 // outlivesParent: the parent of a subgroup is closed on every rank; the
 // subgroup, which is closed on its own, must still work.
 func outlivesParent(t *testing.T, w *world) {
-	s := makeSubs(t, w, "NewGroup([2 0])", [][]int{{2, 0}}, func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
-		return sp.NewGroup(ctx, []int{2, 0})
-	})[0]
+	s := makeSubs(t, w, "NewGroup([2 0])", [][]int{{2, 0}},
+		func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
+			return sp.NewGroup(ctx, []int{2, 0})
+		})[0]
 	closeAll(t, w.groups, w.limit)
 	tr := allReduceTrial(s.w, pg.Float64, pg.Op(pg.Max), 500, 2)
 	tr.what = "world=3, parent closed: " + tr.what + " on subgroup [2 0]"
@@ -227,9 +233,10 @@ func outlivesParent(t *testing.T, w *world) {
 // wait in on subgroup [0 1 2]. They must fail with pg.ErrTimeout after
 // about the group timeout, which a subgroup inherits from its parent.
 func subgroupNoShow(t *testing.T, w *world) {
-	s := makeSubs(t, w, "NewGroup([0 1 2])", [][]int{{0, 1, 2}}, func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
-		return sp.NewGroup(ctx, []int{0, 1, 2})
-	})[0]
+	s := makeSubs(t, w, "NewGroup([0 1 2])", [][]int{{0, 1, 2}},
+		func(ctx context.Context, r int, sp pg.Splitter) (pg.ProcessGroup, error) {
+			return sp.NewGroup(ctx, []int{0, 1, 2})
+		})[0]
 	what := fmt.Sprintf("world=%d, rank 2 never issues the allreduce on subgroup [0 1 2]", w.n)
 	if !w.holds(0) && !w.holds(1) { // RunRankFault: this process is rank 2 or outside the subgroup
 		w.stayAway()

@@ -217,7 +217,8 @@ func (w *world) sameDigest(t testing.TB, what string, r int, result pg.Tensor) {
 	ds := pg.View[int64](all)
 	for o := range w.n {
 		if ds[2*o] != ds[2*r] || ds[2*o+1] != ds[2*r+1] {
-			t.Errorf("%s: rank %d's result differs in its bits from rank %d's (digest %#x of %d bytes on rank %d, %#x of %d bytes on rank %d)",
+			t.Errorf("%s: rank %d's result differs in its bits from rank %d's (digest %#x of %d bytes on rank %d, %#x of %d "+
+				"bytes on rank %d)",
 				what, o, r, uint64(ds[2*o]), ds[2*o+1], o, uint64(ds[2*r]), ds[2*r+1], r)
 		}
 	}

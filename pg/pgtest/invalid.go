@@ -20,9 +20,11 @@ func invalidExtended(t *testing.T, w *world) {
 	cases = append(cases, p2pRefusals(n)...)
 	cases = append(cases, coalescedRefusals(n)...)
 	if n > 1 {
-		cases = append(cases, refusal{"alltoall without splits, length not a multiple of the size", func(ctx context.Context, r int, x pg.Extended) pg.Work {
-			return x.AllToAll(ctx, f32(2*n+1), f32(2*n+1), nil, nil)
-		}})
+		cases = append(cases,
+			refusal{"alltoall without splits, length not a multiple of the size",
+				func(ctx context.Context, r int, x pg.Extended) pg.Work {
+					return x.AllToAll(ctx, f32(2*n+1), f32(2*n+1), nil, nil)
+				}})
 	}
 	for _, c := range cases {
 		wantRefused(t, w, fmt.Sprintf("world=%d %s", n, c.name), c.f)
@@ -59,10 +61,14 @@ func rootRefusals(n int) []refusal {
 		{"reduce ragged bytes", func(ctx context.Context, r int, x pg.Extended) pg.Work {
 			return x.Reduce(ctx, pg.Tensor{Dtype: pg.Float32, Data: make([]byte, 5)}, 0, pg.Op(pg.Sum))
 		}},
-		{"gather root = size", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), f32(2), n) }},
-		{"gather root -1", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), f32(2), -1) }},
-		{"scatter root -1", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), -1) }},
-		{"scatter root = size", func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), n) }},
+		{"gather root = size",
+			func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), f32(2), n) }},
+		{"gather root -1",
+			func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Gather(ctx, f32(2*n), f32(2), -1) }},
+		{"scatter root -1",
+			func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), -1) }},
+		{"scatter root = size",
+			func(ctx context.Context, r int, x pg.Extended) pg.Work { return x.Scatter(ctx, f32(2), f32(2*n), n) }},
 	}
 }
 

@@ -34,13 +34,15 @@ func large(t *testing.T, w *world) {
 			in := randomBytes(pg.BFloat16, mib16/2, 16, uint64(prev))
 			plans[r] = []p2pOp{
 				{send: true, peer: next, tag: 16, buf: out, want: clone(out), what: fmt.Sprintf("16 MiB send to rank %d", next)},
-				{peer: prev, tag: 16, buf: pg.NewTensor(pg.BFloat16, mib16/2), want: in, what: fmt.Sprintf("16 MiB recv from rank %d", prev)},
+				{peer: prev, tag: 16, buf: pg.NewTensor(pg.BFloat16, mib16/2), want: in,
+					what: fmt.Sprintf("16 MiB recv from rank %d", prev)},
 			}
 		}
 		runP2P(t, w, plans, fmt.Sprintf("world=%d send/recv ring of 16 MiB", n))
 	})
 	t.Run("AllReduceCoalesced/int64/SUM", func(t *testing.T) {
-		w.try(t, allReduceCoalescedTrial(w, []pg.Dtype{pg.Int64}, pg.Op(pg.Sum), []int{1 << 20, 1<<19 + 1, 1<<19 - 1}, 4, false))
+		w.try(t, allReduceCoalescedTrial(w, []pg.Dtype{pg.Int64}, pg.Op(pg.Sum), []int{1 << 20, 1<<19 + 1, 1<<19 - 1}, 4,
+			false))
 	})
 }
 

@@ -106,7 +106,8 @@ func (w *world) extended() bool {
 
 // ctxCall gives do a ctx that ends after w's limit, and waits for the
 // Work do returns; guarded bounds the wait.
-func ctxCall(w *world, do func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work) func(r int, g pg.ProcessGroup) pg.Work {
+func ctxCall(w *world, do func(ctx context.Context, r int, g pg.ProcessGroup) pg.Work) func(r int,
+	g pg.ProcessGroup) pg.Work {
 	return func(r int, g pg.ProcessGroup) pg.Work {
 		ctx, cancel := context.WithTimeout(context.Background(), w.limit)
 		defer cancel()

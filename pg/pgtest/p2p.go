@@ -60,8 +60,10 @@ func ringPlan(n, r, perTag int, ordered bool) []p2pOp {
 		for ti, tg := range tags {
 			fwd, bwd := ringMessage(ti, m, r, next, 0), ringMessage(ti, m, r, prev, 1)
 			sends = append(sends,
-				p2pOp{send: true, peer: next, tag: tg.tag, buf: fwd, want: clone(fwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, next)},
-				p2pOp{send: true, peer: prev, tag: tg.tag, buf: bwd, want: clone(bwd), what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, prev)})
+				p2pOp{send: true, peer: next, tag: tg.tag, buf: fwd, want: clone(fwd),
+					what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, next)},
+				p2pOp{send: true, peer: prev, tag: tg.tag, buf: bwd, want: clone(bwd),
+					what: fmt.Sprintf("send #%d of tag %d to rank %d", m, tg.tag, prev)})
 		}
 		for k := range tags {
 			ti := len(tags) - 1 - k
@@ -149,7 +151,8 @@ func sendRecvAmidCollectives(t *testing.T, w *world, ordered bool) {
 // issueP2P issues every rank's plan on its own goroutine and returns the
 // Works by rank. before, if not nil, runs before op i of rank r's plan,
 // and once more after the last.
-func issueP2P(ctx context.Context, w *world, plans [][]p2pOp, before func(ctx context.Context, r int, g pg.ProcessGroup, i int)) [][]pg.Work {
+func issueP2P(ctx context.Context, w *world, plans [][]p2pOp,
+	before func(ctx context.Context, r int, g pg.ProcessGroup, i int)) [][]pg.Work {
 	return issue(w, nil, func(r int, g pg.ProcessGroup) []pg.Work {
 		ws := make([]pg.Work, len(plans[r]))
 		x, ok := g.(pg.PointToPoint)
@@ -240,7 +243,8 @@ func checkP2PSeqs(t testing.TB, what string, r int, plan []p2pOp, works []pg.Wor
 		}
 		for i := range s {
 			if s[0] == 0 || s[i] != s[0]+uint64(i) {
-				t.Errorf("%s: rank %d: the Seqs of its %s rank %d, in the order issued, are %v; want consecutive numbers from at least 1",
+				t.Errorf("%s: rank %d: the Seqs of its %s rank %d, in the order issued, are %v; want consecutive numbers from at "+
+					"least 1",
 					what, r, dir, k.peer, compact(s))
 				break
 			}

@@ -74,9 +74,10 @@ func RunRank(t *testing.T, g pg.ProcessGroup, opts RankOptions) {
 func freshWorld(t *testing.T, w *world) *world {
 	t.Helper()
 	all := allRanks(w.n)
-	subs := makeSubs(t, w, fmt.Sprintf("NewGroup(%v)", all), [][]int{all}, func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
-		return s.NewGroup(ctx, all)
-	})
+	subs := makeSubs(t, w, fmt.Sprintf("NewGroup(%v)", all), [][]int{all},
+		func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
+			return s.NewGroup(ctx, all)
+		})
 	fw := subs[0].w
 	fw.ctl = w.groups
 	return fw

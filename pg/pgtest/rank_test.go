@@ -76,11 +76,14 @@ func TestRunRankFaultsOverLocal(t *testing.T) {
 func TestRunRankCatchesPlantedBugs(t *testing.T) {
 	for _, c := range []struct{ bug, run, want string }{
 		// Rank 1 alone sees a wrong value: its own check against the reference fails.
-		{"corrupt-rank-1", "world=3/rank=/Collectives/AllReduce/int64/MAX", "world=3 allreduce int64 MAX len=1: rank 1: element 0 is"},
+		{"corrupt-rank-1", "world=3/rank=/Collectives/AllReduce/int64/MAX",
+			"world=3 allreduce int64 MAX len=1: rank 1: element 0 is"},
 		// Rank 1's result is within tolerance but not bit for bit rank 0's:
 		// only the digest exchange sees it, on every rank.
-		{"lsb-rank-1", "world=2/rank=/Collectives/AllReduce/float64/SUM", "rank 1's result differs in its bits from rank 0's (digest"},
-		{"ext-reduce-writes-nonroot", "world=3/rank=/Extended/Reduce/int32/SUM", "rank 2: its tensor (not the root's) changed"},
+		{"lsb-rank-1", "world=2/rank=/Collectives/AllReduce/float64/SUM",
+			"rank 1's result differs in its bits from rank 0's (digest"},
+		{"ext-reduce-writes-nonroot", "world=3/rank=/Extended/Reduce/int32/SUM",
+			"rank 2: its tensor (not the root's) changed"},
 		{"ext-alltoall-corrupts", "world=2/rank=/Extended/AllToAll/uneven/uint8", "world=2 alltoall uint8 splits="},
 		{"ext-split-ignores-key", "world=4/rank=/Extended/Split", "got rank 1 of size 2, want rank 0"},
 		{"ext-seq-off", "world=2/rank=/Extended/Seq", "collective #1 issued has Seq 2, want 1"},

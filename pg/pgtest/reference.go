@@ -25,7 +25,8 @@ func Reduce(ins []pg.Tensor, op pg.ReduceOp) (pg.Tensor, error) {
 			return pg.Tensor{}, fmt.Errorf("pgtest: input %d: %w", i, err)
 		}
 		if in.Dtype != d || in.Len() != n {
-			return pg.Tensor{}, fmt.Errorf("pgtest: %w: input %d is %v x %d, input 0 is %v x %d", pg.ErrInvalidArgument, i, in.Dtype, in.Len(), d, n)
+			return pg.Tensor{}, fmt.Errorf("pgtest: %w: input %d is %v x %d, input 0 is %v x %d", pg.ErrInvalidArgument, i,
+				in.Dtype, in.Len(), d, n)
 		}
 	}
 	if !validOp(d, op.Kind) {
@@ -226,7 +227,8 @@ func Compare(got, want pg.Tensor, tol float64) error {
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d of %d elements differ; first: element %d is %v, want %v (relative tolerance %g)", bad, len(g), first, g[first], w[first], tol)
+		return fmt.Errorf("%d of %d elements differ; first: element %d is %v, want %v (relative tolerance %g)", bad, len(g),
+			first, g[first], w[first], tol)
 	}
 	return nil
 }
@@ -291,7 +293,8 @@ func Gather(ins []pg.Tensor) (pg.Tensor, error) {
 			return pg.Tensor{}, fmt.Errorf("pgtest: input %d: %w", i, err)
 		}
 		if in.Dtype != d || in.Len() != n {
-			return pg.Tensor{}, fmt.Errorf("pgtest: %w: input %d is %v x %d, input 0 is %v x %d", pg.ErrInvalidArgument, i, in.Dtype, in.Len(), d, n)
+			return pg.Tensor{}, fmt.Errorf("pgtest: %w: input %d is %v x %d, input 0 is %v x %d", pg.ErrInvalidArgument, i,
+				in.Dtype, in.Len(), d, n)
 		}
 		copy(out.Slice(i*n, (i+1)*n).Data, in.Data)
 	}
@@ -305,7 +308,8 @@ func Scatter(in pg.Tensor, size int) ([]pg.Tensor, error) {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
 	if size < 1 || in.Len()%size != 0 {
-		return nil, fmt.Errorf("pgtest: %w: %d elements do not split into %d equal chunks", pg.ErrInvalidArgument, in.Len(), size)
+		return nil, fmt.Errorf("pgtest: %w: %d elements do not split into %d equal chunks", pg.ErrInvalidArgument, in.Len(),
+			size)
 	}
 	k := in.Len() / size
 	outs := make([]pg.Tensor, size)
@@ -329,7 +333,8 @@ func AllToAll(ins []pg.Tensor, splits [][]int) ([]pg.Tensor, error) {
 		splits = make([][]int, n)
 		for i, in := range ins {
 			if in.Len()%n != 0 {
-				return nil, fmt.Errorf("pgtest: %w: input %d holds %d elements, not a multiple of %d", pg.ErrInvalidArgument, i, in.Len(), n)
+				return nil, fmt.Errorf("pgtest: %w: input %d holds %d elements, not a multiple of %d", pg.ErrInvalidArgument, i,
+					in.Len(), n)
 			}
 			splits[i] = make([]int, n)
 			for j := range splits[i] {
@@ -360,7 +365,8 @@ func AllToAll(ins []pg.Tensor, splits [][]int) ([]pg.Tensor, error) {
 			outLens[j] += s
 		}
 		if sum != in.Len() {
-			return nil, fmt.Errorf("pgtest: %w: rank %d's splits sum to %d, its input holds %d", pg.ErrInvalidArgument, i, sum, in.Len())
+			return nil, fmt.Errorf("pgtest: %w: rank %d's splits sum to %d, its input holds %d", pg.ErrInvalidArgument, i, sum,
+				in.Len())
 		}
 	}
 	outs := make([]pg.Tensor, n)

@@ -17,7 +17,8 @@ func TestGatherScatterKnownAnswers(t *testing.T) {
 	if err := Compare(got, i32(1, 2, 3, 4, 5, 6), 0); err != nil {
 		t.Errorf("Gather: %v", err)
 	}
-	if got, err := Gather([]pg.Tensor{{Dtype: pg.Float16}, {Dtype: pg.Float16}}); err != nil || got.Len() != 0 || got.Dtype != pg.Float16 {
+	if got, err := Gather([]pg.Tensor{{Dtype: pg.Float16}, {Dtype: pg.Float16}}); err != nil || got.Len() != 0 ||
+		got.Dtype != pg.Float16 {
 		t.Errorf("Gather of empty tensors: %v x %d, %v", got.Dtype, got.Len(), err)
 	}
 	in := i32(1, 2, 3, 4, 5, 6)

@@ -41,7 +41,8 @@ func seqSteps(w *world) []seqStep {
 		{allReduceTrial(w, pg.Float32, pg.Op(pg.Sum), 10, 1), pg.OpAllReduce, pg.Float32, both(40)},
 		{broadcastTrial(w, pg.Float64, last, 5), pg.OpBroadcast, pg.Float64, both(40)},
 		{allGatherTrial(w, pg.Int32, 3), pg.OpAllGather, pg.Int32, func(int) (int64, int64) { return 12, 12 * n }},
-		{reduceScatterTrial(w, pg.BFloat16, pg.Op(pg.Sum), 4, 2), pg.OpReduceScatter, pg.BFloat16, func(int) (int64, int64) { return 8 * n, 8 }},
+		{reduceScatterTrial(w, pg.BFloat16, pg.Op(pg.Sum), 4, 2), pg.OpReduceScatter, pg.BFloat16,
+			func(int) (int64, int64) { return 8 * n, 8 }},
 		{barrierTrial(w), pg.OpBarrier, 0, both(0)},
 		{reduceTrial(w, pg.Int64, pg.Op(pg.Max), first, 6, 3), pg.OpReduce, pg.Int64, both(48)},
 		{gatherTrial(w, pg.Uint8, last, 5, true), pg.OpGather, pg.Uint8, onRoot(last, 5, 5*n, 5, 0)},
@@ -49,10 +50,14 @@ func seqSteps(w *world) []seqStep {
 		{allToAllTrial(w, pg.Float32, splits, 0, 5), pg.OpAllToAll, pg.Float32, func(r int) (int64, int64) {
 			return 4 * int64(sum(splits[r])), 4 * int64(sum(columnOf(splits, r)))
 		}},
-		{allReduceCoalescedTrial(w, []pg.Dtype{pg.Float32}, pg.Op(pg.Sum), []int{3, 0, 5}, 4, false), pg.OpAllReduceCoalesced, pg.Float32, both(32)},
-		{allGatherCoalescedTrial(w, pg.Int32, []int{1, 2}, false), pg.OpAllGatherCoalesced, pg.Int32, func(int) (int64, int64) { return 12, 12 * n }},
-		{reduceScatterCoalescedTrial(w, pg.Float64, pg.Op(pg.Min), []int{2, 1}, 6, false), pg.OpReduceScatterCoalesced, pg.Float64, func(int) (int64, int64) { return 24 * n, 24 }},
-		{allReduceCoalescedTrial(w, []pg.Dtype{pg.Int32}, pg.Op(pg.Bor), []int{4}, 7, true), pg.OpAllReduceCoalesced, pg.Int32, both(16)},
+		{allReduceCoalescedTrial(w, []pg.Dtype{pg.Float32}, pg.Op(pg.Sum), []int{3, 0, 5}, 4, false), pg.OpAllReduceCoalesced,
+			pg.Float32, both(32)},
+		{allGatherCoalescedTrial(w, pg.Int32, []int{1, 2}, false), pg.OpAllGatherCoalesced, pg.Int32,
+			func(int) (int64, int64) { return 12, 12 * n }},
+		{reduceScatterCoalescedTrial(w, pg.Float64, pg.Op(pg.Min), []int{2, 1}, 6, false), pg.OpReduceScatterCoalesced,
+			pg.Float64, func(int) (int64, int64) { return 24 * n, 24 }},
+		{allReduceCoalescedTrial(w, []pg.Dtype{pg.Int32}, pg.Op(pg.Bor), []int{4}, 7, true), pg.OpAllReduceCoalesced,
+			pg.Int32, both(16)},
 		// Refused on every rank: no sequence number, and the next
 		// collective takes the number this one would have.
 		{trial{
@@ -112,8 +117,10 @@ func seqP2PPlan(w *world) [][]p2pOp {
 		for m := range 2 {
 			out := randomBytes(pg.Float32, 3, uint64(m), uint64(r))
 			in := randomBytes(pg.Float32, 3, uint64(m), uint64(prev))
-			send := p2pOp{send: true, peer: next, tag: 4, buf: out, want: clone(out), what: fmt.Sprintf("send #%d to rank %d", m, next)}
-			recv := p2pOp{peer: prev, tag: 4, buf: pg.NewTensor(pg.Float32, 3), want: in, what: fmt.Sprintf("recv #%d from rank %d", m, prev)}
+			send := p2pOp{send: true, peer: next, tag: 4, buf: out, want: clone(out),
+				what: fmt.Sprintf("send #%d to rank %d", m, next)}
+			recv := p2pOp{peer: prev, tag: 4, buf: pg.NewTensor(pg.Float32, 3), want: in,
+				what: fmt.Sprintf("recv #%d from rank %d", m, prev)}
 			if r%2 == 1 { // as ringTrial, odd ranks receive first
 				send, recv = recv, send
 			}
@@ -206,7 +213,8 @@ func checkSeqP2P(t *testing.T, w *world, what string, p2p [][]p2pOp, works []seq
 				t.Errorf("%s: rank %d: %s: %v", what, r, o.what, err)
 			}
 			if got, want := wk.Seq(), uint64(i/2+1); got != want {
-				t.Errorf("%s: rank %d: %s has Seq %d, want %d: sends and receives are numbered per peer and direction from 1, apart from collectives",
+				t.Errorf("%s: rank %d: %s has Seq %d, want %d: sends and receives are numbered per peer and direction from 1, "+
+					"apart from collectives",
 					what, r, o.what, got, want)
 			}
 		}
@@ -229,7 +237,8 @@ func checkSeqHooks(t *testing.T, w *world, steps []seqStep, p2p [][]p2pOp, recs 
 		checkHooks(t, fmt.Sprintf("world=%d completion hook", w.n), r, steps, p2p, recs[r].await(hookCtx, want))
 		recs[r].mu.Lock()
 		for _, info := range recs[r].early {
-			t.Errorf("world=%d completion hook: rank %d: %v #%d was reported before its Work was done", w.n, r, info.Op, info.Seq)
+			t.Errorf("world=%d completion hook: rank %d: %v #%d was reported before its Work was done", w.n, r, info.Op,
+				info.Seq)
 		}
 		recs[r].mu.Unlock()
 	}
@@ -268,7 +277,8 @@ func slowHook(t *testing.T, w *world) {
 			continue
 		}
 		if infos := slow[r].await(ctx, len(trials)); len(infos) < len(trials) {
-			t.Errorf("world=%d: rank %d: a hook released after %d allreduces saw only %s", w.n, r, len(trials), describeInfos(infos))
+			t.Errorf("world=%d: rank %d: a hook released after %d allreduces saw only %s", w.n, r, len(trials),
+				describeInfos(infos))
 		}
 	}
 }
@@ -316,7 +326,8 @@ func checkHookInfos(t *testing.T, what string, r int, infos []pg.WorkInfo) {
 
 // checkHookSteps wants every numbered step reported with its dtype and
 // sizes on rank r.
-func checkHookSteps(t *testing.T, what string, r int, steps []seqStep, infos []pg.WorkInfo, byKey map[hookKey]pg.WorkInfo) {
+func checkHookSteps(t *testing.T, what string, r int, steps []seqStep, infos []pg.WorkInfo,
+	byKey map[hookKey]pg.WorkInfo) {
 	t.Helper()
 	seq := uint64(0)
 	for _, s := range steps {
@@ -357,7 +368,8 @@ func checkHookP2P(t *testing.T, what string, r int, plan []p2pOp, infos []pg.Wor
 		}
 		if info.Dtype != o.buf.Dtype || mine != size || other != 0 && other != size {
 			t.Errorf("%s: rank %d: %v #%d reported dtype %v, %d bytes in, %d out; want %v and %d bytes %s",
-				what, r, k.op, k.seq, info.Dtype, info.InBytes, info.OutBytes, o.buf.Dtype, size, map[bool]string{true: "in", false: "out"}[o.send])
+				what, r, k.op, k.seq, info.Dtype, info.InBytes, info.OutBytes, o.buf.Dtype, size,
+				map[bool]string{true: "in", false: "out"}[o.send])
 		}
 	}
 }

@@ -64,7 +64,8 @@ func makeSubs(t *testing.T, parent *world, name string, members [][]int,
 				continue
 			}
 			if g == nil || g.Rank() != i || g.Size() != len(ms) {
-				t.Fatalf("world=%d %s: parent rank %d got %s, want rank %d of size %d", parent.n, s.name, p, describe(g), i, len(ms))
+				t.Fatalf("world=%d %s: parent rank %d got %s, want rank %d of size %d", parent.n, s.name, p, describe(g), i,
+					len(ms))
 			}
 			s.w.groups = append(s.w.groups, g)
 		}
@@ -144,9 +145,10 @@ func splits(t *testing.T, w *world, p2p bool) {
 // groups against splitMembers.
 func splitOn(t *testing.T, parent *world, name string, colors, keys []int) []sub {
 	t.Helper()
-	return makeSubs(t, parent, name, splitMembers(colors, keys), func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
-		return s.Split(ctx, colors[r], keys[r])
-	})
+	return makeSubs(t, parent, name, splitMembers(colors, keys),
+		func(ctx context.Context, r int, s pg.Splitter) (pg.ProcessGroup, error) {
+			return s.Split(ctx, colors[r], keys[r])
+		})
 }
 
 // splitMembers is the reference for Split: the ranks of each color,
@@ -328,7 +330,8 @@ func newGroupAmidCollectives(t *testing.T, w *world) {
 			continue
 		}
 		if x.err != nil || x.sub == nil || x.sub.Rank() != len(ranks)-1-r {
-			t.Fatalf("%s: rank %d: got %s, error %v; want rank %d of the subgroup", what, r, describe(x.sub), x.err, len(ranks)-1-r)
+			t.Fatalf("%s: rank %d: got %s, error %v; want rank %d of the subgroup", what, r, describe(x.sub), x.err,
+				len(ranks)-1-r)
 		}
 	}
 	sw := &world{groups: subs, n: w.n, timeout: w.timeout, limit: w.limit}

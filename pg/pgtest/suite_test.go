@@ -22,19 +22,24 @@ const bugEnv = "PGTEST_PLANTED_BUG"
 // each run to fail with a message that points at the bug.
 func TestSuiteCatchesPlantedBugs(t *testing.T) {
 	for _, c := range []struct{ bug, run, want string }{
-		{"corrupt-all", "Collectives/world=2/AllReduce/float32/SUM", "world=2 allreduce float32 SUM len=1: rank 0: 1 of 1 elements differ"},
+		{"corrupt-all", "Collectives/world=2/AllReduce/float32/SUM",
+			"world=2 allreduce float32 SUM len=1: rank 0: 1 of 1 elements differ"},
 		{"corrupt-rank-1", "Collectives/world=3/AllReduce/int64/MAX", "rank 1's result differs in its bits from rank 0's"},
 		{"ignore-close", "Faults/Close/world=2/rank=1", "is a timeout; want the departure of rank 1 noticed"},
-		{"not-extended", "Extended/world=2/Reduce", "does not implement pg.Extended: it lacks pg.MonitoredBarrierer, pg.Backender, pg.Rooted"},
+		{"not-extended", "Extended/world=2/Reduce",
+			"does not implement pg.Extended: it lacks pg.MonitoredBarrierer, pg.Backender, pg.Rooted"},
 		{"ext-reduce-writes-nonroot", "Extended/world=3/Reduce/int32/SUM", "rank 2: its tensor (not the root's) changed"},
 		{"ext-alltoall-corrupts", "Extended/world=2/AllToAll/uneven/uint8", "world=2 alltoall uint8 splits="},
 		{"ext-seq-off", "Extended/Seq/world=2", "collective #1 issued has Seq 2, want 1"},
-		{"ext-split-ignores-key", "Extended/world=4/Split", "Split(parity, -rank): subgroup of parent ranks [2 0]: parent rank 2 got rank 1 of size 2, want rank 0"},
+		{"ext-split-ignores-key", "Extended/world=4/Split",
+			"Split(parity, -rank): subgroup of parent ranks [2 0]: parent rank 2 got rank 1 of size 2, want rank 0"},
 		{"ext-hook-drops-sends", "Extended/Seq/world=2", "completion hook: rank 0: never saw send #1"},
-		{"ext-subgroup-ignores-close", "Extended/Faults/Subgroup/Close", "is a timeout; want the departure of rank 2 noticed"},
+		{"ext-subgroup-ignores-close", "Extended/Faults/Subgroup/Close",
+			"is a timeout; want the departure of rank 2 noticed"},
 		{"ext-recv-swaps-tags", "Extended/world=2/SendRecv", "rank 1 receives 2 then 1: tag 2: element 0 is"},
 		{"nil-ctx-panics", "Misuse/world=2/open", "world=2 allreduce nil ctx: rank 1: panicked: planted: nil ctx"},
-		{"closed-allreduce-succeeds", "Misuse/world=2/closed", "world=2 after Close: allreduce: rank 0: got error <nil>, want one wrapping pg.ErrClosed"},
+		{"closed-allreduce-succeeds", "Misuse/world=2/closed",
+			"world=2 after Close: allreduce: rank 0: got error <nil>, want one wrapping pg.ErrClosed"},
 	} {
 		t.Run(c.bug, func(t *testing.T) { wantCaught(t, "TestPlantedBug", c.bug, c.run, c.want) })
 	}

@@ -122,7 +122,8 @@ func barrierTrial(w *world) trial {
 
 // allEqual compares the result of each rank held here with want(rank).
 // got[i] is the result of rank i, or of rank ranks[i] when ranks are given.
-func (w *world) allEqual(t testing.TB, what string, got []pg.Tensor, want func(r int) pg.Tensor, tol float64, ranks ...int) {
+func (w *world) allEqual(t testing.TB, what string, got []pg.Tensor, want func(r int) pg.Tensor, tol float64,
+	ranks ...int) {
 	t.Helper()
 	for i, g := range got {
 		r := i

@@ -137,8 +137,9 @@ func rendezvousOf(t *testing.T, addr string, ranks int, timeout time.Duration) t
 
 // TestTCPIdleFloodDoesNotDelayRendezvous: 300 idle sockets that reconnect
 // when dropped, from the ranks' own host, hammer the store port while 4
-// ranks meet through it. The ranks finish within 2 s (on main before issue
-// 21, 1,100 such sockets made it 20 to 39 s), and the log holds a bounded
+// ranks meet through it. The ranks finish within 2 s (were pending
+// connections not capped apart, Note [admission], such sockets would make it
+// tens of seconds), and the log holds a bounded
 // number of warnings however many connections were refused.
 func TestTCPIdleFloodDoesNotDelayRendezvous(t *testing.T) {
 	const sockets = 300
@@ -256,7 +257,7 @@ func heapAfterGC() int64 {
 
 // TestTCPLargeFrameClaimsCostWhatArrives: 40 authenticated connections
 // each announce a 16 MiB set. Announcing costs the server a 16 KiB chunk
-// each, not 16 MiB (on main before issue 21, 640 MiB); sending 1 MiB each
+// each, not 16 MiB (Note [frame budget]: 640 MiB in all); sending 1 MiB each
 // (40 MiB) fills the 16 MiB budget (the oldest frame may go past it), the
 // others wait; a small
 // request still goes through meanwhile; and once they hang up every byte
@@ -282,7 +283,8 @@ func TestTCPLargeFrameClaimsCostWhatArrives(t *testing.T) {
 	}
 	waitInflight(t, srv, func(n int64) bool { return n == conns*firstChunk })
 	claimed := heapAfterGC() - base
-	t.Logf("%d connections announcing %d MiB each: the live heap grew by %.1f MiB", conns, claim>>20, float64(claimed)/(1<<20))
+	t.Logf("%d connections announcing %d MiB each: the live heap grew by %.1f MiB", conns, claim>>20,
+		float64(claimed)/(1<<20))
 	if claimed > 4<<20 {
 		t.Errorf("announcing %d frames of %d MiB grew the live heap by %d bytes; want under 4 MiB", conns, claim>>20, claimed)
 	}
@@ -303,7 +305,8 @@ func TestTCPLargeFrameClaimsCostWhatArrives(t *testing.T) {
 	t.Logf("then sending %d MiB each: %.1f MiB in flight (peak %.1f MiB, budget %d MiB), the live heap grew by %.1f MiB",
 		send>>20, float64(st.InflightBytes)/(1<<20), float64(st.PeakInflightBytes)/(1<<20), budget>>20, float64(sent)/(1<<20))
 	if limit := int64(budget + claim + conns*firstChunk); st.PeakInflightBytes > limit {
-		t.Errorf("peak of %d bytes in flight; want at most the budget, a frame and a first chunk per connection, %d", st.PeakInflightBytes, limit)
+		t.Errorf("peak of %d bytes in flight; want at most the budget, a frame and a first chunk per connection, %d",
+			st.PeakInflightBytes, limit)
 	}
 	if sent > 3*budget {
 		t.Errorf("the live heap grew by %d bytes with a budget of %d", sent, budget)

@@ -8,12 +8,12 @@ import (
 
 // Note [admission]
 //
-// Rendezvous must not wait on connections that never authenticate: on
-// main before issue 21, 1,100 idle sockets that reconnect when dropped
-// filled the server's connection cap, each for the 10 s handshake
-// timeout, and the ranks' own connections were refused until a slot
-// happened to be free when they retried: rendezvous took 20 to 39 s
-// instead of under one.
+// Rendezvous must not wait on connections that never authenticate. Were
+// every connection counted alike, a thousand idle sockets that reconnect
+// when dropped would fill the server's connection cap, each for the whole
+// handshake timeout, and the ranks' own connections would be refused until
+// a slot happened to be free when they retried: rendezvous would take tens
+// of seconds instead of under one.
 //
 // So a connection still in the handshake is "pending", and pending
 // connections have caps of their own, overall (MaxUnauthenticated) and

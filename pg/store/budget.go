@@ -12,11 +12,10 @@ import (
 
 // Note [frame budget]
 //
-// A frame's header announces its length, up to MaxFrame (16 MiB). On main
-// before issue 21 the server allocated that much as soon as it read the
-// header: 40 authenticated connections that each announced 16 MiB and
-// sent nothing more grew rank 0 from 28 MB to 685 MB. Now a payload is
-// read as it arrives, into a buffer that starts at firstChunk and doubles
+// A frame's header announces its length, up to MaxFrame (16 MiB). A server
+// that allocated that much as soon as it read the header would let 40
+// authenticated connections that each announce 16 MiB and send nothing
+// more cost rank 0 640 MiB. So a payload is read as it arrives, into a buffer that starts at firstChunk and doubles
 // as it fills, so a frame costs what its peer has sent (at most twice
 // that), not what it claimed. And the bytes of the frames being read,
 // across every connection, are charged to one budget, MaxInflight
@@ -112,7 +111,8 @@ func (c *charge) grow(n int64) error {
 		case <-b.done:
 			return ErrClosed
 		case <-timeout:
-			return fmt.Errorf("%w: %d bytes in flight, %d more wanted, MaxInflight is %d; waited %v", errOverBudget, used, n, b.limit, b.wait)
+			return fmt.Errorf("%w: %d bytes in flight, %d more wanted, MaxInflight is %d; waited %v", errOverBudget, used, n,
+				b.limit, b.wait)
 		}
 	}
 }

@@ -98,7 +98,8 @@ var _ Store = (*C10dClient)(nil)
 // length exceeds 2^63 and drops the connection, storing nothing).
 func DialC10d(ctx context.Context, addr string, opts C10dOptions) (*C10dClient, error) {
 	if opts.Protocol < C10dAuto || opts.Protocol > C10dV2 {
-		return nil, fmt.Errorf("%w: store: c10d protocol %v; use C10dAuto, C10dV1 or C10dV2", pg.ErrInvalidArgument, opts.Protocol)
+		return nil, fmt.Errorf("%w: store: c10d protocol %v; use C10dAuto, C10dV1 or C10dV2", pg.ErrInvalidArgument,
+			opts.Protocol)
 	}
 	if opts.MaxValue < 0 {
 		return nil, fmt.Errorf("%w: store: C10dOptions.MaxValue %d is negative", pg.ErrInvalidArgument, opts.MaxValue)
@@ -154,14 +155,16 @@ func (c *C10dClient) dialRetry(ctx context.Context) (net.Conn, error) {
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
 			if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, fmt.Errorf("%w: store: no c10d TCPStore answered at %s within %v: %w", pg.ErrTimeout, c.addr, time.Since(start).Round(time.Millisecond), err)
+				return nil, fmt.Errorf("%w: store: no c10d TCPStore answered at %s within %v: %w", pg.ErrTimeout, c.addr,
+					time.Since(start).Round(time.Millisecond), err)
 			}
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("store: dial c10d TCPStore at %s: %w", c.addr, context.Cause(ctx))
 			}
 			return nil, err
 		}
-		c.log.Debug("store: c10d TCPStore not reachable yet; retrying", zap.String("addr", c.addr), zap.Error(err), zap.Duration("backoff", backoff))
+		c.log.Debug("store: c10d TCPStore not reachable yet; retrying", zap.String("addr", c.addr), zap.Error(err),
+			zap.Duration("backoff", backoff))
 		select {
 		case <-time.After(backoff):
 			backoff = min(2*backoff, time.Second)
@@ -192,7 +195,9 @@ func (c *C10dClient) dialFirst(ctx context.Context) (net.Conn, error) {
 	}
 	if _, err := c.do(ctx, conn, c10dRequest{op: c10dNumKeys}); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("%w: store: the server at %s dropped the c10d 2.x opening (VALIDATE) and does not answer a 1.x query either (%v); is it a c10d TCPStore? (set C10dOptions.Protocol to skip detection)", pg.ErrComm, c.addr, err)
+		return nil, fmt.Errorf("%w: store: the server at %s dropped the c10d 2.x opening (VALIDATE) and does not answer a "+
+			"1.x query either (%v); is it a c10d TCPStore? (set C10dOptions.Protocol to skip detection)", pg.ErrComm, c.addr,
+			err)
 	}
 	return conn, nil
 }
@@ -239,7 +244,9 @@ func (c *C10dClient) probe(ctx context.Context) (net.Conn, bool, error) {
 	}
 	if err != nil {
 		conn.Close()
-		return nil, false, fmt.Errorf("%w: store: the server at %s answered the c10d 2.x opening with unexpected bytes; is it a c10d TCPStore? %w", pg.ErrComm, c.addr, err)
+		return nil, false, fmt.Errorf(
+			"%w: store: the server at %s answered the c10d 2.x opening with unexpected bytes; is it a c10d TCPStore? %w",
+			pg.ErrComm, c.addr, err)
 	}
 	if !stop() {
 		conn.Close()
@@ -346,11 +353,13 @@ func (c *C10dClient) callErr(ctx context.Context, name string, keys []string, st
 		if name == "get" || name == "wait" {
 			return &TimeoutError{Op: name, Keys: keys, After: time.Since(start)}
 		}
-		return fmt.Errorf("%w: store: c10d %s %q: no answer from %s within %v", pg.ErrTimeout, name, keys, c.addr, time.Since(start).Round(time.Millisecond))
+		return fmt.Errorf("%w: store: c10d %s %q: no answer from %s within %v", pg.ErrTimeout, name, keys, c.addr,
+			time.Since(start).Round(time.Millisecond))
 	case errors.Is(err, pg.ErrComm), errors.Is(err, pg.ErrInvalidArgument):
 		return fmt.Errorf("store: c10d %s %q at %s: %w", name, keys, c.addr, err)
 	case dropped(err):
-		return fmt.Errorf("%w: store: c10d %s %q: the TCPStore at %s (protocol %v) closed the connection: %w", pg.ErrComm, name, keys, c.addr, c.proto, err)
+		return fmt.Errorf("%w: store: c10d %s %q: the TCPStore at %s (protocol %v) closed the connection: %w", pg.ErrComm,
+			name, keys, c.addr, c.proto, err)
 	default:
 		return fmt.Errorf("%w: store: c10d %s %q: connection to %s: %w", pg.ErrComm, name, keys, c.addr, err)
 	}
@@ -394,7 +403,9 @@ func (c *C10dClient) Add(ctx context.Context, key string, delta int64) (int64, e
 	if err != nil && errors.Is(err, pg.ErrComm) && ctx.Err() == nil && !c.pool.isClosed() {
 		if v, gerr := c.peek(ctx, key); gerr == nil && v != nil {
 			if _, perr := strconv.ParseInt(string(v), 10, 64); perr != nil {
-				return 0, fmt.Errorf("%w: store: c10d add to key %q: value %q is not a decimal integer (the server dropped the connection)", pg.ErrInvalidArgument, key, truncate(v))
+				return 0, fmt.Errorf(
+					"%w: store: c10d add to key %q: value %q is not a decimal integer (the server dropped the connection)",
+					pg.ErrInvalidArgument, key, truncate(v))
 			}
 		}
 	}

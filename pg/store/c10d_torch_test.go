@@ -83,7 +83,8 @@ func startTorch(t *testing.T) *torchServer {
 	t.Helper()
 	py := torchPython()
 	if out, err := exec.Command(py, "-c", "import torch.distributed").CombinedOutput(); err != nil {
-		t.Skipf("skipping: %s cannot import torch (%v: %s); install Debian's python3-torch (apt-get install -y python3-torch, as scripts/test.sh does) or set GODDP_TORCH_PYTHON", py, err, strings.TrimSpace(string(out)))
+		t.Skipf("skipping: %s cannot import torch (%v: %s); install Debian's python3-torch (apt-get install -y "+
+			"python3-torch, as scripts/test.sh does) or set GODDP_TORCH_PYTHON", py, err, strings.TrimSpace(string(out)))
 	}
 	script := filepath.Join(t.TempDir(), "torch_store_server.py")
 	if err := os.WriteFile(script, []byte(torchServerPy), 0o600); err != nil {

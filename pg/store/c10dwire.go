@@ -121,16 +121,19 @@ func appendC10dValidate(b []byte) []byte {
 // before anything is sent: keys and values over the libuv server's limits.
 func checkC10dRequest(r c10dRequest) error {
 	if len(r.keys) > c10dMaxWaitKeys {
-		return fmt.Errorf("%w: store: c10d %v of %d keys; a c10d server takes at most %d", pg.ErrInvalidArgument, r.op, len(r.keys), c10dMaxWaitKeys)
+		return fmt.Errorf("%w: store: c10d %v of %d keys; a c10d server takes at most %d", pg.ErrInvalidArgument, r.op,
+			len(r.keys), c10dMaxWaitKeys)
 	}
 	for _, k := range r.keys {
 		if len(k) > c10dMaxKey {
-			return fmt.Errorf("%w: store: c10d %v: key of %d bytes (%q...); a c10d server takes keys of at most %d bytes", pg.ErrInvalidArgument, r.op, len(k), k[:32], c10dMaxKey)
+			return fmt.Errorf("%w: store: c10d %v: key of %d bytes (%q...); a c10d server takes keys of at most %d bytes",
+				pg.ErrInvalidArgument, r.op, len(k), k[:32], c10dMaxKey)
 		}
 	}
 	for _, v := range [][]byte{r.value, r.desired} {
 		if len(v) > c10dMaxPayload {
-			return fmt.Errorf("%w: store: c10d %v %q: value of %d bytes; a c10d server takes values of at most %d bytes", pg.ErrInvalidArgument, r.op, r.keys, len(v), c10dMaxPayload)
+			return fmt.Errorf("%w: store: c10d %v %q: value of %d bytes; a c10d server takes values of at most %d bytes",
+				pg.ErrInvalidArgument, r.op, r.keys, len(v), c10dMaxPayload)
 		}
 	}
 	return nil
@@ -166,7 +169,8 @@ func (d *c10dDecoder) bytes() ([]byte, error) {
 	}
 	n := binary.LittleEndian.Uint64(d.buf[:8])
 	if n > d.max {
-		return nil, fmt.Errorf("%w: the server sent a value of %d bytes, over the cap of %d (C10dOptions.MaxValue)", pg.ErrComm, n, d.max)
+		return nil, fmt.Errorf("%w: the server sent a value of %d bytes, over the cap of %d (C10dOptions.MaxValue)",
+			pg.ErrComm, n, d.max)
 	}
 	b, err := readFrame(d.r, int(n), unlimited) // as it arrives: n is the server's claim
 	return b, err

@@ -48,7 +48,8 @@ func TestC10dRequestEncoding(t *testing.T) {
 		args   []byte
 	}{
 		{c10dRequest{op: c10dSet, keys: []string{"k"}, value: []byte("vv")}, 0, 1, cat(str("k"), str("vv"))},
-		{c10dRequest{op: c10dCompareSet, keys: []string{"k"}, value: []byte("a"), desired: []byte("b")}, 1, 2, cat(str("k"), str("a"), str("b"))},
+		{c10dRequest{op: c10dCompareSet, keys: []string{"k"}, value: []byte("a"), desired: []byte("b")}, 1, 2,
+			cat(str("k"), str("a"), str("b"))},
 		{c10dRequest{op: c10dGet, keys: []string{"k"}}, 2, 3, str("k")},
 		{c10dRequest{op: c10dAdd, keys: []string{"k"}, delta: -2}, 3, 4, cat(str("k"), u64(^uint64(1)))},
 		{c10dRequest{op: c10dCheck, keys: []string{"a", "bc"}}, 4, 5, cat(u64(2), str("a"), str("bc"))},
@@ -87,7 +88,8 @@ func FuzzC10dAnswer(f *testing.F) {
 		d := c10dDecoder{r: r, max: max}
 		a, err := d.readAnswer(c10dOp(op))
 		if err != nil {
-			if !errors.Is(err, pg.ErrComm) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, pg.ErrInvalidArgument) {
+			if !errors.Is(err, pg.ErrComm) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) &&
+				!errors.Is(err, pg.ErrInvalidArgument) {
 				t.Fatalf("error %v wraps neither pg.ErrComm nor io.EOF", err)
 			}
 			return

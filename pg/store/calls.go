@@ -79,7 +79,8 @@ func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, error) {
 	req.wait = max(time.Until(deadline), 0)
 	payload := req.appendPayload(nil)
 	if len(payload) > int(c.maxFrame) {
-		return nil, fmt.Errorf("%w: store: %v request of %d bytes exceeds the frame cap of %d", pg.ErrInvalidArgument, req.op, len(payload), c.maxFrame)
+		return nil, fmt.Errorf("%w: store: %v request of %d bytes exceeds the frame cap of %d", pg.ErrInvalidArgument, req.op,
+			len(payload), c.maxFrame)
 	}
 	conn, err := c.pool.take(ctx)
 	if err != nil {
@@ -126,7 +127,8 @@ func (c *Client) result(req request, status uint8, body []byte, start time.Time)
 	case statusInvalid:
 		return nil, fmt.Errorf("%w: %s (from the store server at %s)", pg.ErrInvalidArgument, body, c.addr)
 	case statusBadRequest:
-		return nil, fmt.Errorf("%w: the store server at %s refused a %v request as malformed: %s", pg.ErrComm, c.addr, req.op, body)
+		return nil, fmt.Errorf("%w: the store server at %s refused a %v request as malformed: %s", pg.ErrComm, c.addr, req.op,
+			body)
 	default:
 		return nil, fmt.Errorf("%w: store server at %s: %v: %s", pg.ErrRemote, c.addr, req.op, truncate(body))
 	}
@@ -144,7 +146,8 @@ func (c *Client) callErr(ctx context.Context, req request, start time.Time, err 
 		if req.blocks() {
 			return &TimeoutError{Op: req.op.String(), Keys: req.keys, After: time.Since(start)}
 		}
-		return fmt.Errorf("%w: store: %v %q: no answer from %s within %v", pg.ErrTimeout, req.op, req.keys, c.addr, time.Since(start).Round(time.Millisecond))
+		return fmt.Errorf("%w: store: %v %q: no answer from %s within %v", pg.ErrTimeout, req.op, req.keys, c.addr,
+			time.Since(start).Round(time.Millisecond))
 	case errors.Is(err, pg.ErrComm), errors.Is(err, pg.ErrUnauthenticated):
 		return fmt.Errorf("store: %v %q: %w", req.op, req.keys, err)
 	default:

@@ -97,13 +97,15 @@ func (c *Client) dialRetry(ctx context.Context) (net.Conn, error) {
 		if !retryable(err) {
 			return nil, err
 		}
-		c.log.Debug("store: server not reachable yet; retrying", zap.String("addr", c.addr), zap.Error(err), zap.Duration("backoff", backoff))
+		c.log.Debug("store: server not reachable yet; retrying", zap.String("addr", c.addr), zap.Error(err),
+			zap.Duration("backoff", backoff))
 		select {
 		case <-time.After(backoff):
 			backoff = min(2*backoff, time.Second)
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, fmt.Errorf("%w: store: could not reach the server at %s within %v: %w", pg.ErrTimeout, c.addr, time.Since(start).Round(time.Millisecond), err)
+				return nil, fmt.Errorf("%w: store: could not reach the server at %s within %v: %w", pg.ErrTimeout, c.addr,
+					time.Since(start).Round(time.Millisecond), err)
 			}
 			return nil, fmt.Errorf("store: dial %s: %w", c.addr, context.Cause(ctx))
 		}

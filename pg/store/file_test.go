@@ -117,7 +117,8 @@ func TestFileStoreNeedsPath(t *testing.T) {
 	if _, err := store.NewFileStore("", 1, store.FileStoreOptions{}); !errors.Is(err, pg.ErrInvalidArgument) {
 		t.Fatalf("err = %v; want pg.ErrInvalidArgument", err)
 	}
-	if _, err := store.NewFileStore(filepath.Join(t.TempDir(), "no", "such", "dir"), 1, store.FileStoreOptions{}); err == nil {
+	if _, err := store.NewFileStore(filepath.Join(t.TempDir(), "no", "such", "dir"), 1,
+		store.FileStoreOptions{}); err == nil {
 		t.Fatal("NewFileStore in a missing directory succeeded")
 	}
 }

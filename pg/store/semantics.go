@@ -70,12 +70,14 @@ func addDecimal(key string, old []byte, present bool, delta int64) (int64, []byt
 	if present && len(old) > 0 {
 		v, err := strconv.ParseInt(string(old), 10, 64)
 		if err != nil {
-			return 0, nil, fmt.Errorf("%w: store: add to key %q: value %q is not a decimal integer", pg.ErrInvalidArgument, key, truncate(old))
+			return 0, nil, fmt.Errorf("%w: store: add to key %q: value %q is not a decimal integer", pg.ErrInvalidArgument, key,
+				truncate(old))
 		}
 		cur = v
 	}
 	if (delta > 0 && cur > math.MaxInt64-delta) || (delta < 0 && cur < math.MinInt64-delta) {
-		return 0, nil, fmt.Errorf("%w: store: add %d to key %q (now %d) overflows int64", pg.ErrInvalidArgument, delta, key, cur)
+		return 0, nil, fmt.Errorf("%w: store: add %d to key %q (now %d) overflows int64", pg.ErrInvalidArgument, delta, key,
+			cur)
 	}
 	sum := cur + delta
 	return sum, strconv.AppendInt(nil, sum, 10), nil

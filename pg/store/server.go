@@ -111,14 +111,16 @@ type Server struct {
 // NewServer listens on opts.Addr and serves until Close.
 func NewServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if opts.Addr == "" {
-		return nil, fmt.Errorf("%w: store: ServerOptions.Addr is empty; listen addresses are explicit (e.g. 127.0.0.1:0)", pg.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: store: ServerOptions.Addr is empty; listen addresses are explicit (e.g. 127.0.0.1:0)",
+			pg.ErrInvalidArgument)
 	}
 	if len(opts.Secret) < wire.MinSecret {
 		return nil, fmt.Errorf("%w: store: server: %w", pg.ErrInvalidArgument, wire.ErrNoSecret)
 	}
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", opts.Addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("store: listen on %s: %w: the port is in use, so something else is listening there; free it, or give the job another port (MASTER_PORT)", opts.Addr, err)
+		return nil, fmt.Errorf("store: listen on %s: %w: the port is in use, so something else is listening there; free "+
+			"it, or give the job another port (MASTER_PORT)", opts.Addr, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: listen on %s: %w", opts.Addr, err)

@@ -99,13 +99,15 @@ func TestTCPWrongSecretRefusedAndLogged(t *testing.T) {
 }
 
 func TestTCPRefusesShortSecrets(t *testing.T) {
-	if _, err := NewServer(testCtx(t, time.Second), ServerOptions{Addr: "127.0.0.1:0", Secret: []byte("short")}); !errors.Is(err, pg.ErrInvalidArgument) {
+	if _, err := NewServer(testCtx(t, time.Second),
+		ServerOptions{Addr: "127.0.0.1:0", Secret: []byte("short")}); !errors.Is(err, pg.ErrInvalidArgument) {
 		t.Fatalf("NewServer with a short secret: err = %v; want pg.ErrInvalidArgument", err)
 	}
 	if _, err := Dial(testCtx(t, time.Second), "127.0.0.1:1", ClientOptions{}); !errors.Is(err, pg.ErrInvalidArgument) {
 		t.Fatalf("Dial without a secret: err = %v; want pg.ErrInvalidArgument", err)
 	}
-	if _, err := NewServer(testCtx(t, time.Second), ServerOptions{Secret: secret}); !errors.Is(err, pg.ErrInvalidArgument) {
+	if _, err := NewServer(testCtx(t, time.Second), ServerOptions{Secret: secret}); !errors.Is(err,
+		pg.ErrInvalidArgument) {
 		t.Fatalf("NewServer without an address: err = %v; want pg.ErrInvalidArgument", err)
 	}
 }

@@ -58,8 +58,9 @@ func NewTCPStore(ctx context.Context, opts TCPStoreOptions) (*TCPStore, error) {
 		if listen == "" {
 			listen = opts.Addr
 		}
-		srv, err := NewServer(ctx, ServerOptions{Addr: listen, Secret: opts.Secret, Logger: opts.Logger, MaxConns: opts.MaxConns,
-			HandshakeTimeout: opts.HandshakeTimeout, MaxInflight: opts.MaxInflight})
+		srv, err := NewServer(ctx,
+			ServerOptions{Addr: listen, Secret: opts.Secret, Logger: opts.Logger, MaxConns: opts.MaxConns,
+				HandshakeTimeout: opts.HandshakeTimeout, MaxInflight: opts.MaxInflight})
 		if err != nil {
 			return nil, err
 		}

@@ -40,8 +40,9 @@ type acceptor struct {
 }
 
 func startAcceptor(ln net.Listener, o Options, log *zap.Logger) *acceptor {
-	a := &acceptor{ln: ln, o: o, log: log, shed: shedlog.New(log, "", store.DefaultWarnInterval), pending: make(map[net.Conn]struct{}),
-		got: make([]net.Conn, o.Rank), left: o.Rank, done: make(chan struct{})}
+	a := &acceptor{ln: ln, o: o, log: log, shed: shedlog.New(log, "", store.DefaultWarnInterval),
+		pending: make(map[net.Conn]struct{}),
+		got:     make([]net.Conn, o.Rank), left: o.Rank, done: make(chan struct{})}
 	if a.left == 0 {
 		close(a.done)
 	}

@@ -74,7 +74,8 @@ func (g *Group) allToAll(r *run, out, in pg.Tensor, outS, inS []int) error {
 		r.release(b)
 		if want := uint64(len(chunkOf(out, outOff, j))); got != want {
 			return r.errf(j, pg.ErrMismatch, fmt.Errorf(
-				"%w: rank %d sends %d bytes (%d %v elements) to this rank, but this rank's output split for it is %d elements: output split i on rank j must equal input split j on rank i",
+				"%w: rank %d sends %d bytes (%d %v elements) to this rank, but this rank's output split for it is %d elements: "+
+					"output split i on rank j must equal input split j on rank i",
 				pg.ErrInvalidArgument, j, got, got/uint64(es), out.Dtype, outS[j]))
 		}
 	}

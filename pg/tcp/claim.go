@@ -17,9 +17,9 @@ import (
 // Note [duplicate ranks]
 //
 // Two processes started with the same RANK (RANK 0,1,1 of WORLD_SIZE=3)
-// used to overwrite each other's address in the store, and every process
-// then timed out with messages about ranks that never connected. Now each
-// rank claims its number in the store before it publishes its address:
+// would overwrite each other's address in the store, and every process
+// would then time out with messages about ranks that never connected. So
+// each rank claims its number in the store before it publishes its address:
 // CompareSet of "tcp/rank/<r>" from empty to a description of the
 // process (host, pid, listen address). The second claimer gets the
 // first's description back: it publishes the failure under "tcp/failed"
@@ -48,7 +48,8 @@ type DuplicateRankError struct {
 }
 
 func (e *DuplicateRankError) Error() string {
-	return fmt.Sprintf("rank %d is claimed by two processes: %s, then %s; every process of a job needs a rank of its own (check RANK, or the launcher's node rank and local rank)",
+	return fmt.Sprintf("rank %d is claimed by two processes: %s, then %s; every process of a job needs a rank of its "+
+		"own (check RANK, or the launcher's node rank and local rank)",
 		e.Rank, e.First, e.Second)
 }
 

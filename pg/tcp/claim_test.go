@@ -42,7 +42,8 @@ func TestDuplicateRankFailsEveryRank(t *testing.T) {
 		var dup *DuplicateRankError
 		var ce *pg.CollectiveError
 		switch {
-		case !errors.As(err, &dup) || !errors.Is(err, ErrDuplicateRank) || !errors.Is(err, pg.ErrInvalidArgument) || !errors.As(err, &ce):
+		case !errors.As(err, &dup) || !errors.Is(err, ErrDuplicateRank) || !errors.Is(err, pg.ErrInvalidArgument) ||
+			!errors.As(err, &ce):
 			t.Fatalf("process %d (rank %d): %v; want a *DuplicateRankError in a *pg.CollectiveError", i, ranks[i], err)
 		case dup.Rank != 1 || !strings.Contains(err.Error(), "rank 1 is claimed by two processes"):
 			t.Errorf("process %d (rank %d): %v; want it to name rank 1", i, ranks[i], err)
@@ -56,7 +57,8 @@ func TestDuplicateRankFailsEveryRank(t *testing.T) {
 	}
 	var dup *DuplicateRankError
 	errors.As(errs[2], &dup)
-	if dup.First == dup.Second || !strings.Contains(dup.First, "listening on 127.0.0.1:") || !strings.Contains(dup.Second, "listening on 127.0.0.1:") {
+	if dup.First == dup.Second || !strings.Contains(dup.First, "listening on 127.0.0.1:") ||
+		!strings.Contains(dup.Second, "listening on 127.0.0.1:") {
 		t.Errorf("the claims do not tell the processes apart: %q and %q", dup.First, dup.Second)
 	}
 	t.Logf("errors after %v: %v", took, errs[0])

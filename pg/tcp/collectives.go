@@ -80,7 +80,8 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 	if timeout <= 0 {
 		timeout = g.opts.Timeout
 	}
-	w := g.submit(ctx, pg.OpMonitoredBarrier, meta{}, func(r *run) error { return g.monitoredBarrier(r, timeout, waitAll) })
+	w := g.submit(ctx, pg.OpMonitoredBarrier, meta{},
+		func(r *run) error { return g.monitoredBarrier(r, timeout, waitAll) })
 	<-w.Done()
 	return w.Err()
 }

@@ -89,7 +89,8 @@ func ExampleGroup_Split() {
 			if err == nil {
 				err = sub.AllReduce(ctx, pg.Int64s(sum), pg.Op(pg.Sum)).Wait(ctx)
 			}
-			out[rank] = fmt.Sprintf("rank %d: subgroup rank %d of %d, message %d, sum %d, %v", rank, sub.Rank(), sub.Size(), msg[0], sum[0], err)
+			out[rank] = fmt.Sprintf("rank %d: subgroup rank %d of %d, message %d, sum %d, %v", rank, sub.Rank(), sub.Size(),
+				msg[0], sum[0], err)
 		})
 	}
 	wg.Wait()
@@ -121,7 +122,8 @@ func ExampleGroup_NewHostBuffer() {
 	var wg sync.WaitGroup
 	for rank := range size {
 		wg.Go(func() {
-			g, err := tcp.New(ctx, st, tcp.Options{Rank: rank, Size: size, Secret: secret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
+			g, err := tcp.New(ctx, st,
+				tcp.Options{Rank: rank, Size: size, Secret: secret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
 			if err != nil {
 				errs[rank] = err
 				return

@@ -51,7 +51,8 @@ func outIn(out, in pg.Tensor) meta { return meta{in.Dtype, int64(len(in.Data)), 
 
 // invalid is the Work of a collective whose arguments are wrong.
 func (g *Group) invalid(typ pg.OpType, err error) pg.Work {
-	return pg.Completed(&pg.CollectiveError{Op: typ.String(), Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err})
+	return pg.Completed(&pg.CollectiveError{Op: typ.String(), Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
+		Err: err})
 }
 
 // submit issues a collective: it takes the next sequence number and

@@ -48,7 +48,8 @@ func (g *Group) Scatter(ctx context.Context, out, in pg.Tensor, root int) pg.Wor
 func (g *Group) AllToAll(ctx context.Context, out, in pg.Tensor, outSplits, inSplits []int) pg.Work {
 	outS, inS, err := backend.CheckAllToAll(out, in, outSplits, inSplits, g.size)
 	if err == nil && outS[g.rank] != inS[g.rank] {
-		err = fmt.Errorf("%w: alltoall sends %d elements from rank %d to itself but receives %d: input split %d must equal output split %d",
+		err = fmt.Errorf(
+			"%w: alltoall sends %d elements from rank %d to itself but receives %d: input split %d must equal output split %d",
 			pg.ErrInvalidArgument, inS[g.rank], g.rank, outS[g.rank], g.rank, g.rank)
 	}
 	if err != nil {
@@ -66,7 +67,8 @@ func (g *Group) AllReduceCoalesced(ctx context.Context, ts []pg.Tensor, op pg.Re
 		return g.invalid(pg.OpAllReduceCoalesced, err)
 	}
 	ts = append([]pg.Tensor(nil), ts...)
-	return g.submit(ctx, pg.OpAllReduceCoalesced, sumMeta(ts, ts), func(r *run) error { return g.allReduceCoalesced(r, ts, op) })
+	return g.submit(ctx, pg.OpAllReduceCoalesced, sumMeta(ts, ts),
+		func(r *run) error { return g.allReduceCoalesced(r, ts, op) })
 }
 
 // AllGatherCoalesced is AllGather(outs[i], ins[i]) for every i, as one
@@ -76,7 +78,8 @@ func (g *Group) AllGatherCoalesced(ctx context.Context, outs, ins []pg.Tensor) p
 		return g.invalid(pg.OpAllGatherCoalesced, err)
 	}
 	outs, ins = append([]pg.Tensor(nil), outs...), append([]pg.Tensor(nil), ins...)
-	return g.submit(ctx, pg.OpAllGatherCoalesced, sumMeta(outs, ins), func(r *run) error { return g.allGatherCoalesced(r, outs, ins) })
+	return g.submit(ctx, pg.OpAllGatherCoalesced, sumMeta(outs, ins),
+		func(r *run) error { return g.allGatherCoalesced(r, outs, ins) })
 }
 
 // ReduceScatterCoalesced is ReduceScatter(outs[i], ins[i], op) for every
@@ -86,7 +89,8 @@ func (g *Group) ReduceScatterCoalesced(ctx context.Context, outs, ins []pg.Tenso
 		return g.invalid(pg.OpReduceScatterCoalesced, err)
 	}
 	outs, ins = append([]pg.Tensor(nil), outs...), append([]pg.Tensor(nil), ins...)
-	return g.submit(ctx, pg.OpReduceScatterCoalesced, sumMeta(outs, ins), func(r *run) error { return g.reduceScatterCoalesced(r, outs, ins, op) })
+	return g.submit(ctx, pg.OpReduceScatterCoalesced, sumMeta(outs, ins),
+		func(r *run) error { return g.reduceScatterCoalesced(r, outs, ins, op) })
 }
 
 // sumMeta is the meta of a coalesced collective: the first input's dtype

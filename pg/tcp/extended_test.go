@@ -363,7 +363,8 @@ func TestSendRecvTags(t *testing.T) {
 	// a barrier that rank 1 enters only after their message.
 	bar := gs[0].Barrier(ctx)
 	x := make([]int64, 2)
-	if err := pg.WaitAll(ctx, gs[0].Send(ctx, pg.Int64s([]int64{1, 2}), 1, 0), gs[1].Recv(ctx, pg.Int64s(x), 0, 0)); err != nil || x[1] != 2 {
+	if err := pg.WaitAll(ctx, gs[0].Send(ctx, pg.Int64s([]int64{1, 2}), 1, 0),
+		gs[1].Recv(ctx, pg.Int64s(x), 0, 0)); err != nil || x[1] != 2 {
 		t.Fatalf("send/recv beside a pending barrier: %v, %v", err, x)
 	}
 	if err := pg.WaitAll(ctx, bar, gs[1].Barrier(ctx), gs[2].Barrier(ctx)); err != nil {
@@ -453,7 +454,8 @@ func TestSendRecvLengthMismatch(t *testing.T) {
 		}
 	}
 	ok := make([]int64, 2)
-	if err := pg.WaitAll(ctx, gs[0].Send(ctx, pg.Int64s([]int64{7, 8}), 1, 3), gs[1].Recv(ctx, pg.Int64s(ok), 0, 3)); err != nil || ok[1] != 8 {
+	if err := pg.WaitAll(ctx, gs[0].Send(ctx, pg.Int64s([]int64{7, 8}), 1, 3),
+		gs[1].Recv(ctx, pg.Int64s(ok), 0, 3)); err != nil || ok[1] != 8 {
 		t.Fatalf("next message: %v, %v", err, ok)
 	}
 	waitAll(t, "allreduce after", each(gs, func(r int, g *Group) error {
@@ -680,7 +682,8 @@ func TestCompletionHook(t *testing.T) {
 	if !slices.Equal(seqs, []uint64{1, 2, 3, 4, 5, 6, 7}) {
 		t.Errorf("collective seqs %v, want 1..7", seqs)
 	}
-	if len(colls) != 7 || colls[0].Op != pg.OpAllReduce || colls[0].InBytes != 80 || colls[0].Dtype != pg.Int64 || colls[6].Op != pg.OpAllToAll {
+	if len(colls) != 7 || colls[0].Op != pg.OpAllReduce || colls[0].InBytes != 80 || colls[0].Dtype != pg.Int64 ||
+		colls[6].Op != pg.OpAllToAll {
 		t.Errorf("infos %+v", colls)
 	}
 	if send == nil || send.Seq != 1 || send.InBytes != 32 {
@@ -849,7 +852,8 @@ func TestSubgroupAdvertise(t *testing.T) {
 	if err != nil || got != "10.0.0.5:1234" {
 		t.Errorf("advertise: %q, %v; want 10.0.0.5:1234", got, err)
 	}
-	if _, err := (Options{}).advertise(&net.TCPAddr{IP: net.IPv4zero, Port: 1234}); !errors.Is(err, pg.ErrInvalidArgument) {
+	if _, err := (Options{}).advertise(&net.TCPAddr{IP: net.IPv4zero, Port: 1234}); !errors.Is(err,
+		pg.ErrInvalidArgument) {
 		t.Errorf("advertise without a host: %v; want ErrInvalidArgument", err)
 	}
 }
@@ -882,7 +886,8 @@ func TestRecvContext(t *testing.T) {
 		t.Errorf("recv: got %v, want ErrTimeout", err)
 	}
 	x := make([]int64, 2)
-	if err := pg.WaitAll(ctx, gs[0].Send(ctx, pg.Int64s([]int64{3, 4}), 1, 0), gs[1].Recv(ctx, pg.Int64s(x), 0, 0)); err != nil || x[1] != 4 {
+	if err := pg.WaitAll(ctx, gs[0].Send(ctx, pg.Int64s([]int64{3, 4}), 1, 0),
+		gs[1].Recv(ctx, pg.Int64s(x), 0, 0)); err != nil || x[1] != 4 {
 		t.Fatalf("next message: %v, %v", err, x)
 	}
 }

@@ -58,7 +58,8 @@ func kindOf(code uint64) error {
 }
 
 func sentinels() []error {
-	return []error{pg.ErrTimeout, pg.ErrComm, pg.ErrRemote, pg.ErrAborted, pg.ErrClosed, pg.ErrMismatch, pg.ErrInvalidArgument, pg.ErrUnauthenticated}
+	return []error{pg.ErrTimeout, pg.ErrComm, pg.ErrRemote, pg.ErrAborted, pg.ErrClosed, pg.ErrMismatch,
+		pg.ErrInvalidArgument, pg.ErrUnauthenticated}
 }
 
 // maxControl caps the payload of a control frame (hello, abort).

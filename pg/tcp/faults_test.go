@@ -135,7 +135,8 @@ func TestMismatchedLengths(t *testing.T) {
 				o.NoSharedMemory = algo.name != "shm"
 			})
 			errs := each(gs, func(r int, g *Group) error {
-				return g.AllReduce(context.Background(), pg.NewTensor(pg.Float32, 1000+10*r), pg.Op(pg.Sum)).Wait(context.Background())
+				return g.AllReduce(context.Background(), pg.NewTensor(pg.Float32, 1000+10*r),
+					pg.Op(pg.Sum)).Wait(context.Background())
 			})
 			if !errors.Is(errs[0], pg.ErrMismatch) && !errors.Is(errs[1], pg.ErrMismatch) {
 				t.Errorf("got %v and %v, want pg.ErrMismatch on a rank", errs[0], errs[1])

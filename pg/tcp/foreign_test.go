@@ -58,7 +58,8 @@ func TestForeignListenerAtPeerAddress(t *testing.T) {
 		g.Close()
 	}
 	took := time.Since(start)
-	if !errors.Is(err, pg.ErrForeignListener) || !strings.Contains(err.Error(), foreign) || !strings.Contains(err.Error(), "something else is listening there") || took > 8*time.Second {
+	if !errors.Is(err, pg.ErrForeignListener) || !strings.Contains(err.Error(), foreign) ||
+		!strings.Contains(err.Error(), "something else is listening there") || took > 8*time.Second {
 		t.Fatalf("after %v: %v; want pg.ErrForeignListener naming %s within 8 s", took, err, foreign)
 	}
 	t.Logf("failed after %v: %v", took.Round(time.Millisecond), err)

@@ -27,7 +27,8 @@ func TestPeerFrameClaimsCostWhatArrives(t *testing.T) {
 			grew := liveHeap() - base
 			t.Logf("%d MiB announced, 100 bytes sent: the live heap grew by %.2f MiB", c.h.Len>>20, float64(grew)/(1<<20))
 			if grew > 4<<20 {
-				t.Errorf("a frame announcing %d MiB, of which 100 bytes came, grew the live heap by %.1f MiB", c.h.Len>>20, float64(grew)/(1<<20))
+				t.Errorf("a frame announcing %d MiB, of which 100 bytes came, grew the live heap by %.1f MiB", c.h.Len>>20,
+					float64(grew)/(1<<20))
 			}
 		})
 	}

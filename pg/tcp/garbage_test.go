@@ -34,7 +34,8 @@ func fakePeer(t *testing.T, opts func(*Options)) (*Group, net.Conn) {
 	if err := st.Set(ctx, "tcp/shm/1", nil); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute, NoSharedMemory: true}
+	o := Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute,
+		NoSharedMemory: true}
 	if opts != nil {
 		opts(&o)
 	}
@@ -94,17 +95,20 @@ func TestGarbageFromPeer(t *testing.T) {
 		{"bad abort frame", append(header(wire.Header{Kind: kindAbort, Len: 3}), 1, 2, 3), pg.ErrComm, "abort frame"},
 		{"huge control frame", header(wire.Header{Kind: kindAbort, Len: maxControl + 1}), pg.ErrComm, "control frame"},
 		// Recursive doubling on 2 ranks expects frame (seq 0, tag 1).
-		{"wrong length", append(header(wire.Header{Kind: kindData, Tag: 1, Len: 3}), 1, 2, 3), pg.ErrMismatch, "expects 4096"},
+		{"wrong length", append(header(wire.Header{Kind: kindData, Tag: 1, Len: 3}), 1, 2, 3), pg.ErrMismatch,
+			"expects 4096"},
 		// Point-to-point frames that break the protocol.
 		{"p2p overrun", append(header(wire.Header{Kind: kindP2P, Seq: 2, Len: 3}), 1, 2, 3), pg.ErrComm, "overruns"},
 		{"p2p interrupted", append(append(header(wire.Header{Kind: kindP2P, Seq: 4, Len: 2}), 1, 2),
 			append(header(wire.Header{Kind: kindP2P, Seq: 9, Len: 2}), 1, 2)...), pg.ErrComm, "interrupted"},
 		{"p2p empty frames", append(header(wire.Header{Kind: kindP2P, Seq: 4, Len: 2}), append([]byte{1, 2},
 			header(wire.Header{Kind: kindP2P, Seq: 4})...)...), pg.ErrComm, "overruns"},
-		{"ack of nothing", append(header(wire.Header{Kind: kindP2PAck, Seq: 1, Len: 8}), 0, 0, 0, 0, 0, 0, 0, 0), pg.ErrComm, "bad ack"},
+		{"ack of nothing", append(header(wire.Header{Kind: kindP2PAck, Seq: 1, Len: 8}), 0, 0, 0, 0, 0, 0, 0, 0), pg.ErrComm,
+			"bad ack"},
 		{"huge ack", header(wire.Header{Kind: kindP2PAck, Seq: 1, Len: maxControl + 1}), pg.ErrComm, "control frame"},
 		// The peer hangs up mid-frame (a reset, if our frames are unread).
-		{"truncated frame", append(header(wire.Header{Kind: kindData, Tag: 1, Len: 4096}), 1, 2, 3), pg.ErrComm, "without a goodbye|connection reset"},
+		{"truncated frame", append(header(wire.Header{Kind: kindData, Tag: 1, Len: 4096}), 1, 2, 3), pg.ErrComm,
+			"without a goodbye|connection reset"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, peer := fakePeer(t, func(o *Options) { o.MaxFrame, o.ChunkBytes = 512<<10, 256<<10 })
@@ -117,7 +121,8 @@ func TestGarbageFromPeer(t *testing.T) {
 			defer cancel()
 			err := w.Wait(ctx)
 			var ce *pg.CollectiveError
-			if !errors.As(err, &ce) || ce.Peer != 1 || !errors.Is(err, c.kind) || !regexp.MustCompile(c.says).MatchString(err.Error()) {
+			if !errors.As(err, &ce) || ce.Peer != 1 || !errors.Is(err, c.kind) ||
+				!regexp.MustCompile(c.says).MatchString(err.Error()) {
 				t.Fatalf("got %v, want a %v error naming rank 1 and saying %q", err, c.kind, c.says)
 			}
 			// The group has failed for good, and says why.

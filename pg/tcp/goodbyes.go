@@ -12,10 +12,10 @@ import (
 
 // Note [one goodbye line]
 //
-// When a job ends, every rank closes its group, and each rank used to log
-// "peer closed its process group" for every peer that closed before it:
-// n(n-1) lines in all, 961 of 1219 lines at 64 ranks, all saying the one
-// thing, that the job is ending. So the goodbyes are gathered: the first
+// When a job ends, every rank closes its group. A line per peer that closed
+// before this rank ("peer closed its process group") would be n(n-1) lines
+// in all, most of a 64-rank job's log, all saying the one thing, that the
+// job is ending. So the goodbyes are gathered: the first
 // starts a short wait (goodbyeWait), and at its end, or when this rank
 // closes its own group if that comes first, one line names every peer
 // that said goodbye. At a normal shutdown that is one line per rank; a

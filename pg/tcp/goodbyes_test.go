@@ -31,7 +31,8 @@ func TestOneGoodbyeLinePerRank(t *testing.T) {
 	for r, l := range logs {
 		var lines []string
 		for _, e := range l.All() {
-			if strings.Contains(e.Message, "closed its process group") || strings.Contains(e.Message, "closed their process groups") {
+			if strings.Contains(e.Message, "closed its process group") ||
+				strings.Contains(e.Message, "closed their process groups") {
 				lines = append(lines, fmt.Sprint(e.Message, " ", e.ContextMap()["peers"]))
 			}
 		}
@@ -48,7 +49,8 @@ func TestRankRanges(t *testing.T) {
 	for _, c := range []struct {
 		in   []int
 		want string
-	}{{nil, ""}, {[]int{3}, "3"}, {[]int{0, 1, 2, 3}, "0-3"}, {[]int{0, 1, 2, 3, 5, 7, 8, 9}, "0-3, 5, 7-9"}, {[]int{1, 3}, "1, 3"}} {
+	}{{nil, ""}, {[]int{3}, "3"}, {[]int{0, 1, 2, 3}, "0-3"}, {[]int{0, 1, 2, 3, 5, 7, 8, 9}, "0-3, 5, 7-9"},
+		{[]int{1, 3}, "1, 3"}} {
 		if got := rankRanges(c.in); got != c.want {
 			t.Errorf("rankRanges(%v) = %q, want %q", c.in, got, c.want)
 		}

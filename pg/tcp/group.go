@@ -71,7 +71,8 @@ func New(ctx context.Context, st store.Store, opts Options) (*Group, error) {
 func newGroup(ctx context.Context, st store.Store, opts Options, parent []int) (*Group, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+		return nil, &pg.CollectiveError{Op: "connect", Rank: opts.Rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
+			Err: err}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -60,10 +60,12 @@ func (h hello) check(o Options, lo, hi int) error {
 	mine := helloOf(o)
 	switch {
 	case h.size != mine.size || h.rank < lo || h.rank >= hi:
-		return fmt.Errorf("%w: the peer says it is rank %d of %d; rank %d of %d expected a rank in [%d, %d) of %d (stale address in the store?)",
+		return fmt.Errorf("%w: the peer says it is rank %d of %d; rank %d of %d expected a rank in [%d, %d) of %d (stale "+
+			"address in the store?)",
 			pg.ErrMismatch, h.rank, h.size, o.Rank, o.Size, lo, hi, o.Size)
 	case h.ringThreshold != mine.ringThreshold || h.chunkBytes != mine.chunkBytes:
-		return fmt.Errorf("%w: rank %d has RingThreshold %d and ChunkBytes %d, rank %d has %d and %d: every rank must use the same",
+		return fmt.Errorf(
+			"%w: rank %d has RingThreshold %d and ChunkBytes %d, rank %d has %d and %d: every rank must use the same",
 			pg.ErrMismatch, h.rank, h.ringThreshold, h.chunkBytes, o.Rank, mine.ringThreshold, mine.chunkBytes)
 	}
 	return nil

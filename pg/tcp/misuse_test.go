@@ -10,9 +10,9 @@ import (
 	"github.com/goddp/ddp/pg"
 )
 
-// A nil ctx is the caller's bug, and fails that call alone (issue 22):
-// before, submit panicked on it while holding the group's lock, and Send
-// while holding its link's, so the next collective and Close hung for
+// A nil ctx is the caller's bug, and fails that call alone:
+// were submit to panic on it while holding the group's lock, or Send
+// while holding its link's, the next collective and Close would hang for
 // ever. Every call here is bounded: a panic or a hang fails the test.
 func TestNilContextFailsTheCallAlone(t *testing.T) {
 	gs := newGroups(t, 2, 10*time.Second, nil)
@@ -22,7 +22,8 @@ func TestNilContextFailsTheCallAlone(t *testing.T) {
 		what string
 		call func(r int, g *Group) pg.Work
 	}{
-		{"AllReduce(nil ctx)", func(_ int, g *Group) pg.Work { return g.AllReduce(none, pg.Float32s([]float32{1}), pg.Op(pg.Sum)) }},
+		{"AllReduce(nil ctx)",
+			func(_ int, g *Group) pg.Work { return g.AllReduce(none, pg.Float32s([]float32{1}), pg.Op(pg.Sum)) }},
 		{"Barrier(nil ctx)", func(_ int, g *Group) pg.Work { return g.Barrier(none) }},
 		{"Send or Recv(nil ctx)", func(r int, g *Group) pg.Work {
 			if r == 0 {
@@ -67,7 +68,8 @@ func TestNilContextFailsTheCallAlone(t *testing.T) {
 // boundedEach makes call on every rank at once and returns the errors of
 // their Works by rank. A call that panics fails t; one that has not
 // returned, with its Work finished, within bound fails t and ends it.
-func boundedEach(t *testing.T, bound time.Duration, what string, gs []*Group, call func(r int, g *Group) pg.Work) []error {
+func boundedEach(t *testing.T, bound time.Duration, what string, gs []*Group,
+	call func(r int, g *Group) pg.Work) []error {
 	t.Helper()
 	type result struct {
 		r        int

@@ -39,8 +39,10 @@ func runNetbedWorker(spec string) int {
 		return 2
 	}
 	defer st.Close()
-	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stdout), zap.InfoLevel))
-	g, err := New(ctx, st, Options{Rank: rank, Size: size, Secret: testSecret, ListenAddr: ip + ":0", Timeout: 20 * time.Second, Logger: log})
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stdout),
+		zap.InfoLevel))
+	g, err := New(ctx, st,
+		Options{Rank: rank, Size: size, Secret: testSecret, ListenAddr: ip + ":0", Timeout: 20 * time.Second, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker: New:", err)
 		return 2
@@ -108,7 +110,8 @@ func TestNetbedShmGroupsPerNamespace(t *testing.T) {
 			t.Errorf("rank %d: %q, want sum 2 (the hierarchical order of addition)", r, sum)
 		}
 		wantShm := []int{(r + 2) % 4}
-		if fmt.Sprint(transports.Shm) != fmt.Sprint(wantShm) || transports.Hosts != 2 || fmt.Sprint(transports.Leaders) != "[0 1]" {
+		if fmt.Sprint(transports.Shm) != fmt.Sprint(wantShm) || transports.Hosts != 2 ||
+			fmt.Sprint(transports.Leaders) != "[0 1]" {
 			t.Errorf("rank %d: link transports shm=%v hosts=%d leaders=%v, want shm=%v hosts=2 leaders=[0 1]",
 				r, transports.Shm, transports.Hosts, transports.Leaders, wantShm)
 		}

@@ -161,7 +161,8 @@ func (p *probeRank) probeUntil(t *testing.T, want string, limit time.Duration) {
 			t.Fatal(err)
 		}
 		line := p.expect(t, "reach ")
-		t.Logf("rank %d probing rank %d: %s (%v since the first try)", p.rank, 1-p.rank, line, time.Since(start).Round(time.Millisecond))
+		t.Logf("rank %d probing rank %d: %s (%v since the first try)", p.rank, 1-p.rank, line,
+			time.Since(start).Round(time.Millisecond))
 		if strings.HasPrefix(line, "reach "+want+" ") {
 			return
 		}

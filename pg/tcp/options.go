@@ -111,13 +111,15 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: rank %d is not a rank of a group of size %d", pg.ErrInvalidArgument, o.Rank, o.Size)
 	}
 	if o.Size > pg.MaxWorldSize {
-		return o, fmt.Errorf("%w: a group of size %d is larger than pg.MaxWorldSize, %d", pg.ErrInvalidArgument, o.Size, pg.MaxWorldSize)
+		return o, fmt.Errorf("%w: a group of size %d is larger than pg.MaxWorldSize, %d", pg.ErrInvalidArgument, o.Size,
+			pg.MaxWorldSize)
 	}
 	if len(o.Secret) < wire.MinSecret {
 		return o, fmt.Errorf("%w: %w", pg.ErrInvalidArgument, wire.ErrNoSecret)
 	}
 	if o.ListenAddr == "" {
-		return o, fmt.Errorf("%w: ListenAddr is required (e.g. \"127.0.0.1:0\" for a single-machine job)", pg.ErrInvalidArgument)
+		return o, fmt.Errorf("%w: ListenAddr is required (e.g. \"127.0.0.1:0\" for a single-machine job)",
+			pg.ErrInvalidArgument)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = pg.DefaultTimeout
@@ -152,7 +154,8 @@ func (o Options) advertise(a net.Addr) (string, error) {
 		return net.JoinHostPort(o.advertiseHost, strconv.Itoa(ta.Port)), nil
 	}
 	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
-		return "", fmt.Errorf("%w: listening on %v, every interface: set AdvertiseAddr to the address peers should dial", pg.ErrInvalidArgument, a)
+		return "", fmt.Errorf("%w: listening on %v, every interface: set AdvertiseAddr to the address peers should dial",
+			pg.ErrInvalidArgument, a)
 	}
 	return a.String(), nil
 }

@@ -252,7 +252,9 @@ func (o *p2pOp) expire(mk func() error) {
 	o.resolveLocked(err)
 	s.mu.Unlock()
 	if stuck {
-		l.die(pg.ErrTimeout, fmt.Errorf("rank %d took none of send #%d's data within the group timeout %v", l.peer, o.seq, l.g.opts.Timeout), l.peer)
+		l.die(pg.ErrTimeout,
+			fmt.Errorf("rank %d took none of send #%d's data within the group timeout %v", l.peer, o.seq, l.g.opts.Timeout),
+			l.peer)
 	}
 }
 
@@ -361,7 +363,8 @@ func (l *link) matchLocked(m *p2pMsg, o *p2pOp) {
 	if uint64(len(o.t.Data)) != m.total {
 		m.dropped, m.buf = true, nil
 		o.resolveLocked(o.errf(l.peer, pg.ErrInvalidArgument, fmt.Errorf(
-			"%w: rank %d's message #%d (tag %d) holds %d bytes but this Recv's tensor holds %d: sender and receiver must agree on the length",
+			"%w: rank %d's message #%d (tag %d) holds %d bytes but this Recv's tensor holds %d: sender and receiver must "+
+				"agree on the length",
 			pg.ErrInvalidArgument, l.peer, m.id, m.tag, m.total, len(o.t.Data))))
 		l.ackLocked(m.id, ackMismatch, len(o.t.Data))
 		return
@@ -473,10 +476,13 @@ func (l *link) messageLocked(h wire.Header) (*p2pMsg, error) {
 			s.early[h.Tag] = append(s.early[h.Tag], m)
 		}
 	} else if m.tag != h.Tag || m.total != h.Seq {
-		return nil, &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d (tag %d, %d bytes) interrupted by a frame of tag %d and length %d", m.id, m.tag, m.total, h.Tag, h.Seq), l.peer}
+		return nil, &linkErr{pg.ErrComm,
+			fmt.Errorf("protocol error: message #%d (tag %d, %d bytes) interrupted by a frame of tag %d and length %d", m.id,
+				m.tag, m.total, h.Tag, h.Seq), l.peer}
 	}
 	if n := uint64(h.Len); n > m.total-m.got || (n == 0 && m.total > 0) {
-		return nil, &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d overruns its length %d", m.id, m.total), l.peer}
+		return nil, &linkErr{pg.ErrComm, fmt.Errorf("protocol error: message #%d overruns its length %d", m.id, m.total),
+			l.peer}
 	}
 	return m, nil
 }
@@ -500,7 +506,8 @@ func (l *link) p2pAck(h wire.Header, p []byte) error {
 	var err error
 	if h.Flags == ackMismatch {
 		err = o.errf(l.peer, pg.ErrInvalidArgument, fmt.Errorf(
-			"%w: this Send (#%d, tag %d) holds %d bytes but rank %d's matching Recv takes %d: sender and receiver must agree on the length",
+			"%w: this Send (#%d, tag %d) holds %d bytes but rank %d's matching Recv takes %d: sender and receiver must agree "+
+				"on the length",
 			pg.ErrInvalidArgument, o.seq, o.tag, len(o.t.Data), l.peer, binary.LittleEndian.Uint64(p)))
 	}
 	o.resolveLocked(err)

@@ -71,7 +71,8 @@ func (l *link) handle(h wire.Header, r *bufio.Reader) error {
 	switch h.Kind {
 	case kindData:
 		if h.Seq < l.g.curSeq.Load() {
-			return &linkErr{pg.ErrComm, fmt.Errorf("protocol error: frame for collective #%d, which has already finished", h.Seq+1), l.peer}
+			return &linkErr{pg.ErrComm,
+				fmt.Errorf("protocol error: frame for collective #%d, which has already finished", h.Seq+1), l.peer}
 		}
 		return l.deliver(key{h.Seq, h.Tag, h.Flags}, int(h.Len), r)
 	case kindP2P:
@@ -175,7 +176,8 @@ func (l *link) deliver(k key, n int, r io.Reader) error {
 // readControl reads the payload of a control frame, which is small.
 func (l *link) readControl(h wire.Header, r io.Reader) ([]byte, error) {
 	if h.Len > maxControl {
-		return nil, &linkErr{pg.ErrComm, fmt.Errorf("protocol error: control frame of %d bytes exceeds %d", h.Len, maxControl), l.peer}
+		return nil, &linkErr{pg.ErrComm,
+			fmt.Errorf("protocol error: control frame of %d bytes exceeds %d", h.Len, maxControl), l.peer}
 	}
 	p := make([]byte, h.Len)
 	_, err := io.ReadFull(r, p)
@@ -189,7 +191,9 @@ func (l *link) readFailed(err error) {
 	switch {
 	case errors.As(err, &le):
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		le = &linkErr{pg.ErrComm, fmt.Errorf("rank %d closed the connection without a goodbye (did its process exit or crash?): %w", l.peer, err), l.peer}
+		le = &linkErr{pg.ErrComm,
+			fmt.Errorf("rank %d closed the connection without a goodbye (did its process exit or crash?): %w", l.peer, err),
+			l.peer}
 	default:
 		le = &linkErr{pg.ErrComm, fmt.Errorf("receiving from rank %d: %w", l.peer, err), l.peer}
 	}
@@ -205,6 +209,7 @@ func (l *link) readFailed(err error) {
 // sizeMismatch is the error for a frame whose size is not the one the
 // collective expects: the ranks disagree on a tensor's length.
 func sizeMismatch(peer int, k key, got, want int) error {
-	return fmt.Errorf("%w: rank %d sent %d bytes for step %d of collective #%d, this rank expects %d (do the ranks pass tensors of the same length and dtype?)",
+	return fmt.Errorf("%w: rank %d sent %d bytes for step %d of collective #%d, this rank expects %d (do the ranks pass "+
+		"tensors of the same length and dtype?)",
 		pg.ErrMismatch, peer, got, k.tag, k.seq+1, want)
 }

@@ -74,7 +74,8 @@ func rendezvous(ctx context.Context, st store.Store, o Options, log *zap.Logger)
 // mesh publishes this rank's address adv, dials the higher ranks and
 // waits for acc to admit the lower ones, filling conns (and the higher
 // ranks' addresses).
-func mesh(ctx context.Context, st store.Store, o Options, adv string, acc *acceptor, conns []net.Conn, addrs []string) error {
+func mesh(ctx context.Context, st store.Store, o Options, adv string, acc *acceptor, conns []net.Conn,
+	addrs []string) error {
 	if err := st.Set(ctx, addrKey(o.Rank), []byte(adv)); err != nil {
 		return connectErr(o, pg.NoPeer, storeKind(err), fmt.Errorf("publishing this rank's address: %w", err))
 	}
@@ -129,7 +130,8 @@ func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, 
 		}
 		select {
 		case <-ctx.Done():
-			return nil, "", connectErr(o, j, pg.ErrTimeout, fmt.Errorf("dialing rank %d at %s: %w (last error: %v)", j, addr, context.Cause(ctx), err))
+			return nil, "", connectErr(o, j, pg.ErrTimeout,
+				fmt.Errorf("dialing rank %d at %s: %w (last error: %v)", j, addr, context.Cause(ctx), err))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
@@ -140,7 +142,8 @@ func dialPeer(ctx context.Context, st store.Store, o Options, j int) (net.Conn, 
 // reached rank j of this job.
 func clientHello(ctx context.Context, c net.Conn, o Options, j int) error {
 	// The greeting within wire.GreetingTimeout: wire's Note [foreign listener].
-	if err := wire.DialHandshake(ctx, c, c.RemoteAddr().String(), o.Secret, helloOf(o).encode(), handshakeTimeout); err != nil {
+	if err := wire.DialHandshake(ctx, c, c.RemoteAddr().String(), o.Secret, helloOf(o).encode(),
+		handshakeTimeout); err != nil {
 		return err
 	}
 	c.SetDeadline(handshakeDeadline(ctx))

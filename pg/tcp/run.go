@@ -194,7 +194,9 @@ func (r *run) block(peer int) error {
 	case <-r.g.wake:
 		return nil
 	case <-r.timer.C:
-		return r.errf(peer, pg.ErrTimeout, fmt.Errorf("collective #%d made no progress with rank %d before its deadline (group timeout %v)", r.seq+1, peer, r.g.opts.Timeout))
+		return r.errf(peer, pg.ErrTimeout,
+			fmt.Errorf("collective #%d made no progress with rank %d before its deadline (group timeout %v)", r.seq+1, peer,
+				r.g.opts.Timeout))
 	case <-r.ctxDone:
 		return r.g.ctxErr(r.op, r.ctx)
 	case <-r.g.failed:

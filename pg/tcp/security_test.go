@@ -38,7 +38,8 @@ func TestRefusesPeerWithoutSecret(t *testing.T) {
 	}
 	rank1 := make(chan result, 1)
 	go func() {
-		g, err := New(ctx, st, Options{Rank: 1, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Logger: zap.New(core)})
+		g, err := New(ctx, st,
+			Options{Rank: 1, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Logger: zap.New(core)})
 		rank1 <- result{g, err}
 	}()
 	addr, err := st.Get(ctx, addrKey(1))
@@ -77,11 +78,15 @@ func TestRefusesPeerWithoutSecret(t *testing.T) {
 
 	lines, total := refusals(logs)
 	if lines != 2 || total != 2 {
-		t.Errorf("%d refusal lines counting %d connections, want 2 and 2 (the first, and the summary of the rest); logged: %v", lines, total, logs.All())
+		t.Errorf("%d refusal lines counting %d connections, want 2 and 2 (the first, and the summary of the rest); logged: "+
+			"%v", lines, total, logs.All())
 	}
 	first := logs.FilterMessageSnippet("refused connection: ").All()
-	if len(first) != 1 || (first[0].ContextMap()["remote"] != intruder.LocalAddr().String() && first[0].ContextMap()["remote"] != babbler.LocalAddr().String()) {
-		t.Errorf("the first refusal is not logged with its remote address (%v or %v): %v", intruder.LocalAddr(), babbler.LocalAddr(), first)
+	if len(first) != 1 ||
+		(first[0].ContextMap()["remote"] != intruder.LocalAddr().String() &&
+			first[0].ContextMap()["remote"] != babbler.LocalAddr().String()) {
+		t.Errorf("the first refusal is not logged with its remote address (%v or %v): %v", intruder.LocalAddr(),
+			babbler.LocalAddr(), first)
 	}
 }
 
@@ -114,7 +119,8 @@ func TestRankPortFloodRateLimited(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	rank1 := make(chan *Group, 1)
 	go func() {
-		g, err := New(ctx, st, Options{Rank: 1, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Logger: zap.New(core)})
+		g, err := New(ctx, st,
+			Options{Rank: 1, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", Logger: zap.New(core)})
 		if err != nil {
 			t.Errorf("rank 1: %v", err)
 		}
@@ -161,7 +167,8 @@ func TestRankPortFloodRateLimited(t *testing.T) {
 	checkAllReduce(t, []*Group{g0, g1}, 100)
 	g1.Close()
 	if lines, total := refusals(logs); lines > 3 || total != flood {
-		t.Errorf("%d connections refused: %d refusal lines counting %d, want at most 3 counting %d; %d lines in all", flood, lines, total, flood, logs.Len())
+		t.Errorf("%d connections refused: %d refusal lines counting %d, want at most 3 counting %d; %d lines in all", flood,
+			lines, total, flood, logs.Len())
 	}
 }
 
@@ -181,7 +188,8 @@ func TestDialerWithoutSecretFails(t *testing.T) {
 		}
 		errs <- err
 	}()
-	_, err := New(ctx, st, Options{Rank: 0, Size: 2, Secret: []byte("a-different-secret-entirely"), ListenAddr: "127.0.0.1:0"})
+	_, err := New(ctx, st,
+		Options{Rank: 0, Size: 2, Secret: []byte("a-different-secret-entirely"), ListenAddr: "127.0.0.1:0"})
 	var ce *pg.CollectiveError
 	if !errors.Is(err, pg.ErrUnauthenticated) || !errors.As(err, &ce) || ce.Peer != 1 {
 		t.Errorf("rank 0 with the wrong secret: got %v, want pg.ErrUnauthenticated naming rank 1", err)
@@ -209,7 +217,8 @@ func TestMismatchedOptionsRefused(t *testing.T) {
 	}()
 	_, err := New(ctx, st, Options{Rank: 0, Size: 2, Secret: testSecret, ListenAddr: "127.0.0.1:0", ChunkBytes: 2 << 20})
 	var ce *pg.CollectiveError
-	if !errors.Is(err, pg.ErrMismatch) || !errors.As(err, &ce) || ce.Peer != 1 || !strings.Contains(err.Error(), "ChunkBytes") {
+	if !errors.Is(err, pg.ErrMismatch) || !errors.As(err, &ce) || ce.Peer != 1 ||
+		!strings.Contains(err.Error(), "ChunkBytes") {
 		t.Errorf("rank 0: got %v, want pg.ErrMismatch naming rank 1 and ChunkBytes", err)
 	}
 	if err := <-errs; err == nil {
@@ -246,7 +255,8 @@ func TestWorldSizeBounded(t *testing.T) {
 	defer cancel()
 	for _, size := range []int{65536 + 1, 2_000_000_000} {
 		o := Options{Rank: 0, Size: size, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Second}
-		if _, err := New(ctx, st, o); !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "MaxWorldSize") {
+		if _, err := New(ctx, st, o); !errors.Is(err, pg.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "MaxWorldSize") {
 			t.Errorf("New with Size %d: got %v, want pg.ErrInvalidArgument naming MaxWorldSize", size, err)
 		}
 	}

@@ -51,7 +51,9 @@ func (r *run) Check(peer int) error {
 	}
 	select {
 	case <-r.timer.C:
-		return r.errf(peer, pg.ErrTimeout, fmt.Errorf("collective #%d made no progress with rank %d over shared memory before its deadline (group timeout %v)", r.seq+1, peer, r.g.opts.Timeout))
+		return r.errf(peer, pg.ErrTimeout,
+			fmt.Errorf("collective #%d made no progress with rank %d over shared memory before its deadline (group timeout %v)",
+				r.seq+1, peer, r.g.opts.Timeout))
 	case <-r.ctxDone:
 		return r.g.ctxErr(r.op, r.ctx)
 	case <-r.g.failed:
@@ -95,7 +97,8 @@ func (g *Group) InPlaceAllReduces() int {
 // outlives the group's Close: the arena stays mapped while any is open.
 func (g *Group) NewHostBuffer(d pg.Dtype, numel int) (backend.HostBuffer, error) {
 	if g.shm == nil || !g.shm.Full() {
-		return nil, fmt.Errorf("%w: pg/tcp: rank %d shares no memory with all its peers, so it has no host buffers", pg.ErrUnsupported, g.rank)
+		return nil, fmt.Errorf("%w: pg/tcp: rank %d shares no memory with all its peers, so it has no host buffers",
+			pg.ErrUnsupported, g.rank)
 	}
 	if numel <= 0 || d.Size() == 0 || numel > math.MaxInt/d.Size() {
 		return nil, fmt.Errorf("%w: pg/tcp: a host buffer of %d elements of %v", pg.ErrInvalidArgument, numel, d)

@@ -102,7 +102,8 @@ func (c *shmChecker) broadcast(root, length int) {
 	}
 	want := clones(bufs)[root]
 	what := fmt.Sprintf("broadcast of %d float32 from %d", length, root)
-	c.run(what, ceilDiv(4*length, shm.SlotBytes), func(r int, g *Group) pg.Work { return g.Broadcast(context.Background(), bufs[r], root) })
+	c.run(what, ceilDiv(4*length, shm.SlotBytes),
+		func(r int, g *Group) pg.Work { return g.Broadcast(context.Background(), bufs[r], root) })
 	for r := range bufs {
 		if !bytes.Equal(bufs[r].Data, want.Data) {
 			c.t.Errorf("%s: rank %d's tensor is not root's", what, r)
@@ -119,7 +120,8 @@ func (c *shmChecker) allGather(length int) {
 	}
 	kept := clones(ins)
 	what := fmt.Sprintf("allgather of %d float32", length)
-	c.run(what, ceilDiv(4*length, shm.SlotBytes), func(r int, g *Group) pg.Work { return g.AllGather(context.Background(), outs[r], ins[r]) })
+	c.run(what, ceilDiv(4*length, shm.SlotBytes),
+		func(r int, g *Group) pg.Work { return g.AllGather(context.Background(), outs[r], ins[r]) })
 	for r := range outs {
 		for j := range n {
 			if !bytes.Equal(outs[r].Slice(j*length, (j+1)*length).Data, kept[j].Data) {
@@ -135,7 +137,8 @@ func (c *shmChecker) allGather(length int) {
 // allReduced is what the group's AllReduce makes of ins, for comparison.
 func (c *shmChecker) allReduced(ins []pg.Tensor, op pg.ReduceOp) pg.Tensor {
 	bufs := clones(ins)
-	c.run("allreduce", ceilDiv(len(ins[0].Data), shm.SlotBytes), func(r int, g *Group) pg.Work { return g.AllReduce(context.Background(), bufs[r], op) })
+	c.run("allreduce", ceilDiv(len(ins[0].Data), shm.SlotBytes),
+		func(r int, g *Group) pg.Work { return g.AllReduce(context.Background(), bufs[r], op) })
 	return bufs[0]
 }
 
@@ -305,7 +308,8 @@ func TestShmGarbageCollectives(t *testing.T) {
 			return g.Scatter(ctx, pg.NewTensor(pg.Float32, 3<<20), pg.Tensor{Dtype: pg.Float32}, 1)
 		}},
 		{"alltoall", func(ctx context.Context, g *Group) pg.Work {
-			return g.AllToAll(ctx, pg.NewTensor(pg.Float32, 6<<20), pg.NewTensor(pg.Float32, 8<<20), []int{5 << 20, 1 << 20}, []int{5 << 20, 3 << 20})
+			return g.AllToAll(ctx, pg.NewTensor(pg.Float32, 6<<20), pg.NewTensor(pg.Float32, 8<<20), []int{5 << 20, 1 << 20},
+				[]int{5 << 20, 3 << 20})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

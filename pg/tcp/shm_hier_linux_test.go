@@ -52,7 +52,8 @@ func TestHierLayout(t *testing.T) {
 	}{
 		{"2x2", 4, pairs, -1, [][]int{{0, 1}, {2, 3}}, []int{0, 2}},
 		{"2+1", 3, pairs, -1, [][]int{{0, 1}, {2}}, []int{0, 2}},
-		{"interleaved", 6, func(r int) string { return string("aabacc"[r]) }, -1, [][]int{{0, 1, 3}, {2}, {4, 5}}, []int{0, 2, 4}},
+		{"interleaved", 6, func(r int) string { return string("aabacc"[r]) }, -1, [][]int{{0, 1, 3}, {2}, {4, 5}},
+			[]int{0, 2, 4}},
 		{"one off", 4, func(int) string { return "" }, 1, [][]int{{0, 2, 3}, {1}}, []int{0, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,7 +72,8 @@ func TestHierLayout(t *testing.T) {
 						host = h
 					}
 				}
-				if g.hosts == nil || !slices.EqualFunc(g.hosts.Hosts, c.hosts, slices.Equal) || !slices.Equal(g.hosts.Leaders, c.leaders) {
+				if g.hosts == nil || !slices.EqualFunc(g.hosts.Hosts, c.hosts, slices.Equal) ||
+					!slices.Equal(g.hosts.Leaders, c.leaders) {
 					t.Fatalf("rank %d: layout %+v, want hosts %v, leaders %v", r, g.hosts, c.hosts, c.leaders)
 				}
 				if len(host) == 1 {
@@ -329,7 +331,9 @@ func TestShmPeerUnreachable(t *testing.T) {
 		core, l := observer.New(zap.InfoLevel)
 		logs[r] = l
 		wg.Go(func() {
-			gs[r], errs[r] = New(ctx, st, Options{Rank: r, Size: 3, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute, Logger: zap.New(core)})
+			gs[r], errs[r] = New(ctx, st,
+				Options{Rank: r, Size: 3, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute,
+					Logger: zap.New(core)})
 		})
 	}
 	wg.Wait()

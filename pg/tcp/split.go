@@ -55,7 +55,8 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (pg.ProcessGroup, err
 	for j := range g.size {
 		if all[2*j] != all[2*g.rank] {
 			return nil, &pg.CollectiveError{Op: "new_group", Rank: g.rank, Peer: j, Kind: pg.ErrMismatch,
-				Err: fmt.Errorf("rank %d passed other ranks to NewGroup than this rank's %v: every rank must pass the same", j, ranks)}
+				Err: fmt.Errorf("rank %d passed other ranks to NewGroup than this rank's %v: every rank must pass the same", j,
+					ranks)}
 		}
 	}
 	if me < 0 {

@@ -48,7 +48,8 @@ func runWorker(spec string) int {
 		return 2
 	}
 	defer st.Close()
-	g, err := New(ctx, st, Options{Rank: rank, Size: size, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
+	g, err := New(ctx, st,
+		Options{Rank: rank, Size: size, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker: New:", err)
 		return 2
@@ -140,7 +141,8 @@ func TestKilledPeerProcess(t *testing.T) {
 		}
 	}()
 
-	g, err := New(ctx, st, Options{Rank: 0, Size: size, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
+	g, err := New(ctx, st,
+		Options{Rank: 0, Size: size, Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,10 +44,13 @@ func checkCombo(t *testing.T, c *combo, initial [][]float64, logs []*rankLog) {
 			var nf *reducer.NonFiniteError
 			var origin *reducer.NonFiniteOriginError
 			switch {
-			case poisoned && c.opts.FindNonFiniteOrigin && (!errors.As(runErr, &origin) || origin.Iteration != step+1 || !slices.Equal(origin.Ranks, []int{c.poison.rank})):
-				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteOriginError for iteration %d naming rank %d (a NaN in its input)", step, r, runErr, step+1, c.poison.rank)
+			case poisoned && c.opts.FindNonFiniteOrigin &&
+				(!errors.As(runErr, &origin) || origin.Iteration != step+1 || !slices.Equal(origin.Ranks, []int{c.poison.rank})):
+				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteOriginError for iteration %d naming rank %d (a NaN "+
+					"in its input)", step, r, runErr, step+1, c.poison.rank)
 			case poisoned && !c.opts.FindNonFiniteOrigin && (!errors.As(runErr, &nf) || nf.Iteration != step+1):
-				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteError for iteration %d (a NaN in rank %d's input)", step, r, runErr, step+1, c.poison.rank)
+				t.Fatalf("step %d: rank %d's RunAll gave %v; want a NonFiniteError for iteration %d (a NaN in rank %d's input)",
+					step, r, runErr, step+1, c.poison.rank)
 			case !poisoned && runErr != nil:
 				t.Fatalf("step %d: rank %d's RunAll: %v", step, r, runErr)
 			}

@@ -41,7 +41,8 @@ type poisonAt struct{ step, micro, rank int }
 
 // comboHooks are the hooks drawn: "" (nil, the default allreduce), the
 // built-in ones but noop, post-local SGD, and "user", sumThenDivide.
-var comboHooks = []string{"", "allreduce", "fp16", "bf16", "powersgd", "batched-powersgd", "hierarchical", "adasum", "post-localsgd", "user"}
+var comboHooks = []string{"", "allreduce", "fp16", "bf16", "powersgd", "batched-powersgd", "hierarchical", "adasum",
+	"post-localsgd", "user"}
 
 // comboHeads are the graphs a rank may build.
 var comboHeads = []string{testmodel.HeadSum, testmodel.HeadSumX1, testmodel.HeadFC2, testmodel.HeadFC3,
@@ -95,7 +96,8 @@ func drawCombo(seed uint64) *combo {
 		c.perHost = 1 + rng.IntN(n)
 	case "post-localsgd":
 		c.perHost = 1 + rng.IntN(n)
-		c.local = commhook.PostLocalSGDOptions{StartLocalSGDIter: rng.IntN(c.steps), RanksPerHost: c.perHost, NoPostLocalGradientAllreduce: rng.IntN(4) == 0}
+		c.local = commhook.PostLocalSGDOptions{StartLocalSGDIter: rng.IntN(c.steps), RanksPerHost: c.perHost,
+			NoPostLocalGradientAllreduce: rng.IntN(4) == 0}
 		c.period = 1 + rng.IntN(3)
 	}
 	// Post-local SGD's model averager is a collective of its own that a
@@ -194,20 +196,26 @@ func (c *combo) hookName() string {
 
 func (c *combo) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d ranks, %s, %v, heads %s, hook %s", c.seed, len(c.heads), c.backend, c.dt, strings.Join(c.heads, "+"), c.hookName())
+	fmt.Fprintf(&b, "seed %d: %d ranks, %s, %v, heads %s, hook %s", c.seed, len(c.heads), c.backend, c.dt,
+		strings.Join(c.heads, "+"), c.hookName())
 	switch c.hook {
 	case "powersgd", "batched-powersgd":
-		fmt.Fprintf(&b, " (rank %d, start %d, min rate %v, error feedback %v, warm start %v)", c.psgd.MatrixApproximationRank, c.psgd.StartIter, c.psgd.MinCompressionRate, c.psgd.UseErrorFeedback, c.psgd.WarmStart)
+		fmt.Fprintf(&b, " (rank %d, start %d, min rate %v, error feedback %v, warm start %v)", c.psgd.MatrixApproximationRank,
+			c.psgd.StartIter, c.psgd.MinCompressionRate, c.psgd.UseErrorFeedback, c.psgd.WarmStart)
 	case "hierarchical":
 		fmt.Fprintf(&b, " (%d ranks per host)", c.perHost)
 	case "post-localsgd":
-		fmt.Fprintf(&b, " (start %d, %d ranks per host, no gradient allreduce %v, averaging period %d)", c.local.StartLocalSGDIter, c.perHost, c.local.NoPostLocalGradientAllreduce, c.period)
+		fmt.Fprintf(&b, " (start %d, %d ranks per host, no gradient allreduce %v, averaging period %d)",
+			c.local.StartLocalSGDIter, c.perHost, c.local.NoPostLocalGradientAllreduce, c.period)
 	}
 	o := c.opts
-	fmt.Fprintf(&b, "; unused %v, static %v, view %v, caps %d/%d, check replicas every %d, finite %v, origin %v; %d micro-batches, steps %v",
-		o.FindUnusedParameters, o.StaticGraph, o.GradientAsBucketView, o.BucketCapBytes, o.FirstBucketBytes, o.CheckReplicasEvery, o.CheckFinite, o.FindNonFiniteOrigin, c.micro, c.batches)
+	fmt.Fprintf(&b, "; unused %v, static %v, view %v, caps %d/%d, check replicas every %d, finite %v, origin %v; %d "+
+		"micro-batches, steps %v",
+		o.FindUnusedParameters, o.StaticGraph, o.GradientAsBucketView, o.BucketCapBytes, o.FirstBucketBytes,
+		o.CheckReplicasEvery, o.CheckFinite, o.FindNonFiniteOrigin, c.micro, c.batches)
 	if c.join != nil {
-		fmt.Fprintf(&b, "; join (divide by active ranks %v, throw %v)", c.join.DivideByActiveRanks, c.join.ThrowOnEarlyTermination)
+		fmt.Fprintf(&b, "; join (divide by active ranks %v, throw %v)", c.join.DivideByActiveRanks,
+			c.join.ThrowOnEarlyTermination)
 	}
 	if c.poison != nil {
 		fmt.Fprintf(&b, "; NaN at step %d, micro-batch %d, rank %d", c.poison.step, c.poison.micro, c.poison.rank)

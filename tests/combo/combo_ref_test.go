@@ -58,7 +58,8 @@ func newComboRef(c *combo, plain []*testmodel.Branch) *comboRef {
 		ref.reach = append(ref.reach, reach)
 	}
 	if c.hook == "powersgd" || c.hook == "batched-powersgd" {
-		ref.power = &powerRef{o: c.psgd, batched: c.hook == "batched-powersgd", n: len(c.heads), errs: make([]map[string][]float64, len(c.heads)), qs: map[string][]float64{}}
+		ref.power = &powerRef{o: c.psgd, batched: c.hook == "batched-powersgd", n: len(c.heads),
+			errs: make([]map[string][]float64, len(c.heads)), qs: map[string][]float64{}}
 		for r := range ref.power.errs {
 			ref.power.errs[r] = map[string][]float64{}
 		}

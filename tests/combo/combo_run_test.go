@@ -61,7 +61,8 @@ func runCombo(t *testing.T, c *combo) (refused string) {
 		return refusal
 	case "mixed-precision":
 		expectRefusal(t, refusal, errs, func(err error) bool {
-			return err != nil && strings.Contains(err.Error(), "MixedPrecision needs float16 or bfloat16 gradients, which Gorgonia cannot compute")
+			return err != nil &&
+				strings.Contains(err.Error(), "MixedPrecision needs float16 or bfloat16 gradients, which Gorgonia cannot compute")
 		})
 		return refusal
 	}
@@ -131,7 +132,8 @@ func (k *comboRank) setUp(ctx context.Context, t *testing.T, c *combo, g pg.Proc
 		o.Hook, err = commhook.NewHierarchical(commhook.HierarchicalOptions{RanksPerHost: c.perHost})
 	case "post-localsgd":
 		if o.Hook, err = commhook.NewPostLocalSGD(ctx, g, c.local); err == nil {
-			k.avg, err = averaging.NewPeriodicModelAverager(g, averaging.PeriodicOptions{Period: c.period, WarmupSteps: c.local.StartLocalSGDIter})
+			k.avg, err = averaging.NewPeriodicModelAverager(g,
+				averaging.PeriodicOptions{Period: c.period, WarmupSteps: c.local.StartLocalSGDIter})
 		}
 	default:
 		o.Hook, err = commhook.ByName(c.hook, c.psgd)

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestCombinations is the metamorphic test of issue 22, after pebble's:
+// TestCombinations is the metamorphic test, after pebble's:
 // every combination of the options, the comm hooks, the backends, the
 // world sizes, the dtypes and the per-rank graphs of the branch model
 // (testmodel.Branch's heads) must train as a plain reference says, and
@@ -28,9 +28,10 @@ import (
 //
 // A failing combination names its seed and the command that replays it.
 var (
-	flagComboSeed = flag.Uint64("combo.seed", 0, "TestCombinations: replay the one combination drawn from this seed (1 or more)")
-	flagComboN    = flag.Int("combo.n", 0, "TestCombinations: draw the combinations of seeds 1..n (0: the default budget)")
-	flagComboFor  = flag.Duration("combo.for", 0, "TestCombinations: draw combinations from random seeds for this long")
+	flagComboSeed = flag.Uint64("combo.seed", 0,
+		"TestCombinations: replay the one combination drawn from this seed (1 or more)")
+	flagComboN   = flag.Int("combo.n", 0, "TestCombinations: draw the combinations of seeds 1..n (0: the default budget)")
+	flagComboFor = flag.Duration("combo.for", 0, "TestCombinations: draw combinations from random seeds for this long")
 )
 
 // raceEnabled is set by race_test.go under -race.

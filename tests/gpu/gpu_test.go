@@ -31,7 +31,8 @@ func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, libnccl.Version
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
 	}
-	g, err := pgnccl.New(ctx, store.NewHashStore(store.HashStoreOptions{}), pgnccl.Options{Rank: 0, Size: 1, Library: lib, CUDA: cu})
+	g, err := pgnccl.New(ctx, store.NewHashStore(store.HashStoreOptions{}),
+		pgnccl.Options{Rank: 0, Size: 1, Library: lib, CUDA: cu})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, libnccl.Version
 	return g, lib.Version()
 }
 
-// On a GPU (issue 20): the branch model whose heads' gradients Gorgonia
+// On a GPU: the branch model whose heads' gradients Gorgonia
 // shares (fc2(h)+fc3(h)) on a world-size-1 NCCL group with device
 // buckets, FindUnusedParameters and the replica check at every iteration
 // (its allreduce MAX of int64 words through NCCL), and with StaticGraph:

@@ -22,7 +22,7 @@ import (
 // batches, where rank 0's graph is fc2(h)+fc3(h) (Gorgonia shares the
 // heads' gradient memory) and rank 1's reaches only fc2, with
 // find_unused_parameters and with static_graph. Every parameter of every
-// rank must match torch's, which is how issue 20's defects were found.
+// rank must match torch's: a shared or unreached gradient shows as a difference.
 // It skips when /usr/bin/python3 has no torch (scripts/test.sh installs it).
 func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 	if testing.Short() {
@@ -80,7 +80,8 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 			defer cancel()
 			noErrors(t, parallel(2, func(r int) error {
 				out := filepath.Join(dir, fmt.Sprintf("out%d.json", r))
-				cmd := exec.CommandContext(pctx, "/usr/bin/python3", "testdata/torch_branch_ddp.py", specFile, fmt.Sprint(r), "2", filepath.Join(dir, "store"), out)
+				cmd := exec.CommandContext(pctx, "/usr/bin/python3", "testdata/torch_branch_ddp.py", specFile, fmt.Sprint(r), "2",
+					filepath.Join(dir, "store"), out)
 				if b, err := cmd.CombinedOutput(); err != nil {
 					return fmt.Errorf("torch rank %d: %v\n%s", r, err, b)
 				}

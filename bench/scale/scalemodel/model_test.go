@@ -61,7 +61,8 @@ func TestRanksPerHost(t *testing.T) {
 }
 
 func TestHookCollectives(t *testing.T) {
-	b := Bucket{Bytes: 4 * (512*512 + 512 + 512*4), Params: []Param{{Rows: 512, Cols: 512}, {Rows: 512}, {Rows: 512, Cols: 4}}}
+	b := Bucket{Bytes: 4 * (512*512 + 512 + 512*4),
+		Params: []Param{{Rows: 512, Cols: 512}, {Rows: 512}, {Rows: 512, Cols: 4}}}
 	eq := func(what string, got []float64, want ...float64) {
 		t.Helper()
 		if len(got) != len(want) {

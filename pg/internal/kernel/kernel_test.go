@@ -108,7 +108,8 @@ func naiveFold(ins []pg.Tensor, k pg.ReduceKind, roundEach bool) pg.Tensor {
 	return out
 }
 
-func foldAt[T int32 | int64 | uint8 | float32 | float64](ins []pg.Tensor, i int, k pg.ReduceKind, f func(a, b T, k pg.ReduceKind) T) T {
+func foldAt[T int32 | int64 | uint8 | float32 | float64](ins []pg.Tensor, i int, k pg.ReduceKind,
+	f func(a, b T, k pg.ReduceKind) T) T {
 	acc := pg.View[T](ins[0])[i]
 	for _, in := range ins[1:] {
 		acc = f(acc, pg.View[T](in)[i], k)
@@ -116,7 +117,8 @@ func foldAt[T int32 | int64 | uint8 | float32 | float64](ins []pg.Tensor, i int,
 	return acc
 }
 
-func foldHalf(ins []pg.Tensor, i int, k pg.ReduceKind, widen func(uint16) float32, narrow func(float32) uint16, roundEach bool) uint16 {
+func foldHalf(ins []pg.Tensor, i int, k pg.ReduceKind, widen func(uint16) float32, narrow func(float32) uint16,
+	roundEach bool) uint16 {
 	acc := widen(pg.View[uint16](ins[0])[i])
 	for _, in := range ins[1:] {
 		acc = naiveFloat(acc, widen(pg.View[uint16](in)[i]), k)

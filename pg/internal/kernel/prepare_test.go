@@ -41,7 +41,8 @@ func TestPrepareScalesOnlyWhatItShould(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const size = 4
 	for _, d := range pg.Dtypes() {
-		for _, op := range []pg.ReduceOp{pg.Op(pg.Sum), pg.Op(pg.Avg), pg.PremulSumOp(0.3), pg.Op(pg.Max), pg.Op(pg.Product)} {
+		for _, op := range []pg.ReduceOp{pg.Op(pg.Sum), pg.Op(pg.Avg), pg.PremulSumOp(0.3), pg.Op(pg.Max),
+			pg.Op(pg.Product)} {
 			in := randomTensor(rng, d, 1000)
 			want := in
 			switch {

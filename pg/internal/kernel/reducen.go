@@ -68,7 +68,8 @@ func views[T any](ts []pg.Tensor) [][]T {
 	return out
 }
 
-func reduceN[T number](outs, ins [][]T, k pg.ReduceKind, scratch []byte, comb func(dst, src []T, k pg.ReduceKind), sum3 func(a, x, y, z []T)) {
+func reduceN[T number](outs, ins [][]T, k pg.ReduceKind, scratch []byte, comb func(dst, src []T, k pg.ReduceKind),
+	sum3 func(a, x, y, z []T)) {
 	acc := pg.View[T](pg.Tensor{Data: scratch})[:blockElems]
 	n := len(ins[0])
 	for lo := 0; lo < n; lo += blockElems {

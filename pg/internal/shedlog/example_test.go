@@ -14,7 +14,8 @@ import (
 // A flood of 1000 refused connections within one interval gives two
 // lines: the first refusal, and at Close the count of the rest.
 func Example() {
-	enc := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level", EncodeLevel: zapcore.LowercaseLevelEncoder, EncodeDuration: zapcore.StringDurationEncoder})
+	enc := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level",
+		EncodeLevel: zapcore.LowercaseLevelEncoder, EncodeDuration: zapcore.StringDurationEncoder})
 	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(os.Stdout), zap.InfoLevel))
 	refusals := shedlog.New(log, "tcp: ", time.Hour)
 	for i := range 1000 {

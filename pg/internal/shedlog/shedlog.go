@@ -18,9 +18,9 @@ import (
 //
 // A port scanner, a health checker or a stray job can open thousands of
 // connections a second to the store port, each of which the server
-// refuses or drops. One Warn line each buried the job's own log (45k to
-// 140k lines during one rendezvous on main before issue 21; 3000 lines
-// for 3000 connections to a rank's port before issue 34). So the first
+// refuses or drops. One Warn line each would bury the job's own log (tens
+// of thousands of lines during one rendezvous, a line per connection to a
+// rank's port). So the first
 // refusal after a quiet spell is logged at once, with its reason and
 // remote address, as a misconfigured rank needs; the next ones in the
 // interval are only counted, and one summary line at the end of the

@@ -48,13 +48,15 @@ func DialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hell
 // RedialHandshake is DialHandshake to a server that has already proven
 // to be goddp's (another connection of a store client): the greeting has
 // no timeout of its own, since a silent server is stalled, not foreign.
-func RedialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hello []byte, timeout time.Duration) error {
+func RedialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hello []byte,
+	timeout time.Duration) error {
 	return dialHandshake(ctx, conn, addr, secret, hello, timeout, 0)
 }
 
 // dialHandshake is DialHandshake with the greeting's timeout given; 0:
 // none of its own, and silence is not foreign.
-func dialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hello []byte, timeout, greeting time.Duration) error {
+func dialHandshake(ctx context.Context, conn net.Conn, addr string, secret, hello []byte, timeout,
+	greeting time.Duration) error {
 	start := time.Now()
 	end := time.Time{}
 	if timeout > 0 {
@@ -106,7 +108,8 @@ func foreign(addr string, got []byte, err error, waited time.Duration) error {
 	timedOut := errors.As(err, &ne) && ne.Timeout()
 	switch {
 	case len(got) == 0 && timedOut:
-		return &foreignError{fmt.Sprintf("%s accepted the connection but sent nothing in %v, where a goddp server greets at once (unless its process is stopped)", addr, waited.Round(time.Millisecond))}
+		return &foreignError{fmt.Sprintf("%s accepted the connection but sent nothing in %v, where a goddp server greets "+
+			"at once (unless its process is stopped)", addr, waited.Round(time.Millisecond))}
 	case len(got) == 0:
 		return err // closed or reset before a byte: retried by the caller
 	case len(got) >= 4 && [4]byte(got[:4]) == magic:

@@ -82,9 +82,12 @@ func TestDialHandshakeForeign(t *testing.T) {
 		foreign string // what the error says; "" for not foreign
 	}{
 		{"silent", silent, "sent nothing in"},
-		{"a short banner, then silence", func(c net.Conn) { c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n")); silent(c) }, `answered "SSH-2.0-OpenSSH_9.6\r\n"`},
-		{"garbage", func(c net.Conn) { c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")); silent(c) }, `answered "HTTP/1.1 400 Bad Request`},
-		{"a short banner, then closed", func(c net.Conn) { c.Write([]byte("220 ftp\r\n")); c.Close() }, `answered "220 ftp\r\n"`},
+		{"a short banner, then silence", func(c net.Conn) { c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n")); silent(c) },
+			`answered "SSH-2.0-OpenSSH_9.6\r\n"`},
+		{"garbage", func(c net.Conn) { c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")); silent(c) },
+			`answered "HTTP/1.1 400 Bad Request`},
+		{"a short banner, then closed", func(c net.Conn) { c.Write([]byte("220 ftp\r\n")); c.Close() },
+			`answered "220 ftp\r\n"`},
 		{"closed at once", func(c net.Conn) { c.Close() }, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -96,7 +99,8 @@ func TestDialHandshakeForeign(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, pg.ErrForeignListener) || !errors.Is(err, pg.ErrUnauthenticated) || !strings.Contains(err.Error(), addr) ||
+			if !errors.Is(err, pg.ErrForeignListener) || !errors.Is(err, pg.ErrUnauthenticated) ||
+				!strings.Contains(err.Error(), addr) ||
 				!strings.Contains(err.Error(), "something else is listening there") || !strings.Contains(err.Error(), c.foreign) {
 				t.Fatalf("got %v; want pg.ErrForeignListener naming %s and saying %q", err, addr, c.foreign)
 			}

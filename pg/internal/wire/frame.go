@@ -47,7 +47,9 @@ func ParseHeader(b []byte, maxPayload uint32) (Header, error) {
 		return Header{}, fmt.Errorf("%w: frame header of %d bytes, want %d", pg.ErrComm, len(b), HeaderSize)
 	}
 	if b[0] != frameMagic || b[3] != 0 {
-		return Header{}, fmt.Errorf("%w: corrupt frame header (bad magic %#x or reserved byte %#x); is the peer a goddp process of the same version?", pg.ErrComm, b[0], b[3])
+		return Header{}, fmt.Errorf(
+			"%w: corrupt frame header (bad magic %#x or reserved byte %#x); is the peer a goddp process of the same version?",
+			pg.ErrComm, b[0], b[3])
 	}
 	h := Header{
 		Kind:  b[1],

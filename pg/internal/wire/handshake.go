@@ -27,7 +27,8 @@ const (
 var magic = [4]byte{'G', 'D', 'D', 'P'}
 
 // ErrNoSecret is returned when a handshake is attempted without a secret.
-var ErrNoSecret = errors.New("wire: no shared secret: every goddp job needs one of at least 16 bytes; launchers generate it and pass it in GODDP_SECRET")
+var ErrNoSecret = errors.New("wire: no shared secret: every goddp job needs one of at least 16 bytes; launchers " +
+	"generate it and pass it in GODDP_SECRET")
 
 func checkSecret(secret []byte) error {
 	if len(secret) < MinSecret {

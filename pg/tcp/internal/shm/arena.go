@@ -201,7 +201,8 @@ func (w *World) ownOffset(b []byte, es int) (int, bool) {
 	}
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(mine)))
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	if p < base || p-base > uintptr(len(mine)) || uintptr(len(mine))-(p-base) < uintptr(len(b)) || (p-base)%uintptr(es) != 0 {
+	if p < base || p-base > uintptr(len(mine)) || uintptr(len(mine))-(p-base) < uintptr(len(b)) ||
+		(p-base)%uintptr(es) != 0 {
 		return 0, false
 	}
 	return int(p - base), true

@@ -153,7 +153,8 @@ func (w *World) decide(r Run, c uint32, slot int, t pg.Tensor, inArena bool, cop
 			off := int(min(w.placeOf(j, slot), 1<<62)) - 1
 			b, ok := w.peerTensor(j, off, len(t.Data), t.Dtype.Size())
 			if !ok {
-				return nil, r.Fail(j, pg.ErrMismatch, fmt.Errorf("rank %d published its tensor of %d bytes at offset %d of its %d-byte shared-memory arena, which does not hold it: its segment is corrupt",
+				return nil, r.Fail(j, pg.ErrMismatch, fmt.Errorf("rank %d published its tensor of %d bytes at offset %d of its "+
+					"%d-byte shared-memory arena, which does not hold it: its segment is corrupt",
 					j, len(t.Data), off, len(w.arenaOf(j))))
 			}
 			tensors[j] = b

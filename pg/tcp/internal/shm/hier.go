@@ -85,7 +85,8 @@ func (w *World) BroadcastFromLeader(r Run, t pg.Tensor, kind pg.ReduceKind, host
 // chunks calls f for each chunk of t that fits a slot, with its byte
 // bounds, its number in the world's sequence, its slot and its metadata
 // (an AllReduce's Call for that chunk).
-func (w *World) chunks(t pg.Tensor, kind pg.ReduceKind, f func(lo, hi int, c uint32, slot int, meta []byte) error) error {
+func (w *World) chunks(t pg.Tensor, kind pg.ReduceKind,
+	f func(lo, hi int, c uint32, slot int, meta []byte) error) error {
 	es := t.Dtype.Size()
 	chunkBytes := SlotBytes / es * es
 	call := Call{Op: pg.OpAllReduce, Bytes: len(t.Data), Dtype: t.Dtype, Kind: kind}

@@ -157,12 +157,14 @@ func (w *World) AllToAll(r Run, out, in pg.Tensor, outS, inS []int) error {
 				got := binary.LittleEndian.Uint64(words[8*me:])
 				if want := uint64(outS[i] * es); got != want {
 					return r.Fail(i, pg.ErrMismatch, fmt.Errorf(
-						"%w: rank %d sends %d bytes (%d %v elements) to this rank, but this rank's output split for it is %d elements: output split i on rank j must equal input split j on rank i",
+						"%w: rank %d sends %d bytes (%d %v elements) to this rank, but this rank's output split for it is %d elements: "+
+							"output split i on rank j must equal input split j on rank i",
 						pg.ErrInvalidArgument, i, got, got/uint64(es), out.Dtype, outS[i]))
 				}
 				theirs := binary.LittleEndian.Uint64(words[8*n:])
 				if theirs > 1<<50 {
-					return r.Fail(i, pg.ErrMismatch, fmt.Errorf("rank %d's shared-memory alltoall claims a chunk of %d bytes", i, theirs))
+					return r.Fail(i, pg.ErrMismatch,
+						fmt.Errorf("rank %d's shared-memory alltoall claims a chunk of %d bytes", i, theirs))
 				}
 				most = max(most, theirs)
 			}

@@ -114,7 +114,8 @@ func dial(ctx context.Context, name string, cfg Config) ([]byte, error) {
 	// The slots, then an arena of whole pages, if any (Note [buffers
 	// peers read in place]).
 	if arena := stt.Size - SegBytes; arena < 0 || arena > MaxArenaBytes || arena%arenaAlign != 0 {
-		return nil, fmt.Errorf("the segment is %d bytes, want %d and an arena of whole pages up to %d bytes", stt.Size, SegBytes, int64(MaxArenaBytes))
+		return nil, fmt.Errorf("the segment is %d bytes, want %d and an arena of whole pages up to %d bytes", stt.Size,
+			SegBytes, int64(MaxArenaBytes))
 	}
 	return unix.Mmap(fds[0], 0, int(stt.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }

@@ -26,7 +26,8 @@ var testSecret = []byte("the-job-secret-of-this-test-0123")
 // gets no descriptor from a rank's segment socket, while one that does
 // gets a segment it can map.
 func TestHandshakeGuardsSegment(t *testing.T) {
-	c := Config{Rank: 0, Size: 2, Secret: testSecret, Hello: []byte("rank 1"), HandshakeTimeout: 10 * time.Second, Logger: zap.NewNop()}
+	c := Config{Rank: 0, Size: 2, Secret: testSecret, Hello: []byte("rank 1"), HandshakeTimeout: 10 * time.Second,
+		Logger: zap.NewNop()}
 	segs := make([][]byte, 2)
 	name, ln, fd, err := listen(c, segs)
 	if err != nil {
@@ -71,7 +72,8 @@ func TestHandshakeGuardsSegment(t *testing.T) {
 // of the rest, not 500 (Note [rate-limited refusals]).
 func TestSegmentFloodRateLimited(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
-	c := Config{Rank: 0, Size: 2, Secret: testSecret, Hello: []byte("rank 1"), HandshakeTimeout: 10 * time.Second, Logger: zap.New(core)}
+	c := Config{Rank: 0, Size: 2, Secret: testSecret, Hello: []byte("rank 1"), HandshakeTimeout: 10 * time.Second,
+		Logger: zap.New(core)}
 	segs := make([][]byte, 2)
 	name, ln, fd, err := listen(c, segs)
 	if err != nil {
@@ -96,7 +98,8 @@ func TestSegmentFloodRateLimited(t *testing.T) {
 	unix.Close(fd)
 	total := 0
 	for _, e := range logs.All() {
-		if m := regexp.MustCompile(`^shared memory: refused (\d+) more connections$`).FindStringSubmatch(e.Message); m != nil {
+		if m := regexp.MustCompile(`^shared memory: refused (\d+) more ` +
+			`connections$`).FindStringSubmatch(e.Message); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			total += n
 		} else if strings.HasPrefix(e.Message, "shared memory: refused connection: ") {
@@ -104,6 +107,7 @@ func TestSegmentFloodRateLimited(t *testing.T) {
 		}
 	}
 	if logs.Len() > 2 || total != flood {
-		t.Errorf("%d refused connections: %d lines counting %d, want at most 2 counting %d: %v", flood, logs.Len(), total, flood, logs.All())
+		t.Errorf("%d refused connections: %d lines counting %d, want at most 2 counting %d: %v", flood, logs.Len(), total,
+			flood, logs.All())
 	}
 }

@@ -33,7 +33,8 @@ const (
 	OffArrive  = 0   // chunks whose input this rank has copied in
 	OffReduced = 64  // chunks whose shard this rank has reduced
 	OffDone    = 128 // chunks this rank has copied out (its slots may be reused)
-	OffCopied  = 192 // a mixed in-place AllReduce: this rank's first chunk is in its slot (Note [buffers peers read in place])
+	// a mixed in-place AllReduce: this rank's first chunk is in its slot (Note [buffers peers read in place])
+	OffCopied = 192
 	// OffSleeping, added to a counter's offset, is the word where this
 	// rank says it sleeps in the kernel on some peer's counter at that
 	// offset: Note [wake only sleepers].
@@ -267,6 +268,7 @@ func (w *World) checkMeta(r Run, peer, slot int, meta []byte) error {
 	}
 	theirs, tc := callOf(pm)
 	ours, c := callOf(meta)
-	return r.Fail(peer, pg.ErrMismatch, fmt.Errorf("rank %d issued %v as shared-memory chunk %d where this rank issued %v (chunk %d): ranks must issue the same collectives in the same order, with the same sizes, dtypes, ops and roots",
+	return r.Fail(peer, pg.ErrMismatch, fmt.Errorf("rank %d issued %v as shared-memory chunk %d where this rank issued "+
+		"%v (chunk %d): ranks must issue the same collectives in the same order, with the same sizes, dtypes, ops and roots",
 		peer, theirs, tc, ours, c))
 }
