@@ -24,7 +24,8 @@ func New(index int, params []int, numel []int, dtype pg.Dtype, limit int) *Bucke
 // NewOn is New with the buffer from alloc, which must return n zeroed
 // elements of d: memory a process group hands out
 // (backend.HostBufferAllocator), for instance.
-func NewOn(index int, params []int, numel []int, dtype pg.Dtype, limit int, alloc func(d pg.Dtype, n int) pg.Tensor) *Bucket {
+func NewOn(index int, params []int, numel []int, dtype pg.Dtype, limit int,
+	alloc func(d pg.Dtype, n int) pg.Tensor) *Bucket {
 	b := &Bucket{Index: index, Params: params, Limit: limit}
 	off := 0
 	for _, p := range params {

@@ -149,7 +149,11 @@ func TestCompressWrapsAnyHook(t *testing.T) {
 		return err
 	})
 	for i := range in[0] {
-		want := float64(backend.BF16ToF32(backend.F32ToBF16(backend.BF16ToF32(backend.F32ToBF16(float32(in[0][i]))) + backend.BF16ToF32(backend.F32ToBF16(float32(in[1][i]))))))
+		want := float64(
+			backend.BF16ToF32(
+				backend.F32ToBF16(
+					backend.BF16ToF32(backend.F32ToBF16(float32(in[0][i]))) + backend.BF16ToF32(
+						backend.F32ToBF16(float32(in[1][i]))))))
 		if out[0][i] != want || out[1][i] != want {
 			t.Errorf("element %d: got %v and %v, want %v", i, out[0][i], out[1][i], want)
 		}

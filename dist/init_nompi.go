@@ -11,5 +11,6 @@ import (
 const mpiBuilt = false
 
 func joinMPI(context.Context, Options) (*Group, error) {
-	return nil, fmt.Errorf("%w: mpi: this binary was built without MPI; build it with go build -tags mpi (needs Open MPI's libopenmpi-dev), or use Backend \"tcp\"", ErrBackendUnavailable)
+	return nil, fmt.Errorf("%w: mpi: this binary was built without MPI; build it with go build -tags mpi (needs Open "+
+		"MPI's libopenmpi-dev), or use Backend \"tcp\"", ErrBackendUnavailable)
 }

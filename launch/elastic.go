@@ -211,7 +211,8 @@ func SelfElastic(ctx context.Context, n int, args []string, marker string, stdou
 // per attempt, or e.Node's), the torchrun variables a restart sets, and extra. It is
 // how ddp-train --nproc N starts a program of one's own, which joins the
 // job with dist.InitProcessGroup.
-func ProgramElastic(ctx context.Context, n int, path string, args, extra []string, stdout, stderr io.Writer, e Elastic) error {
+func ProgramElastic(ctx context.Context, n int, path string, args, extra []string, stdout, stderr io.Writer,
+	e Elastic) error {
 	runID, err := NewSecret()
 	if err != nil {
 		return err

@@ -15,7 +15,8 @@ type CUDAOptions struct {
 // CUDALibraryName is the driver API's soname.
 const CUDALibraryName = "libcuda.so.1"
 
-const cudaHint = "libcuda.so.1 comes with the NVIDIA driver; on a machine without a GPU driver the NCCL backend cannot run. " +
+const cudaHint = "libcuda.so.1 comes with the NVIDIA driver; on a machine without a GPU driver the NCCL backend " +
+	"cannot run. " +
 	"If the driver is installed in an unusual place, point at libcuda.so.1 with the option that sets " +
 	"libnccl.CUDAOptions.Path."
 

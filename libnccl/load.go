@@ -48,7 +48,8 @@ func (e *LoadError) Unwrap() error { return ErrNotFound }
 
 const ncclHint = "Point at it with GODDP_NCCL_LIBRARY=/path/to/libnccl.so.2 " +
 	"(or the option that sets libnccl.Options.Path), " +
-	"add its directory to LD_LIBRARY_PATH, or install it (pip install nvidia-nccl-cu12 or nvidia-nccl-cu13; it also comes with PyTorch's CUDA wheels)."
+	"add its directory to LD_LIBRARY_PATH, or install it (pip install nvidia-nccl-cu12 or nvidia-nccl-cu13; it also " +
+	"comes with PyTorch's CUDA wheels)."
 
 // candidates lists the paths Load tries, in order.
 func (o Options) candidates(glob func(string) ([]string, error)) []string {

@@ -106,7 +106,8 @@ func (r *Reducer) launch(b int, check bool) {
 func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("comm hook panicked", zap.Int("bucket", b.Index), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			r.log.Error("comm hook panicked", zap.Int("bucket", b.Index), zap.Any("panic", p),
+				zap.ByteString("stack", debug.Stack()))
 			w = pg.Completed(fmt.Errorf("reducer: comm hook %q panicked on bucket %d: %v", commhook.Name(r.hook), b.Index, p))
 		}
 	}()
@@ -124,7 +125,8 @@ func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
 // about the unused set the run is now held to.
 func (r *Reducer) reduceUsedFirst(unused []int) {
 	if len(unused) > 0 {
-		r.log.Warn("parameters are unused during the first iteration; with StaticGraph this set must stay the same on this rank for the whole run",
+		r.log.Warn("parameters are unused during the first iteration; with StaticGraph this set must stay the same on this "+
+			"rank for the whole run",
 			zap.Ints("unused", unused))
 	}
 	r.usedWork = r.g.AllReduce(r.iter.ctx, r.usedMap, pg.Op(pg.Sum))
@@ -157,7 +159,8 @@ func (r *Reducer) waitAll(ctx context.Context, reduceUsed bool) ([]int32, error)
 				// The collectives are still running and own the buffers.
 				r.g.Abort(err)
 			}
-			return nil, fmt.Errorf("reducer: communication of bucket %d (parameters %s) failed: %w", b, r.names(r.layout.buckets[b].Params), err)
+			return nil, fmt.Errorf("reducer: communication of bucket %d (parameters %s) failed: %w", b,
+				r.names(r.layout.buckets[b].Params), err)
 		}
 	}
 	return r.globalUsed(ctx, reduceUsed)

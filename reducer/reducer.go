@@ -162,7 +162,8 @@ func (r *Reducer) RegisterCommHook(h commhook.Hook) error {
 		return fmt.Errorf("%w: the hook is nil", ErrHookRegistration)
 	}
 	if r.opts.Hook != nil || r.started || r.opts.MixedPrecision != nil {
-		return fmt.Errorf("%w (hook %q is already in use; register it once, after New and before training)", ErrHookRegistration, commhook.Name(r.hook))
+		return fmt.Errorf("%w (hook %q is already in use; register it once, after New and before training)",
+			ErrHookRegistration, commhook.Name(r.hook))
 	}
 	r.hook, r.opts.Hook = h, h
 	return nil

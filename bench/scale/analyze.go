@@ -176,7 +176,8 @@ func medianProfile(ps []scalemodel.Profile) scalemodel.Profile {
 }
 
 func printProfiles(w io.Writer, rec record, profiles map[int][]scalemodel.Profile) {
-	fmt.Fprintf(w, "\ncalibration: intra-host α %.0f µs, β %.0f MB/s", rec.Calibration.Intra.Latency*1e6, rec.Calibration.Intra.Bandwidth/1e6)
+	fmt.Fprintf(w, "\ncalibration: intra-host α %.0f µs, β %.0f MB/s", rec.Calibration.Intra.Latency*1e6,
+		rec.Calibration.Intra.Bandwidth/1e6)
 	if l := rec.Calibration.IntraShm; l.Bandwidth > 0 {
 		fmt.Fprintf(w, "; intra-host shared memory α %.0f µs, β %.0f MB/s", l.Latency*1e6, l.Bandwidth/1e6)
 	}

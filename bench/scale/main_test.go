@@ -163,7 +163,8 @@ func TestAnalyzeRecord(t *testing.T) {
 		Intra: scalemodel.Link{Latency: 1e-5, Bandwidth: 1e9},
 		Inter: map[string]scalemodel.Link{
 			"none": {Latency: 1e-5, Bandwidth: 1e9}, "100mbit": {Latency: 1e-4, Bandwidth: 12.5e6}}}}
-	for _, r := range []runRecord{{0, "none", 1, "noop", "a"}, {0, "none", 1, "allreduce", "b"}, {0, "100mbit", 1, "allreduce", "c"}} {
+	for _, r := range []runRecord{{0, "none", 1, "noop", "a"}, {0, "none", 1, "allreduce", "b"},
+		{0, "100mbit", 1, "allreduce", "c"}} {
 		if err := os.MkdirAll(filepath.Join(dir, r.Dir), 0o755); err != nil {
 			t.Fatal(err)
 		}

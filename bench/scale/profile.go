@@ -26,9 +26,13 @@ type profileSource struct {
 
 func (s *profileSource) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.profile, "profile", "", "a JSON profile (bench/scale/scalemodel.Profile), as 'scale profile' writes")
-	fs.StringVar(&s.timeline, "timeline", "", "a ddp-train --timeline directory (rank-0.json is read), best from a --comm-hook noop run")
-	fs.StringVar(&s.mlp, "mlp", "", "with --timeline: the MLP's layer widths, input to classes (e.g. 32,1024,1024,4 for ddp-train --hidden 1024,1024 on its synthetic data): the parameters' shapes, which PowerSGD needs")
-	fs.StringVar(&s.synthetic, "synthetic", "", "a model not at hand: params=N,forward=S,backward=S[,other=S][,rows=R] (seconds; float32 gradients ready at a constant rate through backward, DDP's default buckets, R×R matrices for PowerSGD)")
+	fs.StringVar(&s.timeline, "timeline", "",
+		"a ddp-train --timeline directory (rank-0.json is read), best from a --comm-hook noop run")
+	fs.StringVar(&s.mlp, "mlp", "", "with --timeline: the MLP's layer widths, input to classes (e.g. 32,1024,1024,4 for "+
+		"ddp-train --hidden 1024,1024 on its synthetic data): the parameters' shapes, which PowerSGD needs")
+	fs.StringVar(&s.synthetic, "synthetic", "", "a model not at hand: params=N,forward=S,backward=S[,other=S][,rows=R] "+
+		"(seconds; float32 gradients ready at a constant rate through backward, DDP's default buckets, R×R matrices for "+
+		"PowerSGD)")
 	fs.IntVar(&s.skip, "skip", 5, "with --timeline: steps to skip at the start (warm-up, the bucket rebuild)")
 }
 

@@ -150,7 +150,10 @@ func copyOut(dst pg.Tensor, src *tensors.Tensor) error {
 // size and dtype.
 func addOut(dst pg.Tensor, src *tensors.Tensor) error {
 	var err error
-	if e := src.ConstBytes(func(data []byte) { err = backend.Add(dst, pg.Tensor{Dtype: dst.Dtype, Data: data}) }); e != nil {
+	if e := src.ConstBytes(func(data []byte) {
+		err = backend.Add(dst,
+			pg.Tensor{Dtype: dst.Dtype, Data: data})
+	}); e != nil {
 		return e
 	}
 	return err

@@ -49,7 +49,8 @@ func TestAddRefuses(t *testing.T) {
 		{pg.Float16s(make([]uint16, 2)), pg.BFloat16s(make([]uint16, 2))},
 	} {
 		if err := backend.Add(c.dst, c.src); !errors.Is(err, pg.ErrInvalidArgument) {
-			t.Errorf("Add(%v[%d], %v[%d]) = %v; want ErrInvalidArgument", c.dst.Dtype, c.dst.Len(), c.src.Dtype, c.src.Len(), err)
+			t.Errorf("Add(%v[%d], %v[%d]) = %v; want ErrInvalidArgument", c.dst.Dtype, c.dst.Len(), c.src.Dtype, c.src.Len(),
+				err)
 		}
 	}
 }

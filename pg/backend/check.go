@@ -64,7 +64,8 @@ func CheckAllGather(out, in pg.Tensor, size int, opts ...CheckOption) error {
 		return fmt.Errorf("%w: allgather output is %v but input is %v", pg.ErrInvalidArgument, out.Dtype, in.Dtype)
 	}
 	if out.Len() != size*in.Len() {
-		return fmt.Errorf("%w: allgather output holds %d elements, want size*input = %d*%d", pg.ErrInvalidArgument, out.Len(), size, in.Len())
+		return fmt.Errorf("%w: allgather output holds %d elements, want size*input = %d*%d", pg.ErrInvalidArgument, out.Len(),
+			size, in.Len())
 	}
 	return nil
 }
@@ -84,7 +85,8 @@ func CheckReduceScatter(out, in pg.Tensor, op pg.ReduceOp, size int, opts ...Che
 		return fmt.Errorf("%w: reducescatter output is %v but input is %v", pg.ErrInvalidArgument, out.Dtype, in.Dtype)
 	}
 	if in.Len() != size*out.Len() {
-		return fmt.Errorf("%w: reducescatter input holds %d elements, want size*output = %d*%d", pg.ErrInvalidArgument, in.Len(), size, out.Len())
+		return fmt.Errorf("%w: reducescatter input holds %d elements, want size*output = %d*%d", pg.ErrInvalidArgument,
+			in.Len(), size, out.Len())
 	}
 	return op.Check(in.Dtype)
 }

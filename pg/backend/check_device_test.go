@@ -23,10 +23,12 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 		{"allreduce", func(o ...backend.CheckOption) error { return backend.CheckAllReduce(dev, sum, o...) }},
 		{"broadcast", func(o ...backend.CheckOption) error { return backend.CheckBroadcast(dev, 0, 2, o...) }},
 		{"allgather", func(o ...backend.CheckOption) error { return backend.CheckAllGather(dev8, dev, 2, o...) }},
-		{"reducescatter", func(o ...backend.CheckOption) error { return backend.CheckReduceScatter(dev, dev8, sum, 2, o...) }},
+		{"reducescatter",
+			func(o ...backend.CheckOption) error { return backend.CheckReduceScatter(dev, dev8, sum, 2, o...) }},
 		{"reduce", func(o ...backend.CheckOption) error { return backend.CheckReduce(dev, 0, sum, 2, o...) }},
 		{"gather", func(o ...backend.CheckOption) error { return backend.CheckGather(dev8, dev, 0, 0, 2, o...) }},
-		{"gather non-root", func(o ...backend.CheckOption) error { return backend.CheckGather(pg.Tensor{}, dev, 0, 1, 2, o...) }},
+		{"gather non-root",
+			func(o ...backend.CheckOption) error { return backend.CheckGather(pg.Tensor{}, dev, 0, 1, 2, o...) }},
 		{"scatter", func(o ...backend.CheckOption) error { return backend.CheckScatter(dev, dev8, 0, 0, 2, o...) }},
 		{"alltoall", func(o ...backend.CheckOption) error {
 			_, _, err := backend.CheckAllToAll(dev, dev, nil, nil, 2, o...)
@@ -39,7 +41,8 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 	}
 	for _, c := range checks {
 		err := c.f()
-		if !errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "use an NCCL group or copy to host") {
+		if !errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "use an NCCL group or copy to host") {
 			t.Errorf("%s without AcceptDevice: %v, want ErrDeviceTensor", c.name, err)
 		}
 		if err := c.f(backend.AcceptDevice); err != nil {
@@ -48,7 +51,8 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 	}
 	for _, c := range []check{
 		{"allgather", func(o ...backend.CheckOption) error { return backend.CheckAllGather(host, dev, 2, o...) }},
-		{"reducescatter", func(o ...backend.CheckOption) error { return backend.CheckReduceScatter(dev, host, sum, 2, o...) }},
+		{"reducescatter",
+			func(o ...backend.CheckOption) error { return backend.CheckReduceScatter(dev, host, sum, 2, o...) }},
 		{"alltoall", func(o ...backend.CheckOption) error {
 			_, _, err := backend.CheckAllToAll(host, dev, []int{1, 3}, nil, 2, o...)
 			return err
@@ -58,11 +62,13 @@ func TestChecksOnDeviceTensors(t *testing.T) {
 		}},
 	} {
 		err := c.f(backend.AcceptDevice)
-		if errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "mixes host and device") {
+		if errors.Is(err, pg.ErrDeviceTensor) || !errors.Is(err, pg.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "mixes host and device") {
 			t.Errorf("%s mixing host and device: %v", c.name, err)
 		}
 	}
-	if err := backend.CheckAllGather(other, dev, 2, backend.AcceptDevice); !errors.Is(err, pg.ErrInvalidArgument) || !strings.Contains(err.Error(), "GPUs 1 and 0") && !strings.Contains(err.Error(), "GPUs 0 and 1") {
+	if err := backend.CheckAllGather(other, dev, 2, backend.AcceptDevice); !errors.Is(err, pg.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "GPUs 1 and 0") && !strings.Contains(err.Error(), "GPUs 0 and 1") {
 		t.Errorf("tensors on two GPUs: %v", err)
 	}
 	if err := backend.CheckAllReduce(host, sum); err != nil {

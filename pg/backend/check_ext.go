@@ -58,7 +58,8 @@ func CheckGather(out, in pg.Tensor, root, rank, size int, opts ...CheckOption) e
 		return err
 	}
 	if out.Len() != size*in.Len() {
-		return fmt.Errorf("%w: gather output on root %d holds %d elements, want size*input = %d*%d", pg.ErrInvalidArgument, root, out.Len(), size, in.Len())
+		return fmt.Errorf("%w: gather output on root %d holds %d elements, want size*input = %d*%d", pg.ErrInvalidArgument,
+			root, out.Len(), size, in.Len())
 	}
 	return nil
 }
@@ -81,14 +82,16 @@ func CheckScatter(out, in pg.Tensor, root, rank, size int, opts ...CheckOption) 
 		return err
 	}
 	if in.Len() != size*out.Len() {
-		return fmt.Errorf("%w: scatter input on root %d holds %d elements, want size*output = %d*%d", pg.ErrInvalidArgument, root, in.Len(), size, out.Len())
+		return fmt.Errorf("%w: scatter input on root %d holds %d elements, want size*output = %d*%d", pg.ErrInvalidArgument,
+			root, in.Len(), size, out.Len())
 	}
 	return nil
 }
 
 // CheckAllToAll validates AllToAll's arguments and returns the splits to
 // use: the given ones, or equal chunks when both are nil.
-func CheckAllToAll(out, in pg.Tensor, outSplits, inSplits []int, size int, opts ...CheckOption) (outS, inS []int, err error) {
+func CheckAllToAll(out, in pg.Tensor, outSplits, inSplits []int, size int, opts ...CheckOption) (outS, inS []int,
+	err error) {
 	if err := checkPlace("alltoall", opts, out, in); err != nil {
 		return nil, nil, err
 	}
@@ -98,7 +101,8 @@ func CheckAllToAll(out, in pg.Tensor, outSplits, inSplits []int, size int, opts 
 	split := func(name string, s []int, t pg.Tensor) ([]int, error) {
 		if s == nil {
 			if t.Len()%size != 0 {
-				return nil, fmt.Errorf("%w: alltoall %s holds %d elements, not a multiple of the group size %d; pass split sizes", pg.ErrInvalidArgument, name, t.Len(), size)
+				return nil, fmt.Errorf("%w: alltoall %s holds %d elements, not a multiple of the group size %d; pass split sizes",
+					pg.ErrInvalidArgument, name, t.Len(), size)
 			}
 			eq := make([]int, size)
 			for i := range eq {
@@ -107,7 +111,8 @@ func CheckAllToAll(out, in pg.Tensor, outSplits, inSplits []int, size int, opts 
 			return eq, nil
 		}
 		if len(s) != size {
-			return nil, fmt.Errorf("%w: alltoall %s split sizes have %d entries, want one per rank (%d)", pg.ErrInvalidArgument, name, len(s), size)
+			return nil, fmt.Errorf("%w: alltoall %s split sizes have %d entries, want one per rank (%d)", pg.ErrInvalidArgument,
+				name, len(s), size)
 		}
 		sum := 0
 		for i, n := range s {
@@ -117,7 +122,8 @@ func CheckAllToAll(out, in pg.Tensor, outSplits, inSplits []int, size int, opts 
 			sum += n
 		}
 		if sum != t.Len() {
-			return nil, fmt.Errorf("%w: alltoall %s split sizes sum to %d but the tensor holds %d elements", pg.ErrInvalidArgument, name, sum, t.Len())
+			return nil, fmt.Errorf("%w: alltoall %s split sizes sum to %d but the tensor holds %d elements",
+				pg.ErrInvalidArgument, name, sum, t.Len())
 		}
 		return s, nil
 	}
@@ -177,7 +183,8 @@ func CheckNewGroup(ranks []int, rank, size int) (int, error) {
 	me := -1
 	for i, r := range ranks {
 		if r < 0 || r >= size {
-			return -1, fmt.Errorf("%w: new group rank %d is not a rank of the parent group of size %d", pg.ErrInvalidArgument, r, size)
+			return -1, fmt.Errorf("%w: new group rank %d is not a rank of the parent group of size %d", pg.ErrInvalidArgument, r,
+				size)
 		}
 		if seen[r] {
 			return -1, fmt.Errorf("%w: new group lists rank %d twice", pg.ErrInvalidArgument, r)
@@ -217,7 +224,8 @@ func CheckReduceScatterCoalesced(outs, ins []pg.Tensor, op pg.ReduceOp, size int
 	if err := checkPairedLists(what, outs, ins, opts); err != nil {
 		return err
 	}
-	return eachPair(what, outs, ins, func(out, in pg.Tensor) error { return CheckReduceScatter(out, in, op, size, opts...) })
+	return eachPair(what, outs, ins,
+		func(out, in pg.Tensor) error { return CheckReduceScatter(out, in, op, size, opts...) })
 }
 
 // checkPairedLists is CheckCoalesced for collectives that need an output

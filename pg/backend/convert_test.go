@@ -57,7 +57,8 @@ func TestConvert(t *testing.T) {
 		}
 	}
 	back := make([]float64, len(src))
-	if err := backend.Convert(pg.Float64s(back), pg.Float16s(half)); err != nil || back[1] != -2.5 || !math.IsInf(back[2], 1) {
+	if err := backend.Convert(pg.Float64s(back), pg.Float16s(half)); err != nil || back[1] != -2.5 ||
+		!math.IsInf(back[2], 1) {
 		t.Errorf("float16 -> float64: %v %v", back, err)
 	}
 	bf := make([]uint16, len(src))

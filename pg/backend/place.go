@@ -36,7 +36,8 @@ func checkPlace(what string, opts []CheckOption, ts ...pg.Tensor) error {
 		}
 		dev++
 		if ord >= 0 && t.Device.Ordinal != ord {
-			return fmt.Errorf("%w: %s has tensors on GPUs %d and %d; use one GPU per rank", pg.ErrInvalidArgument, what, ord, t.Device.Ordinal)
+			return fmt.Errorf("%w: %s has tensors on GPUs %d and %d; use one GPU per rank", pg.ErrInvalidArgument, what, ord,
+				t.Device.Ordinal)
 		}
 		ord = t.Device.Ordinal
 	}
@@ -46,7 +47,8 @@ func checkPlace(what string, opts []CheckOption, ts ...pg.Tensor) error {
 	case !accepts(opts, AcceptDevice):
 		return fmt.Errorf("%s: %w", what, pg.ErrDeviceTensor)
 	case host > 0:
-		return fmt.Errorf("%w: %s mixes host and device tensors; put them all on the host or all on the GPU", pg.ErrInvalidArgument, what)
+		return fmt.Errorf("%w: %s mixes host and device tensors; put them all on the host or all on the GPU",
+			pg.ErrInvalidArgument, what)
 	}
 	return nil
 }

@@ -23,7 +23,8 @@ func TestProbeAddrTellsStoppedFromGone(t *testing.T) {
 	defer ln.Close() // never accepts
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if p := ProbeAddr(ctx, ln.Addr().String()); p.Reach != pg.ReachAnswers || p.Err != nil || p.Addr != ln.Addr().String() {
+	if p := ProbeAddr(ctx, ln.Addr().String()); p.Reach != pg.ReachAnswers || p.Err != nil ||
+		p.Addr != ln.Addr().String() {
 		t.Fatalf("a listener that never accepts: %+v, want answers", p)
 	}
 	gone, err := net.Listen("tcp", "127.0.0.1:0")

@@ -490,7 +490,8 @@ func (g *Group) Split(ctx context.Context, color, key int) (pg.ProcessGroup, err
 
 // split makes a subgroup whose members are parent ranks members (in
 // subgroup rank order) and wraps it.
-func (g *Group) split(ctx context.Context, members []int, create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
+func (g *Group) split(ctx context.Context, members []int,
+	create func(context.Context) (pg.ProcessGroup, error)) (pg.ProcessGroup, error) {
 	if err := backend.CheckContext(ctx); err != nil {
 		return nil, err
 	}

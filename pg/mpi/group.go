@@ -177,7 +177,8 @@ func (g *Group) submit(ctx context.Context, o *mpiWork, dtype pg.Dtype, inBytes,
 	if p2p == nil {
 		o.peer = pg.NoPeer
 	}
-	o.info = pg.WorkInfo{Op: o.kind, Rank: g.rank, Dtype: dtype, InBytes: int64(inBytes), OutBytes: int64(outBytes), Issued: time.Now()}
+	o.info = pg.WorkInfo{Op: o.kind, Rank: g.rank, Dtype: dtype, InBytes: int64(inBytes), OutBytes: int64(outBytes),
+		Issued: time.Now()}
 	if err := backend.CheckContext(ctx); err != nil {
 		o.runRelease()
 		return pg.Completed(g.opErr(o, pg.ErrInvalidArgument, err))

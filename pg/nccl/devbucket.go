@@ -100,7 +100,8 @@ var _ backend.DeviceBucketAllocator = (*Group)(nil)
 // logged; a registration that fails falls back to the next (window ->
 // ncclCommRegister -> none), logged. Window registration is collective:
 // every rank must allocate the same buckets in the same order.
-func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, register bool) (backend.DeviceBucket, error) {
+func (g *Group) NewDeviceBucket(ctx context.Context, d pg.Dtype, numel int, register bool) (backend.DeviceBucket,
+	error) {
 	if numel <= 0 || d.Size() == 0 {
 		return nil, fmt.Errorf("%w: device bucket of %d elements of %v", pg.ErrInvalidArgument, numel, d)
 	}

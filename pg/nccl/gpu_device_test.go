@@ -164,10 +164,12 @@ func TestGPUDeviceBandwidth(t *testing.T) {
 		x := pg.DeviceTensor(pg.Float32, 0, uintptr(src), size)
 		in := timeIt(iters, func() error { return waitErr(t, g.AllReduce(ctx, x, pg.Op(pg.Sum)), time.Minute) })
 		out := timeIt(iters, func() error {
-			return waitErr(t, g.issue(ctx, desc{op: pg.OpAllReduce, peer: pg.NoPeer, dtype: pg.Float32, inBytes: int64(size), outBytes: int64(size)},
-				func(s *stager) ([]part, error) {
-					return []part{{comm: func() error { return g.be.AllReduce(src, dst, size/4, libnccl.Float32, libnccl.Sum) }}}, nil
-				}), time.Minute)
+			return waitErr(t,
+				g.issue(ctx,
+					desc{op: pg.OpAllReduce, peer: pg.NoPeer, dtype: pg.Float32, inBytes: int64(size), outBytes: int64(size)},
+					func(s *stager) ([]part, error) {
+						return []part{{comm: func() error { return g.be.AllReduce(src, dst, size/4, libnccl.Float32, libnccl.Sum) }}}, nil
+					}), time.Minute)
 		})
 		h := pg.NewTensor(pg.Float32, size/4)
 		staged := timeIt(iters, func() error { return waitErr(t, g.AllReduce(ctx, h, pg.Op(pg.Sum)), time.Minute) })

@@ -483,11 +483,14 @@ func TestOneRankPremulSum(t *testing.T) {
 		t.Fatalf("x[1], x[4098] = %v, %v", x[1], x[4098])
 	}
 	h := []uint16{backend.F32ToF16(3)}
-	if err := waitErr(t, gs[0].Reduce(ctx, pg.Float16s(h), 0, pg.PremulSumOp(2)), 5*time.Second); err != nil || backend.F16ToF32(h[0]) != 6 {
+	if err := waitErr(t, gs[0].Reduce(ctx, pg.Float16s(h), 0, pg.PremulSumOp(2)), 5*time.Second); err != nil ||
+		backend.F16ToF32(h[0]) != 6 {
 		t.Fatal(err, backend.F16ToF32(h[0]))
 	}
 	out := []uint16{0}
-	if err := waitErr(t, gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{backend.F32ToBF16(4)}), pg.PremulSumOp(0.25)), 5*time.Second); err != nil || backend.BF16ToF32(out[0]) != 1 {
+	if err := waitErr(t,
+		gs[0].ReduceScatter(ctx, pg.BFloat16s(out), pg.BFloat16s([]uint16{backend.F32ToBF16(4)}), pg.PremulSumOp(0.25)),
+		5*time.Second); err != nil || backend.BF16ToF32(out[0]) != 1 {
 		t.Fatal(err, backend.BF16ToF32(out[0]))
 	}
 	if n := bs[0].Calls(); n != 0 {

@@ -21,7 +21,8 @@ import (
 // does not come.
 func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
 	if err := backend.CheckContext(ctx); err != nil {
-		return &pg.CollectiveError{Op: "monitored_barrier", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument, Err: err}
+		return &pg.CollectiveError{Op: "monitored_barrier", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,
+			Err: err}
 	}
 	if g.st == nil {
 		return &pg.CollectiveError{Op: "monitored_barrier", Rank: g.rank, Peer: pg.NoPeer, Kind: pg.ErrInvalidArgument,

@@ -115,7 +115,8 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 		}
 		if step == 0 {
 			if p, k := testmodel.FirstBitDiff(v, initial); p >= 0 {
-				t.Fatalf("rank %d starts with %s[%d] = %v; Wrap should have given it rank 0's %v", r, branchNames[p], k, v[p][k], initial[p][k])
+				t.Fatalf("rank %d starts with %s[%d] = %v; Wrap should have given it rank 0's %v", r, branchNames[p], k, v[p][k],
+					initial[p][k])
 			}
 		}
 		grp := c.valueGroup(step, r)
@@ -125,7 +126,8 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 			continue
 		}
 		if p, k := testmodel.FirstBitDiff(v, c.valuesAt(logs[f], step)); p >= 0 {
-			t.Fatalf("before step %d: rank %d holds %s[%d] = %v, rank %d %v; DDP keeps them bitwise equal", step, r, branchNames[p], k, v[p][k], f, c.valuesAt(logs[f], step)[p][k])
+			t.Fatalf("before step %d: rank %d holds %s[%d] = %v, rank %d %v; DDP keeps them bitwise equal", step, r,
+				branchNames[p], k, v[p][k], f, c.valuesAt(logs[f], step)[p][k])
 		}
 	}
 	if c.join != nil && step == c.steps && c.steps > 0 && c.throwAt < 0 {
@@ -135,7 +137,8 @@ func (c *combo) checkValues(t *testing.T, step int, initial [][]float64, logs []
 		}
 		l := logs[last]
 		if p, k := testmodel.FirstBitDiff(l.final, l.after[c.steps-1]); p >= 0 {
-			t.Fatalf("after Finish, the last joiner (rank %d) holds %s[%d] = %v; its last step gave %v", last, branchNames[p], k, l.final[p][k], l.after[c.steps-1][p][k])
+			t.Fatalf("after Finish, the last joiner (rank %d) holds %s[%d] = %v; its last step gave %v", last, branchNames[p], k,
+				l.final[p][k], l.after[c.steps-1][p][k])
 		}
 	}
 }

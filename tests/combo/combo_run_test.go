@@ -76,8 +76,10 @@ func runCombo(t *testing.T, c *combo) (refused string) {
 			continue
 		}
 		misses := c.heads[r] == testmodel.HeadFC2 || c.heads[r] == testmodel.HeadFC3
-		if misses != (err != nil && strings.Contains(err.Error(), "are not used in producing the loss; set Options.FindUnusedParameters")) {
-			t.Fatalf("rank %d (head %s): Grad gave %v; want the refusal of unused parameters exactly where the graph misses some", r, c.heads[r], err)
+		if misses != (err != nil &&
+			strings.Contains(err.Error(), "are not used in producing the loss; set Options.FindUnusedParameters")) {
+			t.Fatalf("rank %d (head %s): Grad gave %v; want the refusal of unused parameters exactly where the graph misses "+
+				"some", r, c.heads[r], err)
 		}
 	}
 	if refusal == "unused-parameters" {

@@ -27,7 +27,8 @@ func gpuGroup(t *testing.T, ctx context.Context) (*pgnccl.Group, libnccl.Version
 	if n, err := cu.DeviceCount(); err != nil || n == 0 {
 		t.Skipf("no GPU: %d devices, %v", n, err)
 	}
-	lib, err := libnccl.Load(libnccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"), PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
+	lib, err := libnccl.Load(libnccl.Options{Path: os.Getenv("GODDP_NCCL_LIBRARY"),
+		PythonPrefixes: []string{"/opt/torch/.venv", "/usr/local", "/usr"}})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
 	}
