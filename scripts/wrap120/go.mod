@@ -1,0 +1,3 @@
+module wrap120
+
+go 1.26
