@@ -8,7 +8,7 @@
 //
 // Every test skips without a GPU or without NCCL (GODDP_NCCL_LIBRARY
 // names the library; otherwise it is looked for beside PyTorch's and the
-// system's). nccl/testdata/gpu/build.sh builds it as .gpu/ddp.test for a
+// system's). libnccl/testdata/gpu/build.sh builds it as .gpu/ddp.test for a
 // GPU machine, and run.sh runs it there, writing the NCCL run's reducer
 // timeline to GODDP_GPU_OUT. The package holds tests only, so it has no
 // Example.
