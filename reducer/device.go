@@ -47,9 +47,15 @@ import (
 // with NCCL as the group's policy says (symmetric windows on NCCL 2.27+).
 // Close releases them.
 
-// deviceState is the reducer's device buckets.
-type deviceState struct {
-	alloc   backend.DeviceBucketAllocator // nil: host buckets only
+// deviceTransport runs the collectives on the device twins while they
+// serve the current plan, and leaves the rest to the host path under it
+// (Note [bucket transports]). r.mu guards alloc, kind, buckets and layout
+// against the read-only accessors; install writes them with r.mu held,
+// and the iteration's actions read them while the machine is busy.
+type deviceTransport struct {
+	r       *Reducer
+	host    transport                     // hostTransport or mixedTransport
+	alloc   backend.DeviceBucketAllocator // nil once the hook has no device form: host buckets only
 	kind    commhook.DeviceKind
 	buckets []*devBucket
 	layout  *layout // the plan the twins were made for
@@ -63,29 +69,39 @@ type devBucket struct {
 	onDevice []bool    // per slot: the gradient came from the device (not divided yet)
 }
 
-// initDevice, from New, notes whether the group offers device buckets,
-// itself or behind wrappers (pg.As); the collectives still go through
-// the wrappers.
-func (r *Reducer) initDevice() {
-	if r.opts.HostBuckets {
-		return
+// deviceAllocator is the group's device-bucket allocator, itself or
+// behind wrappers (pg.As; the collectives still go through the wrappers),
+// or nil when it has none or Options.HostBuckets is set.
+func deviceAllocator(g pg.ProcessGroup, opts Options) backend.DeviceBucketAllocator {
+	if opts.HostBuckets {
+		return nil
 	}
 	var a backend.DeviceBucketAllocator
-	if pg.As(r.g, &a) {
-		r.dev.alloc = a
+	if pg.As(g, &a) {
+		return a
 	}
+	return nil
 }
 
-// prepareDevice, from Prepare of a synchronised iteration after any
-// rebuild, installs the device twins of the current plan, registered ones
-// when final; the machine decides when (planTwins). The hook says whether
-// and how it runs on device buckets (commhook.DeviceHook); without a
-// device form the group's allocator is dropped, and Prepare tells the
-// machine. It allocates and frees with r.mu released: the machine is
+// hostOnly reports that there are no twins, nor will be: the hook has no
+// device form.
+func (t *deviceTransport) hostOnly() bool { return t.alloc == nil }
+
+// active reports whether the installed twins serve this iteration.
+func (t *deviceTransport) active() bool {
+	return t.alloc != nil && t.layout == t.r.layout && len(t.buckets) > 0
+}
+
+// install, from Prepare of a synchronised iteration after any rebuild,
+// installs the device twins of the current plan, registered ones when
+// final; the machine decides when (planTwins). The hook says whether and
+// how it runs on device buckets (commhook.DeviceHook); without a device
+// form the allocator is dropped, and Prepare tells the machine
+// (hostOnly). It allocates and frees with r.mu released: the machine is
 // busy, and DeviceBuckets sees the old twins or none meanwhile.
-func (r *Reducer) prepareDevice(final bool) error {
-	s := &r.dev
-	if s.alloc == nil {
+func (t *deviceTransport) install(final bool) error {
+	r := t.r
+	if t.alloc == nil {
 		return nil // the machine knows none: unreachable
 	}
 	form, err := commhook.FormOf(r.hook, r.dtypes[0])
@@ -93,11 +109,11 @@ func (r *Reducer) prepareDevice(final bool) error {
 		return err
 	}
 	r.mu.Lock()
-	old := s.buckets
+	old := t.buckets
 	if form.Kind == commhook.OnHost {
-		s.alloc = nil
+		t.alloc = nil
 	}
-	s.buckets, s.layout = nil, nil
+	t.buckets, t.layout = nil, nil
 	r.mu.Unlock()
 	if err := closeTwins(old); err != nil {
 		return err
@@ -107,12 +123,12 @@ func (r *Reducer) prepareDevice(final bool) error {
 			zap.String("hook", commhook.Name(r.hook)))
 		return nil
 	}
-	twins, err := r.newTwins(final)
+	twins, err := t.newTwins(final)
 	if err != nil {
 		return errors.Join(err, closeTwins(twins))
 	}
 	r.mu.Lock()
-	s.kind, s.buckets, s.layout = form.Kind, twins, r.layout
+	t.kind, t.buckets, t.layout = form.Kind, twins, r.layout
 	r.mu.Unlock()
 	regs := map[string]int{}
 	for _, d := range twins {
@@ -125,14 +141,15 @@ func (r *Reducer) prepareDevice(final bool) error {
 
 // newTwins allocates a device twin for every bucket of the current plan,
 // in the wire dtype the hook asks for.
-func (r *Reducer) newTwins(final bool) ([]*devBucket, error) {
+func (t *deviceTransport) newTwins(final bool) ([]*devBucket, error) {
+	r := t.r
 	var twins []*devBucket
 	for b, bk := range r.layout.buckets {
 		form, err := commhook.FormOf(r.hook, bk.Buffer.Dtype)
 		if err != nil {
 			return twins, err
 		}
-		db, err := r.dev.alloc.NewDeviceBucket(r.iter.ctx, form.Wire, bk.Buffer.Len(), final)
+		db, err := t.alloc.NewDeviceBucket(r.iter.ctx, form.Wire, bk.Buffer.Len(), final)
 		if err != nil {
 			return twins, fmt.Errorf("reducer: allocating device bucket %d (%d bytes): %w", b, bk.Bytes(), err)
 		}
@@ -142,53 +159,17 @@ func (r *Reducer) newTwins(final bool) ([]*devBucket, error) {
 	return twins, nil
 }
 
-// deviceActive reports whether the installed twins serve this iteration.
-func (r *Reducer) deviceActive() bool {
-	return r.dev.alloc != nil && r.dev.layout == r.layout && len(r.dev.buckets) > 0
-}
-
-// deviceTransport runs the collectives on the device twins while they
-// serve the current plan, and leaves the rest to the host path under it
-// (Note [bucket transports]).
-type deviceTransport struct {
-	r    *Reducer
-	host transport // hostTransport or mixedTransport
-}
-
-func (t deviceTransport) install(final bool) error { return t.r.prepareDevice(final) }
-
-func (t deviceTransport) upload(i int) error { return t.r.uploadGrad(i) }
-
-// launch starts bucket b's communication: on its device twin, or through
-// the comm hook on the host bucket.
-func (t deviceTransport) launch(b int, screen bool) pg.Work {
-	if t.r.deviceActive() {
-		return t.r.launchDevice(b, screen)
-	}
-	return t.host.launch(b, screen)
-}
-
-func (t deviceTransport) result(i int) pg.Tensor { return t.host.result(i) }
-
-// writeBack writes host gradients' results as the host path does, then
-// device gradients' on the device.
-func (t deviceTransport) writeBack(ctx context.Context, globalUsed []int32) error {
-	if err := t.host.writeBack(ctx, globalUsed); err != nil {
-		return err
-	}
-	return t.r.deviceWriteBack(ctx, globalUsed)
-}
-
-// uploadGrad, from MarkReady of a synchronised iteration, sends parameter
-// i's gradient to its device twin: the host bucket's view prepared for the
+// upload, from MarkReady of a synchronised iteration, sends parameter i's
+// gradient to its device twin: the host bucket's view prepared for the
 // wire, or the device gradient as it is.
-func (r *Reducer) uploadGrad(i int) error {
-	if !r.deviceActive() {
+func (t *deviceTransport) upload(i int) error {
+	if !t.active() {
 		return nil
 	}
+	r := t.r
 	grad := r.dst[i]
 	b, j := r.layout.bucketOf[i], r.layout.slotOf[i]
-	d := r.dev.buckets[b]
+	d := t.buckets[b]
 	if grad.IsDevice() && grad.Dtype == d.scratch.Dtype {
 		d.onDevice[j], d.uploaded[j] = true, true
 		return d.db.Upload(r.layout.buckets[b].Offsets[j], grad)
@@ -197,16 +178,16 @@ func (r *Reducer) uploadGrad(i int) error {
 		return fmt.Errorf("%w: parameter %d (%s): device gradients with the %v compression hook; cast on the device or use "+
 			"the allreduce hook", ErrBadGradient, i, r.params[i].Name, d.scratch.Dtype)
 	}
-	return r.uploadSlot(b, j)
+	return t.uploadSlot(b, j)
 }
 
 // uploadSlot prepares slot j of bucket b from the host bucket and
 // uploads it.
-func (r *Reducer) uploadSlot(b, j int) error {
-	d, bk := r.dev.buckets[b], r.layout.buckets[b]
+func (t *deviceTransport) uploadSlot(b, j int) error {
+	d, bk := t.buckets[b], t.r.layout.buckets[b]
 	off := bk.Offsets[j]
 	src, wire := bk.View(j), d.scratch.Slice(off, off+bk.Lengths[j])
-	if err := r.prepareWire(wire, src); err != nil {
+	if err := t.prepareWire(wire, src); err != nil {
 		return err
 	}
 	d.uploaded[j] = true
@@ -216,32 +197,62 @@ func (r *Reducer) uploadSlot(b, j int) error {
 // prepareWire is what the hook does to a gradient before communication:
 // cast to the wire dtype and, for allreduce, divide by the world size, as
 // commhook.Allreduce and the compression hooks do on the host.
-func (r *Reducer) prepareWire(wire, src pg.Tensor) error {
+func (t *deviceTransport) prepareWire(wire, src pg.Tensor) error {
 	if err := backend.Convert(wire, src); err != nil {
 		return err
 	}
-	if r.dev.kind == commhook.DeviceAverage {
-		return commhook.Divide(wire, r.g.Size())
+	if t.kind == commhook.DeviceAverage {
+		return commhook.Divide(wire, t.r.g.Size())
 	}
 	return nil
 }
 
-// launchDevice replaces the hook call for bucket b: the slots no gradient
+// screen visits the host-held slots of bucket b for the NaN screening
+// (Note [where the NaN began]). A slot whose gradient came from the device
+// is stale on the host and skipped: fixDeviceSlots checks it. A slot the
+// screening zeroed is uploaded again, since the twin may hold its bad
+// values already.
+func (t *deviceTransport) screen(b int, zero func(slot int) bool) error {
+	if !t.active() {
+		return t.host.screen(b, zero)
+	}
+	for j, dev := range t.buckets[b].onDevice {
+		if dev || !zero(j) {
+			continue
+		}
+		if err := t.uploadSlot(b, j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// launch starts bucket b's communication: on its device twin, or through
+// the comm hook on the host bucket.
+func (t *deviceTransport) launch(b int, screen bool) pg.Work {
+	if t.active() {
+		return t.launchTwin(b, screen)
+	}
+	return t.host.launch(b, screen)
+}
+
+// launchTwin replaces the hook call for bucket b: the slots no gradient
 // filled are uploaded, the bucket sealed, the allreduce issued on the
 // device twin, and the Work returned completes when the result is back
 // in the host bucket.
-func (r *Reducer) launchDevice(b int, check bool) pg.Work {
-	d, bk := r.dev.buckets[b], r.layout.buckets[b]
+func (t *deviceTransport) launchTwin(b int, check bool) pg.Work {
+	r := t.r
+	d, bk := t.buckets[b], r.layout.buckets[b]
 	ctx, g := r.iter.ctx, r.obs.hookGroup(r.g)
 	fail := func(err error) pg.Work {
 		return pg.Completed(fmt.Errorf("reducer: device bucket %d: %w", b, err))
 	}
-	if err := r.fixDeviceSlots(ctx, b, check); err != nil {
+	if err := t.fixDeviceSlots(ctx, b, check); err != nil {
 		return fail(err)
 	}
 	for j := range d.uploaded {
 		if !d.uploaded[j] {
-			if err := r.uploadSlot(b, j); err != nil {
+			if err := t.uploadSlot(b, j); err != nil {
 				return fail(err)
 			}
 		}
@@ -252,14 +263,14 @@ func (r *Reducer) launchDevice(b int, check bool) pg.Work {
 		return fail(err)
 	}
 	var w pg.Work = pg.Completed(nil)
-	if r.dev.kind == commhook.DeviceAverage {
+	if t.kind == commhook.DeviceAverage {
 		w = g.AllReduce(ctx, d.db.Tensor(), pg.Op(pg.Sum))
 	}
 	f := pg.NewFuture()
 	go func() {
 		err := w.Wait(ctx)
 		if err == nil {
-			err = r.downloadBucket(ctx, d, bk.Buffer)
+			err = d.download(ctx, bk.Buffer)
 		}
 		f.Complete(err)
 	}()
@@ -271,10 +282,11 @@ func (r *Reducer) launchDevice(b int, check bool) pg.Work {
 // divided there and go up again (goddp runs no kernels of its own). With
 // check, a slot holding a NaN or an infinity goes up as zeros instead
 // (Note [where the NaN began]): the download is paid already.
-func (r *Reducer) fixDeviceSlots(ctx context.Context, b int, check bool) error {
-	d, bk := r.dev.buckets[b], r.layout.buckets[b]
+func (t *deviceTransport) fixDeviceSlots(ctx context.Context, b int, check bool) error {
+	r := t.r
+	d, bk := t.buckets[b], r.layout.buckets[b]
 	for j, dev := range d.onDevice {
-		if !dev || r.dev.kind != commhook.DeviceAverage {
+		if !dev || t.kind != commhook.DeviceAverage {
 			continue
 		}
 		off := bk.Offsets[j]
@@ -284,7 +296,7 @@ func (r *Reducer) fixDeviceSlots(ctx context.Context, b int, check bool) error {
 		}
 		if check && !Finite(wire) {
 			clear(wire.Data)
-			r.origin.bad[bk.Params[j]], r.origin.found = 1, true
+			r.origin.note(bk.Params[j]) // origin.go
 		}
 		if err := commhook.Divide(wire, r.g.Size()); err != nil {
 			return err
@@ -296,9 +308,9 @@ func (r *Reducer) fixDeviceSlots(ctx context.Context, b int, check bool) error {
 	return nil
 }
 
-// downloadBucket brings the reduced twin back into the host bucket, once,
+// download brings the reduced twin back into the host bucket, once,
 // casting back from the wire dtype.
-func (r *Reducer) downloadBucket(ctx context.Context, d *devBucket, host pg.Tensor) error {
+func (d *devBucket) download(ctx context.Context, host pg.Tensor) error {
 	if d.scratch.Dtype == host.Dtype {
 		return d.db.Download(ctx, 0, host)
 	}
@@ -308,10 +320,22 @@ func (r *Reducer) downloadBucket(ctx context.Context, d *devBucket, host pg.Tens
 	return backend.Convert(host, d.scratch)
 }
 
-// deviceWriteBack, from Finalize, writes results into the device
-// gradients, on the device (host gradients got theirs from writeBack).
-func (r *Reducer) deviceWriteBack(ctx context.Context, globalUsed []int32) error {
-	if r.dev.alloc == nil {
+func (t *deviceTransport) result(i int) pg.Tensor { return t.host.result(i) }
+
+// writeBack writes host gradients' results as the host path does, then
+// device gradients' on the device.
+func (t *deviceTransport) writeBack(ctx context.Context, globalUsed []int32) error {
+	if err := t.host.writeBack(ctx, globalUsed); err != nil {
+		return err
+	}
+	return t.writeDevice(ctx, globalUsed)
+}
+
+// writeDevice, from Finalize, writes results into the device gradients,
+// on the device (host gradients got theirs from the host path).
+func (t *deviceTransport) writeDevice(ctx context.Context, globalUsed []int32) error {
+	r := t.r
+	if t.alloc == nil {
 		return nil // no device buckets, so no device gradients: MarkReady refused them
 	}
 	for i, dst := range r.dst {
@@ -319,7 +343,7 @@ func (r *Reducer) deviceWriteBack(ctx context.Context, globalUsed []int32) error
 			continue
 		}
 		b, j := r.layout.bucketOf[i], r.layout.slotOf[i]
-		d := r.dev.buckets[b]
+		d := t.buckets[b]
 		var err error
 		if d.scratch.Dtype == dst.Dtype {
 			err = d.db.Download(ctx, r.layout.buckets[b].Offsets[j], dst)
@@ -333,6 +357,27 @@ func (r *Reducer) deviceWriteBack(ctx context.Context, globalUsed []int32) error
 	return nil
 }
 
+// registrations is DeviceBuckets' answer, with r.mu held.
+func (t *deviceTransport) registrations() []string {
+	if !t.active() {
+		return nil
+	}
+	out := make([]string, len(t.buckets))
+	for i, d := range t.buckets {
+		out[i] = d.db.Registration()
+	}
+	return out
+}
+
+// close releases the twins, detaching them under r.mu first.
+func (t *deviceTransport) close() error {
+	t.r.mu.Lock()
+	twins := t.buckets
+	t.buckets, t.layout = nil, nil
+	t.r.mu.Unlock()
+	return closeTwins(twins)
+}
+
 // closeTwins releases device twins.
 func closeTwins(twins []*devBucket) error {
 	var errs []error
@@ -340,38 +385,4 @@ func closeTwins(twins []*devBucket) error {
 		errs = append(errs, d.db.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// DeviceBuckets reports, per bucket, how its device twin is registered
-// ("window", "register", "none"), or nil when the buckets are on the host
-// only.
-func (r *Reducer) DeviceBuckets() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.deviceActive() {
-		return nil
-	}
-	out := make([]string, len(r.dev.buckets))
-	for i, d := range r.dev.buckets {
-		out[i] = d.db.Registration()
-	}
-	return out
-}
-
-// Close releases what the reducer holds beyond Go memory: its device
-// buckets and their NCCL registrations. The reducer is unusable after it.
-// It does not close the process group.
-func (r *Reducer) Close() error {
-	r.mu.Lock()
-	twins := r.dev.buckets
-	r.dev.buckets, r.dev.layout = nil, nil
-	_, _ = r.m.step(evFail{err: errors.New("reducer: closed")}, nil)
-	r.mu.Unlock()
-	if err := closeTwins(twins); err != nil {
-		return fmt.Errorf("reducer: releasing device buckets: %w", err)
-	}
-	if err := r.closeHostBuffers(); err != nil {
-		return fmt.Errorf("reducer: returning host buckets to the process group: %w", err)
-	}
-	return nil
 }

@@ -46,9 +46,9 @@ func (r *Reducer) Prepare(ctx context.Context, it Iteration) error {
 	r.obs.prepare(r, it.Sync) // observe.go
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// An error here is a Fail that came in meanwhile. r.dev is the driver's,
-	// and busy kept every other caller away from it.
-	_, err = r.m.step(evBegan{hostOnly: r.dev.alloc == nil}, nil)
+	// An error here is a Fail that came in meanwhile. The transport is the
+	// driver's, and busy kept every other caller away from it.
+	_, err = r.m.step(evBegan{hostOnly: r.tr.hostOnly()}, nil)
 	return err
 }
 

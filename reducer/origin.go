@@ -124,35 +124,27 @@ func (r *Reducer) usedMapResult() []int32 {
 	return r.origin.used[:len(r.params)]
 }
 
+// note records that parameter p's slot held a NaN or an infinity.
+func (o *originState) note(p int) { o.bad[p], o.found = 1, true }
+
 // checkBucket, just before bucket b's hook, zeroes and notes every slot
-// of this rank's contribution that holds a NaN or an infinity. Device
-// gradients' slots are not on the host: fixDeviceSlots checks them.
+// of this rank's contribution that holds a NaN or an infinity. The
+// transport says which slots the host bucket holds, and sends a zeroed
+// one again where its wire copy has it already (transport.go).
 func (r *Reducer) checkBucket(b int) error {
 	bk := r.layout.buckets[b]
 	if Finite(bk.Buffer) {
 		return nil // the common case: one pass over the bucket
 	}
-	var onDevice []bool
-	if r.deviceActive() {
-		onDevice = r.dev.buckets[b].onDevice
-	}
-	for j, p := range bk.Params {
-		if onDevice != nil && onDevice[j] {
-			continue // the host slot is stale: the gradient is in the twin
-		}
+	return r.tr.screen(b, func(j int) bool {
 		v := bk.View(j)
 		if Finite(v) {
-			continue
+			return false
 		}
 		clear(v.Data)
-		r.origin.bad[p], r.origin.found = 1, true
-		if onDevice != nil {
-			if err := r.uploadSlot(b, j); err != nil { // device.go: the twin got the bad values already
-				return err
-			}
-		}
-	}
-	return nil
+		r.origin.note(bk.Params[j])
+		return true
+	})
 }
 
 // agreeOrigin, at Finalize after every collective of the iteration, tells

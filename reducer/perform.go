@@ -8,9 +8,7 @@ package reducer
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 
-	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/backend"
 	"go.uber.org/zap"
@@ -99,25 +97,6 @@ func (r *Reducer) launch(b int, check bool) {
 	}
 	r.layout.works[b] = w
 	r.obs.launched(b, start, w)
-}
-
-// runHook calls the hook, turning a panic into a failed Work: a panic on
-// Gorgonia's tape goroutine would kill the process.
-func (r *Reducer) runHook(b *commhook.GradBucket) (w pg.Work) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.log.Error("comm hook panicked", zap.Int("bucket", b.Index), zap.Any("panic", p),
-				zap.ByteString("stack", debug.Stack()))
-			w = pg.Completed(fmt.Errorf("reducer: comm hook %q panicked on bucket %d: %v", commhook.Name(r.hook), b.Index, p))
-		}
-	}()
-	// uneven.go: the active ranks, when a Join does not divide by the world size.
-	b.Divisor = r.iter.divisor
-	w = r.hook.Run(r.iter.ctx, r.obs.hookGroup(r.g), b) // observe.go: with metrics, a group that counts bytes
-	if w == nil {
-		w = pg.Completed(fmt.Errorf("reducer: comm hook %q returned no Work for bucket %d", commhook.Name(r.hook), b.Index))
-	}
-	return w
 }
 
 // reduceUsedFirst starts the used map's allreduce of StaticGraph's first

@@ -62,7 +62,6 @@ type Reducer struct {
 	fin          finishState // what Finalize's actions hand to each other: iteration.go
 
 	tr   transport   // host, mixed precision or device buckets: transport.go
-	dev  deviceState // device buckets: device.go
 	host hostBuffers // host buckets in the group's memory: hostbuf.go
 
 	origin originState // FindNonFiniteOrigin's findings: origin.go
@@ -114,8 +113,6 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	r.initHostBuffers() // hostbuf.go
 	r.layout = r.newLayout(plan, limits)
 	used := make([]int32, len(params))
-	r.initDevice() // device.go
-	r.m = newMachine(params, r.dtypes, g.Rank(), opts, plan, used, r.dev.alloc != nil)
 	r.initOrigin() // origin.go
 	r.dst = make([]pg.Tensor, len(params))
 	r.usedMap = pg.Int32s(used)
@@ -123,7 +120,8 @@ func New(ctx context.Context, g pg.ProcessGroup, params []Param, opts Options) (
 	if r.hook == nil {
 		r.hook = commhook.Allreduce{}
 	}
-	r.tr = r.newTransport()             // transport.go
+	r.tr = newTransport(r) // transport.go
+	r.m = newMachine(params, r.dtypes, g.Rank(), opts, plan, used, !r.tr.hostOnly())
 	if err := r.observe(); err != nil { // logs "DDP initialized"; see observe.go
 		return nil, fmt.Errorf("reducer: observability: %w", err)
 	}
@@ -204,4 +202,29 @@ func (r *Reducer) Gradient(i int) pg.Tensor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tr.result(i)
+}
+
+// DeviceBuckets reports, per bucket, how its device twin is registered
+// ("window", "register", "none"), or nil when the buckets are on the host
+// only.
+func (r *Reducer) DeviceBuckets() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tr.registrations()
+}
+
+// Close releases what the reducer holds beyond Go memory: its device
+// buckets and their NCCL registrations. The reducer is unusable after it.
+// It does not close the process group.
+func (r *Reducer) Close() error {
+	r.mu.Lock()
+	_, _ = r.m.step(evFail{err: errors.New("reducer: closed")}, nil)
+	r.mu.Unlock()
+	if err := r.tr.close(); err != nil {
+		return fmt.Errorf("reducer: releasing device buckets: %w", err)
+	}
+	if err := r.closeHostBuffers(); err != nil {
+		return fmt.Errorf("reducer: returning host buckets to the process group: %w", err)
+	}
+	return nil
 }

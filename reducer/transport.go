@@ -2,8 +2,12 @@ package reducer
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 
+	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"go.uber.org/zap"
 )
 
 // Note [bucket transports]: how a bucket reaches the wire and its result
@@ -20,23 +24,29 @@ import (
 //     (deviceTransport, device.go).
 //
 // The driver performs the machine's install, upload, launch and write back
-// through it, and reads a result (Gradient, CheckFinite) through it.
+// through it, and reads a result (Gradient, CheckFinite) through it. The
+// methods are listed in the order an iteration meets them.
 type transport interface {
+	hostOnly() bool                                          // no device twins, nor will be: the machine's evBegan
 	install(final bool) error                                // Prepare of a synchronised iteration: the device twins
 	upload(i int) error                                      // MarkReady: parameter i's slot to the wire
+	screen(b int, zero func(slot int) bool) error            // the NaN screening of bucket b's host slots (origin.go)
 	launch(b int, screen bool) pg.Work                       // bucket b's communication
 	writeBack(ctx context.Context, globalUsed []int32) error // every result into its gradient
 	result(i int) pg.Tensor                                  // parameter i's result, as Gradient returns it
+	registrations() []string                                 // DeviceBuckets, with r.mu held
+	close() error                                            // Close: what the transport holds beyond Go memory
 }
 
-// newTransport picks the reducer's transport: Note [bucket transports].
-func (r *Reducer) newTransport() transport {
+// newTransport picks r's transport (Note [bucket transports]) once r.hook
+// is set; the mixed precision path replaces it with the upcast hook.
+func newTransport(r *Reducer) transport {
 	var host transport = hostTransport{r}
 	if r.opts.MixedPrecision != nil {
 		host = newMixedTransport(r) // mixed.go
 	}
-	if r.dev.alloc != nil {
-		return deviceTransport{r: r, host: host}
+	if a := deviceAllocator(r.g, r.opts); a != nil { // device.go
+		return &deviceTransport{r: r, host: host, alloc: a}
 	}
 	return host
 }
@@ -44,13 +54,39 @@ func (r *Reducer) newTransport() transport {
 // hostTransport runs the comm hook on the host buckets.
 type hostTransport struct{ r *Reducer }
 
+func (hostTransport) hostOnly() bool { return true }
+
 func (hostTransport) install(bool) error { return nil }
 
 func (hostTransport) upload(int) error { return nil }
 
-func (t hostTransport) launch(b int, _ bool) pg.Work { return t.r.runHook(&t.r.layout.grads[b]) }
+// screen visits every slot of bucket b: the host bucket holds them all.
+func (t hostTransport) screen(b int, zero func(slot int) bool) error {
+	for j := range t.r.layout.buckets[b].Params {
+		zero(j)
+	}
+	return nil
+}
 
-func (t hostTransport) result(i int) pg.Tensor { return t.r.layout.view(i) }
+// launch calls the hook on bucket b, turning a panic into a failed Work:
+// a panic on Gorgonia's tape goroutine would kill the process.
+func (t hostTransport) launch(b int, _ bool) (w pg.Work) {
+	r, gb := t.r, &t.r.layout.grads[b]
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("comm hook panicked", zap.Int("bucket", gb.Index), zap.Any("panic", p),
+				zap.ByteString("stack", debug.Stack()))
+			w = pg.Completed(fmt.Errorf("reducer: comm hook %q panicked on bucket %d: %v", commhook.Name(r.hook), gb.Index, p))
+		}
+	}()
+	// uneven.go: the active ranks, when a Join does not divide by the world size.
+	gb.Divisor = r.iter.divisor
+	w = r.hook.Run(r.iter.ctx, r.obs.hookGroup(r.g), gb) // observe.go: with metrics, a group that counts bytes
+	if w == nil {
+		w = pg.Completed(fmt.Errorf("reducer: comm hook %q returned no Work for bucket %d", commhook.Name(r.hook), gb.Index))
+	}
+	return w
+}
 
 // writeBack copies each result from its bucket into the gradient it came
 // from. Parameters unused on every rank keep their gradient untouched.
@@ -69,3 +105,9 @@ func (t hostTransport) writeBack(_ context.Context, globalUsed []int32) error {
 	}
 	return nil
 }
+
+func (t hostTransport) result(i int) pg.Tensor { return t.r.layout.view(i) }
+
+func (hostTransport) registrations() []string { return nil }
+
+func (hostTransport) close() error { return nil }
