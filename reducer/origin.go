@@ -127,26 +127,6 @@ func (r *Reducer) usedMapResult() []int32 {
 // note records that parameter p's slot held a NaN or an infinity.
 func (o *originState) note(p int) { o.bad[p], o.found = 1, true }
 
-// checkBucket, just before bucket b's hook, zeroes and notes every slot
-// of this rank's contribution that holds a NaN or an infinity. The
-// transport says which slots the host bucket holds, and sends a zeroed
-// one again where its wire copy has it already (transport.go).
-func (r *Reducer) checkBucket(b int) error {
-	bk := r.layout.buckets[b]
-	if Finite(bk.Buffer) {
-		return nil // the common case: one pass over the bucket
-	}
-	return r.tr.screen(b, func(j int) bool {
-		v := bk.View(j)
-		if Finite(v) {
-			return false
-		}
-		clear(v.Data)
-		r.origin.note(bk.Params[j])
-		return true
-	})
-}
-
 // agreeOrigin, at Finalize after every collective of the iteration, tells
 // every rank whether some rank found a NaN or an infinity before its
 // collective, and if so returns the same error on every rank (Iteration

@@ -88,7 +88,7 @@ func (r *Reducer) launch(b int, check bool) {
 	start := r.obs.launchStart() // observe.go
 	var w pg.Work
 	if check {
-		if err := r.checkBucket(b); err != nil { // origin.go
+		if err := r.checkBucket(b); err != nil {
 			w = pg.Completed(fmt.Errorf("reducer: bucket %d: re-sending a non-finite slot as zeros: %w", b, err))
 		}
 	}
@@ -97,6 +97,27 @@ func (r *Reducer) launch(b int, check bool) {
 	}
 	r.layout.works[b] = w
 	r.obs.launched(b, start, w)
+}
+
+// checkBucket, just before bucket b's hook, zeroes and notes every slot
+// of this rank's contribution that holds a NaN or an infinity (Note
+// [where the NaN began], origin.go). The transport says which slots the
+// host bucket holds, and sends a zeroed one again where its wire copy has
+// it already (transport.go).
+func (r *Reducer) checkBucket(b int) error {
+	bk := r.layout.buckets[b]
+	if Finite(bk.Buffer) {
+		return nil // the common case: one pass over the bucket
+	}
+	return r.tr.screen(b, func(j int) bool {
+		v := bk.View(j)
+		if Finite(v) {
+			return false
+		}
+		clear(v.Data)
+		r.origin.note(bk.Params[j])
+		return true
+	})
 }
 
 // reduceUsedFirst starts the used map's allreduce of StaticGraph's first
