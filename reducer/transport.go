@@ -24,8 +24,11 @@ import (
 //     (deviceTransport, device.go).
 //
 // The driver performs the machine's install, upload, launch and write back
-// through it, and reads a result (Gradient, CheckFinite) through it. The
-// methods are listed in the order an iteration meets them.
+// through it; the NaN screening (checkBucket) asks it which slots the host
+// bucket holds; the accessors read results (Gradient, CheckFinite) and the
+// twins' registrations (DeviceBuckets) through it. Nothing outside the
+// transport touches a device twin. The methods are listed in the order an
+// iteration meets them.
 type transport interface {
 	hostOnly() bool                                          // no device twins, nor will be: the machine's evBegan
 	install(final bool) error                                // Prepare of a synchronised iteration: the device twins
