@@ -45,7 +45,7 @@ type rankLog struct {
 // runCombo trains c on every rank and checks it. It returns the refusal
 // the combination met, or "" when it trained.
 func runCombo(t *testing.T, c *combo) (refused string) {
-	ctx := testCtx(t)
+	ctx := testworld.Ctx(t)
 	n := len(c.heads)
 	refusal := c.refusal()
 	gs := comboGroups(t, c.backend, n)
@@ -54,7 +54,7 @@ func runCombo(t *testing.T, c *combo) (refused string) {
 		ranks[r] = &comboRank{m: testmodel.NewBranchOf(t, c.heads[r], c.seed<<3|uint64(r), c.dt)}
 	}
 	initial := ranks[0].m.Values()
-	errs := onGroups(gs, func(r int, g pg.ProcessGroup) error { return ranks[r].setUp(ctx, t, c, g) })
+	errs := testworld.OnGroups(gs, func(r int, g pg.ProcessGroup) error { return ranks[r].setUp(ctx, t, c, g) })
 	switch refusal {
 	case "powersgd-start-iter":
 		expectRefusal(t, refusal, errs, func(err error) bool { return errors.Is(err, commhook.ErrInvalidConfig) })
@@ -66,7 +66,7 @@ func runCombo(t *testing.T, c *combo) (refused string) {
 		})
 		return refusal
 	}
-	noErrors(t, errs)
+	testworld.NoErrors(t, errs)
 	for r, k := range ranks { // one graph at a time: Gorgonia's graphs are not safe to build concurrently
 		err := k.m.Build(t)
 		if refusal != "unused-parameters" {
@@ -86,7 +86,7 @@ func runCombo(t *testing.T, c *combo) (refused string) {
 		return refusal
 	}
 	logs := make([]*rankLog, n)
-	parallel(n, func(r int) error { logs[r] = ranks[r].train(ctx, c, r); return nil })
+	testworld.Parallel(n, func(r int) error { logs[r] = ranks[r].train(ctx, c, r); return nil })
 	if refusal == "adasum-world-size" {
 		expectRefusal(t, refusal, logErrs(logs), func(err error) bool {
 			return err != nil && strings.Contains(err.Error(), "Adasum needs a power-of-two number of ranks")
@@ -267,14 +267,14 @@ func (c *combo) feed(m *testmodel.Branch, step, micro, rank int) error {
 func comboGroups(t *testing.T, backend string, n int) []pg.ProcessGroup {
 	t.Helper()
 	if backend == "local" {
-		return groupsOf(t, "local", n)
+		return testworld.Groups(t, "local", n)
 	}
 	st := store.NewHashStore(store.HashStoreOptions{Timeout: testworld.Timeout})
 	t.Cleanup(func() { st.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), testworld.Timeout)
 	defer cancel()
 	gs := make([]pg.ProcessGroup, n)
-	errs := parallel(n, func(r int) error {
+	errs := testworld.Parallel(n, func(r int) error {
 		g, err := tcp.New(ctx, st, tcp.Options{Rank: r, Size: n, Secret: []byte("goddp-combo-test-secret-0123456789"),
 			ListenAddr: "127.0.0.1:0", Timeout: testworld.Timeout, NoSharedMemory: backend == "tcp-noshm"})
 		if err == nil {
@@ -291,6 +291,6 @@ func comboGroups(t *testing.T, backend string, n int) []pg.ProcessGroup {
 		}
 		wg.Wait()
 	})
-	noErrors(t, errs)
+	testworld.NoErrors(t, errs)
 	return gs
 }

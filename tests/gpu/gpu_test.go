@@ -12,6 +12,7 @@ import (
 	"github.com/goddp/ddp/libnccl"
 	"github.com/goddp/ddp/pg"
 	pgnccl "github.com/goddp/ddp/pg/nccl"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/goddp/ddp/pg/store"
 	"github.com/goddp/ddp/tests/testmodel"
 	"github.com/goddp/ddp/timeline"
@@ -67,7 +68,7 @@ func TestGPUBranchHeadsOnNCCL(t *testing.T) {
 			t.Error("the NCCL run kept its buckets on the host")
 		}
 		if p, k := testmodel.FirstBitDiff(dev[0].Values(), host[0].Values()); p >= 0 {
-			t.Errorf("%s[%d] differs between NCCL and pg/local", branchNames[p], k)
+			t.Errorf("%s[%d] differs between NCCL and pg/local", testmodel.BranchNames()[p], k)
 		}
 	}
 }
@@ -99,7 +100,7 @@ func TestGPUDDPOnNCCLMatchesLocal(t *testing.T) {
 		}
 		return m
 	}
-	host := train(groupsOf(t, "local", 1)[0], fewBuckets())
+	host := train(testworld.Groups(t, "local", 1)[0], fewBuckets())
 	dev := train(g, opts)
 	regs := dev.ddp.Reducer().DeviceBuckets()
 	t.Logf("GPU-FACT DDP on NCCL %v: device buckets %v", version, regs)

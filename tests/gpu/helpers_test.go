@@ -3,25 +3,7 @@ package gpu_test
 import (
 	"testing"
 
-	"github.com/goddp/ddp/pg"
-	"github.com/goddp/ddp/pg/pgtest/testworld"
-	"github.com/goddp/ddp/tests/testmodel"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// The worlds and helpers every test here uses (package testworld).
-
-func groupsOf(t testing.TB, backend string, n int) []pg.ProcessGroup {
-	return testworld.Groups(t, backend, n)
-}
-
-func onGroups(gs []pg.ProcessGroup, f func(rank int, g pg.ProcessGroup) error) []error {
-	return testworld.OnGroups(gs, f)
-}
-
-func noErrors(t testing.TB, errs []error) { t.Helper(); testworld.NoErrors(t, errs) }
-
-// branchNames are the branch model's parameters, in order.
-var branchNames = testmodel.BranchNames()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goddp/ddp"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/goddp/ddp/tests/testmodel"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -197,7 +198,7 @@ func startReplicas[T testmodel.Float](t *testing.T, ctx context.Context, gs []pg
 			t.Fatal("ranks 0 and 1 start from the same values: the broadcast would go untested")
 		}
 	}
-	noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+	testworld.NoErrors(t, testworld.OnGroups(gs, func(r int, g pg.ProcessGroup) error {
 		var err error
 		replicas[r].ddp, err = ddp.Wrap(ctx, g, replicas[r].params, opts)
 		return err

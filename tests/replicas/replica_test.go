@@ -9,6 +9,7 @@ import (
 	"github.com/goddp/ddp"
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/goddp/ddp/reducer"
 	"github.com/goddp/ddp/tests/testmodel"
 	G "gorgonia.org/gorgonia"
@@ -64,7 +65,7 @@ func TestReplicasMatchPlainReference(t *testing.T) {
 	)
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testworld.Ctx(t)
 			plain := testmodel.PlainModels(t, c.Heads)
 			testmodel.BranchRun(t, ctx, c, func(step int, values [][][]float64, got []map[string][]float64) {
 				testmodel.CheckStepped(t, step, testmodel.ReferenceGrads(t, c.Heads, values, step, plain), got, 1e-12)
@@ -89,7 +90,7 @@ func TestReplicasMatchTwinWithEveryHook(t *testing.T) {
 		} {
 			c := branchCase{Heads: []string{headSum, headFC2}, Opts: opts, Hook: hook}
 			t.Run(c.String(), func(t *testing.T) {
-				ctx := testCtx(t)
+				ctx := testworld.Ctx(t)
 				var twin [][]map[string][]float64
 				tc := c
 				tc.Heads = []string{headSumX1, headFC2}
@@ -98,7 +99,7 @@ func TestReplicasMatchTwinWithEveryHook(t *testing.T) {
 				})
 				testmodel.BranchRun(t, ctx, c, func(step int, _ [][][]float64, got []map[string][]float64) {
 					for r := range got {
-						for _, name := range branchNames {
+						for _, name := range testmodel.BranchNames() {
 							g, ok := got[r][name]
 							if !ok {
 								t.Fatalf("step %d: rank %d does not step %s", step, r, name)
@@ -121,14 +122,14 @@ func TestReplicasMatchTwinWithEveryHook(t *testing.T) {
 // first parameter that drifted (fc3.weight, which rank 1's graph does not
 // reach) and the ranks.
 func TestReplicaCheckStopsDrift(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testworld.Ctx(t)
 	heads := []string{headSum, headFC2}
-	gs := groupsOf(t, "local", 2)
+	gs := testworld.Groups(t, "local", 2)
 	ms := make([]*testmodel.Branch, 2)
 	for r := range ms {
 		ms[r] = testmodel.NewBranch(t, heads[r], 3)
 	}
-	noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+	testworld.NoErrors(t, testworld.OnGroups(gs, func(r int, g pg.ProcessGroup) error {
 		var err error
 		ms[r].DDP, err = ddp.Wrap(ctx, g, ms[r].Params, ddp.Options{FindUnusedParameters: true, CheckReplicasEvery: 2})
 		return err
@@ -138,7 +139,7 @@ func TestReplicaCheckStopsDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	errs := parallel(2, func(r int) error {
+	errs := testworld.Parallel(2, func(r int) error {
 		m := ms[r]
 		s := G.NewVanillaSolver(G.WithLearnRate(0.5))
 		for step := range 4 {
@@ -177,15 +178,15 @@ func TestReplicaCheckStopsDrift(t *testing.T) {
 // parameter, summed and divided by the world size, one SGD step; both
 // ranks end with the last joiner's parameters.
 func TestJoinWithBranchHeads(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testworld.Ctx(t)
 	heads, batches := []string{headSum, headFC2}, []int{4, 2}
 	const lr = 0.5
-	gs := groupsOf(t, "tcp", 2)
+	gs := testworld.Groups(t, "tcp", 2)
 	ms := make([]*testmodel.Branch, 2)
 	for r := range ms {
 		ms[r] = testmodel.NewBranch(t, heads[r], 11)
 	}
-	noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+	testworld.NoErrors(t, testworld.OnGroups(gs, func(r int, g pg.ProcessGroup) error {
 		var err error
 		ms[r].DDP, err = ddp.Wrap(ctx, g, ms[r].Params, ddp.Options{FindUnusedParameters: true, CheckReplicasEvery: 1})
 		return err
@@ -196,7 +197,7 @@ func TestJoinWithBranchHeads(t *testing.T) {
 		}
 	}
 	start := ms[0].Values()
-	noErrors(t, parallel(2, func(r int) error {
+	testworld.NoErrors(t, testworld.Parallel(2, func(r int) error {
 		m := ms[r]
 		j, err := m.DDP.NewJoin(reducer.JoinOptions{})
 		if err != nil {
@@ -252,10 +253,10 @@ func TestJoinWithBranchHeads(t *testing.T) {
 		if e := testmodel.RelErr(got, w); e > 1e-12 {
 			p, k := testmodel.FirstBitDiff(got, w)
 			t.Errorf("rank %d: relative error %.2g from torch's Join rule; first at %s[%d]: %v, want %v",
-				r, e, branchNames[p], k, got[p][k], w[p][k])
+				r, e, testmodel.BranchNames()[p], k, got[p][k], w[p][k])
 		}
 		if p, _ := testmodel.FirstBitDiff(got, ms[0].Values()); p >= 0 {
-			t.Errorf("rank %d's %s differs from rank 0's", r, branchNames[p])
+			t.Errorf("rank %d's %s differs from rank 0's", r, testmodel.BranchNames()[p])
 		}
 	}
 }
@@ -271,13 +272,13 @@ func TestReplicasAccumulateWithBranchHeads(t *testing.T) {
 		{FindUnusedParameters: true}, {FindUnusedParameters: true, GradientAsBucketView: true},
 	} {
 		t.Run(fmt.Sprintf("view=%v", opts.GradientAsBucketView), func(t *testing.T) {
-			ctx := testCtx(t)
-			gs := groupsOf(t, "local", 2)
+			ctx := testworld.Ctx(t)
+			gs := testworld.Groups(t, "local", 2)
 			ms := make([]*testmodel.Branch, 2)
 			for r := range ms {
 				ms[r] = testmodel.NewBranch(t, heads[r], 5)
 			}
-			noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+			testworld.NoErrors(t, testworld.OnGroups(gs, func(r int, g pg.ProcessGroup) error {
 				var err error
 				ms[r].DDP, err = ddp.Wrap(ctx, g, ms[r].Params, opts)
 				return err
@@ -290,7 +291,7 @@ func TestReplicasAccumulateWithBranchHeads(t *testing.T) {
 			plain := testmodel.PlainModels(t, heads)
 			for step := range 3 {
 				values := [][][]float64{ms[0].Values(), ms[1].Values()}
-				want := make([][]float64, len(branchNames))
+				want := make([][]float64, len(testmodel.BranchNames()))
 				for r := range 2 {
 					for micro := range 2 {
 						g, err := plain[r].LocalGrads(values[r], 2*step+micro, r)
@@ -308,7 +309,7 @@ func TestReplicasAccumulateWithBranchHeads(t *testing.T) {
 					}
 				}
 				got := make([]map[string][]float64, 2)
-				noErrors(t, parallel(2, func(r int) error {
+				testworld.NoErrors(t, testworld.Parallel(2, func(r int) error {
 					m := ms[r]
 					for micro := range 2 {
 						if err := m.Feed(2*step+micro, r); err != nil {

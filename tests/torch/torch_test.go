@@ -12,6 +12,7 @@ import (
 
 	"github.com/goddp/ddp"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/pgtest/testworld"
 	"github.com/goddp/ddp/tests/testmodel"
 	G "gorgonia.org/gorgonia"
 )
@@ -35,7 +36,7 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 	heads := []string{testmodel.HeadSum, testmodel.HeadFC2}
 	for _, mode := range []string{"unused", "static"} {
 		t.Run(mode, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testworld.Ctx(t)
 			dir := t.TempDir()
 			opts := ddp.Options{FindUnusedParameters: mode == "unused", StaticGraph: mode == "static"}
 			ms := make([]*testmodel.Branch, 2)
@@ -59,7 +60,7 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 				Batches [][]batch        `json:"batches"`
 			}{Mode: mode, Heads: heads, LR: lr, Init: map[string]param{}, Batches: make([][]batch, 2)}
 			for i, p := range ms[0].Params {
-				in.Init[branchNames[i]] = param{Shape: p.Shape().Clone(), Data: ms[0].Values()[i]}
+				in.Init[testmodel.BranchNames()[i]] = param{Shape: p.Shape().Clone(), Data: ms[0].Values()[i]}
 			}
 			for r := range 2 {
 				for step := range steps {
@@ -78,7 +79,7 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 			torch := make([]map[string][]float64, 2)
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
-			noErrors(t, parallel(2, func(r int) error {
+			testworld.NoErrors(t, testworld.Parallel(2, func(r int) error {
 				out := filepath.Join(dir, fmt.Sprintf("out%d.json", r))
 				cmd := exec.CommandContext(pctx, "/usr/bin/python3", "testdata/torch_branch_ddp.py", specFile, fmt.Sprint(r), "2",
 					filepath.Join(dir, "store"), out)
@@ -92,8 +93,8 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 				return err
 			}))
 
-			gs := groupsOf(t, "tcp", 2)
-			noErrors(t, onGroups(gs, func(r int, g pg.ProcessGroup) error {
+			gs := testworld.Groups(t, "tcp", 2)
+			testworld.NoErrors(t, testworld.OnGroups(gs, func(r int, g pg.ProcessGroup) error {
 				var err error
 				ms[r].DDP, err = ddp.Wrap(ctx, g, ms[r].Params, opts)
 				return err
@@ -103,7 +104,7 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			noErrors(t, parallel(2, func(r int) error {
+			testworld.NoErrors(t, testworld.Parallel(2, func(r int) error {
 				m := ms[r]
 				s := G.NewVanillaSolver(G.WithLearnRate(lr))
 				for step := range steps {
@@ -122,14 +123,14 @@ func TestBranchHeadsMatchTorchDDP(t *testing.T) {
 			}))
 			for r, m := range ms {
 				got := m.Values()
-				want := make([][]float64, len(branchNames))
-				for i, name := range branchNames {
+				want := make([][]float64, len(testmodel.BranchNames()))
+				for i, name := range testmodel.BranchNames() {
 					want[i] = torch[r][name]
 				}
 				t.Logf("rank %d: largest relative difference from torch's DDP %.2g", r, testmodel.RelErr(got, want))
 				if e := testmodel.RelErr(got, want); e > 1e-12 {
 					t.Errorf("rank %d ends %.2g (relative) from torch's DDP", r, e)
-					for i, name := range branchNames {
+					for i, name := range testmodel.BranchNames() {
 						if e := testmodel.RelErr([][]float64{got[i]}, [][]float64{want[i]}); e > 1e-12 {
 							t.Errorf("  %s: %v, torch %v (relative error %.2g)", name, testmodel.Short(got[i]), testmodel.Short(want[i]), e)
 						}
