@@ -31,5 +31,5 @@ func Example() {
 	// Output:
 	// w = [0.855 -1.710]
 	// step 2, momentum/0 = [0.95 -1.90]
-	// optim: unknown optimizer "lbfgs"; choose one of sgd, momentum, adam
+	// optim: unknown optimizer "lbfgs"; choose one of sgd, momentum, adam, adamw
 }

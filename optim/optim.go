@@ -30,8 +30,14 @@ type Optimizer interface {
 	// Load replaces the optimizer's state with a copy of s, so that the
 	// next Step continues the run s was taken from exactly.
 	Load(s State) error
-	// Name is the name New takes: "sgd", "momentum" or "adam".
+	// Name is the name New takes: one of Names.
 	Name() string
+	// LR is the learning rate the next Step uses.
+	LR() float64
+	// SetLR sets the learning rate of the following Steps, as assigning
+	// torch's param_group["lr"] does; a schedule calls it between steps.
+	// It takes a finite rate >= 0.
+	SetLR(lr float64) error
 }
 
 // State is an optimizer's state. Buffers are keyed "<kind>/<param
@@ -40,7 +46,8 @@ type Optimizer interface {
 // float32 values, which float64 represents exactly. A parameter that was
 // skipped in some steps (no gradient) has its own step count, "step/3"
 // (one value), as torch keeps state["step"] per parameter; the others'
-// is Step.
+// is Step. A rate set with SetLR that differs from the one the optimizer
+// was made with is kept as "lr" (one value), so Load restores it.
 type State struct {
 	Name    string // the optimizer's Name; Load checks it when it is set
 	Step    int    // steps taken (Step calls)
@@ -48,7 +55,7 @@ type State struct {
 }
 
 // Names lists the optimizers New makes.
-func Names() []string { return []string{"sgd", "momentum", "adam"} }
+func Names() []string { return []string{"sgd", "momentum", "adam", "adamw"} }
 
 // NodeTensors views each node's value and gradient as tensors for Step,
 // without copying: Step writes the values in place. Call it after each
@@ -75,24 +82,11 @@ func NodeTensors(nodes gorgonia.Nodes) (params, grads []pg.Tensor, err error) {
 
 // New returns the optimizer called name, with learning rate lr, for
 // numParams parameters, with PyTorch's defaults: momentum 0.9 for
-// "momentum"; β1 0.9, β2 0.999 and ε 1e-8 for "adam"; no weight decay,
-// dampening or Nesterov.
+// "momentum"; β1 0.9, β2 0.999 and ε 1e-8 for "adam" and "adamw"; weight
+// decay 0.01 for "adamw" (decoupled, as torch's AdamW) and none for the
+// others; no dampening or Nesterov. NewWith takes every hyperparameter.
 func New(name string, lr float64, numParams int) (Optimizer, error) {
-	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
-		return nil, fmt.Errorf("optim: learning rate %v: want a finite number >= 0", lr)
-	}
-	if numParams < 1 {
-		return nil, fmt.Errorf("optim: %d parameters: want at least 1", numParams)
-	}
-	switch name {
-	case "sgd":
-		return &sgd{base: newBase(name, lr, numParams)}, nil
-	case "momentum":
-		return &sgd{base: newBase(name, lr, numParams, "momentum"), momentum: 0.9}, nil
-	case "adam":
-		return &adam{base: newBase(name, lr, numParams, "exp_avg", "exp_avg_sq"), beta1: 0.9, beta2: 0.999, eps: 1e-8}, nil
-	}
-	return nil, fmt.Errorf("optim: unknown optimizer %q; choose one of %s", name, strings.Join(Names(), ", "))
+	return NewWith(name, Options{LR: &lr}, numParams)
 }
 
 // base holds what every optimizer shares: its step count and its
@@ -101,7 +95,8 @@ func New(name string, lr float64, numParams int) (Optimizer, error) {
 // no Data does not exist yet.
 type base struct {
 	name  string
-	lr    float64
+	lr    float64 // the rate of the next Step
+	lr0   float64 // the rate the optimizer was made with
 	n     int
 	step  int   // Step calls
 	steps []int // per parameter: the Steps that updated it (it had a gradient)
@@ -109,11 +104,15 @@ type base struct {
 	bufs  [][]pg.Tensor
 }
 
-// stepKey keys a parameter's own step count in State.Buffers.
-const stepKey = "step"
+// stepKey keys a parameter's own step count in State.Buffers, lrKey a
+// rate set with SetLR.
+const (
+	stepKey = "step"
+	lrKey   = "lr"
+)
 
 func newBase(name string, lr float64, n int, kinds ...string) base {
-	b := base{name: name, lr: lr, n: n, steps: make([]int, n), kinds: kinds, bufs: make([][]pg.Tensor, len(kinds))}
+	b := base{name: name, lr: lr, lr0: lr, n: n, steps: make([]int, n), kinds: kinds, bufs: make([][]pg.Tensor, len(kinds))}
 	for k := range b.bufs {
 		b.bufs[k] = make([]pg.Tensor, n)
 	}
@@ -121,6 +120,23 @@ func newBase(name string, lr float64, n int, kinds ...string) base {
 }
 
 func (b *base) Name() string { return b.name }
+
+func (b *base) LR() float64 { return b.lr }
+
+func (b *base) SetLR(lr float64) error {
+	if err := checkLR(lr); err != nil {
+		return err
+	}
+	b.lr = lr
+	return nil
+}
+
+func checkLR(lr float64) error {
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || lr < 0 {
+		return fmt.Errorf("optim: learning rate %v: want a finite number >= 0", lr)
+	}
+	return nil
+}
 
 // check validates a Step's arguments against each other and the state,
 // and converts loaded buffers to their parameter's dtype.
@@ -198,6 +214,9 @@ func toFloat64s(t pg.Tensor) []float64 {
 
 func (b *base) State() State {
 	s := State{Name: b.name, Step: b.step, Buffers: map[string][]float64{}}
+	if math.Float64bits(b.lr) != math.Float64bits(b.lr0) {
+		s.Buffers[lrKey] = []float64{b.lr}
+	}
 	for i, n := range b.steps {
 		if n != b.step {
 			s.Buffers[stepKey+"/"+strconv.Itoa(i)] = []float64{float64(n)}
@@ -224,12 +243,19 @@ func (b *base) load(s State, every bool) error {
 	if s.Step < 0 {
 		return fmt.Errorf("optim: state at step %d; want >= 0", s.Step)
 	}
-	fresh := newBase(b.name, b.lr, b.n, b.kinds...)
-	bufs, steps := fresh.bufs, fresh.steps
+	fresh := newBase(b.name, b.lr0, b.n, b.kinds...)
+	bufs, steps, lr := fresh.bufs, fresh.steps, b.lr0
 	for i := range steps {
 		steps[i] = s.Step
 	}
 	for key, v := range s.Buffers {
+		if key == lrKey {
+			if len(v) != 1 || checkLR(v[0]) != nil {
+				return fmt.Errorf("optim: state %q is %v; want one finite learning rate >= 0", key, v)
+			}
+			lr = v[0]
+			continue
+		}
 		kind, idx, _ := strings.Cut(key, "/")
 		k, i := slices.Index(b.kinds, kind), -1
 		if n, err := strconv.Atoi(idx); err == nil && n >= 0 && n < b.n && strconv.Itoa(n) == idx {
@@ -257,7 +283,7 @@ func (b *base) load(s State, every bool) error {
 			}
 		}
 	}
-	b.step, b.steps, b.bufs = s.Step, steps, bufs
+	b.step, b.steps, b.bufs, b.lr = s.Step, steps, bufs, lr
 	return nil
 }
 

@@ -9,19 +9,23 @@ import (
 
 // This file holds the update rules, each as PyTorch writes it.
 
-// sgd is PyTorch's SGD without weight decay, dampening or Nesterov, as
-// torch.optim.sgd._single_tensor_sgd computes it:
+// sgd is PyTorch's SGD, as torch.optim.sgd._single_tensor_sgd computes
+// it, with weight decay wd, momentum μ, dampening τ:
 //
-//	p += (−lr)·g                                 momentum 0
-//	buf = clone(g) on the first step             momentum μ
-//	buf = μ·buf + g afterwards
-//	p += (−lr)·buf
+//	d = g.add(p, alpha=wd)                       d = g + wd·p, when wd != 0
+//	buf = clone(d) on the first step             when μ != 0
+//	buf.mul_(μ).add_(d, alpha=1−τ) afterwards    buf = μ·buf + (1−τ)·d
+//	d = d.add(buf, alpha=μ) if Nesterov          d = d + μ·buf
+//	d = buf otherwise
+//	p.add_(d, alpha=−lr)                         p += (−lr)·d
 //
 // in the parameter's dtype, each product rounded before the sum (no fused
-// multiply-add).
+// multiply-add); 1−τ is a Python float, exactly 1 without dampening, so
+// the plain momentum update is buf = μ·buf + d.
 type sgd struct {
 	base
-	momentum float64
+	momentum, dampening, weightDecay float64
+	nesterov                         bool
 }
 
 func (o *sgd) Step(params, grads []pg.Tensor) error {
@@ -33,9 +37,9 @@ func (o *sgd) Step(params, grads []pg.Tensor) error {
 			continue // no gradient: torch skips a None grad
 		}
 		if p.Dtype == pg.Float32 {
-			o.update32(i, pg.View[float32](p), pg.View[float32](grads[i]))
+			sgdUpdate(o, &o.bufs, i, pg.View[float32](p), pg.View[float32](grads[i]), pg.Float32s)
 		} else {
-			o.update64(i, pg.View[float64](p), pg.View[float64](grads[i]))
+			sgdUpdate(o, &o.bufs, i, pg.View[float64](p), pg.View[float64](grads[i]), pg.Float64s)
 		}
 		o.steps[i]++
 	}
@@ -43,30 +47,42 @@ func (o *sgd) Step(params, grads []pg.Tensor) error {
 	return nil
 }
 
-func (o *sgd) update32(i int, p, g []float32) {
-	if o.momentum != 0 {
-		g = sgdMomentum(&o.bufs[0][i], g, float32(o.momentum), pg.Float32s)
+// sgdUpdate steps parameter i, p, from its gradient g.
+func sgdUpdate[T float](o *sgd, bufs *[][]pg.Tensor, i int, p, g []T, view func([]T) pg.Tensor) {
+	d := g
+	if o.weightDecay != 0 {
+		d = make([]T, len(g))
+		wd := T(o.weightDecay)
+		for k, gk := range g {
+			d[k] = gk + T(wd*p[k])
+		}
 	}
-	sgdStep(p, g, float32(-o.lr))
+	if o.momentum != 0 {
+		buf := sgdMomentum(&(*bufs)[0][i], d, T(o.momentum), T(1-o.dampening), view)
+		if o.nesterov {
+			mu := T(o.momentum)
+			nd := make([]T, len(d))
+			for k, dk := range d {
+				nd[k] = dk + T(mu*buf[k])
+			}
+			d = nd
+		} else {
+			d = buf
+		}
+	}
+	sgdStep(p, d, T(-o.lr))
 }
 
-func (o *sgd) update64(i int, p, g []float64) {
-	if o.momentum != 0 {
-		g = sgdMomentum(&o.bufs[0][i], g, o.momentum, pg.Float64s)
-	}
-	sgdStep(p, g, -o.lr)
-}
-
-// sgdMomentum updates the momentum buffer *buf from g and returns it.
-func sgdMomentum[T float](buf *pg.Tensor, g []T, mu T, view func([]T) pg.Tensor) []T {
+// sgdMomentum updates the momentum buffer *buf from d and returns it.
+func sgdMomentum[T float](buf *pg.Tensor, d []T, mu, w T, view func([]T) pg.Tensor) []T {
 	if buf.Data == nil {
-		b := slices.Clone(g)
+		b := slices.Clone(d)
 		*buf = view(b)
 		return b
 	}
 	b := pg.View[T](*buf)
-	for k, gk := range g {
-		b[k] = T(mu*b[k]) + gk
+	for k, dk := range d {
+		b[k] = T(mu*b[k]) + T(w*dk)
 	}
 	return b
 }
@@ -82,10 +98,13 @@ func (o *sgd) Load(s State) error { return o.load(s, true) }
 
 type float interface{ ~float32 | ~float64 }
 
-// adam is PyTorch's Adam without weight decay or AMSGrad, following
-// torch.optim.adam._single_tensor_adam (the path PyTorch takes for CPU
-// tensors) operation by operation, at step t (counted from 1):
+// adam is PyTorch's Adam and AdamW without AMSGrad, following
+// torch.optim.adam._single_tensor_adam and adamw._single_tensor_adamw (the
+// paths PyTorch takes for CPU tensors) operation by operation, at step t
+// (counted from 1), with weight decay wd:
 //
+//	p.mul_(1 − lr·wd)                            AdamW (decoupled); 1 − lr·wd a Python float
+//	g = g.add(p, alpha=wd)                       Adam (coupled), when wd != 0
 //	exp_avg.lerp_(g, 1−β1)                       m += (1−β1)·(g − m)
 //	exp_avg_sq.mul_(β2).addcmul_(g, g, 1−β2)     v = β2·v + (1−β2)·g·g
 //	bias_correction1 = 1 − β1^t                  float64 scalars, as in Python
@@ -100,10 +119,13 @@ type float interface{ ~float32 | ~float64 }
 // multiply-add), and 1−β1 is computed at run time, 0.09999999999999998 as
 // in Python. Algebraically this is m̂ = m/(1−β1^t), v̂ = v/(1−β2^t),
 // p −= lr·m̂/(√v̂ + ε), where ε is added after the bias correction.
-// math.Pow may differ from C's pow in the last bit of β^t.
+// math.Pow may differ from C's pow in the last bit of β^t. Torch 1.13
+// writes the first moment as exp_avg.mul_(β1).add_(g, alpha=1−β1), which
+// can differ from lerp_ (torch 2's form, kept here) in the last bit.
 type adam struct {
 	base
-	beta1, beta2, eps float64
+	beta1, beta2, eps, weightDecay float64
+	decoupled                      bool // AdamW
 }
 
 func (o *adam) Step(params, grads []pg.Tensor) error {
@@ -124,9 +146,9 @@ func (o *adam) Step(params, grads []pg.Tensor) error {
 			*m, *v = pg.NewTensor(p.Dtype, p.Len()), pg.NewTensor(p.Dtype, p.Len())
 		}
 		if p.Dtype == pg.Float32 {
-			adamStep(pg.View[float32](p), pg.View[float32](grads[i]), pg.View[float32](*m), pg.View[float32](*v), c)
+			adamDecayStep(pg.View[float32](p), pg.View[float32](grads[i]), pg.View[float32](*m), pg.View[float32](*v), c)
 		} else {
-			adamStep(pg.View[float64](p), pg.View[float64](grads[i]), pg.View[float64](*m), pg.View[float64](*v), c)
+			adamDecayStep(pg.View[float64](p), pg.View[float64](grads[i]), pg.View[float64](*m), pg.View[float64](*v), c)
 		}
 	}
 	o.step++
@@ -137,10 +159,17 @@ func (o *adam) Step(params, grads []pg.Tensor) error {
 type adamScalars struct {
 	t                                    int
 	w1, beta2, w2, bc2Sqrt, eps, negStep float64
+	coupled, decay                       float64 // Adam's g += coupled·p, AdamW's p *= decay (1 when none)
 }
 
 func (o *adam) scalars(t int) adamScalars {
+	coupled, decay := o.weightDecay, 1.0
+	if o.decoupled {
+		coupled, decay = 0, 1-float64(o.lr*o.weightDecay)
+	}
 	return adamScalars{
+		coupled: coupled,
+		decay:   decay,
 		t:       t,
 		w1:      1 - o.beta1,
 		beta2:   o.beta2,
@@ -149,6 +178,24 @@ func (o *adam) scalars(t int) adamScalars {
 		eps:     o.eps,
 		negStep: -(o.lr / (1 - math.Pow(o.beta1, float64(t)))),
 	}
+}
+
+// adamDecayStep applies the weight decay, if any, and then adamStep.
+func adamDecayStep[T float](p, g, m, v []T, c adamScalars) {
+	if c.decay != 1 {
+		decay := T(c.decay)
+		for k := range p {
+			p[k] = T(p[k] * decay)
+		}
+	}
+	if c.coupled != 0 {
+		wd, gd := T(c.coupled), make([]T, len(g))
+		for k, gk := range g {
+			gd[k] = gk + T(wd*p[k])
+		}
+		g = gd
+	}
+	adamStep(p, g, m, v, c)
 }
 
 func adamStep[T float](p, g, m, v []T, c adamScalars) {
