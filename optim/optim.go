@@ -112,7 +112,8 @@ const (
 )
 
 func newBase(name string, lr float64, n int, kinds ...string) base {
-	b := base{name: name, lr: lr, lr0: lr, n: n, steps: make([]int, n), kinds: kinds, bufs: make([][]pg.Tensor, len(kinds))}
+	b := base{name: name, lr: lr, lr0: lr, n: n, steps: make([]int, n), kinds: kinds,
+		bufs: make([][]pg.Tensor, len(kinds))}
 	for k := range b.bufs {
 		b.bufs[k] = make([]pg.Tensor, n)
 	}
@@ -244,46 +245,54 @@ func (b *base) load(s State, every bool) error {
 		return fmt.Errorf("optim: state at step %d; want >= 0", s.Step)
 	}
 	fresh := newBase(b.name, b.lr0, b.n, b.kinds...)
-	bufs, steps, lr := fresh.bufs, fresh.steps, b.lr0
-	for i := range steps {
-		steps[i] = s.Step
+	for i := range fresh.steps {
+		fresh.steps[i] = s.Step
 	}
 	for key, v := range s.Buffers {
-		if key == lrKey {
-			if len(v) != 1 || checkLR(v[0]) != nil {
-				return fmt.Errorf("optim: state %q is %v; want one finite learning rate >= 0", key, v)
-			}
-			lr = v[0]
-			continue
+		if err := b.loadEntry(&fresh, s.Step, key, v); err != nil {
+			return err
 		}
-		kind, idx, _ := strings.Cut(key, "/")
-		k, i := slices.Index(b.kinds, kind), -1
-		if n, err := strconv.Atoi(idx); err == nil && n >= 0 && n < b.n && strconv.Itoa(n) == idx {
-			i = n
-		}
-		if kind == stepKey && i >= 0 {
-			if len(v) != 1 || v[0] != math.Trunc(v[0]) || v[0] < 0 || v[0] > float64(s.Step) {
-				return fmt.Errorf("optim: state %q is %v; want one whole number of steps in [0, %d]", key, v, s.Step)
-			}
-			steps[i] = int(v[0])
-			continue
-		}
-		if k < 0 || i < 0 {
-			return fmt.Errorf("optim: state buffer %q is not one %s keeps for %d parameters (%s/0 … %s/%d)", key, b.name, b.n,
-				b.kindsOrNone(), b.kindsOrNone(), b.n-1)
-		}
-		bufs[k][i] = pg.Float64s(slices.Clone(v))
 	}
 	if every {
 		for k, kind := range b.kinds {
-			for i, buf := range bufs[k] {
-				if buf.Data == nil && steps[i] > 0 {
-					return fmt.Errorf("optim: state at step %d has no %s/%d; the state is incomplete", steps[i], kind, i)
+			for i, buf := range fresh.bufs[k] {
+				if buf.Data == nil && fresh.steps[i] > 0 {
+					return fmt.Errorf("optim: state at step %d has no %s/%d; the state is incomplete", fresh.steps[i], kind, i)
 				}
 			}
 		}
 	}
-	b.step, b.steps, b.bufs, b.lr = s.Step, steps, bufs, lr
+	b.step, b.steps, b.bufs, b.lr = s.Step, fresh.steps, fresh.bufs, fresh.lr
+	return nil
+}
+
+// loadEntry checks State.Buffers[key] = v of a state at step and puts it
+// into fresh: the rate, a parameter's step count or a buffer.
+func (b *base) loadEntry(fresh *base, step int, key string, v []float64) error {
+	if key == lrKey {
+		if len(v) != 1 || checkLR(v[0]) != nil {
+			return fmt.Errorf("optim: state %q is %v; want one finite learning rate >= 0", key, v)
+		}
+		fresh.lr = v[0]
+		return nil
+	}
+	kind, idx, _ := strings.Cut(key, "/")
+	k, i := slices.Index(b.kinds, kind), -1
+	if n, err := strconv.Atoi(idx); err == nil && n >= 0 && n < b.n && strconv.Itoa(n) == idx {
+		i = n
+	}
+	if kind == stepKey && i >= 0 {
+		if len(v) != 1 || v[0] != math.Trunc(v[0]) || v[0] < 0 || v[0] > float64(step) {
+			return fmt.Errorf("optim: state %q is %v; want one whole number of steps in [0, %d]", key, v, step)
+		}
+		fresh.steps[i] = int(v[0])
+		return nil
+	}
+	if k < 0 || i < 0 {
+		return fmt.Errorf("optim: state buffer %q is not one %s keeps for %d parameters (%s/0 … %s/%d)", key, b.name, b.n,
+			b.kindsOrNone(), b.kindsOrNone(), b.n-1)
+	}
+	fresh.bufs[k][i] = pg.Float64s(slices.Clone(v))
 	return nil
 }
 

@@ -111,6 +111,9 @@ func resolve(name string, o Options) (hyper, error) {
 			continue
 		}
 		if v := *f.from; math.IsNaN(v) || math.IsInf(v, 0) || v < f.min {
+			if math.IsInf(f.min, -1) {
+				return h, fmt.Errorf("optim: %s %v: want a finite number", f.what, v)
+			}
 			return h, fmt.Errorf("optim: %s %v: want a finite number >= %v", f.what, v, f.min)
 		}
 		*f.into = *f.from
