@@ -1,6 +1,13 @@
-// Package optim holds the optimizers ddp-train steps: SGD, SGD with
-// momentum and Adam, with PyTorch's update rules and defaults, working
-// directly on parameter memory.
+// Package optim holds the optimizers ddp-train steps: torch 1.13's SGD
+// (momentum, dampening, Nesterov, weight decay), Adam (coupled weight
+// decay) and AdamW (decoupled), with PyTorch's update rules and defaults,
+// working directly on parameter memory; and torch's learning-rate
+// schedules (LinearLR, CosineAnnealingLR, StepLR, SequentialLR), stepped
+// as torch steps them.
+//
+// New(name, lr, n) takes torch's defaults for everything but the rate;
+// NewWith takes Options, named after torch's arguments, where a nil field
+// is torch's default and Set(0) an explicit zero.
 //
 // Gorgonia's solvers keep their state unexported, so a checkpoint could
 // not capture it; these keep all of it in a State that Load restores
@@ -21,6 +28,23 @@
 // already averaged them, and the loss is already a mean over the batch.
 // Every rank holds the same gradients and the same state, so every rank
 // computes bitwise the same parameters.
+//
+// # Schedules
+//
+// A Schedule gives the rate of the next step and moves on once after
+// every optimizer step, by torch's recursive get_lr (the form
+// scheduler.step() uses), so its rates are torch's to the last bit up to
+// math.Cos:
+//
+//	sched, err := optim.NewSchedule(optim.Recipe{Kind: "cosine", LR: 1e-3, Steps: S, WarmupSteps: W})
+//	for each step {
+//		err = opt.SetLR(sched.LR())
+//		err = opt.Step(ps, gs)
+//		sched.Step()
+//	}
+//
+// Schedule.State and Optimizer.State together checkpoint a run; loaded
+// into fresh ones made the same way, the run continues bit for bit.
 //
 // # Exactness
 //
