@@ -85,7 +85,7 @@ func optimizerState(name string) int64 {
 	switch name {
 	case "momentum":
 		return 1
-	case "adam":
+	case "adam", "adamw":
 		return 2
 	}
 	return 0
