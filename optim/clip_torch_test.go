@@ -250,7 +250,8 @@ type clipDiff struct {
 }
 
 func (d *clipDiff) merge(o clipDiff) {
-	d.ulps32, d.rel64, d.values, d.differ = max(d.ulps32, o.ulps32), max(d.rel64, o.rel64), d.values+o.values, d.differ+o.differ
+	d.ulps32, d.rel64 = max(d.ulps32, o.ulps32), max(d.rel64, o.rel64)
+	d.values, d.differ = d.values+o.values, d.differ+o.differ
 	if d.first == "" {
 		d.first = o.first
 	}
