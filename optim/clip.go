@@ -18,11 +18,11 @@ var ErrNonfiniteNorm = errors.New("optim: the total norm of the gradients is not
 //
 // Clip computes each gradient's norm, then the norm of those norms (the
 // norm of all gradients seen as one vector), clip_coef = MaxNorm /
-// (total + 1e-6) clamped at 1, and multiplies every gradient by it. As in
-// 1.13 it multiplies also when the coefficient is 1, which leaves a finite
-// gradient unchanged and keeps a NaN or an infinity in the gradients
-// where it was (a non-finite total norm makes the coefficient NaN or 0;
-// ErrorIfNonfinite refuses instead).
+// (total + 1e-6) clamped at 1, and multiplies every gradient by it, as
+// 1.13 does also when the coefficient is 1 (which changes no value). A
+// non-finite total norm makes the coefficient NaN (a NaN gradient) or 0
+// (an infinite one), which torch applies too; ErrorIfNonfinite refuses
+// instead.
 //
 // With DDP, clip after RunAll has averaged the gradients and before
 // Optimizer.Step: the norm is over every parameter's averaged gradient,
@@ -46,7 +46,8 @@ type ClipNorm struct {
 
 // ClipGradNorm is ClipNorm{MaxNorm: maxNorm, NormType: normType}.Clip(grads),
 // torch's clip_grad_norm_(parameters, max_norm, norm_type) with its
-// default error_if_nonfinite=False.
+// default error_if_nonfinite=False: normType 2 for torch's default (0
+// means 2 here too), math.Inf(1) for the largest absolute value.
 func ClipGradNorm(grads []pg.Tensor, maxNorm, normType float64) (totalNorm float64, err error) {
 	return ClipNorm{MaxNorm: maxNorm, NormType: normType}.Clip(grads)
 }
