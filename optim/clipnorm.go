@@ -40,11 +40,13 @@ import (
 // gradient, or any gradient under p != 2, of 32768 elements or more, when
 // torch runs with several threads (at::parallel_for splits such a sum into
 // one part per thread; here it is one sum in order, as torch with
-// torch.set_num_threads(1)); another torch build (AVX-512 kernels have 16
-// lanes, builds without FMA round every product); and p other than 1, 2
-// and +Inf, where powf and Go's math.Pow may round differently in the last
-// bit. None of this changes from rank to rank: the same gradients give
-// the same bits on every rank.
+// torch.set_num_threads(1)); torch's other kernels (AVX-512 ones have 16
+// lanes: with ATEN_CPU_CAPABILITY=avx512, up to 2 float32 ulps here; the
+// default ones do not fuse float64 products: up to 5.4e-16 relative); and
+// p other than 1, 2 and +Inf, where glibc's pow and Go's math.Pow may
+// round differently in the last bit (p = 3: float32 bitwise, float64 up
+// to 1.5e-15 relative). None of this changes from rank to rank: the same
+// gradients give the same bits on every rank.
 
 // totalNormOf returns the total p-norm of the gradients with Data and
 // whether it was computed in float32 (no gradient is float64).
