@@ -55,4 +55,13 @@
 // otherwise fuse them into one FMA on some CPUs), so results do not depend
 // on the CPU. PyTorch's vectorised CPU kernels may use FMA, so the two can
 // differ in the last bit of an update.
+//
+// # Gradient clipping
+//
+// ClipGradNorm (torch's clip_grad_norm_) and ClipGradValue
+// (clip_grad_value_) clip the gradients in place; with DDP, call them on
+// StepTensors' gradients after RunAll and before Step. They are
+// deterministic, so every rank clips its identical averaged gradients
+// identically, and they match torch 1.13's arithmetic (Note [clip
+// arithmetic] in clipnorm.go).
 package optim
