@@ -163,7 +163,7 @@ func (e *evaluator) close() {
 	}
 }
 
-// due reports whether the run evaluates after optimizer step step (Note
+// evalDue reports whether the run evaluates after optimizer step step (Note
 // [held-out evaluation]).
 func (t *trainer) evalDue(e *evaluator, step, total int) bool {
 	switch {

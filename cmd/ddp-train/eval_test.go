@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/dataset"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // heldOut writes n samples of the synthetic problem, drawn with a seed of
@@ -96,7 +98,10 @@ func TestEvalLeavesTrainingAlone(t *testing.T) {
 	evaluated := ddpTrain(t, append(base, "--eval-data", x, "--eval-labels", y, "--save", save, "--checkpoint", ckpt,
 		"--summary", sum)...)
 	every := ddpTrain(t, append(base, "--eval-data", x, "--eval-labels", y, "--eval-every", "10")...)
-	for _, r := range []result{plain, evaluated, every} {
+	localSum := filepath.Join(dir, "local.json")
+	local := ddpTrain(t, append(base, "--eval-data", x, "--eval-labels", y, "--backend", "local", "--summary",
+		localSum)...)
+	for _, r := range []result{plain, evaluated, every, local} {
 		if r.code != 0 {
 			t.Fatalf("exit %d\n%s", r.code, r.stderr)
 		}
@@ -117,6 +122,7 @@ func TestEvalLeavesTrainingAlone(t *testing.T) {
 	if final.Samples != 101 || final.Step == nil || *final.Step != 30 {
 		t.Fatalf("summary's evaluation: %d samples at step %v, want 101 at 30", final.Samples, final.Step)
 	}
+	sameEval(t, "--backend local", final, readEvalSummary(t, localSum))
 	for _, init := range []string{save, ckpt} {
 		out := filepath.Join(dir, "eval-"+filepath.Base(init)+".json")
 		r := ddpTrain(t, "eval", "--init", init, "--data", x, "--labels", y, "--hidden", "16", "--batch-size", "16",
@@ -233,5 +239,74 @@ func TestEvalFlags(t *testing.T) {
 	c, err := parseCommand([]string{"eval", "--init", "d", "--nproc", "3"}, io.Discard)
 	if err != nil || !c.evalOnly || c.steps != 0 || c.epochs != 0 || c.nproc != 3 {
 		t.Errorf("ddp-train eval --init d --nproc 3: %+v, %v", c.evalFlags, err)
+	}
+}
+
+// The bar shows the last evaluation after the training figures, and still
+// fits the terminal; the ddp_eval_* gauges hold it.
+func TestEvalOnTheBarAndInTheMetrics(t *testing.T) {
+	r := figures{Loss: 0.1234, Accuracy: 0.5, SamplesPerSec: 12345, CommFraction: 0.25, Evaluated: true, EvalLoss: 0.5,
+		EvalAccuracy: 0.875}
+	if line := barLine(50, 100, r, 200); !strings.Contains(line, "comm 25% eval loss 0.5000 acc 87.5%") {
+		t.Errorf("bar %q: no eval figures after the training figures", line)
+	}
+	for _, cols := range []int{0, 40, 80} {
+		if line := barLine(50, 100, r, cols); len(line) > max(cols-1, 0) {
+			t.Errorf("%d columns: %q", cols, line)
+		}
+	}
+	m := newTrainingMetrics()
+	m.observeEval(evalResult{Step: 7, Loss: 0.25, Accuracy: 0.75, Samples: 101})
+	for _, g := range []struct {
+		c    prometheus.Collector
+		want float64
+	}{{m.evalLoss, 0.25}, {m.evalAccuracy, 0.75}, {m.evalStep, 7}} {
+		if got := testutil.ToFloat64(g.c); got != g.want {
+			t.Errorf("gauge %v, want %v", got, g.want)
+		}
+	}
+	if n := len(m.collectors()); n != 11 {
+		t.Errorf("%d collectors, want the 8 training ones and 3 eval gauges", n)
+	}
+}
+
+// The per-sample loss is the training loss: softmax cross-entropy, stable
+// for logits far apart.
+func TestCrossEntropySum(t *testing.T) {
+	got := crossEntropySum([]float64{0, 0, 1000, 0}, []int{1, 0}, 2)
+	if want := math.Log(2) + 0; math.Abs(got-want) > 1e-15 {
+		t.Errorf("got %v, want log 2 + 0 = %v", got, want)
+	}
+}
+
+// When the run evaluates: after the step in which an epoch ends (16
+// micro-batches an epoch here), every --eval-every steps, and after the
+// last step always.
+func TestEvalDue(t *testing.T) {
+	e := &evaluator{perEp: 16}
+	for _, c := range []struct {
+		accum int
+		flags []string
+		every int
+		want  []int
+	}{
+		{1, nil, 0, []int{16, 32, 40}},
+		{3, nil, 0, []int{6, 11, 16, 22, 27, 32, 38, 40}},
+		{1, []string{"eval-every"}, 15, []int{15, 30, 40}},
+		{1, []string{"eval-every"}, 0, []int{40}},
+	} {
+		tr := &trainer{c: config{gradAccum: c.accum, setFlags: c.flags, evalFlags: evalFlags{evalEvery: c.every}}}
+		var got []int
+		for step := 1; step <= 40; step++ {
+			if tr.evalDue(e, step, 40) {
+				got = append(got, step)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("--grad-accum %d %v %d: evaluates after steps %v, want %v", c.accum, c.flags, c.every, got, c.want)
+		}
+	}
+	if (&trainer{}).evalDue(nil, 40, 40) {
+		t.Error("a run without a held-out set evaluates")
 	}
 }
