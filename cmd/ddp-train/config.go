@@ -83,6 +83,7 @@ type config struct {
 	limits    // --oversubscribe; bounds on every number and address (limits.go)
 
 	stragglerFlags // --straggler-window, -share, -margin (straggler.go)
+	evalFlags      // --eval-data, --eval-labels, --eval-every; `ddp-train eval` (eval.go)
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -148,6 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c.nodeFlags.register(fs)
 	c.limits.register(fs)
 	c.stragglerFlags.register(fs)
+	c.evalFlags.register(fs)
 	if err := cli.Parse(fs, args); err != nil { // a typo: one line and a hint, not the usage
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -240,6 +242,7 @@ func (c config) validate() error {
 		func() error { return validateLimits(c) },
 		c.validateDebugAddr, // debughttp.go
 		c.stragglerFlags.validate,
+		c.validateEval,    // eval.go
 		c.validateFlagUse, // flagrules.go: Note [no flag is ignored]
 	}
 	for _, check := range checks {

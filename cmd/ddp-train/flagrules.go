@@ -20,7 +20,9 @@ package main
 //   - Flags that only qualify another need it (flagNeeds):
 //     --overwrite-checkpoints needs --checkpoint, --restart-backoff needs
 //     --max-restarts, --classes needs --data (the synthetic set has its
-//     own).
+//     own), --eval-every needs --eval-data (validateEval, eval.go).
+//   - `ddp-train eval` refuses every flag that only training acts on
+//     (asEvalCommand, evalcmd.go).
 //   - --listen-addr is tried before any worker starts (checkListenAddr):
 //     an address that is not this machine's, or a port in use, is exit 2
 //     naming it, and so is a fixed port for more than one worker on this

@@ -42,6 +42,7 @@ func gomlxUnsupported() []string {
 		"init", "save", "checkpoint", "checkpoint-every", "checkpoint-keep", "resume", "resume-allow-changes",
 		"find-unused-parameters", "static-graph", "find-nonfinite-origin",
 		"summary", "timeline",
+		"eval-data", "eval-labels", "eval-every", // held-out evaluation: Note [held-out evaluation] (eval.go)
 	}
 }
 

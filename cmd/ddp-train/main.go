@@ -72,7 +72,7 @@ func runMain(args []string, lookup func(string) (string, bool), stdout, stderr i
 	}
 	stderr, con := attachConsole(stderr) // terminal.go: Note [one writer owns the terminal]
 	defer con.close()
-	c, err := parseFlags(args, stderr)
+	c, err := parseCommand(args, stderr) // `ddp-train eval ...` too (evalcmd.go)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

@@ -10,6 +10,8 @@ import (
 // see docs/observability.md.
 type trainingMetrics struct {
 	step, loss, accuracy, comm prometheus.Gauge
+	evalLoss, evalAccuracy     prometheus.Gauge       // ddp_eval_*: the last held-out evaluation (eval.go)
+	evalStep                   prometheus.Gauge       // the optimizer steps done when it ran
 	samples                    prometheus.Counter     // this rank's; sum(rate(...)) over ranks is the job's samples/s
 	skipped                    prometheus.Counter     // updates skipped by --on-nonfinite skip
 	last                       *prometheus.CounterVec // ddp_straggler_last_total{rank}: Note [stragglers, measured]
@@ -24,6 +26,10 @@ func newTrainingMetrics() trainingMetrics {
 		step:     g("step", "Optimizer steps completed."),
 		loss:     g("loss", "Mean training loss over ranks since the previous figures."),
 		accuracy: g("accuracy_ratio", "Training accuracy over ranks since the previous figures."),
+		evalLoss: evalGauge("loss", "Mean cross-entropy over the held-out set (--eval-data) at the last evaluation."),
+		evalAccuracy: evalGauge("accuracy_ratio",
+			"Accuracy over the held-out set (--eval-data) at the last evaluation."),
+		evalStep: evalGauge("step", "Optimizer steps completed when the last held-out evaluation ran."),
 		samples: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "train", Name: "samples_total",
 			Help: "Training samples this rank has processed (forward and backward) in this process."}),
 		comm: g("comm_fraction_ratio", "Fraction of step time spent waiting for communication after backward."),
@@ -40,8 +46,24 @@ func newTrainingMetrics() trainingMetrics {
 	}
 }
 
+// evalGauge is a ddp_eval_* gauge.
+func evalGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ddp", Subsystem: "eval", Name: name, Help: help})
+}
+
 func (m trainingMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew}
+	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew,
+		m.evalLoss, m.evalAccuracy, m.evalStep}
+}
+
+// observeEval sets the ddp_eval_* gauges to an evaluation's figures.
+func (m *trainingMetrics) observeEval(r evalResult) {
+	if m == nil {
+		return
+	}
+	m.evalLoss.Set(r.Loss)
+	m.evalAccuracy.Set(r.Accuracy)
+	m.evalStep.Set(float64(r.Step))
 }
 
 func (m *trainingMetrics) observe(step int, r figures) {

@@ -52,6 +52,18 @@ type summary struct {
 	Backend       string  `json:"backend"`
 	CommHook      string  `json:"comm_hook"`
 	SkippedSteps  int     `json:"skipped_steps"` // updates skipped by --on-nonfinite skip
+	// The last held-out evaluation (--eval-data; eval.go); absent without one.
+	EvalLoss     *float64 `json:"eval_loss,omitempty"`
+	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`
+	EvalSamples  int      `json:"eval_samples,omitempty"`
+	EvalStep     *int     `json:"eval_step,omitempty"`
+}
+
+// setEval records the last evaluation, if there was one.
+func (s *summary) setEval(r *evalResult) {
+	if r != nil {
+		s.EvalLoss, s.EvalAccuracy, s.EvalSamples, s.EvalStep = &r.Loss, &r.Accuracy, r.Samples, &r.Step
+	}
 }
 
 func summaryOf(t *trainer, r figures, steps int, wall time.Duration) summary {

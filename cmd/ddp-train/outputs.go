@@ -574,7 +574,7 @@ func (t *trainer) writeOutputs(s *session, sum summary) error {
 
 // stageSummary writes the summary's JSON into a synced temporary file
 // beside path and returns its name.
-func stageSummary(path string, s summary) (string, error) {
+func stageSummary(path string, s any) (string, error) {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return "", err

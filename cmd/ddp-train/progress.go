@@ -28,12 +28,17 @@ type progress struct {
 	measured bool // last holds figures: a bar shows none before
 }
 
-// figures is one set of figures averaged over ranks.
+// figures is one set of figures averaged over ranks: the training
+// batches' loss and accuracy, and the last held-out evaluation's (Note
+// [held-out evaluation], eval.go).
 type figures struct {
 	Loss          float64 `json:"loss"`
 	Accuracy      float64 `json:"accuracy"`
 	SamplesPerSec float64 `json:"samples_per_sec"`
 	CommFraction  float64 `json:"comm_fraction"`
+	Evaluated     bool    `json:"evaluated,omitempty"` // EvalLoss and EvalAccuracy hold an evaluation's
+	EvalLoss      float64 `json:"eval_loss,omitempty"`
+	EvalAccuracy  float64 `json:"eval_accuracy,omitempty"`
 }
 
 // newProgress starts counting at step start (a resumed run's).
@@ -85,6 +90,7 @@ func (p *progress) add(ctx context.Context, step int, st stats) error {
 	if err != nil {
 		return err
 	}
+	r.Evaluated, r.EvalLoss, r.EvalAccuracy = p.last.Evaluated, p.last.EvalLoss, p.last.EvalAccuracy
 	p.last, p.measured = r, true
 	switch {
 	case p.t.out == io.Discard: // only rank 0 reports
@@ -127,6 +133,16 @@ func (p *progress) bar(step int) {
 	}
 }
 
+// setEval shows an evaluation after step on the bar, from then on. The
+// bar of the last step has ended its line before the last evaluation, so
+// that one is in the "eval" line only.
+func (p *progress) setEval(r evalResult) {
+	p.last.Evaluated, p.last.EvalLoss, p.last.EvalAccuracy = true, r.Loss, r.Accuracy
+	if p.measured && r.Step < p.total {
+		p.bar(r.Step)
+	}
+}
+
 // end leaves the bar of a run stopped before its last step on the screen.
 func (p *progress) end() {
 	if p.sink != nil {
@@ -142,6 +158,9 @@ func (p *progress) end() {
 func barLine(step, total int, r figures, cols int) string {
 	text := fmt.Sprintf(" %d/%d loss %.4f acc %.1f%% %.0f samples/s comm %.0f%% ",
 		step, total, r.Loss, 100*r.Accuracy, r.SamplesPerSec, 100*r.CommFraction)
+	if r.Evaluated { // the held-out set's, after the training batches'
+		text += fmt.Sprintf("eval loss %.4f acc %.1f%% ", r.EvalLoss, 100*r.EvalAccuracy)
+	}
 	width := min(max(cols-1-len(text)-2, 10), 50)
 	done := width * min(step, total) / max(total, 1)
 	return cutTo("["+strings.Repeat("=", done)+strings.Repeat(" ", width-done)+"]"+text, cols)

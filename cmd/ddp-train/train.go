@@ -52,17 +52,19 @@ func specFor(c config, info dataset.Info) model.Spec {
 		Classes: info.Classes, Dtype: dt, Batch: c.batchSize}
 }
 
-// checkInit fails early, with exit code 2, on a model spec or --init
-// directory that does not fit the data.
+// checkInit fails early, with exit code 2, on a model spec, --init
+// directory or --eval-data set that does not fit the data.
 func checkInit(c config, info dataset.Info) error {
 	p, err := model.NewParams(specFor(c, info), uint64(c.seed))
 	if err != nil {
 		return err
 	}
 	if c.initDir != "" {
-		return p.LoadNPY(c.initDir)
+		if err := loadInit(p, c); err != nil { // evalcmd.go
+			return err
+		}
 	}
-	return nil
+	return checkEvalData(c, info) // eval.go
 }
 
 // session is what one rank builds before the first step.
@@ -78,6 +80,7 @@ type session struct {
 	start  int              // the first step to run (after a resume)
 	tl     *timeline.Writer // --timeline; nil without
 	strag  *stragglers      // who arrives last; made by agreeStop
+	eval   *evaluator       // the held-out set's scorer; nil without one (eval.go)
 }
 
 // close releases what the session holds beyond the run: the reducer's
@@ -99,7 +102,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	t.buildMu.Lock()
 	p, err := model.NewParams(s.spec, uint64(t.c.seed))
 	if err == nil && t.c.initDir != "" {
-		err = p.LoadNPY(t.c.initDir)
+		err = loadInit(p, t.c) // evalcmd.go
 	}
 	t.buildMu.Unlock()
 	if err != nil {
@@ -154,7 +157,10 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 			return nil, err
 		}
 	}
-	s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed)
+	if s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed); err != nil {
+		return nil, err
+	}
+	s.eval, err = t.newEvaluator(s) // eval.go
 	return s, err
 }
 
@@ -210,6 +216,10 @@ func (t *trainer) run(ctx context.Context) error {
 	defer s.vm.Close()
 	defer s.closeTimeline(t.log)
 	defer s.close(t.log)
+	defer s.eval.close()
+	if t.c.evalOnly { // `ddp-train eval` (evalcmd.go)
+		return t.scoreOnly(ctx, s)
+	}
 	total := t.totalSteps(s)
 	if s.start >= total && t.g.Rank() == 0 { // Note [resume that cannot lie]
 		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs",
@@ -253,11 +263,21 @@ func (t *trainer) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := t.evalAt(ctx, s, prog, step+1, total, sig != 0); err != nil { // eval.go
+			return err
+		}
 		if sig != 0 && step+1 < total {
 			prog.end() // the bar's line
 			return t.stopAt(ctx, s, step+1, sig, saved)
 		}
 	}
+	return t.end(ctx, s, prog, total, began)
+}
+
+// end finishes a run that reached its last step: the last figures, the
+// non-finite guard on the parameters, the final checkpoint and
+// evaluation, and the outputs.
+func (t *trainer) end(ctx context.Context, s *session, prog *progress, total int, began time.Time) error {
 	final, err := prog.finish(ctx)
 	if err != nil {
 		return err
@@ -273,10 +293,15 @@ func (t *trainer) run(ctx context.Context) error {
 			return err
 		}
 	}
+	ev, err := t.finalEval(ctx, s, prog, total) // eval.go
+	if err != nil {
+		return err
+	}
 	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped),
 		zap.String("param_digest", digest(s.params)))
 	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
 	sum.SkippedSteps = prog.skipped
+	sum.setEval(ev)
 	return t.writeOutputs(s, sum) // outputs.go: Note [outputs only on success]
 }
 

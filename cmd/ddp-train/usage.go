@@ -29,6 +29,8 @@ Examples:
   ddp-train                                   2 workers over TCP on loopback, synthetic data
   ddp-train --backend local --nproc 4         4 goroutine ranks in one process
   ddp-train --data X.npy --labels y.npy --hidden 512,512 --epochs 3 --save out/
+  ddp-train --data X.npy --labels y.npy --eval-data Xt.npy --eval-labels yt.npy --epochs 3
+  ddp-train eval --init out/ --data Xt.npy --labels yt.npy --hidden 512,512   score a saved model
   ddp-train --model cnn --data train-images-idx3-ubyte --labels train-labels-idx1-ubyte --optimizer adam --lr 0.001
   ddp-train --steps 1000 --checkpoint ck/ --checkpoint-every 100 --checkpoint-keep 3
   ddp-train --steps 2000 --checkpoint ck/ --checkpoint-keep 3 --resume
