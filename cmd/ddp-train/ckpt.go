@@ -23,8 +23,8 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	}
 	ck := checkpoint.Capture(step, s.params, s.opt)
 	ck.Extra = hookState
-	ck.Meta = t.runMeta()       // Note [resume that cannot lie]
-	s.saveSchedule(ck, s.total) // optflags.go
+	ck.Meta = t.runMeta()            // Note [resume that cannot lie]
+	s.saveSchedule(t.c, ck, s.total) // optflags.go
 	if err := checkpoint.SaveWith(t.c.checkpointDir, ck, t.checkpointOptions()); err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}

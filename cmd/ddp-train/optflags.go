@@ -49,20 +49,20 @@ const (
 )
 
 func (o *optimFlags) register(fs *flag.FlagSet) {
-	fs.Float64Var(&o.momentum, "momentum", 0, "sgd, momentum: SGD's momentum (torch's; default 0, 0.9 for momentum)")
-	fs.Float64Var(&o.dampening, "dampening", 0, "sgd, momentum: SGD's dampening")
-	fs.BoolVar(&o.nesterov, "nesterov", false, "sgd, momentum: Nesterov momentum (needs momentum > 0, dampening 0)")
+	fs.Float64Var(&o.momentum, "momentum", 0, "SGD's momentum (--optimizer sgd: default 0; momentum: 0.9)")
+	fs.Float64Var(&o.dampening, "dampening", 0, "SGD's dampening (--optimizer sgd, momentum)")
+	fs.BoolVar(&o.nesterov, "nesterov", false, "Nesterov momentum (--optimizer sgd, momentum; needs momentum > 0, dampening 0)")
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight_decay: L2 added to the gradient (sgd, momentum, adam) or "+
 		"decoupled (adamw; default 0.01 there)")
-	fs.StringVar(&o.betas, "betas", "0.9,0.999", "adam, adamw: betas B1,B2")
-	fs.Float64Var(&o.eps, "eps", 1e-8, "adam, adamw: eps")
+	fs.StringVar(&o.betas, "betas", "0.9,0.999", "Adam's betas B1,B2 (--optimizer adam, adamw)")
+	fs.Float64Var(&o.eps, "eps", 1e-8, "Adam's eps (--optimizer adam, adamw)")
 	fs.StringVar(&o.lrSchedule, "lr-schedule", "constant", "learning-rate schedule after the warmup: constant, cosine "+
 		"(CosineAnnealingLR to --min-lr), linear (LinearLR to --min-lr) or step (StepLR); docs/optimizers.md")
 	fs.IntVar(&o.warmupSteps, "warmup-steps", 0, "optimizer steps of linear warmup (LinearLR) before the schedule")
 	fs.Float64Var(&o.warmupStartFactor, "warmup-start-factor", 1.0/3, "the warmup's start_factor: it starts at lr·F")
-	fs.Float64Var(&o.minLR, "min-lr", 0, "cosine: eta_min; linear: the end rate")
-	fs.IntVar(&o.lrStepSize, "lr-step-size", 0, "step: StepLR's step_size (needed)")
-	fs.Float64Var(&o.lrGamma, "lr-gamma", 0.1, "step: StepLR's gamma")
+	fs.Float64Var(&o.minLR, "min-lr", 0, "the rate the schedule ends at: eta_min (--lr-schedule cosine), the end rate (linear)")
+	fs.IntVar(&o.lrStepSize, "lr-step-size", 0, "StepLR's step_size (--lr-schedule step needs it)")
+	fs.Float64Var(&o.lrGamma, "lr-gamma", 0.1, "StepLR's gamma (--lr-schedule step)")
 	fs.Float64Var(&o.clipGradNorm, "clip-grad-norm", 0, "clip the averaged gradients to this total 2-norm before each "+
 		"step (torch's clip_grad_norm_; 0: off)")
 	fs.Float64Var(&o.clipGradValue, "clip-grad-value", 0, "clamp each averaged gradient element to ±V before each step "+
@@ -217,8 +217,10 @@ func (s *session) newSchedule(c config, total int) error {
 }
 
 // saveSchedule puts the schedule's position, name and steps into ck.
-func (s *session) saveSchedule(ck *checkpoint.Checkpoint, total int) {
-	if s.sched == nil {
+// A constant rate without warmup has no state to save: the checkpoint is
+// what it was before schedules existed.
+func (s *session) saveSchedule(c config, ck *checkpoint.Checkpoint, total int) {
+	if s.sched == nil || (c.lrSchedule == "constant" && c.warmupSteps == 0) {
 		return
 	}
 	if ck.Extra == nil {
