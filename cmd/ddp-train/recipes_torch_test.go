@@ -113,36 +113,69 @@ func TestRecipesMatchTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var torch map[string]struct {
-		Params  map[string][]float64 `json:"params"`
-		Clipped int                  `json:"clipped"`
-	}
+	var torch map[string]map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &torch); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range recipeCases {
-		want := torch[c.Name]
-		if (c.ClipNorm > 0 || c.ClipValue > 0) && want.Clipped == 0 {
-			t.Errorf("%s: the clipping changed no step's gradients: the comparison proves nothing about it", c.Name)
+		checkRecipe(t, c, torch[c.Name], sizes, initDir, saved[c.Name])
+	}
+}
+
+// checkRecipe compares ddp-train's parameters saved in dir with torch's
+// in res, and checks that they differ from each of torch's runs without
+// one of the case's features.
+func checkRecipe(t *testing.T, c recipeCase, res map[string]json.RawMessage, sizes []int, initDir, dir string) {
+	t.Helper()
+	var want map[string][]float64
+	var clipped int
+	if err := json.Unmarshal(res["params"], &want); err != nil {
+		t.Fatalf("%s: torch's parameters: %v", c.Name, err)
+	}
+	if err := json.Unmarshal(res["clipped"], &clipped); err != nil {
+		t.Fatal(err)
+	}
+	read := func(d, name string, n int) []float64 {
+		shape := []int{n}
+		if strings.HasSuffix(name, ".weight") {
+			k := int(name[2] - '0')
+			shape = []int{sizes[k-1], sizes[k]}
 		}
-		var worst, moved float64
-		for name, w := range want.Params {
-			shape := []int{len(w)}
-			if strings.HasSuffix(name, ".weight") {
-				k := int(name[2] - '0')
-				shape = []int{sizes[k-1], sizes[k]}
-			}
-			got := readNPY(t, filepath.Join(saved[c.Name], name+".npy"), shape...)
-			init := readNPY(t, filepath.Join(initDir, name+".npy"), shape...)
+		return readNPY(t, filepath.Join(d, name+".npy"), shape...)
+	}
+	diff := func(other map[string][]float64, d string) float64 {
+		var worst float64
+		for name, w := range other {
+			got := read(d, name, len(w))
 			for i := range w {
-				worst, moved = max(worst, math.Abs(got[i]-w[i])), max(moved, math.Abs(init[i]-w[i]))
+				worst = max(worst, math.Abs(got[i]-w[i]))
 			}
 		}
-		t.Logf("%s: max |ddp-train − torch| %.3g over every parameter (training moved them by up to %.3g; "+
-			"clipping bit in %d of %d steps)", c.Name, worst, moved, want.Clipped, c.Steps)
-		if len(want.Params) == 0 || worst > recipeTol || moved < 1e-2 {
-			t.Errorf("%s: ddp-train's parameters differ from torch's by %.3g (want ≤ %g), training moved them by %.3g",
-				c.Name, worst, recipeTol, moved)
+		return worst
+	}
+	if (c.ClipNorm > 0 || c.ClipValue > 0) && clipped == 0 {
+		t.Errorf("%s: the clipping changed no step's gradients: the comparison proves nothing about it", c.Name)
+	}
+	worst, moved := diff(want, dir), diff(want, initDir)
+	t.Logf("%s: max |ddp-train − torch| %.3g over every parameter (training moved them by up to %.3g; clipping bit in "+
+		"%d of %d steps)", c.Name, worst, moved, clipped, c.Steps)
+	if len(want) == 0 || worst > recipeTol || moved < 1e-2 {
+		t.Errorf("%s: ddp-train's parameters differ from torch's by %.3g (want ≤ %g), training moved them by %.3g",
+			c.Name, worst, recipeTol, moved)
+	}
+	for key, raw := range res {
+		what, ok := strings.CutPrefix(key, "without ")
+		if !ok {
+			continue
+		}
+		var other map[string][]float64
+		if err := json.Unmarshal(raw, &other); err != nil {
+			t.Fatal(err)
+		}
+		if d := diff(other, dir); d < 1e3*recipeTol {
+			t.Errorf("%s: torch without the %s agrees with ddp-train within %.3g: the test cannot tell", c.Name, what, d)
+		} else {
+			t.Logf("  torch without the %s differs by %.3g", what, d)
 		}
 	}
 }

@@ -3,7 +3,9 @@
 # initial weights on the same data, DistributedSampler(shuffle=False),
 # with each case's optimizer, learning-rate schedule and clipping; rank 0
 # writes every case's final parameters, in ddp-train's layout (weights
-# [in, out]), and how many steps the clipping changed a gradient.
+# [in, out]), how many steps the clipping changed a gradient, and the
+# parameters of the same run without its schedule, its clipping and its
+# optimizer arguments (each where the case has one).
 #
 #   python3 torch_recipes.py SPEC.json OUT.json
 #
@@ -119,7 +121,15 @@ def worker(rank, spec_path, out_path, init_file):
     x = torch.from_numpy(np.load(spec["x"]).astype(np.float64))
     y = torch.from_numpy(np.load(spec["y"]).astype(np.int64))
     sizes = [x.shape[1]] + spec["hidden"] + [int(y.max()) + 1]
-    results = {c["name"]: run_case(rank, spec, c, x, y, sizes) for c in spec["cases"]}
+    results = {}
+    for c in spec["cases"]:
+        results[c["name"]] = run_case(rank, spec, c, x, y, sizes)
+        # The same run without each feature: ddp-train must differ from these, or the comparison proves nothing.
+        for what, keys in (("schedule", ["schedule"]), ("clipping", ["clip_norm", "clip_value"]),
+                           ("optimizer arguments", ["kwargs"])):
+            if any(c.get(k) for k in keys):
+                variant = dict(c, **{k: type(c.get(k, 0))() for k in keys})
+                results[c["name"]]["without " + what] = run_case(rank, spec, variant, x, y, sizes)["params"]
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)
