@@ -239,10 +239,10 @@ func (c config) validate() error {
 		func() error { return c.elastic.validate(c.backend) },
 		func() error { return c.nodeFlags.validate(c) },
 		c.validateOptimizer,
-		c.validateOptim, // optflags.go
 		c.validateHook,
 		c.validateEngine,
 		func() error { return validateLimits(c) },
+		c.validateOptim,     // optflags.go
 		c.validateDebugAddr, // debughttp.go
 		c.stragglerFlags.validate,
 		c.validateEval,    // eval.go

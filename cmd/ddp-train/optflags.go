@@ -18,7 +18,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,6 +115,16 @@ var scheduleFlags = []struct {
 
 // validateOptim checks the optimizer, schedule and clipping flags.
 func (c config) validateOptim() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"momentum", c.momentum}, {"dampening", c.dampening}, {"weight-decay", c.weightDecay}, {"eps", c.eps},
+		{"warmup-start-factor", c.warmupStartFactor}, {"min-lr", c.minLR}, {"lr-gamma", c.lrGamma},
+		{"clip-grad-norm", c.clipGradNorm}, {"clip-grad-value", c.clipGradValue}} {
+		if err := checkFinite("--"+f.name, f.v); err != nil {
+			return err
+		}
+	}
 	for _, f := range optimizerFlags {
 		for _, name := range f.flags {
 			if c.given(name) && !slices.Contains(f.optimizers, c.optimizer) {
@@ -139,10 +148,10 @@ func (c config) validateOptim() error {
 		return usagef("--lr-schedule step needs --lr-step-size N, N >= 1 (StepLR's step_size)")
 	case c.warmupSteps < 0:
 		return usagef("--warmup-steps %d: want >= 0", c.warmupSteps)
-	case !(c.clipGradNorm >= 0) || math.IsInf(c.clipGradNorm, 0):
-		return usagef("--clip-grad-norm %v: want a finite number > 0 (0: off)", c.clipGradNorm)
-	case !(c.clipGradValue >= 0) || math.IsInf(c.clipGradValue, 0):
-		return usagef("--clip-grad-value %v: want a finite number > 0 (0: off)", c.clipGradValue)
+	case c.clipGradNorm < 0:
+		return usagef("--clip-grad-norm %v: want a number > 0 (0: off)", c.clipGradNorm)
+	case c.clipGradValue < 0:
+		return usagef("--clip-grad-value %v: want a number > 0 (0: off)", c.clipGradValue)
 	case c.given("clip-grad-norm") && c.given("clip-grad-value") && c.clipGradNorm > 0 && c.clipGradValue > 0:
 		return usagef("--clip-grad-norm and --clip-grad-value: give one of them")
 	}
@@ -151,13 +160,17 @@ func (c config) validateOptim() error {
 		_, err = optim.NewWith(c.optimizer, o, 1)
 	}
 	if err != nil {
-		return usagef("%s", strings.TrimPrefix(err.Error(), "optim: "))
+		return usagef("--optimizer %s: %s", c.optimizer, strings.TrimPrefix(err.Error(), "optim: "))
 	}
+	steps := c.warmupSteps + 1 // only cosine and linear need the run's steps
 	if c.lrSchedule == "cosine" || c.lrSchedule == "linear" {
-		return nil // they need the run's steps: newSchedule checks them
+		if c.steps == 0 {
+			return nil // --epochs: the workers know the steps, and newSchedule checks them
+		}
+		steps = c.steps
 	}
-	if _, err := optim.NewSchedule(c.recipe(c.warmupSteps + 1)); err != nil {
-		return usagef("%s", strings.TrimPrefix(err.Error(), "optim: "))
+	if _, err := optim.NewSchedule(c.recipe(steps)); err != nil {
+		return usagef("--lr-schedule %s: %s", c.lrSchedule, strings.TrimPrefix(err.Error(), "optim: "))
 	}
 	return nil
 }
