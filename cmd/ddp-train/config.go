@@ -192,7 +192,8 @@ func (c *config) registerModelFlags(fs *flag.FlagSet, hidden *string) {
 	fs.IntVar(&c.epochs, "epochs", 0,
 		"epochs to run instead of --steps (--epochs N alone trains N epochs; with --steps, one of them must be 0)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
-	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (sgd with momentum 0.9), adam or adamw (docs/optimizers.md)")
+	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (sgd with momentum 0.9), adam or adamw "+
+		"(docs/optimizers.md)")
 	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
 	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
 }

@@ -50,7 +50,8 @@ const (
 func (o *optimFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.momentum, "momentum", 0, "SGD's momentum (--optimizer sgd: default 0; momentum: 0.9)")
 	fs.Float64Var(&o.dampening, "dampening", 0, "SGD's dampening (--optimizer sgd, momentum)")
-	fs.BoolVar(&o.nesterov, "nesterov", false, "Nesterov momentum (--optimizer sgd, momentum; needs momentum > 0, dampening 0)")
+	fs.BoolVar(&o.nesterov, "nesterov", false, "Nesterov momentum (--optimizer sgd, momentum; needs momentum > 0 "+
+		"and dampening 0)")
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight_decay: L2 added to the gradient (sgd, momentum, adam) or "+
 		"decoupled (adamw; default 0.01 there)")
 	fs.StringVar(&o.betas, "betas", "0.9,0.999", "Adam's betas B1,B2 (--optimizer adam, adamw)")
@@ -59,7 +60,8 @@ func (o *optimFlags) register(fs *flag.FlagSet) {
 		"(CosineAnnealingLR to --min-lr), linear (LinearLR to --min-lr) or step (StepLR); docs/optimizers.md")
 	fs.IntVar(&o.warmupSteps, "warmup-steps", 0, "optimizer steps of linear warmup (LinearLR) before the schedule")
 	fs.Float64Var(&o.warmupStartFactor, "warmup-start-factor", 1.0/3, "the warmup's start_factor: it starts at lr·F")
-	fs.Float64Var(&o.minLR, "min-lr", 0, "the rate the schedule ends at: eta_min (--lr-schedule cosine), the end rate (linear)")
+	fs.Float64Var(&o.minLR, "min-lr", 0, "the rate the schedule ends at: eta_min (--lr-schedule cosine), the "+
+		"end rate (linear)")
 	fs.IntVar(&o.lrStepSize, "lr-step-size", 0, "StepLR's step_size (--lr-schedule step needs it)")
 	fs.Float64Var(&o.lrGamma, "lr-gamma", 0.1, "StepLR's gamma (--lr-schedule step)")
 	fs.Float64Var(&o.clipGradNorm, "clip-grad-norm", 0, "clip the averaged gradients to this total 2-norm before each "+
@@ -125,35 +127,10 @@ func (c config) validateOptim() error {
 			return err
 		}
 	}
-	for _, f := range optimizerFlags {
-		for _, name := range f.flags {
-			if c.given(name) && !slices.Contains(f.optimizers, c.optimizer) {
-				return usagef("--%s does nothing with --optimizer %s; leave it out (it applies to --optimizer %s)", name,
-					c.optimizer, strings.Join(f.optimizers, ", "))
-			}
+	for _, check := range []func() error{c.validateOptimFlagUse, c.validateScheduleClip} {
+		if err := check(); err != nil {
+			return err
 		}
-	}
-	for _, f := range scheduleFlags {
-		if c.given(f.flag) && !slices.Contains(f.schedules, c.lrSchedule) {
-			return usagef("--%s does nothing with --lr-schedule %s; leave it out (it applies to --lr-schedule %s)", f.flag,
-				c.lrSchedule, strings.Join(f.schedules, ", "))
-		}
-	}
-	switch {
-	case c.given("warmup-start-factor") && c.warmupSteps == 0:
-		return usagef("--warmup-start-factor needs --warmup-steps: it is the warmup's first factor")
-	case !slices.Contains(optim.ScheduleKinds(), c.lrSchedule):
-		return usagef("--lr-schedule %q: want one of %s", c.lrSchedule, strings.Join(optim.ScheduleKinds(), ", "))
-	case c.lrSchedule == "step" && c.lrStepSize < 1:
-		return usagef("--lr-schedule step needs --lr-step-size N, N >= 1 (StepLR's step_size)")
-	case c.warmupSteps < 0:
-		return usagef("--warmup-steps %d: want >= 0", c.warmupSteps)
-	case c.clipGradNorm < 0:
-		return usagef("--clip-grad-norm %v: want a number > 0 (0: off)", c.clipGradNorm)
-	case c.clipGradValue < 0:
-		return usagef("--clip-grad-value %v: want a number > 0 (0: off)", c.clipGradValue)
-	case c.given("clip-grad-norm") && c.given("clip-grad-value") && c.clipGradNorm > 0 && c.clipGradValue > 0:
-		return usagef("--clip-grad-norm and --clip-grad-value: give one of them")
 	}
 	o, err := c.optimizerOptions()
 	if err == nil {
@@ -171,6 +148,47 @@ func (c config) validateOptim() error {
 	}
 	if _, err := optim.NewSchedule(c.recipe(steps)); err != nil {
 		return usagef("--lr-schedule %s: %s", c.lrSchedule, strings.TrimPrefix(err.Error(), "optim: "))
+	}
+	return nil
+}
+
+// validateOptimFlagUse refuses a flag the optimizer or the schedule does
+// not take (Note [no flag is ignored]).
+func (c config) validateOptimFlagUse() error {
+	for _, f := range optimizerFlags {
+		for _, name := range f.flags {
+			if c.given(name) && !slices.Contains(f.optimizers, c.optimizer) {
+				return usagef("--%s does nothing with --optimizer %s; leave it out (it applies to --optimizer %s)", name,
+					c.optimizer, strings.Join(f.optimizers, ", "))
+			}
+		}
+	}
+	for _, f := range scheduleFlags {
+		if c.given(f.flag) && !slices.Contains(f.schedules, c.lrSchedule) {
+			return usagef("--%s does nothing with --lr-schedule %s; leave it out (it applies to --lr-schedule %s)", f.flag,
+				c.lrSchedule, strings.Join(f.schedules, ", "))
+		}
+	}
+	return nil
+}
+
+// validateScheduleClip checks the schedule's and the clipping's values.
+func (c config) validateScheduleClip() error {
+	switch {
+	case c.given("warmup-start-factor") && c.warmupSteps == 0:
+		return usagef("--warmup-start-factor needs --warmup-steps: it is the warmup's first factor")
+	case !slices.Contains(optim.ScheduleKinds(), c.lrSchedule):
+		return usagef("--lr-schedule %q: want one of %s", c.lrSchedule, strings.Join(optim.ScheduleKinds(), ", "))
+	case c.lrSchedule == "step" && c.lrStepSize < 1:
+		return usagef("--lr-schedule step needs --lr-step-size N, N >= 1 (StepLR's step_size)")
+	case c.warmupSteps < 0:
+		return usagef("--warmup-steps %d: want >= 0", c.warmupSteps)
+	case c.clipGradNorm < 0:
+		return usagef("--clip-grad-norm %v: want a number > 0 (0: off)", c.clipGradNorm)
+	case c.clipGradValue < 0:
+		return usagef("--clip-grad-value %v: want a number > 0 (0: off)", c.clipGradValue)
+	case c.clipGradNorm > 0 && c.clipGradValue > 0:
+		return usagef("--clip-grad-norm and --clip-grad-value: give one of them")
 	}
 	return nil
 }
