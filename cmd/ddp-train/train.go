@@ -384,8 +384,10 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 			}
 			st.correct += s.net.Correct(labels)
 			s.vm.Reset()
+			lr := s.sched.LR()
+			s.sched.Step() // a skipped update still counts among the S steps the schedule spans
 			return stats{skipped: 1, lossOK: true, samples: st.samples + len(labels), correct: st.correct, compute: st.compute,
-				comm: st.comm}, nil
+				comm: st.comm, lr: lr}, nil
 		}
 		st.loss += loss / float64(k)
 		st.correct += s.net.Correct(labels)
