@@ -38,6 +38,15 @@ type optimFlags struct {
 	clipGradNorm, clipGradValue           float64
 }
 
+// schedRun is a session's learning-rate schedule.
+type schedRun struct {
+	sched *optim.Schedule // --lr-schedule's, made by run once the run's steps are known
+	total int             // the run's optimizer steps, S
+	// a resumed checkpoint's schedule position, name, S and --lr; nil and "" without
+	schedState                     []float64
+	schedName, schedSteps, schedLR string
+}
+
 // scheduleStateKey keys the schedule's position, [Step calls, next rate],
 // in a checkpoint's Extra, and its name in the checkpoint's Meta;
 // scheduleStepsKey keys, in Meta, the run's steps S the schedule was made
@@ -234,6 +243,10 @@ func (s *session) newSchedule(c config, total int) error {
 		return usagef("the checkpoint's --lr-schedule %s runs over %s steps, this run's over %d: give the --steps (or "+
 			"--epochs) of the run it was written by, so that the schedule continues as it would have", c.lrSchedule,
 			saved, total)
+	}
+	if lr := strconv.FormatFloat(c.lr, 'g', -1, 64); st != nil && s.schedLR != "" && s.schedLR != lr {
+		return usagef("--lr %s: the checkpoint's schedule was made for --lr %s and continues from its own rate; resume "+
+			"with --lr %s (--resume-allow-changes lr cannot change a schedule's rate)", lr, s.schedLR, s.schedLR)
 	}
 	if st != nil {
 		if len(st) != 2 {

@@ -215,4 +215,17 @@ func checkRecipeResume(t *testing.T, common []string, c recipeCase, want string)
 			}
 		}
 	}
+	// A resume that would not continue the schedule as it was is refused.
+	for _, c := range []struct{ change, want []string }{
+		{[]string{"--steps", "30"}, []string{"runs over 24 steps, this run's over 30"}},
+		{[]string{"--lr-schedule", "linear"}, []string{"the schedule state is", "resume with the same schedule"}},
+		{[]string{"--lr", "0.03", "--resume-allow-changes", "lr"}, []string{"the checkpoint's schedule was made for --lr"}},
+	} {
+		r := ddpTrain(t, slices.Concat(run, c.change, []string{"--checkpoint", filepath.Join(dir, "ck16"), "--resume"})...)
+		for _, w := range c.want {
+			if r.code != 2 || !strings.Contains(r.stderr, w) {
+				t.Errorf("resume with %v: exit %d; want 2 saying %q\n%s", c.change, r.code, w, r.stderr)
+			}
+		}
+	}
 }

@@ -75,18 +75,14 @@ type session struct {
 	net    *model.Net
 	vm     gorgonia.VM
 	opt    optim.Optimizer
-	sched  *optim.Schedule // --lr-schedule's, made by run once the run's steps are known (optflags.go)
-	// a resumed checkpoint's schedule position and name; nil without
-	schedState []float64
-	schedName  string
-	schedSteps string
-	total      int // the run's optimizer steps, set by run
-	smp        *sampler.Sampler
-	hook       commhook.Hook    // --comm-hook's, with this rank's state
-	start      int              // the first step to run (after a resume)
-	tl         *timeline.Writer // --timeline; nil without
-	strag      *stragglers      // who arrives last; made by agreeStop
-	eval       *evaluator       // the held-out set's scorer; nil without one (eval.go)
+	smp    *sampler.Sampler
+	hook   commhook.Hook    // --comm-hook's, with this rank's state
+	start  int              // the first step to run (after a resume)
+	tl     *timeline.Writer // --timeline; nil without
+	strag  *stragglers      // who arrives last; made by agreeStop
+	eval   *evaluator       // the held-out set's scorer; nil without one (eval.go)
+
+	schedRun // the learning-rate schedule (optflags.go)
 }
 
 // close releases what the session holds beyond the run: the reducer's
@@ -200,8 +196,8 @@ func (t *trainer) resumeSession(ctx context.Context, s *session) error {
 		return fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
 	}
 	s.start = ck.Step
-	s.schedState, s.schedName, s.schedSteps = ck.Extra[scheduleStateKey], ck.Meta[scheduleStateKey],
-		ck.Meta[scheduleStepsKey]
+	s.schedState, s.schedName, s.schedSteps, s.schedLR = ck.Extra[scheduleStateKey], ck.Meta[scheduleStateKey],
+		ck.Meta[scheduleStepsKey], ck.Meta["lr"]
 	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step),
 		zap.String("checkpoint", t.c.checkpointDir))
 	return nil
