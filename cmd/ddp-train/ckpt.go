@@ -24,6 +24,8 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	ck := checkpoint.Capture(step, s.params, s.opt)
 	ck.Extra = hookState
 	ck.Meta = t.runMeta() // Note [resume that cannot lie]
+	// The schedule's position, name and steps (optflags.go).
+	s.saveSchedule(t.c, ck, s.total)
 	if err := checkpoint.SaveWith(t.c.checkpointDir, ck, t.checkpointOptions()); err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}

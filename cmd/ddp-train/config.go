@@ -84,6 +84,7 @@ type config struct {
 
 	stragglerFlags // --straggler-window, -share, -margin (straggler.go)
 	evalFlags      // --eval-data, --eval-labels, --eval-every; `ddp-train eval` (eval.go)
+	optimFlags     // --momentum … --betas, --lr-schedule …, --clip-grad-norm/-value (optflags.go)
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -107,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.engine, "engine", "gorgonia", "autodiff engine: gorgonia, or gomlx (GoMLX on its pure-Go simplego "+
 		"backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
 	c.registerModelFlags(fs, &hidden)
+	c.optimFlags.register(fs) // optflags.go
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
 	fs.StringVar(&c.commHook, "comm-hook", "allreduce",
@@ -190,7 +192,8 @@ func (c *config) registerModelFlags(fs *flag.FlagSet, hidden *string) {
 	fs.IntVar(&c.epochs, "epochs", 0,
 		"epochs to run instead of --steps (--epochs N alone trains N epochs; with --steps, one of them must be 0)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed for initial weights, data and shuffling")
-	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (0.9) or adam")
+	fs.StringVar(&c.optimizer, "optimizer", "sgd", "optimizer: sgd, momentum (sgd with momentum 0.9), adam or adamw "+
+		"(docs/optimizers.md)")
 	fs.Float64Var(&c.lr, "lr", 0.1, "learning rate")
 	fs.StringVar(&c.dtype, "dtype", "float32", "parameter dtype: float32 or float64")
 }
@@ -240,6 +243,7 @@ func (c config) validate() error {
 		c.validateHook,
 		c.validateEngine,
 		func() error { return validateLimits(c) },
+		c.validateOptim,     // optflags.go
 		c.validateDebugAddr, // debughttp.go
 		c.stragglerFlags.validate,
 		c.validateEval,    // eval.go

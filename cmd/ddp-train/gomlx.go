@@ -43,6 +43,9 @@ func gomlxUnsupported() []string {
 		"find-unused-parameters", "static-graph", "find-nonfinite-origin",
 		"summary", "timeline",
 		"eval-data", "eval-labels", "eval-every", // held-out evaluation: Note [held-out evaluation] (eval.go)
+		"momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", // optflags.go
+		"lr-schedule", "warmup-steps", "warmup-start-factor", "min-lr", "lr-step-size", "lr-gamma",
+		"clip-grad-norm", "clip-grad-value",
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 // see docs/observability.md.
 type trainingMetrics struct {
 	step, loss, accuracy, comm prometheus.Gauge
+	lr                         prometheus.Gauge       // the learning rate of the last step (--lr-schedule)
 	evalLoss, evalAccuracy     prometheus.Gauge       // ddp_eval_*: the last held-out evaluation (eval.go)
 	evalStep                   prometheus.Gauge       // the optimizer steps done when it ran
 	samples                    prometheus.Counter     // this rank's; sum(rate(...)) over ranks is the job's samples/s
@@ -26,6 +27,7 @@ func newTrainingMetrics() trainingMetrics {
 		step:     g("step", "Optimizer steps completed."),
 		loss:     g("loss", "Mean training loss over ranks since the previous figures."),
 		accuracy: g("accuracy_ratio", "Training accuracy over ranks since the previous figures."),
+		lr:       g("learning_rate", "The learning rate of the last optimizer step (--lr-schedule)."),
 		evalLoss: evalGauge("loss", "Mean cross-entropy over the held-out set (--eval-data) at the last evaluation."),
 		evalAccuracy: evalGauge("accuracy_ratio",
 			"Accuracy over the held-out set (--eval-data) at the last evaluation."),
@@ -52,7 +54,7 @@ func evalGauge(name, help string) prometheus.Gauge {
 }
 
 func (m trainingMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.step, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew,
+	return []prometheus.Collector{m.step, m.lr, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew,
 		m.evalLoss, m.evalAccuracy, m.evalStep}
 }
 
@@ -64,6 +66,13 @@ func (m *trainingMetrics) observeEval(r evalResult) {
 	m.evalLoss.Set(r.Loss)
 	m.evalAccuracy.Set(r.Accuracy)
 	m.evalStep.Set(float64(r.Step))
+}
+
+// observeLR sets ddp_train_learning_rate.
+func (m *trainingMetrics) observeLR(lr float64) {
+	if m != nil {
+		m.lr.Set(lr)
+	}
 }
 
 func (m *trainingMetrics) observe(step int, r figures) {

@@ -81,6 +81,7 @@ func (p *progress) add(ctx context.Context, step int, st stats) error {
 	p.win.compute += st.compute
 	p.win.comm += st.comm
 	p.win.steps++
+	p.win.lr = st.lr
 	p.t.metrics.addSamples(st.samples, st.skipped)
 	if step%p.t.c.logEvery != 0 && step != p.total {
 		p.bar(step)
@@ -98,10 +99,11 @@ func (p *progress) add(ctx context.Context, step int, st stats) error {
 		p.bar(step)
 	default:
 		p.t.log.Info("train", zap.Int("step", step), zap.Int("steps", p.total), zap.Float64("loss", r.Loss),
-			zap.Float64("accuracy", r.Accuracy), zap.Float64("samples_per_sec", r.SamplesPerSec),
+			zap.Float64("accuracy", r.Accuracy), zap.Float64("lr", p.win.lr), zap.Float64("samples_per_sec", r.SamplesPerSec),
 			zap.Float64("comm_fraction", r.CommFraction))
 	}
 	p.t.metrics.observe(step, r)
+	p.t.metrics.observeLR(p.win.lr)
 	p.win, p.winStart = stats{}, time.Now()
 	return nil
 }

@@ -81,6 +81,8 @@ type session struct {
 	tl     *timeline.Writer // --timeline; nil without
 	strag  *stragglers      // who arrives last; made by agreeStop
 	eval   *evaluator       // the held-out set's scorer; nil without one (eval.go)
+
+	schedRun // the learning-rate schedule (optflags.go)
 }
 
 // close releases what the session holds beyond the run: the reducer's
@@ -147,8 +149,8 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	}
 	// Every parameter, used or not: DDP steps each with its average over
 	// ranks (ddp: Note [every parameter is stepped]).
-	if s.opt, err = optim.New(t.c.optimizer, t.c.lr, len(p.Nodes)); err != nil {
-		return nil, usageError{err}
+	if s.opt, err = t.c.newOptimizer(len(p.Nodes)); err != nil { // optflags.go
+		return nil, err
 	}
 	if t.c.resume {
 		// Every rank loads the same checkpoint, so the values set after
@@ -194,6 +196,8 @@ func (t *trainer) resumeSession(ctx context.Context, s *session) error {
 		return fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
 	}
 	s.start = ck.Step
+	s.schedState, s.schedName, s.schedSteps, s.schedLR = ck.Extra[scheduleStateKey], ck.Meta[scheduleStateKey],
+		ck.Meta[scheduleStepsKey], ck.Meta["lr"]
 	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step),
 		zap.String("checkpoint", t.c.checkpointDir))
 	return nil
@@ -221,6 +225,10 @@ func (t *trainer) run(ctx context.Context) error {
 		return t.scoreOnly(ctx, s)
 	}
 	total := t.totalSteps(s)
+	s.total = total
+	if err := s.newSchedule(t.c, total); err != nil { // optflags.go
+		return err
+	}
 	if s.start >= total && t.g.Rank() == 0 { // Note [resume that cannot lie]
 		t.log.Info("nothing to train: the checkpoint is already at the last step; writing the outputs",
 			zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
@@ -333,6 +341,7 @@ type stats struct {
 	steps   int           // optimizer steps summed (for a window)
 	skipped int           // steps whose update was skipped (--on-nonfinite skip)
 	lossOK  bool          // every micro-batch's loss on this rank was finite
+	lr      float64       // the learning rate of the step (the last one, for a window)
 }
 
 // step runs one optimizer step: gradAccum micro-batches, communicating on
@@ -371,8 +380,10 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 			}
 			st.correct += s.net.Correct(labels)
 			s.vm.Reset()
+			lr := s.sched.LR()
+			s.sched.Step() // a skipped update still counts among the S steps the schedule spans
 			return stats{skipped: 1, lossOK: true, samples: st.samples + len(labels), correct: st.correct, compute: st.compute,
-				comm: st.comm}, nil
+				comm: st.comm, lr: lr}, nil
 		}
 		st.loss += loss / float64(k)
 		st.correct += s.net.Correct(labels)
@@ -392,7 +403,8 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 			}
 		}
 	}
-	if err := s.opt.Step(params, grads); err != nil {
+	st.lr = s.sched.LR()
+	if err := s.update(t.c, params, grads); err != nil { // optflags.go: clipping, the schedule, the step
 		return st, err
 	}
 	s.vm.Reset()
