@@ -134,11 +134,13 @@ func hiddenFlag(v []int) string {
 	return strings.Join(s, ",")
 }
 
-// cardOf is the card of the model s, trained on ds: Note [the card names
-// the model].
-func cardOf(s model.Spec, ds *dataset.Dataset) model.Card {
+// cardOf is the card of the model s, trained on ds (c's --data, or the
+// synthetic set): Note [the card names the model].
+func cardOf(s model.Spec, c config, ds *dataset.Dataset) model.Card {
 	card := s.Card()
 	switch {
+	case c.data == "":
+		card.InputFormat, card.InputScaling = "synthetic", "x"
 	case ds.Pixels != nil:
 		card.InputFormat, card.InputScaling = "idx", "x/255"
 	case ds.X != nil:

@@ -565,7 +565,7 @@ func (t *trainer) writeOutputs(s *session, sum summary) error {
 		}
 	}
 	if t.c.saveDir != "" {
-		if err := s.params.SaveNPYCard(t.c.saveDir, cardOf(s.spec, t.ds)); err != nil { // card.go
+		if err := s.params.SaveNPYCard(t.c.saveDir, cardOf(s.spec, t.c, t.ds)); err != nil { // card.go
 			return fmt.Errorf("--save: %w", err)
 		}
 	}
