@@ -175,6 +175,20 @@ func readManifest(path string) (*manifest, error) {
 	return &m, nil
 }
 
+// checkFiles checks m.Files (Checkpoint.Files) and returns their names.
+func (m *manifest) checkFiles() (map[string]bool, error) {
+	files := map[string]bool{}
+	for _, e := range m.Files {
+		if checkFileName(e.Name) != nil || e.File != e.Name || files[e.File] || e.Size <= 0 || e.Size > MaxFileBytes ||
+			!crcRE.MatchString(e.CRC32C) {
+			return nil, fmt.Errorf("file %q: not a plain file of its own beside the manifest, with a size and checksum",
+				e.Name)
+		}
+		files[e.File] = true
+	}
+	return files, nil
+}
+
 func (m *manifest) check() error {
 	switch {
 	case m.Format != formatName && m.Format != legacyFormat:
@@ -184,13 +198,9 @@ func (m *manifest) check() error {
 	case m.Dtype != "" && m.Dtype != "float32" && m.Dtype != "float64":
 		return fmt.Errorf("dtype %q; want float32, float64 or empty", m.Dtype)
 	}
-	files := map[string]bool{}
-	for _, e := range m.Files {
-		if checkFileName(e.Name) != nil || e.File != e.Name || files[e.File] || e.Size <= 0 || e.Size > MaxFileBytes ||
-			!crcRE.MatchString(e.CRC32C) {
-			return fmt.Errorf("file %q: not a plain file of its own beside the manifest, with a size and checksum", e.Name)
-		}
-		files[e.File] = true
+	files, err := m.checkFiles()
+	if err != nil {
+		return err
 	}
 	for _, group := range []struct {
 		what    string

@@ -24,7 +24,7 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	}
 	ck := checkpoint.Capture(step, s.params, s.opt)
 	ck.Extra = hookState
-	ck.Meta = t.runMeta() // Note [resume that cannot lie]
+	ck.Meta = t.runMeta()                                                             // Note [resume that cannot lie]
 	ck.Files = map[string][]byte{model.CardFile: cardOf(s.spec, t.c, t.ds).Marshal()} // card.go
 	if err := checkpoint.SaveWith(t.c.checkpointDir, ck, t.checkpointOptions()); err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
