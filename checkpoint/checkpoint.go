@@ -146,6 +146,9 @@ func loadOne(dir string, o Options) (*Checkpoint, error) {
 	if c.Files, err = readFiles(dir, m.Files); err != nil {
 		return nil, err
 	}
+	if o.ManifestOnly {
+		return c, nil
+	}
 	for _, group := range []struct {
 		entries []entry
 		into    map[string][]float64

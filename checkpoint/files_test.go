@@ -25,6 +25,11 @@ func TestFiles(t *testing.T) {
 	if !reflect.DeepEqual(got.Files, c.Files) {
 		t.Fatalf("Files came back as %q, want %q", got.Files, c.Files)
 	}
+	head, _, err := LoadWith(dir, Options{ManifestOnly: true})
+	if err != nil || !reflect.DeepEqual(head.Files, c.Files) || len(head.Params) != 0 || head.Step != 3 ||
+		len(head.Shapes["fc1.weight"]) != 2 {
+		t.Fatalf("ManifestOnly: %+v, %v", head, err)
+	}
 	card := filepath.Join(at(dir, 3), "model-card.json")
 	if b, err := os.ReadFile(card); err != nil || string(b) != string(c.Files["model-card.json"]) {
 		t.Fatalf("%s: %q, %v", card, b, err)

@@ -51,7 +51,7 @@ func (c *config) applyCards() error {
 	if !c.resume || !checkpoint.Exists(c.checkpointDir) {
 		return nil
 	}
-	ck, _, err := checkpoint.LoadWith(c.checkpointDir, checkpoint.Options{Keep: c.checkpointKeep})
+	ck, _, err := checkpoint.LoadWith(c.checkpointDir, checkpoint.Options{Keep: c.checkpointKeep, ManifestOnly: true})
 	if err != nil {
 		return fmt.Errorf("--resume: %w", err)
 	}
@@ -66,7 +66,7 @@ func (c *config) applyCards() error {
 // `ddp-train eval` a checkpoint directory's newest.
 func initCard(c config) (model.Card, bool, error) {
 	if c.evalOnly && checkpoint.Exists(c.initDir) {
-		ck, _, err := checkpoint.LoadWith(c.initDir, checkpoint.Options{})
+		ck, _, err := checkpoint.LoadWith(c.initDir, checkpoint.Options{ManifestOnly: true})
 		if err != nil {
 			return model.Card{}, false, fmt.Errorf("--init %s: %w", c.initDir, err)
 		}
