@@ -85,7 +85,7 @@ func (s Spec) Card() Card {
 		Activation: s.Activation, Classes: s.Classes, Dtype: s.Dtype.String(),
 		Output: "logits [classes]; the loss is the mean softmax cross-entropy over the batch"}
 	if s.Kind == "mlp" {
-		c.Hidden = slices.Clone(s.Hidden)
+		c.Hidden = append(c.Hidden, s.Hidden...)
 	}
 	for _, l := range s.layers() {
 		c.Parameters = append(c.Parameters, CardParam{l.name + ".weight", slices.Clone(l.weight)},
