@@ -20,7 +20,9 @@ import (
 // architecture flag is needed to load a model: each of --model, --hidden,
 // --activation, --dtype and (with --data) --classes that the command line
 // did not give takes the card's value, and one it gave that differs is
-// refused (exit 2) naming the card's field. A directory without a card
+// refused (exit 2) naming the card's field. With --resume-allow-changes
+// model the flags describe the model and the checkpoint's card is not
+// read: the change is the point. A directory without a card
 // (a save from before cards, or .npy files another tool wrote) loads as
 // the flags describe it, as it always has. The model built is checked
 // against the card once more when the parameters are loaded (loadInit,
@@ -48,7 +50,7 @@ func (c *config) applyCards() error {
 			given = func(string) bool { return true } // the checkpoint's card must agree with --init's
 		}
 	}
-	if !c.resume || !checkpoint.Exists(c.checkpointDir) {
+	if !c.resume || c.modelMayChange() || !checkpoint.Exists(c.checkpointDir) {
 		return nil
 	}
 	ck, _, err := checkpoint.LoadWith(c.checkpointDir, checkpoint.Options{Keep: c.checkpointKeep, ManifestOnly: true})
@@ -60,6 +62,18 @@ func (c *config) applyCards() error {
 		return err
 	}
 	return c.takeCard(card, "--checkpoint "+c.checkpointDir, given)
+}
+
+// modelMayChange reports --resume-allow-changes model: the flags then
+// describe the model, as they did before cards, and resumeSession
+// compares the checkpoint's card with nothing.
+func (c config) modelMayChange() bool {
+	for _, f := range strings.Split(c.resumeAllow, ",") {
+		if strings.TrimSpace(f) == "model" {
+			return true
+		}
+	}
+	return false
 }
 
 // initCard is --init's card, if it has one: a --save output's, or under
@@ -150,8 +164,11 @@ func cardOf(s model.Spec, c config, ds *dataset.Dataset) model.Card {
 }
 
 // checkCard refuses a checkpoint whose card describes another model than
-// s: Note [the card names the model].
-func checkCard(ck *checkpoint.Checkpoint, s model.Spec) error {
+// s, unless the model may change: Note [the card names the model].
+func checkCard(ck *checkpoint.Checkpoint, s model.Spec, mayChange bool) error {
+	if mayChange {
+		return nil
+	}
 	card, ok, err := checkpointCard(ck)
 	if err == nil && ok {
 		err = card.Check(s)

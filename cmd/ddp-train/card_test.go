@@ -117,6 +117,12 @@ func TestCardLoadsWithoutFlags(t *testing.T) {
 	if r := ddpTrain(t, append([]string{"eval", "--init", bare}, run()...)...); r.code != 2 {
 		t.Errorf("a card-less directory without the flags loaded: exit %d, want 2\n%s", r.code, r.stderr)
 	}
+	// --resume-allow-changes model: the flags describe the model, as before cards.
+	r = cardRun(t, run("--model", "cnn", "--dtype", "float64", "--activation", "relu", "--steps", "5", "--checkpoint", ck,
+		"--resume", "--resume-allow-changes", "model")...)
+	if !strings.Contains(r.stderr, "activation=relu") {
+		t.Errorf("--resume-allow-changes model did not change the activation:\n%s", r.stderr)
+	}
 }
 
 // A card that disagrees with the data's input shape is refused naming

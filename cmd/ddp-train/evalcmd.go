@@ -94,7 +94,7 @@ func loadInit(p *model.Params, c config) error {
 	}
 	ck, _, err := checkpoint.LoadWith(c.initDir, checkpoint.Options{})
 	if err == nil {
-		err = checkCard(ck, p.Spec()) // card.go
+		err = checkCard(ck, p.Spec(), false) // card.go
 	}
 	if err != nil {
 		return fmt.Errorf("--init %s: %w", c.initDir, err)
