@@ -41,7 +41,14 @@ type Checkpoint struct {
 	Optimizer optim.State          // the optimizer's state
 	Extra     map[string][]float64 // other state, e.g. a comm hook's; keys are free-form
 	Meta      map[string]string    // free-form settings to check a resume against, e.g. "world_size"
+	// Files are small files saved beside the manifest, by plain file name
+	// (a model card, model.CardFile), at most MaxFileBytes each, checksummed
+	// and verified as the arrays are.
+	Files map[string][]byte
 }
+
+// MaxFileBytes bounds each of Checkpoint.Files.
+const MaxFileBytes = 1 << 20
 
 // writeFunc writes one .npy file; tests replace it to inject failures.
 type writeFunc func(path string, shape []int, data []float64) error
@@ -70,6 +77,11 @@ func writeDir(path string, c *Checkpoint, write writeFunc) error {
 		for _, sub := range []string{paramsDir, optimDir, extraDir} {
 			if err := os.Mkdir(filepath.Join(tmp, sub), 0o755); err != nil {
 				return err
+			}
+		}
+		for _, e := range m.Files {
+			if err := os.WriteFile(filepath.Join(tmp, e.File), c.Files[e.Name], 0o644); err != nil {
+				return fmt.Errorf("writing %s: %w", e.File, err)
 			}
 		}
 		entries := m.entries()
@@ -131,6 +143,12 @@ func loadOne(dir string, o Options) (*Checkpoint, error) {
 	for _, e := range m.Params {
 		c.Shapes[e.Name] = e.Shape
 	}
+	if c.Files, err = readFiles(dir, m.Files); err != nil {
+		return nil, err
+	}
+	if o.ManifestOnly {
+		return c, nil
+	}
 	for _, group := range []struct {
 		entries []entry
 		into    map[string][]float64
@@ -142,6 +160,30 @@ func loadOne(dir string, o Options) (*Checkpoint, error) {
 		}
 	}
 	return c, nil
+}
+
+// readFiles reads and verifies the manifest's Files; nil for none.
+func readFiles(dir string, entries []entry) (map[string][]byte, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := map[string][]byte{}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.File)
+		b, err := os.ReadFile(path)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+		case int64(len(b)) != e.Size:
+			return nil, fmt.Errorf("%w: %s: %w: it is %d bytes, but the manifest recorded %d", ErrBadCheckpoint, path,
+				ErrDamaged, len(b), e.Size)
+		case sumBytes(b) != e.CRC32C:
+			return nil, fmt.Errorf("%w: %s: %w: its checksum is %s, but the manifest recorded %s", ErrBadCheckpoint, path,
+				ErrDamaged, sumBytes(b), e.CRC32C)
+		}
+		out[e.Name] = b
+	}
+	return out, nil
 }
 
 // readNPY reads a float64 array that must have e's size, checksum (where
@@ -252,6 +294,12 @@ func (c *Checkpoint) validate() error {
 			return bad("parameter %s has %d values for shape %v", name, len(v), c.shape(name))
 		}
 	}
+	for name, b := range c.Files {
+		if err := checkFileName(name); err != nil || len(b) == 0 || len(b) > MaxFileBytes {
+			return bad("file %q: want a plain name other than the manifest's and its directories', of 1 to %d bytes",
+				name, MaxFileBytes)
+		}
+	}
 	for name := range c.Shapes {
 		if _, ok := c.Params[name]; !ok {
 			return bad("a shape for %s, which has no values", name)
@@ -272,6 +320,19 @@ func (c *Checkpoint) shape(name string) []int {
 func checkName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
 		return fmt.Errorf("a parameter name must be a plain file name (no slashes, not empty)")
+	}
+	return nil
+}
+
+// checkFileName allows the names of Files: plain file names that are
+// none of the checkpoint's own.
+func checkFileName(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	switch name {
+	case manifestName, paramsDir, optimDir, extraDir:
+		return fmt.Errorf("%s is the checkpoint's own", name)
 	}
 	return nil
 }

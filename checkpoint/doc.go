@@ -22,6 +22,7 @@
 //	dir/step-000000200/params/<name>.npy  one per parameter, with its shape if known (float64)
 //	dir/step-000000200/optimizer/<k>.npy  one per optimizer buffer, a vector (float64)
 //	dir/step-000000200/extra/<k>.npy      one per Extra entry, a vector (float64)
+//	dir/step-000000200/<name>             one per Files entry (ddp-train's model-card.json)
 //	dir/latest                         "step-000000200 crc32c:XXXXXXXX": the newest, replaced atomically
 //	dir/.ddp-train.lock                Lock's file (Note [one run per checkpoint directory])
 //

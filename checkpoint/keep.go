@@ -28,6 +28,12 @@ type Options struct {
 	// Logger gets LoadWith's warnings: a fallback past a damaged
 	// checkpoint, a checkpoint too old to have checksums. nil: none.
 	Logger *zap.Logger
+	// ManifestOnly makes LoadWith read and verify only each checkpoint's
+	// manifest and Files, leaving Params, Optimizer.Buffers and Extra
+	// empty (Shapes filled): what a program reads to learn which model a
+	// checkpoint holds before it builds one. A checkpoint damaged only in
+	// its arrays is not noticed, so not fallen back past.
+	ManifestOnly bool
 }
 
 func (o Options) logger() *zap.Logger {
@@ -216,6 +222,11 @@ func removeOldLayout(dir string) error {
 		}
 		if err := os.Remove(filepath.Join(dir, e.File)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
+		}
+	}
+	for _, e := range m.Files { // beside the manifest; a link or a directory there is not the checkpoint's
+		if fi, err := os.Lstat(filepath.Join(dir, e.File)); err == nil && fi.Mode().IsRegular() {
+			errs = append(errs, os.Remove(filepath.Join(dir, e.File)))
 		}
 	}
 	for _, sub := range []string{paramsDir, optimDir, extraDir} {

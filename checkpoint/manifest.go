@@ -33,6 +33,7 @@ type manifest struct {
 	Optimizer optimEntry        `json:"optimizer"`
 	Extra     []entry           `json:"extra"`
 	Meta      map[string]string `json:"meta"`
+	Files     []entry           `json:"files,omitempty"` // Checkpoint.Files: File is Name, beside the manifest
 	// Checksum is only ever decoded from a damaged manifest: a whole one
 	// has it removed by unsealManifest before decoding.
 	Checksum string `json:"checksum,omitempty"`
@@ -72,6 +73,10 @@ func newManifest(c *Checkpoint) *manifest {
 	}
 	m.Optimizer.Buffers = flatEntries(optimDir, c.Optimizer.Buffers)
 	m.Extra = flatEntries(extraDir, c.Extra)
+	for _, name := range sortedKeys(c.Files) {
+		b := c.Files[name]
+		m.Files = append(m.Files, entry{Name: name, File: name, Size: int64(len(b)), CRC32C: sumBytes(b)})
+	}
 	return m
 }
 
@@ -170,6 +175,20 @@ func readManifest(path string) (*manifest, error) {
 	return &m, nil
 }
 
+// checkFiles checks m.Files (Checkpoint.Files) and returns their names.
+func (m *manifest) checkFiles() (map[string]bool, error) {
+	files := map[string]bool{}
+	for _, e := range m.Files {
+		if checkFileName(e.Name) != nil || e.File != e.Name || files[e.File] || e.Size <= 0 || e.Size > MaxFileBytes ||
+			!crcRE.MatchString(e.CRC32C) {
+			return nil, fmt.Errorf("file %q: not a plain file of its own beside the manifest, with a size and checksum",
+				e.Name)
+		}
+		files[e.File] = true
+	}
+	return files, nil
+}
+
 func (m *manifest) check() error {
 	switch {
 	case m.Format != formatName && m.Format != legacyFormat:
@@ -179,7 +198,10 @@ func (m *manifest) check() error {
 	case m.Dtype != "" && m.Dtype != "float32" && m.Dtype != "float64":
 		return fmt.Errorf("dtype %q; want float32, float64 or empty", m.Dtype)
 	}
-	files := map[string]bool{}
+	files, err := m.checkFiles()
+	if err != nil {
+		return err
+	}
 	for _, group := range []struct {
 		what    string
 		dir     string

@@ -61,6 +61,13 @@
 // layer's inputs or C·5·5; parameter i draws from the PCG stream
 // (seed, i), so the values depend only on the seed and the architecture.
 //
+// # Model cards
+//
+// Spec.Card describes a model completely, layers included, as JSON that
+// SaveNPYCard writes beside the parameters (CardFile) and ReadCard and
+// SpecFromCard read back, so that a saved model loads, here or in
+// PyTorch (docs/model-card.md), without guessing: Note [model cards].
+//
 // # Loss
 //
 // Loss is Σ_i W_i·CE_i over the batch's rows, CE_i being the softmax

@@ -106,3 +106,30 @@ func ExampleParams_SaveNPY() {
 	// <nil>
 	// true
 }
+
+// A model card describes the model completely; SpecFromCard builds it
+// again.
+func ExampleSpec_Card() {
+	spec := model.Spec{Kind: "cnn", InputShape: []int{1, 28, 28}, Activation: "relu", Classes: 10,
+		Dtype: tensor.Float32, Batch: 1}
+	card := spec.Card()
+	for _, l := range card.Layers {
+		fmt.Println(l.Op, l.Name, l.InShape, "→", l.OutShape, l.Padding)
+	}
+	back, err := model.SpecFromCard(card, 32)
+	fmt.Println(back.Kind, back.InputShape, back.Batch, err, card.Check(spec))
+	// Output:
+	// conv2d conv1 [1 28 28] → [6 28 28] [2 2]
+	// relu  [6 28 28] → [6 28 28] []
+	// maxpool2d  [6 28 28] → [6 14 14] [0 0]
+	// conv2d conv2 [6 14 14] → [16 10 10] [0 0]
+	// relu  [16 10 10] → [16 10 10] []
+	// maxpool2d  [16 10 10] → [16 5 5] [0 0]
+	// flatten  [16 5 5] → [400] []
+	// linear fc1 [400] → [120] []
+	// relu  [120] → [120] []
+	// linear fc2 [120] → [84] []
+	// relu  [84] → [84] []
+	// linear fc3 [84] → [10] []
+	// cnn [1 28 28] 32 <nil> <nil>
+}

@@ -61,13 +61,27 @@ type savedFile struct {
 // writes and removes only its own files: Note [a save owns only its
 // files].
 func (p *Params) SaveNPY(dir string) error {
-	if err := p.saveNPY(dir); err != nil {
+	if err := p.saveNPY(dir, nil); err != nil {
 		return fmt.Errorf("model: saving parameters to %s: %w", dir, err)
 	}
 	return nil
 }
 
-func (p *Params) saveNPY(dir string) error {
+// SaveNPYCard is SaveNPY, and writes card to dir/CardFile beside the
+// parameters (listed in dir/.ddp-train-save with them): Note [model
+// cards]. card must describe p's model (Card.Check).
+func (p *Params) SaveNPYCard(dir string, card Card) error {
+	err := card.Check(p.spec)
+	if err == nil {
+		err = p.saveNPY(dir, card.Marshal())
+	}
+	if err != nil {
+		return fmt.Errorf("model: saving parameters to %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (p *Params) saveNPY(dir string, card []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -82,6 +96,12 @@ func (p *Params) saveNPY(dir string) error {
 			return fmt.Errorf("writing %s: %w", name+".npy", err)
 		}
 		rec.Files = append(rec.Files, savedFile{name + ".npy", int64(buf.Len()), crcOf(buf.Bytes())})
+	}
+	if card != nil {
+		if err := writeAtomic(dir, CardFile, card); err != nil {
+			return fmt.Errorf("writing %s: %w", CardFile, err)
+		}
+		rec.Files = append(rec.Files, savedFile{CardFile, int64(len(card)), crcOf(card)})
 	}
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
@@ -160,7 +180,8 @@ func readSaveList(dir string) (saveRecord, error) {
 
 // CheckSaveDir reports, before a run, a file in dir that SaveNPY would
 // overwrite and that no save wrote: a <name>.npy for one of names (the
-// model's parameters, ParamNames) that dir/.ddp-train-save does not list,
+// model's parameters, ParamNames) or a model-card.json (CardFile) that
+// dir/.ddp-train-save does not list,
 // one that is not a regular file (a link is never written through), or a
 // .ddp-train-save that is not a save's list. A missing dir is fine. The
 // error names the file.
@@ -172,8 +193,12 @@ func CheckSaveDir(dir string, names []string) error {
 	if err != nil {
 		return fmt.Errorf("%w; move it away, or choose another directory", err)
 	}
+	files := []string{CardFile}
 	for _, name := range names {
-		path := filepath.Join(dir, name+".npy")
+		files = append(files, name+".npy")
+	}
+	for _, name := range files {
+		path := filepath.Join(dir, name)
 		fi, err := os.Lstat(path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -183,7 +208,7 @@ func CheckSaveDir(dir string, names []string) error {
 		case !fi.Mode().IsRegular():
 			return fmt.Errorf("%s is not a regular file (a link is never written through), and the save would replace it; "+
 				"move it away, or choose another directory", path)
-		case !slices.ContainsFunc(rec.Files, func(f savedFile) bool { return f.Name == name+".npy" }):
+		case !slices.ContainsFunc(rec.Files, func(f savedFile) bool { return f.Name == name }):
 			return fmt.Errorf("%s exists and an earlier save did not write it (%s does not list it), so the save would "+
 				"overwrite someone else's file; move it away, or choose another directory", path, SaveList)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goddp/ddp/checkpoint"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )
@@ -26,6 +27,7 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	ck.Meta = t.runMeta() // Note [resume that cannot lie]
 	// The schedule's position, name and steps (optflags.go).
 	s.saveSchedule(t.c, ck, s.total)
+	ck.Files = map[string][]byte{model.CardFile: cardOf(s.spec, t.c, t.ds).Marshal()} // card.go
 	if err := checkpoint.SaveWith(t.c.checkpointDir, ck, t.checkpointOptions()); err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}

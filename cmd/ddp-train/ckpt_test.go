@@ -56,7 +56,7 @@ func TestResumeRefusesADamagedCheckpoint(t *testing.T) {
 		}
 		return err
 	})
-	if len(files) != 10 { // latest, manifest, 4 parameters, 4 momentum buffers
+	if len(files) != 11 { // latest, manifest, the model card, 4 parameters, 4 momentum buffers
 		t.Fatalf("the checkpoint holds %v", files)
 	}
 	resume := slices.Concat(common, []string{"--steps", "6", "--resume"})

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,14 +43,18 @@ func evalCommandFlags() []string {
 // parseCommand parses ddp-train's command line, `ddp-train eval ...`
 // included.
 func parseCommand(args []string, stderr io.Writer) (config, error) {
-	if len(args) == 0 || args[0] != "eval" {
-		return parseFlags(args, stderr)
+	eval := len(args) > 0 && args[0] == "eval"
+	if eval {
+		args = args[1:]
 	}
-	c, err := parseFlags(args[1:], stderr)
+	c, err := parseFlags(args, stderr)
+	if err == nil && eval {
+		err = c.asEvalCommand()
+	}
 	if err != nil {
 		return c, err
 	}
-	return c, c.asEvalCommand()
+	return c, c.applyCards() // card.go: Note [the card names the model]
 }
 
 // asEvalCommand makes c the run of `ddp-train eval`: Note [ddp-train eval].
@@ -73,11 +78,24 @@ func (c *config) asEvalCommand() error {
 // loadInit loads --init into p: a --save output (one .npy per
 // parameter), or under `ddp-train eval` also a --checkpoint directory's
 // newest intact checkpoint.
+// Its model card, where it has one, must describe p's model (card.go).
 func loadInit(p *model.Params, c config) error {
 	if !c.evalOnly || !checkpoint.Exists(c.initDir) {
+		card, err := model.ReadCard(c.initDir)
+		if err == nil {
+			err = card.Check(p.Spec())
+		} else if errors.Is(err, model.ErrNoCard) {
+			err = nil // loads as the flags describe it
+		}
+		if err != nil {
+			return fmt.Errorf("--init %s: %w", c.initDir, err)
+		}
 		return p.LoadNPY(c.initDir)
 	}
 	ck, _, err := checkpoint.LoadWith(c.initDir, checkpoint.Options{})
+	if err == nil {
+		err = checkCard(ck, p.Spec(), false) // card.go
+	}
 	if err != nil {
 		return fmt.Errorf("--init %s: %w", c.initDir, err)
 	}

@@ -287,7 +287,7 @@ func checkpointOwns(name string) bool {
 // saveOwns: the entry name of a --save directory is one that the save
 // writes or removes.
 func saveOwns(name string, params []string) bool {
-	for _, n := range append(params, strings.TrimSuffix(model.SaveList, ".npy")) {
+	for _, n := range append(params, strings.TrimSuffix(model.SaveList, ".npy"), model.CardFile) {
 		if name == n+".npy" || name == n || strings.HasPrefix(name, "."+n) {
 			return true
 		}
@@ -565,7 +565,7 @@ func (t *trainer) writeOutputs(s *session, sum summary) error {
 		}
 	}
 	if t.c.saveDir != "" {
-		if err := s.params.SaveNPY(t.c.saveDir); err != nil {
+		if err := s.params.SaveNPYCard(t.c.saveDir, cardOf(s.spec, t.c, t.ds)); err != nil { // card.go
 			return fmt.Errorf("--save: %w", err)
 		}
 	}

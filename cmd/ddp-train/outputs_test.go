@@ -142,7 +142,7 @@ func TestResumeAcrossTheLayoutChange(t *testing.T) {
 	}
 	// Make it the old layout: step-000000002/* moved up, no latest.
 	step := filepath.Join(ck, "step-000000002")
-	for _, name := range []string{"manifest.json", "params", "optimizer", "extra"} {
+	for _, name := range []string{"manifest.json", "params", "optimizer", "extra", "model-card.json"} {
 		if err := os.Rename(filepath.Join(step, name), filepath.Join(ck, name)); err != nil {
 			t.Fatal(err)
 		}

@@ -178,6 +178,9 @@ func (t *trainer) resumeSession(ctx context.Context, s *session) error {
 		err = t.checkResume(ck.Meta) // outputs.go: Note [resume that cannot lie]
 	}
 	if err == nil {
+		err = checkCard(ck, s.spec, t.c.modelMayChange()) // card.go
+	}
+	if err == nil {
 		err = ck.Restore(s.params, s.opt)
 	}
 	if err == nil {
