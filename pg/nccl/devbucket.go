@@ -157,6 +157,7 @@ type deviceBucket struct {
 	reg          Registration
 	handle       uintptr // the window or the registration
 	pinned       []byte
+	staged       [][2]int // byte spans of pinned that enqueued H2D copies may still read: Note [staging in flight]
 	closed       bool
 }
 
@@ -242,9 +243,54 @@ func (b *deviceBucket) Upload(off int, src pg.Tensor) error {
 	if src.IsDevice() {
 		return s.copy.D2D(b.ptr+libnccl.DevicePtr(at), libnccl.DevicePtr(src.Device.Ptr), n)
 	}
+	if err := b.waitStaged(at, n); err != nil {
+		return err
+	}
 	h := b.pinned[at : at+n]
 	copy(h, src.Data)
-	return s.copy.H2D(b.ptr+libnccl.DevicePtr(at), h)
+	if err := s.copy.H2D(b.ptr+libnccl.DevicePtr(at), h); err != nil {
+		return err
+	}
+	b.staged = append(b.staged, [2]int{at, at + n})
+	return nil
+}
+
+// Note [staging in flight]
+//
+// An upload copies into the bucket's pinned staging memory and enqueues an
+// H2D copy that reads it later, on the copy stream. Writing the same bytes
+// again before that copy ran would change what it reads (a data race with
+// the DMA). It happens when a slot is uploaded twice in one iteration: the
+// reducer's NaN screening zeroes a slot already uploaded and uploads it
+// again. So staged lists the spans whose copies may be pending; an upload
+// that overlaps one first waits for the copy stream, bounded by the group
+// timeout, and every wait for the stream (Download's included) clears the
+// list. Uploads of distinct slots, the common case, never wait.
+
+// waitStaged waits for the copy stream when [at, at+n) overlaps a staged
+// span. Called with the device lock held.
+func (b *deviceBucket) waitStaged(at, n int) error {
+	overlap := false
+	for _, sp := range b.staged {
+		if at < sp[1] && sp[0] < at+n {
+			overlap = true
+			break
+		}
+	}
+	if !overlap {
+		return nil
+	}
+	timeout := b.g.opts.Timeout
+	if timeout <= 0 {
+		timeout = pg.DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := b.g.dev.copy.Synchronize(ctx); err != nil {
+		return fmt.Errorf("nccl: device bucket upload: waiting for the staging copy: %w", err)
+	}
+	b.staged = b.staged[:0]
+	return nil
 }
 
 // Seal records an event after the uploads; the next collective waits on it.
@@ -287,6 +333,9 @@ func (b *deviceBucket) Download(ctx context.Context, off int, dst pg.Tensor) err
 	if err != nil {
 		return fmt.Errorf("nccl: device bucket download: %w", err)
 	}
+	s.mu.Lock()
+	b.staged = b.staged[:0] // the stream is drained: Note [staging in flight]
+	s.mu.Unlock()
 	if !dst.IsDevice() {
 		copy(dst.Data, b.pinned[at:at+n])
 	}
