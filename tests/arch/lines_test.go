@@ -26,7 +26,7 @@ const linesMax = 120
 const linesFixer = "cd scripts/wrap120 && go run . ../.. does comments, strings and most code"
 
 func TestLineLength(t *testing.T) {
-	root := linesModuleRoot(t)
+	root := moduleRoot(t)
 	files := linesGoFiles(t, root)
 	n := 0
 	for _, f := range files {
@@ -117,27 +117,6 @@ func linesOver(t *testing.T, path string) []linesOffender {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return out
-}
-
-// linesModuleRoot walks up from the test's directory to the one holding the
-// module's go.mod.
-func linesModuleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/goddp/ddp\n") {
-			return dir
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Fatal("no go.mod of github.com/goddp/ddp above the test's directory")
-		}
-		dir = up
-	}
 }
 
 // linesGoFiles lists every .go file under root, tests, testdata and nested
