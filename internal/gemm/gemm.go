@@ -2,9 +2,6 @@ package gemm
 
 import (
 	"fmt"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/gonum"
 )
 
 // F32 computes c = alpha·op(a)·op(b) + beta·c for float32 row-major
@@ -16,7 +13,11 @@ func F32(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	if m == 0 || n == 0 {
 		return
 	}
-	gonum.Implementation{}.Sgemm(tr(transA), tr(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if !useFMA || k == 0 {
+		portable(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	product(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // F64 is F32 for float64.
@@ -26,14 +27,11 @@ func F64(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int,
 	if m == 0 || n == 0 {
 		return
 	}
-	gonum.Implementation{}.Dgemm(tr(transA), tr(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
-
-func tr(t bool) blas.Transpose {
-	if t {
-		return blas.Trans
+	if !useFMA || k == 0 {
+		portable(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
 	}
-	return blas.NoTrans
+	product(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // check panics unless every matrix fits its slice with its stride.
@@ -58,5 +56,35 @@ func check(transA, transB bool, m, n, k, la, lda, lb, ldb, lc, ldc int) {
 		panic(fmt.Sprintf("gemm: b is %d×%d with stride %d; the slice has %d elements", br, bc, ldb, lb))
 	case !fits(m, n, lc, ldc):
 		panic(fmt.Sprintf("gemm: c is %d×%d with stride %d; the slice has %d elements", m, n, ldc, lc))
+	}
+}
+
+// float is the element types the kernels serve.
+type float interface{ float32 | float64 }
+
+// portable is the product without vector kernels: each element of C is
+// one sum in p order, then c = alpha·sum + beta·c (c unread when beta = 0).
+func portable[T float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
+	b []T, ldb int, beta T, c []T, ldc int) {
+	ars, acs := lda, 1
+	if transA {
+		ars, acs = 1, lda
+	}
+	brs, bcs := ldb, 1
+	if transB {
+		brs, bcs = 1, ldb
+	}
+	for i := range m {
+		for j := range n {
+			var s T
+			for p := range k {
+				s += a[i*ars+p*acs] * b[p*brs+j*bcs]
+			}
+			v := alpha * s
+			if beta != 0 {
+				v += beta * c[i*ldc+j]
+			}
+			c[i*ldc+j] = v
+		}
 	}
 }
