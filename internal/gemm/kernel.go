@@ -27,12 +27,13 @@ func product[T float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
 		dots(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	if transB {
-		b, ldb = transpose(b, ldb, n, k), n
-	}
 	rs, cs := lda, 1
 	if transA {
 		rs, cs = 1, lda
+	}
+	if transB {
+		panels(m, n, k, alpha, a, rs, cs, b, ldb, beta, c, ldc)
+		return
 	}
 	tiles(m, n, k, alpha, a, rs, cs, b, ldb, beta, c, ldc)
 }
@@ -55,7 +56,6 @@ func laneMask[T float](mask *[16]int32, e int) {
 // so that one block of B (k×2 vectors) stays in cache across the rows, and
 // the last block masked when n is not a multiple of it.
 func tiles[T float](m, n, k int, alpha T, a []T, rs, cs int, b []T, ldb int, beta T, c []T, ldc int) {
-	sz := 32 / lanes[T]()
 	nr := 2 * lanes[T]()
 	var mask [16]int32
 	laneMask[T](&mask, n%nr)
@@ -64,11 +64,45 @@ func tiles[T float](m, n, k int, alpha T, a []T, rs, cs int, b []T, ldb int, bet
 		if j+nr > n {
 			mp = &mask[0]
 		}
-		for i := 0; i < m; i += maxRows {
-			rows := min(maxRows, m-i)
-			tile(unsafe.Pointer(&a[i*rs]), rs*sz, cs*sz, unsafe.Pointer(&b[j]), ldb*sz,
-				unsafe.Pointer(&c[i*ldc+j]), ldc*sz, k, rows, mp, float64(alpha), float64(beta), sz)
+		column(m, k, alpha, a, rs, cs, unsafe.Pointer(&b[j]), ldb, beta, c[j:], ldc, mp)
+	}
+}
+
+// panels is tiles for op(B) = Bᵀ: each column block of Bᵀ is first copied
+// into a k×2-vector panel, on the stack when k < dotMinK.
+func panels[T float](m, n, k int, alpha T, a []T, rs, cs int, b []T, ldb int, beta T, c []T, ldc int) {
+	nr := 2 * lanes[T]()
+	var stack [dotMinK * 16]T
+	buf := stack[:]
+	if k*nr > len(buf) {
+		buf = make([]T, k*nr)
+	}
+	var mask [16]int32
+	laneMask[T](&mask, n%nr)
+	for j := 0; j < n; j += nr {
+		w := min(nr, n-j)
+		for q := range w {
+			for p, v := range b[(j+q)*ldb : (j+q)*ldb+k] {
+				buf[p*nr+q] = v
+			}
 		}
+		var mp *int32
+		if w < nr {
+			mp = &mask[0]
+		}
+		column(m, k, alpha, a, rs, cs, unsafe.Pointer(&buf[0]), nr, beta, c[j:], ldc, mp)
+	}
+}
+
+// column runs the tile kernel down one column block of C, whose B block
+// starts at b with a stride of ldb elements.
+func column[T float](m, k int, alpha T, a []T, rs, cs int, b unsafe.Pointer, ldb int, beta T, c []T, ldc int,
+	mp *int32) {
+	sz := 32 / lanes[T]()
+	for i := 0; i < m; i += maxRows {
+		rows := min(maxRows, m-i)
+		tile(unsafe.Pointer(&a[i*rs]), rs*sz, cs*sz, b, ldb*sz, unsafe.Pointer(&c[i*ldc]), ldc*sz, k, rows, mp,
+			float64(alpha), float64(beta), sz)
 	}
 }
 
@@ -124,17 +158,4 @@ func dot(a unsafe.Pointer, lda int, b unsafe.Pointer, ldb int, vecs, rows, cols 
 		return
 	}
 	dotF64((*float64)(a), lda, (*float64)(b), ldb, vecs, rows, cols, mask, (*float64)(out))
-}
-
-// transpose returns the k×n matrix Bᵀ of the n×k matrix b (stride ldb),
-// contiguous.
-func transpose[T float](b []T, ldb, n, k int) []T {
-	t := make([]T, k*n)
-	for j := range n {
-		row := b[j*ldb : j*ldb+k]
-		for p, v := range row {
-			t[p*n+j] = v
-		}
-	}
-	return t
 }
