@@ -72,7 +72,7 @@ func tiles[T float](m, n, k int, alpha T, a []T, rs, cs int, b []T, ldb int, bet
 // into a k×2-vector panel, on the stack when k < dotMinK.
 func panels[T float](m, n, k int, alpha T, a []T, rs, cs int, b []T, ldb int, beta T, c []T, ldc int) {
 	nr := 2 * lanes[T]()
-	var stack [dotMinK * 16]T
+	var stack [16 * 16]T
 	buf := stack[:]
 	if k*nr > len(buf) {
 		buf = make([]T, k*nr)
