@@ -2,13 +2,13 @@ package gemm
 
 import "golang.org/x/sys/cpu"
 
-//go:generate sh -c "go run asmgen.go > gemm_amd64.s"
+//go:generate sh -c "go run ./asmgen > gemm_amd64.s"
 
 // useFMA is fixed for the life of the process: whether this CPU runs
 // AVX2 and FMA3, which the kernels in gemm_amd64.s need.
 var useFMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
-// The kernels, in gemm_amd64.s (written by asmgen.go). Strides are in
+// The kernels, in gemm_amd64.s (written by ./asmgen). Strides are in
 // bytes. tile computes a rows×2·lanes block of C, 1 ≤ rows ≤ maxRows, from
 // a (element [r][p] at r·rs + p·cs) and b (row p at p·ldb); mask, when not
 // nil, holds 64 bytes of lane masks for the two column vectors, and masked
