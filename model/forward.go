@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/goddp/ddp/layers"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -165,6 +166,9 @@ func (f *forward) linear(h *gorgonia.Node) (*gorgonia.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !f.p.gorgoniaOps {
+		return layers.Linear(h, w, b)
+	}
 	z, err := gorgonia.Mul(h, w)
 	if err != nil {
 		return nil, err
@@ -209,8 +213,13 @@ func addBias(z, b *gorgonia.Node, axis int) (*gorgonia.Node, error) {
 }
 
 func (f *forward) activate(z *gorgonia.Node) (*gorgonia.Node, error) {
-	if f.spec.Activation == "tanh" {
+	switch {
+	case f.spec.Activation == "tanh" && f.p.gorgoniaOps:
 		return gorgonia.Tanh(z)
+	case f.spec.Activation == "tanh":
+		return layers.Tanh(z)
+	case f.p.gorgoniaOps:
+		return gorgonia.Rectify(z)
 	}
-	return gorgonia.Rectify(z)
+	return layers.ReLU(z)
 }
