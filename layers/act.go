@@ -10,7 +10,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// ReLU is max(x, 0) elementwise (NaN stays NaN). Its gradient is taken
+// ReLU is max(x, 0) elementwise (NaN stays NaN), computed as x·[x > 0]. Its gradient is taken
 // from the output, dy where y > 0 and 0 elsewhere, so the gradient at 0 is
 // 0, as PyTorch's; Gorgonia's Rectify, x·(x ≥ 0), passes dy at 0.
 // Values are reused every step (Note [output buffers]).
@@ -138,13 +138,23 @@ func (op *actOp) run64(x []float64, ds inputs, out []float64) {
 	}
 }
 
+// reluForward is x·[x > 0], Gorgonia's Rectify to the bit (−0 for
+// negative x, NaN for NaN), without a branch.
 func reluForward[T linearFloat](x, out []T) {
+	out = out[:len(x)]
 	for i, v := range x {
-		if v <= 0 {
-			v = 0
-		}
-		out[i] = v
+		out[i] = v * step[T](v > 0)
 	}
+}
+
+// step is 1 for true and 0 for false: a product with it has no branch,
+// which random signs would mispredict half the time.
+func step[T linearFloat](b bool) T {
+	var i uint8
+	if b {
+		i = 1
+	}
+	return T(i)
 }
 
 // actGrad writes f'(y)·dy into out: (1 − y·y)·dy for tanh, in Gorgonia's
@@ -156,11 +166,8 @@ func actGrad[T linearFloat](k actKind, y, dy, out []T) {
 		}
 		return
 	}
+	dy, out = dy[:len(y)], out[:len(y)]
 	for i, v := range y {
-		g := dy[i]
-		if !(v > 0) {
-			g = 0
-		}
-		out[i] = g
+		out[i] = dy[i] * step[T](v > 0)
 	}
 }

@@ -59,6 +59,7 @@ type graphCase struct {
 	g      *gorgonia.ExprGraph
 	leaves gorgonia.Nodes
 	out    *gorgonia.Node
+	outV   gorgonia.Value // the output, copied by a Read node: the machine may reuse out's register
 	loss   *gorgonia.Node
 	grads  gorgonia.Nodes
 	vm     gorgonia.VM
@@ -76,6 +77,7 @@ func newCase(t testing.TB, vals []*tensor.Dense, build func(g *gorgonia.ExprGrap
 	if c.out, err = build(c.g, c.leaves); err != nil {
 		t.Fatal(err)
 	}
+	gorgonia.Read(c.out, &c.outV)
 	r := filled(vals[0].Dtype(), 99, c.out.Shape()...)
 	prod, err := gorgonia.HadamardProd(c.out, gorgonia.NodeFromAny(c.g, r, gorgonia.WithName("r")))
 	if err != nil {
@@ -103,7 +105,7 @@ func (c *graphCase) run(t testing.TB) (out []float64, loss float64, grads [][]fl
 	for _, g := range c.grads {
 		grads = append(grads, toFloat64s(g.Value()))
 	}
-	return toFloat64s(c.out.Value()), toFloat64s(c.loss.Value())[0], grads
+	return toFloat64s(c.outV), toFloat64s(c.loss.Value())[0], grads
 }
 
 // numericGrads are the central differences of c's loss with respect to
