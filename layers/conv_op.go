@@ -31,6 +31,7 @@ import (
 
 // convOp is the forward convolution: inputs x, w and optionally b.
 type convOp struct {
+	pointerOp
 	geom        convGeom
 	dt          tensor.Dtype
 	bias        bool
@@ -120,10 +121,6 @@ func scratch[T convFloat](buf *any, n int) []T {
 	*buf = s
 	return s
 }
-
-func (op *convOp) ReturnsPtr() bool     { return true }
-func (op *convOp) CallsExtern() bool    { return false }
-func (op *convOp) OverwritesInput() int { return -1 }
 
 func (op *convOp) WriteHash(h hash.Hash) {
 	g := op.geom
