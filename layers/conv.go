@@ -39,7 +39,7 @@ func Conv2d(x, w, b *gorgonia.Node, opts ConvOpts) (*gorgonia.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	op := &convOp{geom: g, dt: dt, bias: b != nil, noInputGrad: opts.NoInputGrad}
+	op := newConvOp(g, dt, b != nil, opts.NoInputGrad)
 	children := []*gorgonia.Node{x, w}
 	if b != nil {
 		children = append(children, b)

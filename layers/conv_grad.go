@@ -38,13 +38,10 @@ func (op *convFilterGradOp) Type() hm.Type {
 	return hm.NewFnType(t4, t4)
 }
 
-func (op *convFilterGradOp) shape() tensor.Shape {
-	g := op.fwd.geom
-	return tensor.Shape{g.o, g.c, g.kh, g.kw}
-}
+func (op *convFilterGradOp) shape() tensor.Shape { return op.fwd.wShape }
 
 func (op *convFilterGradOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) {
-	return op.shape(), nil
+	return op.shape().Clone(), nil
 }
 
 func (op *convFilterGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
@@ -97,7 +94,7 @@ func (op *convBiasGradOp) Type() hm.Type {
 }
 
 func (op *convBiasGradOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) {
-	return tensor.Shape{op.fwd.geom.o}, nil
+	return op.fwd.bShape.Clone(), nil
 }
 
 func (op *convBiasGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
@@ -116,7 +113,7 @@ func (op *convBiasGradOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (gor
 	if err != nil {
 		return nil, err
 	}
-	out := outBuf(prealloc, &op.out, tensor.Shape{f.geom.o}, f.dt)
+	out := outBuf(prealloc, &op.out, f.bShape, f.dt)
 	switch f.dt {
 	case tensor.Float32:
 		convBiasGrad(f.geom, dOut.Float32s(), out.Float32s())
@@ -145,13 +142,10 @@ func (op *convInputGradOp) Type() hm.Type {
 	return hm.NewFnType(t4, t4, t4)
 }
 
-func (op *convInputGradOp) shape() tensor.Shape {
-	g := op.fwd.geom
-	return tensor.Shape{g.n, g.c, g.h, g.w}
-}
+func (op *convInputGradOp) shape() tensor.Shape { return op.fwd.xShape }
 
 func (op *convInputGradOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) {
-	return op.shape(), nil
+	return op.shape().Clone(), nil
 }
 
 func (op *convInputGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
@@ -167,7 +161,7 @@ func (op *convInputGradOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (go
 	}
 	f := op.fwd
 	g := f.geom
-	w, err := denseArg(fn, 0, in[0], tensor.Shape{g.o, g.c, g.kh, g.kw}, f.dt)
+	w, err := denseArg(fn, 0, in[0], f.wShape, f.dt)
 	if err != nil {
 		return nil, err
 	}

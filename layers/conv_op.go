@@ -37,6 +37,10 @@ type convOp struct {
 	bias        bool
 	noInputGrad bool
 
+	// The shapes of x, w, b and the output, made once: a shape literal per
+	// call would escape to the heap through the error messages.
+	xShape, wShape, bShape, yShape tensor.Shape
+
 	out  *tensor.Dense
 	cols any // []float32 or []float64: n column matrices of k×p, read by the filter gradient
 	// ran is set once cols holds the column matrices of a forward run.
@@ -59,12 +63,15 @@ func (op *convOp) Type() hm.Type {
 	return hm.NewFnType(t4, t4, t4)
 }
 
-func (op *convOp) outShape() tensor.Shape {
-	g := op.geom
-	return tensor.Shape{g.n, g.o, g.oh, g.ow}
+func newConvOp(g convGeom, dt tensor.Dtype, bias, noInputGrad bool) *convOp {
+	return &convOp{geom: g, dt: dt, bias: bias, noInputGrad: noInputGrad,
+		xShape: tensor.Shape{g.n, g.c, g.h, g.w}, wShape: tensor.Shape{g.o, g.c, g.kh, g.kw},
+		bShape: tensor.Shape{g.o}, yShape: tensor.Shape{g.n, g.o, g.oh, g.ow}}
 }
 
-func (op *convOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
+func (op *convOp) outShape() tensor.Shape { return op.yShape }
+
+func (op *convOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) { return op.outShape().Clone(), nil }
 
 func (op *convOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
 
@@ -78,17 +85,17 @@ func (op *convOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (gorgonia.Va
 		return nil, fmt.Errorf("%s: %d inputs; want %d", fn, len(in), op.Arity())
 	}
 	g := op.geom
-	x, err := denseArg(fn, 0, in[0], tensor.Shape{g.n, g.c, g.h, g.w}, op.dt)
+	x, err := denseArg(fn, 0, in[0], op.xShape, op.dt)
 	if err != nil {
 		return nil, err
 	}
-	w, err := denseArg(fn, 1, in[1], tensor.Shape{g.o, g.c, g.kh, g.kw}, op.dt)
+	w, err := denseArg(fn, 1, in[1], op.wShape, op.dt)
 	if err != nil {
 		return nil, err
 	}
 	var b *tensor.Dense
 	if op.bias {
-		if b, err = denseArg(fn, 2, in[2], tensor.Shape{g.o}, op.dt); err != nil {
+		if b, err = denseArg(fn, 2, in[2], op.bShape, op.dt); err != nil {
 			return nil, err
 		}
 	}

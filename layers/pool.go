@@ -35,7 +35,7 @@ func MaxPool2d(x *gorgonia.Node, kernel, stride [2]int) (*gorgonia.Node, error) 
 	if err != nil {
 		return nil, err
 	}
-	n, err := gorgonia.ApplyOp(&poolOp{geom: g, dt: dt}, x)
+	n, err := gorgonia.ApplyOp(newPoolOp(g, dt), x)
 	if err != nil {
 		return nil, fmt.Errorf("layers.MaxPool2d: %w", err)
 	}

@@ -16,6 +16,8 @@ type poolOp struct {
 	geom poolGeom
 	dt   tensor.Dtype
 
+	inShp, outShp tensor.Shape // made once, as convOp's
+
 	out *tensor.Dense
 	arg []int32 // per output, the argmax's index in its input plane; read by poolGradOp
 	ran bool    // arg holds a forward run's argmaxes
@@ -28,17 +30,14 @@ func (op *poolOp) Type() hm.Type {
 	return hm.NewFnType(t4, t4)
 }
 
-func (op *poolOp) inShape() tensor.Shape {
-	g := op.geom
-	return tensor.Shape{g.n, g.c, g.h, g.w}
+func newPoolOp(g poolGeom, dt tensor.Dtype) *poolOp {
+	return &poolOp{geom: g, dt: dt, inShp: tensor.Shape{g.n, g.c, g.h, g.w}, outShp: tensor.Shape{g.n, g.c, g.oh, g.ow}}
 }
 
-func (op *poolOp) outShape() tensor.Shape {
-	g := op.geom
-	return tensor.Shape{g.n, g.c, g.oh, g.ow}
-}
+func (op *poolOp) inShape() tensor.Shape  { return op.inShp }
+func (op *poolOp) outShape() tensor.Shape { return op.outShp }
 
-func (op *poolOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
+func (op *poolOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) { return op.outShape().Clone(), nil }
 
 func (op *poolOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
 
@@ -111,7 +110,7 @@ func (op *poolGradOp) Type() hm.Type {
 }
 
 func (op *poolGradOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) {
-	return op.fwd.inShape(), nil
+	return op.fwd.inShape().Clone(), nil
 }
 
 func (op *poolGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
