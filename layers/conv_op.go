@@ -71,7 +71,9 @@ func newConvOp(g convGeom, dt tensor.Dtype, bias, noInputGrad bool) *convOp {
 
 func (op *convOp) outShape() tensor.Shape { return op.yShape }
 
-func (op *convOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) { return op.outShape().Clone(), nil }
+func (op *convOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) {
+	return op.outShape().Clone(), nil
+}
 
 func (op *convOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
 

@@ -37,7 +37,9 @@ func newPoolOp(g poolGeom, dt tensor.Dtype) *poolOp {
 func (op *poolOp) inShape() tensor.Shape  { return op.inShp }
 func (op *poolOp) outShape() tensor.Shape { return op.outShp }
 
-func (op *poolOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) { return op.outShape().Clone(), nil }
+func (op *poolOp) InferShape(...gorgonia.DimSizer) (tensor.Shape, error) {
+	return op.outShape().Clone(), nil
+}
 
 func (op *poolOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) { return op.run(nil, in) }
 
