@@ -45,7 +45,7 @@ type actOp struct {
 	opMeta
 	kind actKind
 	grad bool
-	out  outBuf
+	out  ownBuf
 }
 
 func (op *actOp) Arity() int {

@@ -49,7 +49,7 @@ type linearOp struct {
 	opMeta
 	inputGrad bool // x is differentiated
 	bias      bool // a third input b [out]
-	out       outBuf
+	out       ownBuf
 }
 
 func (op *linearOp) Arity() int {
@@ -173,7 +173,7 @@ func views[T linearFloat](ds inputs, data func(*tensor.Dense) []T) (v [maxArity]
 type linearGradOp struct {
 	opMeta
 	weight bool
-	out    outBuf
+	out    ownBuf
 }
 
 func (op *linearGradOp) Arity() int { return 2 }
@@ -230,7 +230,7 @@ func gradProduct[T linearFloat](mul gemmFunc[T], weight bool, in [maxArity][]T, 
 // biasGradOp is db = Σ_rows dz: [N, out] → [out].
 type biasGradOp struct {
 	opMeta
-	out outBuf
+	out ownBuf
 }
 
 func (op *biasGradOp) Arity() int { return 1 }

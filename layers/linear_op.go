@@ -16,7 +16,7 @@ import (
 // same run left in a register the allocator hands on (or, for ops that
 // call extern, a tensor its alloc instruction makes afresh every run). It
 // never carries a buffer from one step to the next. So each op here owns
-// an outBuf, allocated on the first run and written every step after: a
+// an ownBuf, allocated on the first run and written every step after: a
 // node's value is valid until the next run of the machine, as the values
 // of Gorgonia's own ops are until the next Reset. UsePreallocDo writes
 // into the machine's tensor when it has the output's dtype and shape and
@@ -27,12 +27,12 @@ import (
 // call), so one graph must not be run by two machines at once; Gorgonia's
 // nodes, which hold their values, already forbid that.
 
-// outBuf is an op's output tensor, made on first use and reused while
+// ownBuf is an op's output tensor, made on first use and reused while
 // the dtype and shape stay the same.
-type outBuf struct{ t *tensor.Dense }
+type ownBuf struct{ t *tensor.Dense }
 
 // get returns the buffer for an output of dtype dt and the given shape.
-func (b *outBuf) get(dt tensor.Dtype, shape tensor.Shape) *tensor.Dense {
+func (b *ownBuf) get(dt tensor.Dtype, shape tensor.Shape) *tensor.Dense {
 	if b.t == nil || b.t.Dtype() != dt || !b.t.Shape().Eq(shape) {
 		b.t = tensor.New(tensor.WithShape(shape.Clone()...), tensor.Of(dt))
 	}
@@ -42,7 +42,7 @@ func (b *outBuf) get(dt tensor.Dtype, shape tensor.Shape) *tensor.Dense {
 // pick returns prealloc when it is a dense tensor of dtype dt and the
 // given shape that shares no memory with any of noAlias (nil entries
 // skipped), else the op's own buffer.
-func (b *outBuf) pick(prealloc gorgonia.Value, dt tensor.Dtype, shape tensor.Shape,
+func (b *ownBuf) pick(prealloc gorgonia.Value, dt tensor.Dtype, shape tensor.Shape,
 	noAlias inputs) *tensor.Dense {
 	p, ok := prealloc.(*tensor.Dense)
 	if !ok || p.Dtype() != dt || !p.Shape().Eq(shape) || !p.IsNativelyAccessible() || p.RequiresIterator() {
