@@ -40,9 +40,14 @@ func (m *plain) train(t testing.TB, opt optim.Optimizer, steps int, seed uint64)
 // The model zoo on package layers trains as it did on Gorgonia's own ops:
 // from the same start and batches, the MLP's and the CNN's parameters
 // after 20 SGD or Adam steps agree within float tolerance, in both
-// dtypes, and so do the first step's loss and gradients.
+// dtypes, and so do the first step's loss and gradients. The products
+// and sums round in other orders than Gorgonia's (the convolutions' most),
+// so float32 gradients agree to a few ulps; Adam divides each gradient by
+// its own running size, so a few ulps in a gradient near zero become
+// differences of up to lr in a step, hence its looser float32 bound.
 func TestLayersTrainAsGorgoniaOps(t *testing.T) {
-	tol := map[tensor.Dtype]float64{tensor.Float32: 1e-4, tensor.Float64: 1e-10}
+	tol := map[tensor.Dtype]float64{tensor.Float32: 1e-5, tensor.Float64: 1e-12}
+	adamTol := map[tensor.Dtype]float64{tensor.Float32: 1e-3, tensor.Float64: 1e-11}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for name, spec := range map[string]Spec{
 			"mlp-relu": {Kind: "mlp", InputShape: []int{12}, Hidden: []int{16, 8}, Activation: "relu", Classes: 5,
@@ -69,7 +74,7 @@ func TestLayersTrainAsGorgoniaOps(t *testing.T) {
 					pa, pb := ours.train(t, optA, 20, 3), ref.train(t, optB, 20, 3)
 					t.Logf("relative differences: loss %.2g, gradients %.2g, parameters after 20 steps %.2g",
 						maxRelDiff([][]float64{{lossA}}, [][]float64{{lossB}}), maxRelDiff(gradsA, gradsB), maxRelDiff(pa, pb))
-					if d := maxRelDiff(pa, pb); d > tol[dt] {
+					if d := maxRelDiff(pa, pb); d > map[string]float64{"sgd": tol[dt], "adam": adamTol[dt]}[algo] {
 						t.Errorf("after 20 steps the parameters differ from Gorgonia's ops' by %g (relative)", d)
 					}
 				})
