@@ -19,6 +19,9 @@ type ConvOpts struct {
 	// batch fed to a model's first convolution). The op then declares itself
 	// not differentiable with respect to x, so gorgonia.Grad creates no
 	// input-gradient node at all, and asking Grad for dx is an error.
+	// Without it the input gradient is built, and runs every step, even
+	// where x is a leaf nobody asks the gradient of: Grad differentiates an
+	// op with respect to all its inputs once it needs any of them (w).
 	NoInputGrad bool
 }
 

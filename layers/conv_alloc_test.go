@@ -83,3 +83,46 @@ func TestOpsAllocateOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestUsePreallocDo checks the path the tape machine takes when it hands an
+// op a register: a fitting one is written and returned, with Do's values;
+// one of another shape or dtype is left alone for the op's own buffer.
+func TestUsePreallocDo(t *testing.T) {
+	g := gorgonia.NewGraph()
+	x := gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(2, 2, 5, 5), gorgonia.WithName("x"),
+		gorgonia.WithInit(gorgonia.GlorotU(1)))
+	w := gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(3, 2, 3, 3), gorgonia.WithName("w"),
+		gorgonia.WithInit(gorgonia.GlorotU(1)))
+	z, err := Conv2d(x, w, nil, ConvOpts{Padding: [2]int{1, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := MaxPool2d(z, [2]int{2, 2}, [2]int{1, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, pool := z.Op().(*convOp), p.Op().(*poolOp)
+	want, err := conv.Do(x.Value(), w.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantData := append([]float64(nil), want.Data().([]float64)...)
+	reg := tensor.New(tensor.WithShape(2, 3, 5, 5), tensor.Of(tensor.Float64))
+	got, err := conv.UsePreallocDo(reg, x.Value(), w.Value())
+	if err != nil || got != gorgonia.Value(reg) {
+		t.Fatalf("UsePreallocDo with a fitting register returned %p (%v), want the register %p", got, err, reg)
+	}
+	for i, v := range reg.Float64s() {
+		if v != wantData[i] {
+			t.Fatalf("UsePreallocDo's [%d] = %v, Do's %v", i, v, wantData[i])
+		}
+	}
+	misfit := tensor.New(tensor.WithShape(2, 3, 5, 5), tensor.Of(tensor.Float32))
+	if got, err := conv.UsePreallocDo(misfit, x.Value(), w.Value()); err != nil || got != gorgonia.Value(conv.out) {
+		t.Fatalf("UsePreallocDo with a float32 register: %v (%v), want the op's own buffer", got, err)
+	}
+	preg := tensor.New(tensor.WithShape(2, 3, 4, 4), tensor.Of(tensor.Float64))
+	if got, err := pool.UsePreallocDo(preg, reg); err != nil || got != gorgonia.Value(preg) {
+		t.Fatalf("pool UsePreallocDo: %v (%v), want the register", got, err)
+	}
+}

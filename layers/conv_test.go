@@ -182,6 +182,18 @@ func countOps(g *gorgonia.ExprGraph, name string) int {
 	return n
 }
 
+// countOpsPrefix counts the graph's nodes whose op's string starts with
+// prefix.
+func countOpsPrefix(g *gorgonia.ExprGraph, prefix string) int {
+	n := 0
+	for _, node := range g.AllNodes() {
+		if node.Op() != nil && strings.HasPrefix(node.Op().String(), prefix) {
+			n++
+		}
+	}
+	return n
+}
+
 // TestConv2dNoInputGrad proves that NoInputGrad removes the input gradient
 // from the graph instead of computing a cheap one: no input-gradient node
 // exists, the other gradients are unchanged, and asking for dx is an error.
@@ -194,6 +206,23 @@ func TestConv2dNoInputGrad(t *testing.T) {
 	without := newConvNet(t, tensor.Float64, cc, true, true)
 	if n := countOps(without.g, "Conv2dInputGrad"); n != 1 {
 		t.Fatalf("without NoInputGrad: %d input-gradient nodes, want 1", n)
+	}
+	// Gorgonia's Conv2d needs no such flag: its im2col node depends on x
+	// alone, so Backpropagate never reaches it when x is not asked for. Ours
+	// depends on w too, so without NoInputGrad its SymDiff builds dx (which
+	// would run every step) whether or not anyone asks for it.
+	gorg := newConvNet(t, tensor.Float64, cc, false, false)
+	if n := countOpsPrefix(gorg.g, "col2im"); n != 0 {
+		t.Fatalf("Gorgonia's Conv2d, x not asked for: %d col2im nodes, want 0", n)
+	}
+	g0 := gorgonia.NewGraph()
+	x0 := gorgonia.NewTensor(g0, tensor.Float64, 4, gorgonia.WithShape(1, 1, 4, 4), gorgonia.WithName("x"))
+	w0 := gorgonia.NewTensor(g0, tensor.Float64, 4, gorgonia.WithShape(1, 1, 3, 3), gorgonia.WithName("w"))
+	if _, err := gorgonia.Grad(must(gorgonia.Sum(must(layers.Conv2d(x0, w0, nil, layers.ConvOpts{})))), w0); err != nil {
+		t.Fatal(err)
+	}
+	if n := countOps(g0, "Conv2dInputGrad"); n != 1 {
+		t.Fatalf("without NoInputGrad, x not asked for: %d input-gradient nodes, want 1", n)
 	}
 	run(t, with.g)
 	run(t, without.g)

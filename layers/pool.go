@@ -82,29 +82,79 @@ func poolCheck(x *gorgonia.Node, kernel, stride [2]int) (poolGeom, tensor.Dtype,
 // the input plane to arg.
 func maxPoolForward[T convFloat](g poolGeom, x, out []T, arg []int32) {
 	hw, ohw := g.h*g.w, g.oh*g.ow
-	negInf := T(math.Inf(-1))
+	if g.kh == 2 && g.kw == 2 {
+		maxPool2x2(g, x, out, arg)
+		return
+	}
 	for pl := range g.planes() {
 		xp := x[pl*hw : (pl+1)*hw]
 		op := out[pl*ohw : (pl+1)*ohw]
 		ap := arg[pl*ohw : (pl+1)*ohw]
 		for oy := 0; oy < g.oh; oy++ {
 			for ox := 0; ox < g.ow; ox++ {
-				base := oy*g.strH*g.w + ox*g.strW
-				best, at := negInf, base
-				for ki := 0; ki < g.kh; ki++ {
-					start := base + ki*g.w
-					for kj, v := range xp[start : start+g.kw] {
-						// NaN != NaN: a NaN always wins, as in PyTorch's kernel.
-						if v > best || v != v {
-							best, at = v, start+kj
-						}
-					}
-				}
-				op[oy*g.ow+ox] = best
+				at := maxScan(xp, oy*g.strH*g.w+ox*g.strW, g.w, g.kh, g.kw)
+				op[oy*g.ow+ox] = xp[at]
 				ap[oy*g.ow+ox] = int32(at)
 			}
 		}
 	}
+}
+
+// maxPool2x2 is maxPoolForward for 2×2 windows (LeNet's), without
+// branches on the data: random activations make the scan's branches
+// unpredictable. later(a, b) is 1 exactly when the scan in window order
+// would move from a to b (b > a), for finite a and b and for a = −Inf; a
+// window whose maximum is not finite (NaN or ±Inf, rare) takes the scan.
+// The value is loaded from the chosen index, so it is the scan's bit for
+// bit.
+func maxPool2x2[T convFloat](g poolGeom, x, out []T, arg []int32) {
+	hw, ohw := g.h*g.w, g.oh*g.ow
+	for pl := range g.planes() {
+		xp := x[pl*hw : (pl+1)*hw]
+		op := out[pl*ohw : (pl+1)*ohw]
+		ap := arg[pl*ohw : (pl+1)*ohw]
+		for oy := 0; oy < g.oh; oy++ {
+			r := oy * g.strH * g.w
+			for ox := 0; ox < g.ow; ox++ {
+				i := r + ox*g.strW
+				a, b, c, d := xp[i], xp[i+1], xp[i+g.w], xp[i+g.w+1]
+				i0 := i + later(a, b)
+				i1 := i + g.w + later(c, d)
+				at := i0 + (i1-i0)*later(xp[i0], xp[i1])
+				if m := max(a, b, c, d); m-m != 0 {
+					at = maxScan(xp, i, g.w, 2, 2)
+				}
+				op[oy*g.ow+ox] = xp[at]
+				ap[oy*g.ow+ox] = int32(at)
+			}
+		}
+	}
+}
+
+// later is 1 when b > a, else 0, from the sign bit of a − b: adding +0
+// turns the −0 of (−0) − (+0) into +0, and a − b is never zero for a ≠ b
+// (gradual underflow), so ties give 0, as the scan keeps the first. It is
+// wrong only where a − b is NaN (both infinite with one sign), which
+// maxPool2x2 leaves to the scan.
+func later[T convFloat](a, b T) int {
+	return int(math.Float64bits(float64(a-b)+0) >> 63)
+}
+
+// maxScan returns the index of a kh×kw window's winner in window order:
+// the first maximum, else the last NaN. The window starts at base of a
+// plane w wide.
+func maxScan[T convFloat](xp []T, base, w, kh, kw int) int {
+	best, at := T(math.Inf(-1)), base
+	for ki := 0; ki < kh; ki++ {
+		start := base + ki*w
+		for kj, v := range xp[start : start+kw] {
+			// NaN != NaN: a NaN always wins, as in PyTorch's kernel.
+			if v > best || v != v {
+				best, at = v, start+kj
+			}
+		}
+	}
+	return at
 }
 
 // maxPoolBackward scatters dOut to the recorded argmaxes of dx, adding where
