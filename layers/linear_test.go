@@ -338,3 +338,54 @@ func TestPreallocIsUsedWhenItFits(t *testing.T) {
 		t.Errorf("an activation did not run in place: %v", err)
 	}
 }
+
+// Linear and ReLU take what a model feeds them: a batch bound with Let
+// every step and the output of Gorgonia's Transpose; values follow the
+// batch from step to step.
+func TestLinearTakesLetAndTransposedInputs(t *testing.T) {
+	g := gorgonia.NewGraph()
+	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(3, 2), gorgonia.WithName("x"))
+	w := gorgonia.NodeFromAny(g, filled(tensor.Float64, 2, 3, 4), gorgonia.WithName("w"))
+	xt, err := gorgonia.Transpose(x) // [2, 3]
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := Linear(xt, w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z, err = ReLU(z); err != nil {
+		t.Fatal(err)
+	}
+	var zv gorgonia.Value
+	gorgonia.Read(z, &zv)
+	if _, err := gorgonia.Grad(gorgonia.Must(gorgonia.Sum(z)), w); err != nil {
+		t.Fatal(err)
+	}
+	vm := gorgonia.NewTapeMachine(g)
+	defer vm.Close()
+	wv := w.Value().Data().([]float64)
+	for step := range 2 {
+		xs := []float64{1, 2, 3, 4, 5, 6}
+		xs[step] = -7
+		if err := gorgonia.Let(x, tensor.New(tensor.WithShape(3, 2), tensor.WithBacking(xs))); err != nil {
+			t.Fatal(err)
+		}
+		if err := vm.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		got := toFloat64s(zv)
+		for r := range 2 {
+			for c := range 4 {
+				want := 0.0
+				for k := range 3 {
+					want += xs[k*2+r] * wv[k*4+c] // xᵀ[r][k] = x[k][r]
+				}
+				if want = max(want, 0); math.Abs(got[r*4+c]-want) > 1e-12 {
+					t.Errorf("step %d: z[%d][%d] = %v, want %v", step, r, c, got[r*4+c], want)
+				}
+			}
+		}
+		vm.Reset()
+	}
+}
