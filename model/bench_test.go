@@ -8,7 +8,8 @@ import (
 )
 
 // One training step (Feed, RunAll, SGD step, Reset) of ddp-train's default
-// models on MNIST-shaped batches of 64, without communication.
+// models on MNIST-shaped batches of 64, without communication, on package
+// layers' ops and on Gorgonia's own (ops=gorgonia, the reference).
 func BenchmarkStep(b *testing.B) {
 	for name, spec := range map[string]Spec{
 		"mlp-784-512-512-10/float32": {Kind: "mlp", InputShape: []int{784}, Hidden: []int{512, 512}, Activation: "relu",
@@ -16,26 +17,31 @@ func BenchmarkStep(b *testing.B) {
 		"cnn-1x28x28/float32": {Kind: "cnn", InputShape: []int{1, 28, 28}, Activation: "relu", Classes: 10,
 			Dtype: tensor.Float32, Batch: 64},
 	} {
-		b.Run(name, func(b *testing.B) {
-			m := newPlain(b, spec, 1)
-			opt, _ := optim.New("sgd", 0.01, m.p.Len())
-			x, labels := data(spec, spec.Batch, 2)
-			for b.Loop() {
-				if err := m.net.Feed(spec, x, labels); err != nil {
-					b.Fatal(err)
-				}
-				if err := m.vm.RunAll(); err != nil {
-					b.Fatal(err)
-				}
-				ps, gs, err := optim.NodeTensors(m.p.Nodes)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := opt.Step(ps, gs); err != nil {
-					b.Fatal(err)
-				}
-				m.vm.Reset()
-			}
-		})
+		for _, ops := range []string{"layers", "gorgonia"} {
+			b.Run(name+"/ops="+ops, func(b *testing.B) { benchStep(b, spec, ops == "gorgonia") })
+		}
+	}
+}
+
+func benchStep(b *testing.B, spec Spec, gorgoniaOps bool) {
+	b.ReportAllocs()
+	m := newPlainOps(b, spec, 1, gorgoniaOps)
+	opt, _ := optim.New("sgd", 0.01, m.p.Len())
+	x, labels := data(spec, spec.Batch, 2)
+	for b.Loop() {
+		if err := m.net.Feed(spec, x, labels); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.vm.RunAll(); err != nil {
+			b.Fatal(err)
+		}
+		ps, gs, err := optim.NodeTensors(m.p.Nodes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := opt.Step(ps, gs); err != nil {
+			b.Fatal(err)
+		}
+		m.vm.Reset()
 	}
 }

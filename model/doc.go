@@ -44,9 +44,8 @@
 // [in, out] (the transpose of PyTorch's nn.Linear weight) and fc<l>.bias
 // [out], computing x·W + b.
 //
-// The CNN is LeNet-5 for a [C, H, W] input (H, W >= 12), made of
-// Gorgonia's Conv2d and MaxPool2D, the activation after each convolution
-// and hidden linear layer:
+// The CNN is LeNet-5 for a [C, H, W] input (H, W >= 12), the activation
+// after each convolution and hidden linear layer:
 //
 //	conv1  5×5, C → 6, padding 2, stride 1   [6, H, W]       conv1.weight [6,C,5,5], conv1.bias [6]
 //	pool   2×2, stride 2                     [6, H/2, W/2]
@@ -55,6 +54,11 @@
 //	flatten (channel-major, as torch.flatten) → fc1 16·h·w → 120 → fc2 84 → fc3 Classes
 //
 // Hidden does not apply to it. Convolution weights have PyTorch's layout.
+//
+// Both are built from package layers' ops (Linear, Conv2d, MaxPool2d,
+// ReLU, Tanh), which reuse their buffers every step: a node's value is
+// overwritten by the machine's next run, so LossValue, LogitsValue and
+// Correct read copies taken during the forward pass.
 //
 // Every weight and bias starts uniform in [−1/√fan_in, 1/√fan_in), as
 // PyTorch's nn.Linear and nn.Conv2d defaults, fan_in being a linear

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/goddp/ddp/layers"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -140,12 +141,29 @@ func (f *forward) cnn(x *gorgonia.Node) (*gorgonia.Node, error) {
 }
 
 // convBlock is a 5×5 convolution with bias, the activation and a 2×2 max
-// pool of stride 2.
+// pool of stride 2. The first block's input is the batch, whose gradient
+// nobody needs.
 func (f *forward) convBlock(h *gorgonia.Node, pad int) (*gorgonia.Node, error) {
+	first := f.layer == 0
 	w, b, err := f.params()
 	if err != nil {
 		return nil, err
 	}
+	if f.p.gorgoniaOps {
+		return f.gorgoniaConvBlock(h, w, b, pad)
+	}
+	z, err := layers.Conv2d(h, w, b, layers.ConvOpts{Padding: [2]int{pad, pad}, NoInputGrad: first})
+	if err != nil {
+		return nil, err
+	}
+	if z, err = f.activate(z); err != nil {
+		return nil, err
+	}
+	return layers.MaxPool2d(z, [2]int{poolSize, poolSize}, [2]int{poolSize, poolSize})
+}
+
+// gorgoniaConvBlock is convBlock on Gorgonia's own ops.
+func (f *forward) gorgoniaConvBlock(h, w, b *gorgonia.Node, pad int) (*gorgonia.Node, error) {
 	z, err := gorgonia.Conv2d(h, w, tensor.Shape{convKernel, convKernel}, []int{pad, pad}, []int{1, 1}, []int{1, 1})
 	if err != nil {
 		return nil, err
@@ -164,6 +182,9 @@ func (f *forward) linear(h *gorgonia.Node) (*gorgonia.Node, error) {
 	w, b, err := f.params()
 	if err != nil {
 		return nil, err
+	}
+	if !f.p.gorgoniaOps {
+		return layers.Linear(h, w, b)
 	}
 	z, err := gorgonia.Mul(h, w)
 	if err != nil {
@@ -209,8 +230,13 @@ func addBias(z, b *gorgonia.Node, axis int) (*gorgonia.Node, error) {
 }
 
 func (f *forward) activate(z *gorgonia.Node) (*gorgonia.Node, error) {
-	if f.spec.Activation == "tanh" {
+	switch {
+	case f.spec.Activation == "tanh" && f.p.gorgoniaOps:
 		return gorgonia.Tanh(z)
+	case f.spec.Activation == "tanh":
+		return layers.Tanh(z)
+	case f.p.gorgoniaOps:
+		return gorgonia.Rectify(z)
 	}
-	return gorgonia.Rectify(z)
+	return layers.ReLU(z)
 }

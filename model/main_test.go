@@ -27,10 +27,18 @@ type plain struct {
 
 func newPlain(t testing.TB, spec Spec, seed uint64) *plain {
 	t.Helper()
+	return newPlainOps(t, spec, seed, false)
+}
+
+// newPlainOps is newPlain, on Gorgonia's own ops when gorgoniaOps is set
+// (the graph the model zoo had before package layers).
+func newPlainOps(t testing.TB, spec Spec, seed uint64, gorgoniaOps bool) *plain {
+	t.Helper()
 	p, err := NewParams(spec, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.gorgoniaOps = gorgoniaOps
 	net, err := p.Forward(spec, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,9 @@ type Params struct {
 
 	spec  Spec
 	built bool // Forward has run
+	// gorgoniaOps builds the graph from Gorgonia's own ops instead of
+	// package layers': the reference the tests compare the layers with.
+	gorgoniaOps bool
 }
 
 // NewParams creates the graph and the parameter nodes of spec's model,
