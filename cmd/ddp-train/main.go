@@ -198,7 +198,7 @@ func runLauncher(ctx context.Context, c config, args []string, lookup func(strin
 			return code != exitWorkerUsage && code != exitDiverged
 		},
 		Logger:     logger,
-		Env:        append(bar.env(), report.env()...),
+		Env:        append(append(bar.env(), report.env()...), workerThreads(lookup, c.nproc, logger)...),
 		ExtraFiles: bar.files(),
 		Hidden:     verdictPrefix, // read from the tails: Note [the headline names the culprit]
 		// A stopped worker's stacks go to the report: Note [a stopped rank's report].

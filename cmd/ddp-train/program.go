@@ -71,6 +71,7 @@ func runProgram(ctx context.Context, c config, lookup func(string) (string, bool
 		Logger:      logger,
 		EveryStdout: true, // each rank's lines, prefixed, as torchrun --tee
 		Node:        node,
+		Env:         workerThreads(lookup, c.nproc, logger), // threads.go
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.command[0], err)
