@@ -76,9 +76,31 @@ func (d *Dataset) Gather(indices []int, x []float64, y []int) {
 	if len(x) < len(indices)*d.D || len(y) < len(indices) {
 		panic("dataset: Gather buffers shorter than the batch")
 	}
+	if d.X == nil {
+		d.gatherPixels(indices, x)
+	}
 	for i, k := range indices {
-		d.Row(k, x[i*d.D:(i+1)*d.D])
+		if d.X != nil {
+			d.Row(k, x[i*d.D:(i+1)*d.D])
+		}
 		y[i] = d.Y[k]
+	}
+}
+
+// gatherPixels is Gather's features from Pixels. It looks each value up in
+// a table of the 256 quotients p / 255 that Row computes, which gives the
+// same bits for a 256th of the divisions: a batch of 32 MNIST images
+// divides 256 times instead of 25088.
+func (d *Dataset) gatherPixels(indices []int, x []float64) {
+	var scaled [256]float64
+	for p := range scaled {
+		scaled[p] = float64(p) / 255
+	}
+	for i, k := range indices {
+		row := x[i*d.D : (i+1)*d.D]
+		for j, p := range d.Pixels[k*d.D : (k+1)*d.D] {
+			row[j] = scaled[p]
+		}
 	}
 }
 

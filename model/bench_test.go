@@ -45,3 +45,21 @@ func benchStep(b *testing.B, spec Spec, gorgoniaOps bool) {
 		m.vm.Reset()
 	}
 }
+
+// BenchmarkFeed binds one MNIST-shaped batch of 32 (ddp-train's default).
+func BenchmarkFeed(b *testing.B) {
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		spec := Spec{Kind: "mlp", InputShape: []int{784}, Hidden: []int{128, 128}, Activation: "relu", Classes: 10,
+			Dtype: dt, Batch: 32}
+		b.Run(dt.String(), func(b *testing.B) {
+			m := newPlain(b, spec, 1)
+			x, labels := data(spec, spec.Batch, 2)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := m.net.Feed(spec, x, labels); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

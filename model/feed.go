@@ -15,8 +15,43 @@ import (
 // or the gradients: the fixed-shape graph computes the mean over the n
 // real rows, as PyTorch does for an epoch's short last batch.
 //
-// Feed binds fresh tensors and keeps no reference to x or labels.
+// Feed keeps no reference to x or labels. It binds fresh tensor headers
+// over backings of its own that every Feed overwrites whole (Note [feed
+// buffers]), so a value read from X, Y or W after a run is valid only
+// until the next Feed.
 func (n *Net) Feed(spec Spec, x []float64, labels []int) error {
+	if err := n.checkFeed(spec, x, labels); err != nil {
+		return err
+	}
+	var err error
+	if n.spec.Dtype == tensor.Float32 {
+		err = feedAs(n, &n.feed.f32, x, labels)
+	} else {
+		err = feedAs(n, &n.feed.f64, x, labels)
+	}
+	if err != nil {
+		return err
+	}
+	n.rows = len(labels)
+	return nil
+}
+
+// Note [feed buffers]: the inputs' memory is allocated by the first Feed
+// and refilled by every later one, which saves a step three allocations of
+// the batch's size (and their clearing and collection). That is safe
+// because the machine reads an input only while it runs, and Feed runs
+// between runs. Feed writes every element, padding included, because an
+// op of the run may have written into an input's memory in place; and it
+// binds a new tensor header each time, because such an op may also have
+// changed the bound tensor's shape.
+
+// feedBuffers are the backings of X, Y and W, in the net's dtype.
+type feedBuffers struct {
+	f32 [3][]float32
+	f64 [3][]float64
+}
+
+func (n *Net) checkFeed(spec Spec, x []float64, labels []int) error {
 	s := n.spec
 	rows, d := len(labels), s.Features()
 	switch {
@@ -36,38 +71,47 @@ func (n *Net) Feed(spec Spec, x []float64, labels []int) error {
 			return fmt.Errorf("model: Feed: row %d has label %d; labels must lie in [0, %d)", r, c, s.Classes)
 		}
 	}
-	xs := make([]float64, s.Batch*d)
-	copy(xs, x)
-	ys := make([]float64, s.Batch*s.Classes)
-	ws := make([]float64, s.Batch)
-	for r, c := range labels {
-		ys[r*s.Classes+c] = 1
-		ws[r] = 1 / float64(rows)
-	}
-	if err := n.let(n.X, xs, s.Batch, d); err != nil {
-		return err
-	}
-	if err := n.let(n.Y, ys, s.Batch, s.Classes); err != nil {
-		return err
-	}
-	if err := n.let(n.W, ws, s.Batch); err != nil {
-		return err
-	}
-	n.rows = rows
 	return nil
 }
 
-// let binds a fresh tensor of the net's dtype, holding v, to node.
-func (n *Net) let(node *gorgonia.Node, v []float64, shape ...int) error {
-	var backing any = v
-	if n.spec.Dtype == tensor.Float32 {
-		v32 := make([]float32, len(v))
-		for k, x := range v {
-			v32[k] = float32(x)
-		}
-		backing = v32
+// feedAs fills bufs (X's, Y's and W's backings) from a checked batch, each
+// value rounded once to T, and binds them.
+func feedAs[T float32 | float64](n *Net, bufs *[3][]T, x []float64, labels []int) error {
+	s := n.spec
+	d := s.Features()
+	xs, ys, ws := resize(&bufs[0], s.Batch*d), resize(&bufs[1], s.Batch*s.Classes), resize(&bufs[2], s.Batch)
+	for k, v := range x {
+		xs[k] = T(v)
 	}
-	if err := gorgonia.Let(node, tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))); err != nil {
+	clear(xs[len(x):])
+	clear(ys)
+	clear(ws)
+	w := T(1 / float64(len(labels)))
+	for r, c := range labels {
+		ys[r*s.Classes+c] = 1
+		ws[r] = w
+	}
+	if err := let(n.X, xs, s.Batch, d); err != nil {
+		return err
+	}
+	if err := let(n.Y, ys, s.Batch, s.Classes); err != nil {
+		return err
+	}
+	return let(n.W, ws, s.Batch)
+}
+
+// resize returns *buf with n elements, allocating only when it is short.
+func resize[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+// let binds a new tensor header over v, of the given shape, to node.
+func let[T float32 | float64](node *gorgonia.Node, v []T, shape ...int) error {
+	if err := gorgonia.Let(node, tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v))); err != nil {
 		return fmt.Errorf("model: Feed: binding %s: %w", node.Name(), err)
 	}
 	return nil

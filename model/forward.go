@@ -24,6 +24,7 @@ type Net struct {
 	// nodes' own values may be overwritten later in the same run.
 	logits, loss gorgonia.Value
 	rows         int // real rows of the last Feed
+	feed         feedBuffers
 }
 
 // Forward builds the forward graph and the loss on p's graph. It calls

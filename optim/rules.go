@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/goddp/ddp/internal/vec"
 	"github.com/goddp/ddp/pg"
 )
 
@@ -96,7 +97,7 @@ func sgdStep[T float](p, d []T, alpha T) {
 
 func (o *sgd) Load(s State) error { return o.load(s, true) }
 
-type float interface{ ~float32 | ~float64 }
+type float interface{ float32 | float64 }
 
 // adam is PyTorch's Adam and AdamW without AMSGrad, following
 // torch.optim.adam._single_tensor_adam and adamw._single_tensor_adamw (the
@@ -146,9 +147,11 @@ func (o *adam) Step(params, grads []pg.Tensor) error {
 			*m, *v = pg.NewTensor(p.Dtype, p.Len()), pg.NewTensor(p.Dtype, p.Len())
 		}
 		if p.Dtype == pg.Float32 {
-			adamDecayStep(pg.View[float32](p), pg.View[float32](grads[i]), pg.View[float32](*m), pg.View[float32](*v), c)
+			adamDecayStep(adamKernels[float32]{vec.ScaleF32, vec.AdamF32}, pg.View[float32](p), pg.View[float32](grads[i]),
+				pg.View[float32](*m), pg.View[float32](*v), c)
 		} else {
-			adamDecayStep(pg.View[float64](p), pg.View[float64](grads[i]), pg.View[float64](*m), pg.View[float64](*v), c)
+			adamDecayStep(adamKernels[float64]{vec.ScaleF64, vec.AdamF64}, pg.View[float64](p), pg.View[float64](grads[i]),
+				pg.View[float64](*m), pg.View[float64](*v), c)
 		}
 	}
 	o.step++
@@ -180,13 +183,18 @@ func (o *adam) scalars(t int) adamScalars {
 	}
 }
 
-// adamDecayStep applies the weight decay, if any, and then adamStep.
-func adamDecayStep[T float](p, g, m, v []T, c adamScalars) {
+// adamKernels are the element-wise kernels of one Adam step in one dtype.
+type adamKernels[T float] struct {
+	scale func(s []T, f T)                        // s[i] *= f
+	step  func(p, g, m, v []T, a vec.AdamStep[T]) // the update proper
+}
+
+// adamDecayStep applies the weight decay, if any, and then the update
+// proper, which k.step computes as the four lines of the comment on adam
+// from exp_avg on, element by element, in that order and rounding.
+func adamDecayStep[T float](k adamKernels[T], p, g, m, v []T, c adamScalars) {
 	if c.decay != 1 {
-		decay := T(c.decay)
-		for k := range p {
-			p[k] = T(p[k] * decay)
-		}
+		k.scale(p, T(c.decay))
 	}
 	if c.coupled != 0 {
 		wd, gd := T(c.coupled), make([]T, len(g))
@@ -195,18 +203,8 @@ func adamDecayStep[T float](p, g, m, v []T, c adamScalars) {
 		}
 		g = gd
 	}
-	adamStep(p, g, m, v, c)
-}
-
-func adamStep[T float](p, g, m, v []T, c adamScalars) {
-	w1, beta2, w2 := T(c.w1), T(c.beta2), T(c.w2)
-	bc2Sqrt, eps, negStep := T(c.bc2Sqrt), T(c.eps), T(c.negStep)
-	for k, gk := range g {
-		m[k] += T(w1 * (gk - m[k]))
-		v[k] = T(v[k]*beta2) + T(T(w2*gk)*gk)
-		denom := T(T(math.Sqrt(float64(v[k])))/bc2Sqrt) + eps
-		p[k] += T(T(negStep*m[k]) / denom)
-	}
+	k.step(p, g, m, v, vec.AdamStep[T]{W1: T(c.w1), Beta2: T(c.beta2), W2: T(c.w2), BC2Sqrt: T(c.bc2Sqrt),
+		Eps: T(c.eps), NegStep: T(c.negStep)})
 }
 
 // Load takes a state whose Step > 0 only with both buffers of every
