@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/goddp/ddp/internal/vec"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -25,9 +26,9 @@ func (n *Net) Feed(spec Spec, x []float64, labels []int) error {
 	}
 	var err error
 	if n.spec.Dtype == tensor.Float32 {
-		err = feedAs(n, &n.feed.f32, x, labels)
+		err = feedAs(n, &n.feed.f32, vec.F64ToF32, x, labels)
 	} else {
-		err = feedAs(n, &n.feed.f64, x, labels)
+		err = feedAs(n, &n.feed.f64, func(dst, src []float64) { copy(dst, src) }, x, labels)
 	}
 	if err != nil {
 		return err
@@ -75,14 +76,12 @@ func (n *Net) checkFeed(spec Spec, x []float64, labels []int) error {
 }
 
 // feedAs fills bufs (X's, Y's and W's backings) from a checked batch, each
-// value rounded once to T, and binds them.
-func feedAs[T float32 | float64](n *Net, bufs *[3][]T, x []float64, labels []int) error {
+// value rounded once to T (conv converts x's values), and binds them.
+func feedAs[T float32 | float64](n *Net, bufs *[3][]T, conv func([]T, []float64), x []float64, labels []int) error {
 	s := n.spec
 	d := s.Features()
 	xs, ys, ws := resize(&bufs[0], s.Batch*d), resize(&bufs[1], s.Batch*s.Classes), resize(&bufs[2], s.Batch)
-	for k, v := range x {
-		xs[k] = T(v)
-	}
+	conv(xs[:len(x)], x)
 	clear(xs[len(x):])
 	clear(ys)
 	clear(ws)
