@@ -265,7 +265,7 @@ def table(model, a, res, sides):
     n = a.nproc
     torch_side = sides[-1]
     goddps = sides[:-1]
-    head = ['', *sides, *['%s/torch' % s.split(' ', 1)[-1] for s in goddps]]
+    head = ['', *sides, *['%s/torch' % s.split(' ', 1)[-1].strip('()') for s in goddps]]
     print('\n### %s: %d ranks, 1 epoch of %d samples, batch %d per rank, Adam %g; medians of %d rounds\n' % (
         model, n, res[(torch_side, n)][0]['samples'], a.batch, a.lr, len(res[(torch_side, n)])))
     print('| ' + ' | '.join(head) + ' |')
