@@ -133,15 +133,3 @@ func denseArg(fn string, i int, v gorgonia.Value, shape tensor.Shape, dt tensor.
 	}
 	return d, nil
 }
-
-// outBuf returns prealloc when it is a *tensor.Dense of the right shape and
-// dtype (the machine's register), else *own, allocated on first use.
-func outBuf(prealloc gorgonia.Value, own **tensor.Dense, shape tensor.Shape, dt tensor.Dtype) *tensor.Dense {
-	if p, ok := prealloc.(*tensor.Dense); ok && p.Shape().Eq(shape) && p.Dtype() == dt && !p.RequiresIterator() {
-		return p
-	}
-	if *own == nil {
-		*own = tensor.New(tensor.WithShape(shape.Clone()...), tensor.Of(dt))
-	}
-	return *own
-}

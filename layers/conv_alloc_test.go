@@ -118,7 +118,7 @@ func TestUsePreallocDo(t *testing.T) {
 		}
 	}
 	misfit := tensor.New(tensor.WithShape(2, 3, 5, 5), tensor.Of(tensor.Float32))
-	if got, err := conv.UsePreallocDo(misfit, x.Value(), w.Value()); err != nil || got != gorgonia.Value(conv.out) {
+	if got, err := conv.UsePreallocDo(misfit, x.Value(), w.Value()); err != nil || got != gorgonia.Value(conv.out.t) {
 		t.Fatalf("UsePreallocDo with a float32 register: %v (%v), want the op's own buffer", got, err)
 	}
 	preg := tensor.New(tensor.WithShape(2, 3, 4, 4), tensor.Of(tensor.Float64))

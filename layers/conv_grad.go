@@ -28,7 +28,7 @@ func (pointerOp) OverwritesInput() int { return -1 }
 type convFilterGradOp struct {
 	pointerOp
 	fwd *convOp
-	out *tensor.Dense
+	out ownBuf
 }
 
 func (op *convFilterGradOp) Arity() int { return 1 }
@@ -63,7 +63,7 @@ func (op *convFilterGradOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (g
 	if !f.ran {
 		return nil, fmt.Errorf("%s: the forward convolution has not run on this graph; run the whole graph", fn)
 	}
-	out := outBuf(prealloc, &op.out, op.shape(), f.dt)
+	out := op.out.pick(prealloc, f.dt, op.shape(), inputs{dOut})
 	switch f.dt {
 	case tensor.Float32:
 		convFilterGrad(f.geom, dOut.Float32s(), f.cols.([]float32), out.Float32s())
@@ -83,7 +83,7 @@ func (op *convFilterGradOp) String() string   { return "Conv2dFilterGrad" }
 type convBiasGradOp struct {
 	pointerOp
 	fwd *convOp
-	out *tensor.Dense
+	out ownBuf
 }
 
 func (op *convBiasGradOp) Arity() int { return 1 }
@@ -113,7 +113,7 @@ func (op *convBiasGradOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (gor
 	if err != nil {
 		return nil, err
 	}
-	out := outBuf(prealloc, &op.out, f.bShape, f.dt)
+	out := op.out.pick(prealloc, f.dt, f.bShape, inputs{dOut})
 	switch f.dt {
 	case tensor.Float32:
 		convBiasGrad(f.geom, dOut.Float32s(), out.Float32s())
@@ -131,7 +131,7 @@ func (op *convBiasGradOp) String() string        { return "Conv2dBiasGrad" }
 type convInputGradOp struct {
 	pointerOp
 	fwd  *convOp
-	out  *tensor.Dense
+	out  ownBuf
 	dcol any // []float32 or []float64, one sample's k×p
 }
 
@@ -169,7 +169,7 @@ func (op *convInputGradOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (go
 	if err != nil {
 		return nil, err
 	}
-	out := outBuf(prealloc, &op.out, op.shape(), f.dt)
+	out := op.out.pick(prealloc, f.dt, op.shape(), inputs{w, dOut})
 	switch f.dt {
 	case tensor.Float32:
 		convInputGrad(g, w.Float32s(), dOut.Float32s(), scratch[float32](&op.dcol, g.k()*g.p()), out.Float32s())

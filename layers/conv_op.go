@@ -21,8 +21,9 @@ import (
 // step, so the registers cannot carry a buffer from one step to the next.
 // Each op here therefore owns its output and scratch buffers, allocated on
 // the node's first run and reused by every later one; UsePreallocDo writes
-// into the register it is given when that fits, so no path allocates per
-// step. The ops neither call externs nor overwrite their inputs, so they
+// into the register it is given when that fits and shares no memory with an
+// input (ownBuf.pick, the rule of Note [output buffers]), so no path
+// allocates per step. The ops neither call externs nor overwrite their inputs, so they
 // always get a register of their own and Do is the path taken.
 //
 // A node's op is its own (Conv2d and SymDiff create a fresh op per node),
@@ -41,7 +42,7 @@ type convOp struct {
 	// call would escape to the heap through the error messages.
 	xShape, wShape, bShape, yShape tensor.Shape
 
-	out  *tensor.Dense
+	out  ownBuf
 	cols any // []float32 or []float64: n column matrices of k×p, read by the filter gradient
 	// ran is set once cols holds the column matrices of a forward run.
 	ran bool
@@ -101,7 +102,7 @@ func (op *convOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (gorgonia.Va
 			return nil, err
 		}
 	}
-	out := outBuf(prealloc, &op.out, op.outShape(), op.dt)
+	out := op.out.pick(prealloc, op.dt, op.outShape(), inputs{x, w, b})
 	n := g.n * g.k() * g.p()
 	switch op.dt {
 	case tensor.Float32:

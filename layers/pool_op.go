@@ -18,7 +18,7 @@ type poolOp struct {
 
 	inShp, outShp tensor.Shape // made once, as convOp's
 
-	out *tensor.Dense
+	out ownBuf
 	arg []int32 // per output, the argmax's index in its input plane; read by poolGradOp
 	ran bool    // arg holds a forward run's argmaxes
 }
@@ -56,7 +56,7 @@ func (op *poolOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (gorgonia.Va
 	if err != nil {
 		return nil, err
 	}
-	out := outBuf(prealloc, &op.out, op.outShape(), op.dt)
+	out := op.out.pick(prealloc, op.dt, op.outShape(), inputs{x})
 	if op.arg == nil {
 		op.arg = make([]int32, op.outShape().TotalSize())
 	}
@@ -101,7 +101,7 @@ func (op *poolOp) SymDiff(inputs gorgonia.Nodes, _, grad *gorgonia.Node) (gorgon
 type poolGradOp struct {
 	pointerOp
 	fwd *poolOp
-	out *tensor.Dense
+	out ownBuf
 }
 
 func (op *poolGradOp) Arity() int { return 1 }
@@ -134,7 +134,7 @@ func (op *poolGradOp) run(prealloc gorgonia.Value, in []gorgonia.Value) (gorgoni
 	if !f.ran {
 		return nil, fmt.Errorf("%s: the forward pooling has not run on this graph; run the whole graph", fn)
 	}
-	out := outBuf(prealloc, &op.out, f.inShape(), f.dt)
+	out := op.out.pick(prealloc, f.dt, f.inShape(), inputs{dOut})
 	switch f.dt {
 	case tensor.Float32:
 		maxPoolBackward(f.geom, dOut.Float32s(), f.arg, out.Float32s())
