@@ -6,6 +6,7 @@ import (
 
 	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/model"
+	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"go.uber.org/zap"
 )
@@ -19,10 +20,21 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}
+	var whole *optim.State // --zero: the shards consolidated, so any run can resume it
+	if z, ok := s.opt.(*optim.Zero); ok {
+		st, err := z.Consolidate(ctx)
+		if err != nil {
+			return fmt.Errorf("checkpoint at step %d: %w", step, err)
+		}
+		whole = &st
+	}
 	if t.g.Rank() != 0 {
 		return nil
 	}
 	ck := checkpoint.Capture(step, s.params, s.opt)
+	if whole != nil {
+		ck.Optimizer = *whole
+	}
 	ck.Extra = hookState
 	ck.Meta = t.runMeta() // Note [resume that cannot lie]
 	// The schedule's position, name and steps (optflags.go).

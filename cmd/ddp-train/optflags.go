@@ -16,6 +16,7 @@ package main
 // bitwise equal, so every rank clips identically without communicating.
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"slices"
@@ -36,6 +37,7 @@ type optimFlags struct {
 	warmupSteps, lrStepSize               int
 	warmupStartFactor, minLR, lrGamma     float64
 	clipGradNorm, clipGradValue           float64
+	zero                                  bool // --zero: optim.Zero's sharded state
 }
 
 // schedRun is a session's learning-rate schedule.
@@ -75,6 +77,8 @@ func (o *optimFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.lrGamma, "lr-gamma", 0.1, "StepLR's gamma (--lr-schedule step)")
 	fs.Float64Var(&o.clipGradNorm, "clip-grad-norm", 0, "clip the averaged gradients to this total 2-norm before each "+
 		"step (torch's clip_grad_norm_; 0: off)")
+	fs.BoolVar(&o.zero, "zero", false, "shard the optimizer state across the ranks (ZeRO stage 1, torch's "+
+		"ZeroRedundancyOptimizer): each rank steps its own parameters and broadcasts them; the same results")
 	fs.Float64Var(&o.clipGradValue, "clip-grad-value", 0, "clamp each averaged gradient element to ±V before each step "+
 		"(torch's clip_grad_value_; 0: off)")
 }
@@ -212,13 +216,17 @@ func (c config) recipe(total int) optim.Recipe {
 	return r
 }
 
-// newOptimizer is the optimizer the flags describe, for n parameters.
-func (c config) newOptimizer(n int) (optim.Optimizer, error) {
+// newOptimizer is the optimizer the flags describe, for parameters of
+// sizes[i] elements: with --zero, its state sharded over g.
+func (c config) newOptimizer(g pg.ProcessGroup, sizes []int) (optim.Optimizer, error) {
 	o, err := c.optimizerOptions()
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optim.NewWith(c.optimizer, o, n)
+	if c.zero {
+		return optim.NewZero(g, c.optimizer, o, sizes, optim.ZeroOptions{Timeout: c.timeout})
+	}
+	opt, err := optim.NewWith(c.optimizer, o, len(sizes))
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -277,7 +285,7 @@ func (s *session) saveSchedule(c config, ck *checkpoint.Checkpoint, total int) {
 
 // update clips the averaged gradients as the flags say, sets the
 // schedule's rate, steps the optimizer and then the schedule.
-func (s *session) update(c config, params, grads []pg.Tensor) error {
+func (s *session) update(ctx context.Context, c config, params, grads []pg.Tensor) error {
 	switch {
 	case c.clipGradNorm > 0:
 		if _, err := optim.ClipGradNorm(grads, c.clipGradNorm, 2); err != nil {
@@ -291,7 +299,11 @@ func (s *session) update(c config, params, grads []pg.Tensor) error {
 	if err := s.opt.SetLR(s.sched.LR()); err != nil {
 		return fmt.Errorf("the schedule's rate: %w", err)
 	}
-	if err := s.opt.Step(params, grads); err != nil {
+	step := s.opt.Step
+	if z, ok := s.opt.(*optim.Zero); ok {
+		step = func(params, grads []pg.Tensor) error { return z.StepContext(ctx, params, grads) }
+	}
+	if err := step(params, grads); err != nil {
 		return err
 	}
 	s.sched.Step()

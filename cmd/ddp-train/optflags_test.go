@@ -91,7 +91,7 @@ func TestOptimFlagsBuild(t *testing.T) {
 		if o.Betas != nil && *o.Betas != [2]float64{0.8, 0.95} {
 			t.Errorf("--betas 0.8, 0.95: %v", *o.Betas)
 		}
-		if _, err := cfg.newOptimizer(3); err != nil {
+		if _, err := cfg.newOptimizer(nil, []int{1, 1, 1}); err != nil {
 			t.Errorf("%v: %v", c.args, err)
 		}
 	}

@@ -52,6 +52,10 @@ type summary struct {
 	Backend       string  `json:"backend"`
 	CommHook      string  `json:"comm_hook"`
 	SkippedSteps  int     `json:"skipped_steps"` // updates skipped by --on-nonfinite skip
+	// Rank 0's optimizer-state bytes: its share with --zero (Zero), the
+	// whole state without.
+	OptimizerStateBytes int64 `json:"optimizer_state_bytes"`
+	Zero                bool  `json:"zero"`
 	// The last held-out evaluation (--eval-data; eval.go); absent without one.
 	EvalLoss     *float64 `json:"eval_loss,omitempty"`
 	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`

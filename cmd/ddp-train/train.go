@@ -149,7 +149,11 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	}
 	// Every parameter, used or not: DDP steps each with its average over
 	// ranks (ddp: Note [every parameter is stepped]).
-	if s.opt, err = t.c.newOptimizer(len(p.Nodes)); err != nil { // optflags.go
+	sizes := make([]int, len(p.Nodes))
+	for i, n := range p.Nodes {
+		sizes[i] = n.Shape().TotalSize()
+	}
+	if s.opt, err = t.c.newOptimizer(t.g, sizes); err != nil { // optflags.go
 		return nil, err
 	}
 	if t.c.resume {
@@ -311,6 +315,7 @@ func (t *trainer) end(ctx context.Context, s *session, prog *progress, total int
 	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped),
 		zap.String("param_digest", digest(s.params)))
 	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
+	sum.OptimizerStateBytes, sum.Zero = optim.StateBytes(s.opt), t.c.zero
 	sum.SkippedSteps = prog.skipped
 	sum.setEval(ev)
 	return t.writeOutputs(s, sum) // outputs.go: Note [outputs only on success]
@@ -407,7 +412,7 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		}
 	}
 	st.lr = s.sched.LR()
-	if err := s.update(t.c, params, grads); err != nil { // optflags.go: clipping, the schedule, the step
+	if err := s.update(ctx, t.c, params, grads); err != nil { // optflags.go: clipping, the schedule, the step
 		return st, err
 	}
 	s.vm.Reset()
