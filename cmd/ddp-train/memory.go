@@ -106,7 +106,11 @@ func estimateMemory(c config, info dataset.Info, spec model.Spec, replicas, proc
 		width += int64(h)
 	}
 	activations := 4 * int64(spec.Batch) * width * 8
-	perReplica := params*size*(modelCopies+optimizerState(c.optimizer)) + activations
+	state := params * size * optimizerState(c.optimizer)
+	if c.zero { // each rank its share; ranks on this machine <= the world, so never less than the real share
+		state = (state + int64(replicas*procs) - 1) / int64(max(replicas*procs, 1))
+	}
+	perReplica := params*size*modelCopies + state + activations
 	return memEstimate{data: data, model: int64(replicas) * perReplica, runtime: selfStatus("VmRSS"), procs: procs}
 }
 

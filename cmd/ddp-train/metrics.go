@@ -11,6 +11,7 @@ import (
 type trainingMetrics struct {
 	step, loss, accuracy, comm prometheus.Gauge
 	lr                         prometheus.Gauge       // the learning rate of the last step (--lr-schedule)
+	optState                   prometheus.Gauge       // this rank's optimizer-state bytes (its share with --zero)
 	evalLoss, evalAccuracy     prometheus.Gauge       // ddp_eval_*: the last held-out evaluation (eval.go)
 	evalStep                   prometheus.Gauge       // the optimizer steps done when it ran
 	samples                    prometheus.Counter     // this rank's; sum(rate(...)) over ranks is the job's samples/s
@@ -28,6 +29,8 @@ func newTrainingMetrics() trainingMetrics {
 		loss:     g("loss", "Mean training loss over ranks since the previous figures."),
 		accuracy: g("accuracy_ratio", "Training accuracy over ranks since the previous figures."),
 		lr:       g("learning_rate", "The learning rate of the last optimizer step (--lr-schedule)."),
+		optState: g("optimizer_state_bytes", "Bytes of optimizer state this rank holds: its partition's with --zero, "+
+			"the whole otherwise."),
 		evalLoss: evalGauge("loss", "Mean cross-entropy over the held-out set (--eval-data) at the last evaluation."),
 		evalAccuracy: evalGauge("accuracy_ratio",
 			"Accuracy over the held-out set (--eval-data) at the last evaluation."),
@@ -54,7 +57,7 @@ func evalGauge(name, help string) prometheus.Gauge {
 }
 
 func (m trainingMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.step, m.lr, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew,
+	return []prometheus.Collector{m.step, m.lr, m.optState, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew,
 		m.evalLoss, m.evalAccuracy, m.evalStep}
 }
 
@@ -66,6 +69,13 @@ func (m *trainingMetrics) observeEval(r evalResult) {
 	m.evalLoss.Set(r.Loss)
 	m.evalAccuracy.Set(r.Accuracy)
 	m.evalStep.Set(float64(r.Step))
+}
+
+// observeOptState sets ddp_train_optimizer_state_bytes.
+func (m *trainingMetrics) observeOptState(n int64) {
+	if m != nil {
+		m.optState.Set(float64(n))
+	}
 }
 
 // observeLR sets ddp_train_learning_rate.

@@ -43,3 +43,14 @@ func TestSamplesCounter(t *testing.T) {
 	var off *trainingMetrics
 	off.addSamples(1, 0) // metrics off: nothing, no panic
 }
+
+// ddp_train_optimizer_state_bytes is the value observeOptState sets.
+func TestOptimizerStateGauge(t *testing.T) {
+	m := newTrainingMetrics()
+	m.observeOptState(4096)
+	if got := testutil.ToFloat64(m.optState); got != 4096 {
+		t.Errorf("ddp_train_optimizer_state_bytes %v, want 4096", got)
+	}
+	var off *trainingMetrics
+	off.observeOptState(1) // metrics off: nothing, no panic
+}

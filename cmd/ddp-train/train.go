@@ -415,6 +415,7 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 	if err := s.update(ctx, t.c, params, grads); err != nil { // optflags.go: clipping, the schedule, the step
 		return st, err
 	}
+	t.metrics.observeOptState(optim.StateBytes(s.opt))
 	s.vm.Reset()
 	return st, nil
 }

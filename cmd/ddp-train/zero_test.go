@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goddp/ddp/dataset"
 )
 
 // savedArrays reads every .npy file of a --save directory, by name.
@@ -110,4 +113,24 @@ func summaryStateBytes(t *testing.T, file string) int64 {
 		t.Fatal(err)
 	}
 	return s.OptimizerStateBytes
+}
+
+// With --zero the memory estimate counts each rank's share of the
+// optimizer state, so a run whose whole state would not fit a limit is
+// not refused for it.
+func TestZeroMemoryEstimate(t *testing.T) {
+	c, err := parseFlags([]string{"--optimizer", "adam", "--hidden", "256,256"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := dataset.Info{N: 64, D: 784, Classes: 10, Shape: []int{784}, Bytes: 64 * 784}
+	spec := specFor(c, info)
+	whole := estimateMemory(c, info, spec, 1, 4).model
+	c.zero = true
+	share := estimateMemory(c, info, spec, 1, 4).model
+	state := spec.NumParams() * int64(spec.Dtype.Size()) * 2
+	if whole-share != state-(state+3)/4 {
+		t.Errorf("the estimate with --zero on 4 ranks is %d bytes less, want %d (three quarters of Adam's %d)",
+			whole-share, state-(state+3)/4, state)
+	}
 }
