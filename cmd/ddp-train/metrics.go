@@ -57,7 +57,8 @@ func evalGauge(name, help string) prometheus.Gauge {
 }
 
 func (m trainingMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.step, m.lr, m.optState, m.loss, m.accuracy, m.samples, m.comm, m.skipped, m.last, m.skew,
+	return []prometheus.Collector{m.step, m.lr, m.optState, m.loss, m.accuracy, m.samples, m.comm, m.skipped,
+		m.last, m.skew,
 		m.evalLoss, m.evalAccuracy, m.evalStep}
 }
 
