@@ -130,15 +130,12 @@ func (z *Zero) Step(params, grads []pg.Tensor) error {
 // Step takes them; the gradients of the parameters other ranks own are not
 // read.
 func (z *Zero) StepContext(ctx context.Context, params, grads []pg.Tensor) error {
-	if len(params) != len(z.sizes) || len(grads) != len(z.sizes) {
-		return fmt.Errorf("optim: zero %s.Step: %d parameters and %d gradients, but the optimizer was made for %d",
-			z.name, len(params), len(grads), len(z.sizes))
+	if len(grads) != len(z.sizes) {
+		return fmt.Errorf("optim: zero %s.Step: %d gradients, but the optimizer was made for %d parameters",
+			z.name, len(grads), len(z.sizes))
 	}
-	for i, p := range params {
-		if p.Len() != z.sizes[i] {
-			return fmt.Errorf("optim: zero %s.Step: parameter %d has %d values, but the optimizer was made for %d", z.name,
-				i, p.Len(), z.sizes[i])
-		}
+	if err := z.checkParams(params); err != nil {
+		return err
 	}
 	for i, in := range z.inner {
 		if err := in.Step(params[i:i+1], grads[i:i+1]); err != nil {
@@ -147,6 +144,21 @@ func (z *Zero) StepContext(ctx context.Context, params, grads []pg.Tensor) error
 	}
 	z.step++
 	return z.SyncParams(ctx, params)
+}
+
+// checkParams refuses parameters the optimizer was not made for.
+func (z *Zero) checkParams(params []pg.Tensor) error {
+	if len(params) != len(z.sizes) {
+		return fmt.Errorf("optim: zero %s: %d parameters, but the optimizer was made for %d", z.name, len(params),
+			len(z.sizes))
+	}
+	for i, p := range params {
+		if p.Len() != z.sizes[i] {
+			return fmt.Errorf("optim: zero %s: parameter %d has %d values, but the optimizer was made for %d", z.name,
+				i, p.Len(), z.sizes[i])
+		}
+	}
+	return nil
 }
 
 // SyncParams broadcasts every parameter from its owner, all in flight at

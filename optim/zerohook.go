@@ -1,0 +1,330 @@
+package optim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/goddp/ddp/commhook"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/reducer"
+)
+
+// ZeroHookOptions configure Zero.Hook.
+type ZeroHookOptions struct {
+	// Deferred is torch's hook_with_zero_step: no bucket is stepped until
+	// the iteration's last bucket has been handed to the hook, so the
+	// steps overlap only the reductions still in flight, never backward's
+	// computation. False is hook_with_zero_step_interleaved: each bucket
+	// is stepped as soon as its own reduction completes, while backward
+	// still runs.
+	Deferred bool
+	// ClipValue, when positive, clamps every averaged gradient to
+	// [-ClipValue, ClipValue] before the step, as ClipGradValue does
+	// (torch's clip_grad_value_). A norm over all gradients cannot be
+	// clipped here: no bucket waits for the others.
+	ClipValue float64
+}
+
+// ZeroHook is a comm hook that overlaps a Zero's step with backward, as
+// torch's ddp_zero_hook does (see Note [ZeRO overlapped with backward]).
+// It serves one reducer on one rank; make it with Zero.Hook and pass it as
+// the reducer's hook.
+type ZeroHook struct {
+	z     *Zero
+	inner commhook.Hook
+	bcast pg.ProcessGroup
+	o     ZeroHookOptions
+
+	mu      sync.Mutex
+	params  []pg.Tensor // Begin's: the parameters' values, read while backward runs
+	accum   int         // Begin's: what the gradients are divided by (accumulated micro-batches)
+	armed   bool        // between Begin and Finish
+	last    chan struct{}
+	prev    *zeroTurn  // the previous bucket's turn to broadcast
+	results []zeroSlot // every parameter seen this iteration, with its new value's place
+	scratch map[int]pg.Tensor
+}
+
+// zeroSlot is where one parameter's new value lies after its bucket.
+type zeroSlot struct {
+	index int
+	value pg.Tensor
+}
+
+// zeroTurn is one bucket's right to issue its broadcasts: done closes once
+// it has issued them (or given up, err set).
+type zeroTurn struct {
+	done chan struct{}
+	err  error
+}
+
+// Note [ZeRO overlapped with backward]: the reducer hands each bucket to
+// the hook as soon as its gradients are ready, in bucket order. The hook
+// runs the inner hook (the reduction, any comm hook) and returns a Work
+// that finishes when the bucket's parameters are updated everywhere:
+//
+//  1. wait for the bucket's reduction (and, Deferred, for the last bucket
+//     to have been launched);
+//  2. for each parameter of the bucket this rank owns, step it with its
+//     averaged gradient, reading the parameter's value (which backward may
+//     still be reading too: it is only read) and writing the new value
+//     into the gradient's place in the bucket's buffer, which no one needs
+//     once it has been stepped;
+//  3. broadcast every parameter of the bucket from its owner into that same
+//     place: a non-owner's averaged gradient of a parameter is never read;
+//  4. once the iteration is over (the reducer has waited for every Work,
+//     backward no longer reads the parameters), Finish copies every new
+//     value into its parameter.
+//
+// The broadcasts go over a group of their own (Zero.Hook's bcast, for
+// example a pg.Splitter's NewGroup of every rank), not the reducer's: a
+// bucket's broadcasts are issued once its reduction completes, which on
+// the reducer's group would interleave with later buckets' reductions
+// differently on different ranks (the hang torch avoids by allowing the
+// hook only on NCCL, pytorch#62300). On their own group they are issued in
+// bucket order on every rank: each bucket waits for the previous one's
+// turn. The step itself is the unsharded optimizer's, elementwise on the
+// same averaged gradients, so the parameters end bitwise where Zero's
+// Step (and the unsharded optimizer) would leave them.
+
+// Hook returns a comm hook that runs inner (nil: commhook.Allreduce) for
+// each bucket and then steps this rank's parameters in it, sending each
+// bucket's parameters from their owners over bcast, a group of the same
+// ranks in the same order as the Zero's group, used by nothing else.
+// Every rank calls Begin before each synchronised backward and Finish
+// after it; the reducer must be made with this hook, with every parameter
+// used in every iteration (no FindUnusedParameters), and with buckets of
+// the parameters' dtype (no MixedPrecision).
+func (z *Zero) Hook(inner commhook.Hook, bcast pg.ProcessGroup, o ZeroHookOptions) (*ZeroHook, error) {
+	switch {
+	case bcast == nil:
+		return nil, errors.New("optim: zero hook: no broadcast group; pass a group of the same ranks used by nothing " +
+			"else (a pg.Splitter's NewGroup)")
+	case bcast.Size() != z.g.Size() || bcast.Rank() != z.g.Rank():
+		return nil, fmt.Errorf("optim: zero hook: the broadcast group is rank %d of %d, the optimizer's rank %d of %d; "+
+			"it must hold the same ranks in the same order", bcast.Rank(), bcast.Size(), z.g.Rank(), z.g.Size())
+	case o.ClipValue < 0:
+		return nil, fmt.Errorf("optim: zero hook: ClipValue %v; want 0 (off) or more", o.ClipValue)
+	}
+	if inner == nil {
+		inner = commhook.Allreduce{}
+	}
+	return &ZeroHook{z: z, inner: inner, bcast: bcast, o: o, scratch: map[int]pg.Tensor{}}, nil
+}
+
+// Name is "zero(<inner>)".
+func (h *ZeroHook) Name() string { return "zero(" + commhook.Name(h.inner) + ")" }
+
+// Inner returns the hook that reduces each bucket, for its state.
+func (h *ZeroHook) Inner() commhook.Hook { return h.inner }
+
+// Begin arms the hook for the next synchronised backward: params are the
+// parameters' values (ddp.DDP.ParamTensors), in the Zero's order, and
+// accum what the averaged gradients are divided by before the step (the
+// micro-batches accumulated into them; 1 for none). Set the learning rate
+// with the Zero's SetLR before Begin.
+func (h *ZeroHook) Begin(params []pg.Tensor, accum int) error {
+	if err := h.z.checkParams(params); err != nil {
+		return err
+	}
+	if accum < 1 {
+		return fmt.Errorf("optim: zero hook: accumulation %d; want 1 or more", accum)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.armed {
+		return errors.New("optim: zero hook: Begin twice without Finish")
+	}
+	h.params, h.accum, h.armed, h.last, h.prev, h.results = params, accum, true, make(chan struct{}), nil, nil
+	return nil
+}
+
+// Finish ends the iteration Begin armed: it copies every parameter's new
+// value into the parameter and counts the Zero's step. Call it after the
+// reducer has finished the iteration without error (ddp.DDP.RunAll
+// returned nil) and before the next forward. After a failed iteration call
+// Abandon instead.
+func (h *ZeroHook) Finish() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.armed {
+		return errors.New("optim: zero hook: Finish without Begin")
+	}
+	if len(h.results) != len(h.params) {
+		h.armed = false
+		return fmt.Errorf("optim: zero hook: the iteration's buckets held %d of the %d parameters; ZeRO's overlap needs "+
+			"every parameter in every iteration (no unused parameters)", len(h.results), len(h.params))
+	}
+	for _, s := range h.results {
+		copy(h.params[s.index].Data, s.value.Data)
+	}
+	h.armed, h.results = false, nil
+	h.z.step++
+	return nil
+}
+
+// Abandon disarms the hook after a failed iteration; nothing is copied.
+// Some owners may have stepped their state already: resume from a
+// checkpoint.
+func (h *ZeroHook) Abandon() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed, h.results = false, nil
+}
+
+// Run is the hook: see Note [ZeRO overlapped with backward].
+func (h *ZeroHook) Run(ctx context.Context, g pg.ProcessGroup, b *commhook.GradBucket) pg.Work {
+	h.mu.Lock()
+	if !h.armed {
+		h.mu.Unlock()
+		return pg.Completed(errors.New("optim: zero hook: a bucket arrived without Begin; call Begin before every " +
+			"synchronised backward"))
+	}
+	prev, mine := h.prev, &zeroTurn{done: make(chan struct{})}
+	h.prev = mine
+	for j, p := range b.Params {
+		h.results = append(h.results, zeroSlot{index: p.Index, value: b.Gradient(j)})
+	}
+	last, params, accum := h.last, h.params, h.accum
+	if b.IsLast {
+		close(h.last)
+	}
+	h.mu.Unlock()
+	if err := h.check(b, params); err != nil {
+		mine.pass(err)
+		return pg.Completed(err)
+	}
+	w := h.inner.Run(ctx, g, b)
+	f := pg.NewFuture()
+	go func() { f.Complete(h.bucket(ctx, b, w, params, accum, last, prev, mine)) }()
+	return f
+}
+
+// check refuses a bucket the hook cannot step.
+func (h *ZeroHook) check(b *commhook.GradBucket, params []pg.Tensor) error {
+	for _, p := range b.Params {
+		if p.Index < 0 || p.Index >= len(params) {
+			return fmt.Errorf("optim: zero hook: bucket %d holds parameter %d, but the optimizer has %d", b.Index, p.Index,
+				len(params))
+		}
+		if d := params[p.Index].Dtype; d != b.Buffer.Dtype {
+			return fmt.Errorf("optim: zero hook: bucket %d is %v but parameter %d (%s) is %v; ZeRO's overlap writes the "+
+				"new parameters into the bucket and needs buckets of the parameters' dtype (no MixedPrecision)",
+				b.Index, b.Buffer.Dtype, p.Index, p.Name, d)
+		}
+	}
+	return nil
+}
+
+// bucket is one bucket's Work: reduction, step, broadcasts.
+func (h *ZeroHook) bucket(ctx context.Context, b *commhook.GradBucket, w pg.Work, params []pg.Tensor, accum int,
+	last chan struct{}, prev, mine *zeroTurn) error {
+	err := w.Wait(ctx)
+	if err == nil && h.o.Deferred {
+		err = waitChan(ctx, last, "the iteration's last bucket")
+	}
+	if err == nil {
+		err = h.stepBucket(b, params, accum)
+	}
+	if err == nil {
+		err = prev.wait(ctx)
+	}
+	if err != nil {
+		mine.pass(err)
+		return err
+	}
+	works, owners := make([]pg.Work, len(b.Params)), make([]int, len(b.Params))
+	for j, p := range b.Params {
+		owners[j] = h.z.owners[p.Index]
+		works[j] = h.bcast.Broadcast(ctx, b.Gradient(j), owners[j])
+	}
+	mine.pass(nil)
+	if err := waitAll(ctx, works, "broadcasting bucket parameter %d from rank %d", owners); err != nil {
+		return fmt.Errorf("bucket %d: %w", b.Index, err)
+	}
+	return nil
+}
+
+// stepBucket steps this rank's parameters of b, each into its gradient's
+// place in the bucket.
+// Every rank holds the same averages, so every rank refuses a non-finite
+// bucket at the same bucket, and none waits for a broadcast that will not
+// come.
+func (h *ZeroHook) stepBucket(b *commhook.GradBucket, params []pg.Tensor, accum int) error {
+	for j, p := range b.Params {
+		if !reducer.Finite(b.Gradient(j)) {
+			return fmt.Errorf("optim: zero hook: %w: parameter %d (%s), bucket %d; with ZeRO's overlap a step cannot "+
+				"be skipped once other buckets have been stepped: resume from a checkpoint with a lower rate, or train "+
+				"without the overlap", reducer.ErrNonFinite, p.Index, p.Name, b.Index)
+		}
+	}
+	for j, p := range b.Params {
+		in, ok := h.z.inner[p.Index]
+		if !ok {
+			continue
+		}
+		place := b.Gradient(j)
+		grad := h.scratchFor(p.Index, place)
+		copy(grad.Data, place.Data)
+		if accum > 1 {
+			if err := commhook.Divide(grad, accum); err != nil {
+				return err
+			}
+		}
+		if h.o.ClipValue > 0 {
+			if err := ClipGradValue([]pg.Tensor{grad}, h.o.ClipValue); err != nil {
+				return err
+			}
+		}
+		copy(place.Data, params[p.Index].Data)
+		if err := in.Step([]pg.Tensor{place}, []pg.Tensor{grad}); err != nil {
+			return fmt.Errorf("%w (parameter %d)", err, p.Index)
+		}
+	}
+	return nil
+}
+
+// scratchFor is parameter i's gradient copy, made once: the size of the
+// parameters this rank owns, in all.
+func (h *ZeroHook) scratchFor(i int, like pg.Tensor) pg.Tensor {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.scratch[i]
+	if !ok || s.Dtype != like.Dtype || s.Len() != like.Len() {
+		s = pg.NewTensor(like.Dtype, like.Len())
+		h.scratch[i] = s
+	}
+	return s
+}
+
+// pass hands the turn on; err non-nil means the bucket gave up.
+func (t *zeroTurn) pass(err error) {
+	t.err = err
+	close(t.done)
+}
+
+// wait blocks until the previous bucket t has issued its broadcasts.
+func (t *zeroTurn) wait(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	if err := waitChan(ctx, t.done, "the previous bucket's broadcasts"); err != nil {
+		return err
+	}
+	if t.err != nil {
+		return fmt.Errorf("optim: zero hook: an earlier bucket failed: %w", t.err)
+	}
+	return nil
+}
+
+// waitChan waits for c to close or ctx to end.
+func waitChan(ctx context.Context, c <-chan struct{}, what string) error {
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("optim: zero hook: waiting for %s: %w", what, context.Cause(ctx))
+	}
+}
