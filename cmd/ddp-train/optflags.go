@@ -37,7 +37,8 @@ type optimFlags struct {
 	warmupSteps, lrStepSize               int
 	warmupStartFactor, minLR, lrGamma     float64
 	clipGradNorm, clipGradValue           float64
-	zero                                  bool // --zero: optim.Zero's sharded state
+	zero                                  bool   // --zero: optim.Zero's sharded state
+	zeroOverlap                           string // --zero-overlap: off, interleaved, deferred (zerooverlap.go)
 }
 
 // schedRun is a session's learning-rate schedule.
@@ -79,6 +80,9 @@ func (o *optimFlags) register(fs *flag.FlagSet) {
 		"step (torch's clip_grad_norm_; 0: off)")
 	fs.BoolVar(&o.zero, "zero", false, "shard the optimizer state across the ranks (ZeRO stage 1, torch's "+
 		"ZeroRedundancyOptimizer): each rank steps its own parameters and broadcasts them; the same results")
+	fs.StringVar(&o.zeroOverlap, "zero-overlap", "off", "with --zero, step each bucket's parameters once its "+
+		"reduction completes and broadcast them while later buckets reduce: interleaved (torch's "+
+		"hook_with_zero_step_interleaved) or deferred (hook_with_zero_step: after backward); the same results")
 	fs.Float64Var(&o.clipGradValue, "clip-grad-value", 0, "clamp each averaged gradient element to ±V before each step "+
 		"(torch's clip_grad_value_; 0: off)")
 }
@@ -140,7 +144,7 @@ func (c config) validateOptim() error {
 			return err
 		}
 	}
-	for _, check := range []func() error{c.validateOptimFlagUse, c.validateScheduleClip} {
+	for _, check := range []func() error{c.validateOptimFlagUse, c.validateScheduleClip, c.validateZero} {
 		if err := check(); err != nil {
 			return err
 		}

@@ -39,6 +39,11 @@ func TestOptimFlagsRefused(t *testing.T) {
 		{[]string{"--clip-grad-norm", "-1"}, "--clip-grad-norm -1: want a number > 0 (0: off)"},
 		{[]string{"--clip-grad-value", "Inf"}, "--clip-grad-value +Inf: want a finite number"},
 		{[]string{"--clip-grad-norm", "1", "--clip-grad-value", "1"}, "give one of them"},
+		{[]string{"--zero-overlap", "yes"}, "--zero-overlap \"yes\": want off, interleaved"},
+		{[]string{"--zero-overlap", "interleaved"}, "--zero-overlap interleaved needs --zero"},
+		{[]string{"--zero", "--zero-overlap", "deferred", "--clip-grad-norm", "1"}, "--zero-overlap and --clip-grad-norm"},
+		{[]string{"--zero", "--zero-overlap", "interleaved", "--on-nonfinite", "skip"}, "--on-nonfinite skip: a step"},
+		{[]string{"--zero", "--zero-overlap", "interleaved", "--find-unused-parameters"}, "needs every parameter"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -54,8 +54,9 @@ type summary struct {
 	SkippedSteps  int     `json:"skipped_steps"` // updates skipped by --on-nonfinite skip
 	// Rank 0's optimizer-state bytes: its share with --zero (Zero), the
 	// whole state without.
-	OptimizerStateBytes int64 `json:"optimizer_state_bytes"`
-	Zero                bool  `json:"zero"`
+	OptimizerStateBytes int64  `json:"optimizer_state_bytes"`
+	Zero                bool   `json:"zero"`
+	ZeroOverlap         string `json:"zero_overlap"` // --zero-overlap: off, interleaved or deferred
 	// The last held-out evaluation (--eval-data; eval.go); absent without one.
 	EvalLoss     *float64 `json:"eval_loss,omitempty"`
 	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`

@@ -81,6 +81,10 @@ type session struct {
 	tl     *timeline.Writer // --timeline; nil without
 	strag  *stragglers      // who arrives last; made by agreeStop
 	eval   *evaluator       // the held-out set's scorer; nil without one (eval.go)
+	// --zero-overlap: the hook that steps each bucket, and its broadcast
+	// group (zerooverlap.go); nil without
+	zh        *optim.ZeroHook
+	zeroBcast pg.ProcessGroup
 
 	schedRun // the learning-rate schedule (optflags.go)
 }
@@ -95,6 +99,11 @@ func (s *session) close(log *zap.Logger) {
 	if c, ok := s.hook.(io.Closer); ok {
 		if err := c.Close(); err != nil {
 			log.Warn("closing the comm hook", zap.Error(err))
+		}
+	}
+	if s.zeroBcast != nil {
+		if err := s.zeroBcast.Close(); err != nil {
+			log.Warn("closing --zero-overlap's broadcast group", zap.Error(err))
 		}
 	}
 }
@@ -119,6 +128,18 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		return nil, usageError{err}
 	}
 	s.hook = hook
+	// Every parameter, used or not: DDP steps each with its average over
+	// ranks (ddp: Note [every parameter is stepped]).
+	sizes := make([]int, len(p.Nodes))
+	for i, n := range p.Nodes {
+		sizes[i] = n.Shape().TotalSize()
+	}
+	if s.opt, err = t.c.newOptimizer(t.g, sizes); err != nil { // optflags.go
+		return nil, err
+	}
+	if hook, err = s.zeroHook(ctx, t.c, t.g, hook); err != nil { // zerooverlap.go: --zero-overlap
+		return nil, err
+	}
 	s.ddp, err = ddp.Wrap(ctx, t.g, p.Nodes, reducer.Options{
 		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
@@ -145,15 +166,6 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	}
 	t.buildMu.Unlock()
 	if err != nil {
-		return nil, err
-	}
-	// Every parameter, used or not: DDP steps each with its average over
-	// ranks (ddp: Note [every parameter is stepped]).
-	sizes := make([]int, len(p.Nodes))
-	for i, n := range p.Nodes {
-		sizes[i] = n.Shape().TotalSize()
-	}
-	if s.opt, err = t.c.newOptimizer(t.g, sizes); err != nil { // optflags.go
 		return nil, err
 	}
 	if t.c.resume {
@@ -315,7 +327,7 @@ func (t *trainer) end(ctx context.Context, s *session, prog *progress, total int
 	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped),
 		zap.String("param_digest", digest(s.params)))
 	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
-	sum.OptimizerStateBytes, sum.Zero = optim.StateBytes(s.opt), t.c.zero
+	sum.OptimizerStateBytes, sum.Zero, sum.ZeroOverlap = optim.StateBytes(s.opt), t.c.zero, t.c.zeroOverlap
 	sum.SkippedSteps = prog.skipped
 	sum.setEval(ev)
 	return t.writeOutputs(s, sum) // outputs.go: Note [outputs only on success]
@@ -366,8 +378,11 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		start := time.Now()
 		if micro < k-1 {
 			err = s.ddp.RunAllNoSync(ctx, vm)
-		} else {
+		} else if err = s.beginZero(k); err == nil { // zerooverlap.go: --zero-overlap
 			err = s.ddp.RunAll(ctx, vm)
+		}
+		if err != nil && s.zh != nil {
+			s.zh.Abandon() // a failed overlapped step copies nothing
 		}
 		what, nonFinite := nonFiniteGrads(err) // Note [non-finite guard]
 		if err != nil && !nonFinite {
@@ -399,6 +414,13 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		if micro < k-1 {
 			s.vm.Reset()
 		}
+	}
+	if s.zh != nil { // the buckets have stepped and broadcast the parameters
+		st.lr = s.sched.LR()
+		err := s.finishZero()
+		t.metrics.observeOptState(optim.StateBytes(s.opt))
+		s.vm.Reset()
+		return st, err
 	}
 	params, grads, err := s.ddp.StepTensors()
 	if err != nil {
