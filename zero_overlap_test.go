@@ -24,11 +24,12 @@ type zeroCase struct {
 	accum    int
 	clip     float64
 	hook     string // "", "fp16"
+	reduce   bool   // ZeroHookOptions.ReduceToOwners
 }
 
 func (c zeroCase) String() string {
-	return fmt.Sprintf("%s/%d/%s/deferred=%v/accum=%d/clip=%v/hook=%q", c.backend, c.ranks, c.opt, c.deferred, c.accum,
-		c.clip, c.hook)
+	return fmt.Sprintf("%s/%d/%s/deferred=%v/accum=%d/clip=%v/hook=%q/reduce=%v", c.backend, c.ranks, c.opt,
+		c.deferred, c.accum, c.clip, c.hook, c.reduce)
 }
 
 // zeroRun is what one rank ends with.
@@ -115,7 +116,11 @@ func zeroSetup(ctx context.Context, g pg.ProcessGroup, c zeroCase, sizes []int, 
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	zh, err := z.Hook(inner, bcast, optim.ZeroHookOptions{Deferred: c.deferred, ClipValue: c.clip})
+	if c.reduce {
+		inner = nil
+	}
+	zh, err := z.Hook(inner, bcast, optim.ZeroHookOptions{Deferred: c.deferred, ClipValue: c.clip,
+		ReduceToOwners: c.reduce})
 	return z, zh, zh, func() { bcast.Close() }, err
 }
 
@@ -205,6 +210,30 @@ func zeroStep(ctx context.Context, m *mlp[float64], g pg.ProcessGroup, c zeroCas
 	return opt.Step(params, grads)
 }
 
+// With ReduceToOwners (ZeRO-2's communication) each gradient is reduced to
+// its owner alone: the backend's reduce adds in another order than its
+// allreduce, so the parameters agree with the unsharded run to rounding
+// (1e-12 relative, in float64), and every rank holds the same bits.
+func TestZeroReduceToOwners(t *testing.T) {
+	for _, c := range []zeroCase{
+		{backend: "tcp", ranks: 3, opt: "adamw", accum: 1, reduce: true},
+		{backend: "local", ranks: 2, opt: "momentum", accum: 2, deferred: true, reduce: true},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			want := zeroRanks(t, zeroCase{backend: c.backend, ranks: c.ranks, opt: c.opt, accum: c.accum}, false)
+			got := zeroRanks(t, c, true)
+			if e := relErr(got[0].values, want[0].values); e > 1e-12 {
+				t.Fatalf("relative error %g against the unsharded run, want <= 1e-12", e)
+			}
+			for r := range got {
+				if p, e := firstBitDiff(got[r].values, got[0].values); p >= 0 {
+					t.Fatalf("rank %d differs from rank 0 at parameter %d element %d", r, p, e)
+				}
+			}
+		})
+	}
+}
+
 // The hook refuses what it cannot do, saying what to change.
 func TestZeroHookRefuses(t *testing.T) {
 	ctx := testCtx(t)
@@ -227,6 +256,10 @@ func TestZeroHookRefuses(t *testing.T) {
 			if _, err := z.Hook(nil, want.bcast, want.o); err == nil || !strings.Contains(err.Error(), want.msg) {
 				return fmt.Errorf("Hook(%v): %v, want an error saying %q", want.o, err, want.msg)
 			}
+		}
+		if _, err := z.Hook(commhook.FP16Compress(), g, optim.ZeroHookOptions{ReduceToOwners: true}); err == nil ||
+			!strings.Contains(err.Error(), "pass no inner hook") {
+			return fmt.Errorf("ReduceToOwners with fp16: %v", err)
 		}
 		zh, err := z.Hook(nil, g, optim.ZeroHookOptions{})
 		if err != nil {

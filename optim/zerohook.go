@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/goddp/ddp/commhook"
@@ -25,6 +26,15 @@ type ZeroHookOptions struct {
 	// (torch's clip_grad_value_). A norm over all gradients cannot be
 	// clipped here: no bucket waits for the others.
 	ClipValue float64
+	// ReduceToOwners is ZeRO stage 2's communication: each parameter's
+	// gradient is reduced to its owner alone (pg.Rooted's Reduce, after
+	// dividing by the ranks as commhook.Allreduce does) instead of
+	// allreduced to every rank, so that a rank receives only the averages
+	// it steps. The inner hook must be nil (commhook.Allreduce), and the
+	// reducer's group a pg.Rooted. A backend's reduce may add in another
+	// order than its allreduce: the results then agree to rounding, not to
+	// the bit.
+	ReduceToOwners bool
 }
 
 // ZeroHook is a comm hook that overlaps a Zero's step with backward, as
@@ -107,6 +117,12 @@ func (z *Zero) Hook(inner commhook.Hook, bcast pg.ProcessGroup, o ZeroHookOption
 			"it must hold the same ranks in the same order", bcast.Rank(), bcast.Size(), z.g.Rank(), z.g.Size())
 	case o.ClipValue < 0:
 		return nil, fmt.Errorf("optim: zero hook: ClipValue %v; want 0 (off) or more", o.ClipValue)
+	}
+	if o.ReduceToOwners && inner != nil {
+		if _, ok := inner.(commhook.Allreduce); !ok {
+			return nil, fmt.Errorf("optim: zero hook: ReduceToOwners replaces the reduction, so it cannot run the %q "+
+				"comm hook; pass no inner hook", commhook.Name(inner))
+		}
 	}
 	if inner == nil {
 		inner = commhook.Allreduce{}
@@ -196,9 +212,39 @@ func (h *ZeroHook) Run(ctx context.Context, g pg.ProcessGroup, b *commhook.GradB
 		mine.pass(err)
 		return pg.Completed(err)
 	}
-	w := h.inner.Run(ctx, g, b)
+	var w pg.Work
+	if h.o.ReduceToOwners {
+		w = h.reduceToOwners(ctx, g, b)
+	} else {
+		w = h.inner.Run(ctx, g, b)
+	}
 	f := pg.NewFuture()
 	go func() { f.Complete(h.bucket(ctx, b, w, params, accum, last, prev, mine)) }()
+	return f
+}
+
+// reduceToOwners starts ZeRO-2's reduction of b: the bucket divided as
+// commhook.Allreduce divides it, then each parameter summed into its
+// owner's copy.
+func (h *ZeroHook) reduceToOwners(ctx context.Context, g pg.ProcessGroup, b *commhook.GradBucket) pg.Work {
+	var rooted pg.Rooted
+	if !pg.As(g, &rooted) {
+		return pg.Completed(fmt.Errorf("optim: zero hook: ReduceToOwners needs a group with Reduce (pg.Rooted); the %s "+
+			"group has none", pg.BackendName(g)))
+	}
+	n := g.Size()
+	if b.Divisor > 0 {
+		n = b.Divisor
+	}
+	if err := commhook.Divide(b.Buffer, n); err != nil {
+		return pg.Completed(err)
+	}
+	works := make([]pg.Work, len(b.Params))
+	for j, p := range b.Params {
+		works[j] = rooted.Reduce(ctx, b.Gradient(j), h.z.owners[p.Index], pg.Op(pg.Sum))
+	}
+	f := pg.NewFuture()
+	go func() { f.Complete(pg.WaitAll(ctx, works...)) }()
 	return f
 }
 
@@ -244,28 +290,58 @@ func (h *ZeroHook) bucket(ctx context.Context, b *commhook.GradBucket, w pg.Work
 	if err := waitAll(ctx, works, "broadcasting bucket parameter %d from rank %d", owners); err != nil {
 		return fmt.Errorf("bucket %d: %w", b.Index, err)
 	}
+	return finiteAfter(b)
+}
+
+// finiteAfter refuses a bucket whose new parameters are not all finite:
+// an averaged gradient that was not (stepBucket), or a step that
+// overflowed. Every rank holds the same values, so every rank refuses.
+func finiteAfter(b *commhook.GradBucket) error {
+	for j, p := range b.Params {
+		if !reducer.Finite(b.Gradient(j)) {
+			return fmt.Errorf("optim: zero hook: %w: the averaged gradient of parameter %d (%s), bucket %d, or its new "+
+				"value; with ZeRO's overlap a step cannot be skipped once other buckets have been stepped: resume from a "+
+				"checkpoint with a lower rate, or train without the overlap", reducer.ErrNonFinite, p.Index, p.Name, b.Index)
+		}
+	}
 	return nil
+}
+
+// fillNaN writes NaN into every element of a float32 or float64 tensor.
+func fillNaN(t pg.Tensor) {
+	switch t.Dtype {
+	case pg.Float32:
+		nan := float32(math.NaN())
+		v := pg.View[float32](t)
+		for i := range v {
+			v[i] = nan
+		}
+	case pg.Float64:
+		v := pg.View[float64](t)
+		for i := range v {
+			v[i] = math.NaN()
+		}
+	}
 }
 
 // stepBucket steps this rank's parameters of b, each into its gradient's
 // place in the bucket.
-// Every rank holds the same averages, so every rank refuses a non-finite
-// bucket at the same bucket, and none waits for a broadcast that will not
+// A parameter whose averaged gradient is not finite is not stepped: its
+// owner sends NaN in its place, so that every rank, whether it received
+// the average or not (ReduceToOwners), fails at the same bucket after the
+// broadcasts (finiteAfter), and none waits for a broadcast that will not
 // come.
 func (h *ZeroHook) stepBucket(b *commhook.GradBucket, params []pg.Tensor, accum int) error {
-	for j, p := range b.Params {
-		if !reducer.Finite(b.Gradient(j)) {
-			return fmt.Errorf("optim: zero hook: %w: parameter %d (%s), bucket %d; with ZeRO's overlap a step cannot "+
-				"be skipped once other buckets have been stepped: resume from a checkpoint with a lower rate, or train "+
-				"without the overlap", reducer.ErrNonFinite, p.Index, p.Name, b.Index)
-		}
-	}
 	for j, p := range b.Params {
 		in, ok := h.z.inner[p.Index]
 		if !ok {
 			continue
 		}
 		place := b.Gradient(j)
+		if !reducer.Finite(place) {
+			fillNaN(place)
+			continue
+		}
 		grad := h.scratchFor(p.Index, place)
 		copy(grad.Data, place.Data)
 		if accum > 1 {

@@ -45,7 +45,7 @@ func gomlxUnsupported() []string {
 		"eval-data", "eval-labels", "eval-every", // held-out evaluation: Note [held-out evaluation] (eval.go)
 		"momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", // optflags.go
 		"lr-schedule", "warmup-steps", "warmup-start-factor", "min-lr", "lr-step-size", "lr-gamma",
-		"clip-grad-norm", "clip-grad-value", "zero", "zero-overlap",
+		"clip-grad-norm", "clip-grad-value", "zero", "zero-overlap", "zero-reduce-to-owners",
 	}
 }
 

@@ -39,6 +39,7 @@ type optimFlags struct {
 	clipGradNorm, clipGradValue           float64
 	zero                                  bool   // --zero: optim.Zero's sharded state
 	zeroOverlap                           string // --zero-overlap: off, interleaved, deferred (zerooverlap.go)
+	zeroReduce                            bool   // --zero-reduce-to-owners: ZeRO-2's communication
 }
 
 // schedRun is a session's learning-rate schedule.
@@ -83,6 +84,8 @@ func (o *optimFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.zeroOverlap, "zero-overlap", "off", "with --zero, step each bucket's parameters once its "+
 		"reduction completes and broadcast them while later buckets reduce: interleaved (torch's "+
 		"hook_with_zero_step_interleaved) or deferred (hook_with_zero_step: after backward); the same results")
+	fs.BoolVar(&o.zeroReduce, "zero-reduce-to-owners", false, "with --zero-overlap, reduce each gradient to the rank "+
+		"that steps it instead of allreducing it (ZeRO stage 2's communication; the sums agree to rounding)")
 	fs.Float64Var(&o.clipGradValue, "clip-grad-value", 0, "clamp each averaged gradient element to ±V before each step "+
 		"(torch's clip_grad_value_; 0: off)")
 }

@@ -44,6 +44,9 @@ func TestOptimFlagsRefused(t *testing.T) {
 		{[]string{"--zero", "--zero-overlap", "deferred", "--clip-grad-norm", "1"}, "--zero-overlap and --clip-grad-norm"},
 		{[]string{"--zero", "--zero-overlap", "interleaved", "--on-nonfinite", "skip"}, "--on-nonfinite skip: a step"},
 		{[]string{"--zero", "--zero-overlap", "interleaved", "--find-unused-parameters"}, "needs every parameter"},
+		{[]string{"--zero", "--zero-reduce-to-owners"}, "--zero-reduce-to-owners needs --zero --zero-overlap"},
+		{[]string{"--zero", "--zero-overlap", "deferred", "--zero-reduce-to-owners", "--comm-hook", "fp16"},
+			"replaces the comm hook"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goddp/ddp/npy"
+	"github.com/goddp/ddp/pg"
 )
 
 // --zero-overlap steps each bucket as its reduction completes and
@@ -43,6 +48,9 @@ func TestZeroOverlapBitwise(t *testing.T) {
 			t.Errorf("--zero-overlap %s: the summary says zero %v, zero_overlap %q", mode, s.Zero, s.ZeroOverlap)
 		}
 	}
+	reduced := savedArrays(t, run("reduced", "--steps", "8", "--zero", "--zero-overlap", "interleaved",
+		"--zero-reduce-to-owners"))
+	closeArrays(t, "--zero-reduce-to-owners", reduced, plain, 1e-12)
 	ck := filepath.Join(dir, "ck")
 	resumeArgs := []string{"--zero", "--zero-overlap", "interleaved", "--checkpoint", ck, "--checkpoint-every", "4"}
 	run("first", slices.Concat(resumeArgs, []string{"--steps", "4"})...)
@@ -62,4 +70,33 @@ func readZeroSummary(t *testing.T, file string) summary {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// closeArrays requires float64 .npy arrays within tol (relative to the
+// largest magnitude) of want's.
+func closeArrays(t *testing.T, what string, got, want map[string][]byte, tol float64) {
+	t.Helper()
+	for name, w := range want {
+		a, err := npy.Read(bytes.NewReader(got[name]))
+		if err != nil {
+			t.Fatalf("%s: %s: %v", what, name, err)
+		}
+		b, err := npy.Read(bytes.NewReader(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, y := pg.View[float64](pg.Tensor{Dtype: pg.Float64, Data: a.Data}),
+			pg.View[float64](pg.Tensor{Dtype: pg.Float64, Data: b.Data})
+		if len(x) != len(y) {
+			t.Fatalf("%s: %s has %d values, want %d", what, name, len(x), len(y))
+		}
+		var diff, scale float64
+		for i := range x {
+			diff, scale = max(diff, math.Abs(x[i]-y[i])), max(scale, math.Abs(y[i]))
+		}
+		if diff > tol*max(scale, 1e-300) {
+			t.Errorf("%s: %s is %g from the run without --zero (relative %g), want <= %g", what, name, diff,
+				diff/scale, tol)
+		}
+	}
 }

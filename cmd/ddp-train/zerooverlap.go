@@ -22,6 +22,12 @@ func (c config) validateZero() error {
 	case !slices.Contains(zeroOverlaps, c.zeroOverlap):
 		return usagef("--zero-overlap %q: want off, interleaved (each bucket stepped once its reduction completes) or "+
 			"deferred (after backward, as torch's hook_with_zero_step)", c.zeroOverlap)
+	case c.zeroReduce && c.zeroOverlap == "off":
+		return usagef("--zero-reduce-to-owners needs --zero --zero-overlap interleaved or deferred: the owners reduce " +
+			"and step each bucket as it arrives")
+	case c.zeroReduce && c.commHook != "allreduce":
+		return usagef("--zero-reduce-to-owners and --comm-hook %s: the reduction to owners replaces the comm hook; "+
+			"use --comm-hook allreduce", c.commHook)
 	case c.zeroOverlap == "off":
 		return nil
 	case !c.zero:
@@ -62,8 +68,12 @@ func (s *session) zeroHook(ctx context.Context, c config, g pg.ProcessGroup, inn
 		return nil, fmt.Errorf("--zero-overlap: the broadcast group: %w", err)
 	}
 	s.zeroBcast = bcast
-	s.zh, err = z.Hook(inner, bcast, optim.ZeroHookOptions{Deferred: c.zeroOverlap == "deferred",
-		ClipValue: c.clipGradValue})
+	o := optim.ZeroHookOptions{Deferred: c.zeroOverlap == "deferred", ClipValue: c.clipGradValue,
+		ReduceToOwners: c.zeroReduce}
+	if o.ReduceToOwners {
+		inner = nil // the owners' reduction replaces --comm-hook allreduce
+	}
+	s.zh, err = z.Hook(inner, bcast, o)
 	if err != nil {
 		return nil, err
 	}
