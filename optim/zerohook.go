@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/reducer"
+	"github.com/goddp/ddp/timeline"
 )
 
 // ZeroHookOptions configure Zero.Hook.
@@ -35,6 +37,10 @@ type ZeroHookOptions struct {
 	// order than its allreduce: the results then agree to rounding, not to
 	// the bit.
 	ReduceToOwners bool
+	// Timeline, if set, receives a "zero step" and a "zero broadcast"
+	// event per bucket, on the bucket's lane (timeline.LaneBucket+index),
+	// after the reducer's own events for it.
+	Timeline *timeline.Writer
 }
 
 // ZeroHook is a comm hook that overlaps a Zero's step with backward, as
@@ -272,7 +278,10 @@ func (h *ZeroHook) bucket(ctx context.Context, b *commhook.GradBucket, w pg.Work
 		err = waitChan(ctx, last, "the iteration's last bucket")
 	}
 	if err == nil {
-		err = h.stepBucket(b, params, accum)
+		start := time.Now()
+		var owned int
+		owned, err = h.stepBucket(b, params, accum)
+		h.event("zero step", b.Index, start, timeline.Arg{Key: "params_stepped", Value: int64(owned)})
 	}
 	if err == nil {
 		err = prev.wait(ctx)
@@ -281,16 +290,28 @@ func (h *ZeroHook) bucket(ctx context.Context, b *commhook.GradBucket, w pg.Work
 		mine.pass(err)
 		return err
 	}
+	start := time.Now()
 	works, owners := make([]pg.Work, len(b.Params)), make([]int, len(b.Params))
 	for j, p := range b.Params {
 		owners[j] = h.z.owners[p.Index]
 		works[j] = h.bcast.Broadcast(ctx, b.Gradient(j), owners[j])
 	}
 	mine.pass(nil)
-	if err := waitAll(ctx, works, "broadcasting bucket parameter %d from rank %d", owners); err != nil {
+	err = waitAll(ctx, works, "broadcasting bucket parameter %d from rank %d", owners)
+	h.event("zero broadcast", b.Index, start, timeline.Arg{Key: "bytes", Value: int64(len(b.Buffer.Data))})
+	if err != nil {
 		return fmt.Errorf("bucket %d: %w", b.Index, err)
 	}
 	return finiteAfter(b)
+}
+
+// event writes one of a bucket's events to the timeline, if there is one.
+func (h *ZeroHook) event(name string, bucket int, start time.Time, arg timeline.Arg) {
+	if h.o.Timeline == nil {
+		return
+	}
+	h.o.Timeline.Write(&timeline.Event{Name: name, Lane: timeline.LaneBucket + bucket, Start: start, End: time.Now(),
+		Args: [3]timeline.Arg{{Key: "bucket", Value: int64(bucket)}, arg}})
 }
 
 // finiteAfter refuses a bucket whose new parameters are not all finite:
@@ -331,12 +352,13 @@ func fillNaN(t pg.Tensor) {
 // the average or not (ReduceToOwners), fails at the same bucket after the
 // broadcasts (finiteAfter), and none waits for a broadcast that will not
 // come.
-func (h *ZeroHook) stepBucket(b *commhook.GradBucket, params []pg.Tensor, accum int) error {
+func (h *ZeroHook) stepBucket(b *commhook.GradBucket, params []pg.Tensor, accum int) (owned int, err error) {
 	for j, p := range b.Params {
 		in, ok := h.z.inner[p.Index]
 		if !ok {
 			continue
 		}
+		owned++
 		place := b.Gradient(j)
 		if !reducer.Finite(place) {
 			fillNaN(place)
@@ -346,20 +368,20 @@ func (h *ZeroHook) stepBucket(b *commhook.GradBucket, params []pg.Tensor, accum 
 		copy(grad.Data, place.Data)
 		if accum > 1 {
 			if err := commhook.Divide(grad, accum); err != nil {
-				return err
+				return owned, err
 			}
 		}
 		if h.o.ClipValue > 0 {
 			if err := ClipGradValue([]pg.Tensor{grad}, h.o.ClipValue); err != nil {
-				return err
+				return owned, err
 			}
 		}
 		copy(place.Data, params[p.Index].Data)
 		if err := in.Step([]pg.Tensor{place}, []pg.Tensor{grad}); err != nil {
-			return fmt.Errorf("%w (parameter %d)", err, p.Index)
+			return owned, fmt.Errorf("%w (parameter %d)", err, p.Index)
 		}
 	}
-	return nil
+	return owned, nil
 }
 
 // scratchFor is parameter i's gradient copy, made once: the size of the

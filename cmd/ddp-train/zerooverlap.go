@@ -69,7 +69,7 @@ func (s *session) zeroHook(ctx context.Context, c config, g pg.ProcessGroup, inn
 	}
 	s.zeroBcast = bcast
 	o := optim.ZeroHookOptions{Deferred: c.zeroOverlap == "deferred", ClipValue: c.clipGradValue,
-		ReduceToOwners: c.zeroReduce}
+		ReduceToOwners: c.zeroReduce, Timeline: s.tl}
 	if o.ReduceToOwners {
 		inner = nil // the owners' reduction replaces --comm-hook allreduce
 	}
