@@ -23,7 +23,7 @@ type zeroCase struct {
 	deferred bool
 	accum    int
 	clip     float64
-	hook     string // "", "fp16"
+	hook     string // "", "fp16", "powersgd"
 	reduce   bool   // ZeroHookOptions.ReduceToOwners
 }
 
@@ -49,6 +49,7 @@ func TestZeroOverlapBitwise(t *testing.T) {
 		{backend: "local", ranks: 3, opt: "adamw", accum: 1, deferred: true},
 		{backend: "tcp", ranks: 3, opt: "momentum", accum: 2, clip: 0.05},
 		{backend: "tcp", ranks: 2, opt: "adamw", accum: 1, hook: "fp16"},
+		{backend: "tcp", ranks: 3, opt: "adam", accum: 1, hook: "powersgd"},
 		{backend: "local", ranks: 4, opt: "sgd", accum: 3, deferred: true},
 	}
 	for _, c := range cases {
@@ -90,8 +91,17 @@ func zeroRanks(t *testing.T, c zeroCase, overlap bool) []zeroRun {
 func zeroSetup(ctx context.Context, g pg.ProcessGroup, c zeroCase, sizes []int, overlap bool) (optim.Optimizer,
 	*optim.ZeroHook, commhook.Hook, func(), error) {
 	var inner commhook.Hook = commhook.Allreduce{}
-	if c.hook == "fp16" {
+	switch c.hook {
+	case "fp16":
 		inner = commhook.FP16Compress()
+	case "powersgd": // compressing from the third iteration, its later collectives issued from goroutines
+		o := commhook.DefaultPowerSGDOptions()
+		o.StartIter = 2
+		ps, err := commhook.NewPowerSGD(o)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		inner = ps
 	}
 	o := optim.Options{LR: optim.Set(0.05), WeightDecay: optim.Set(0.01)}
 	if !overlap {

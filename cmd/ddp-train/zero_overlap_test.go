@@ -17,7 +17,8 @@ import (
 
 // --zero-overlap steps each bucket as its reduction completes and
 // broadcasts it over a group of its own: 3 real processes over tcp, with
-// a schedule, gradient accumulation, value clipping and several buckets,
+// a schedule, gradient accumulation, value clipping, several buckets and
+// the replica check,
 // end bitwise where the same run without --zero does, in both of torch's
 // orders; and an overlapped run checkpointed at step 4 resumes, with the
 // overlap, bitwise at the uninterrupted end.
@@ -42,7 +43,8 @@ func TestZeroOverlapBitwise(t *testing.T) {
 	plain := savedArrays(t, run("plain", "--steps", "8"))
 	for _, mode := range []string{"interleaved", "deferred"} {
 		sum := filepath.Join(dir, mode+".json")
-		got := run(mode, "--steps", "8", "--zero", "--zero-overlap", mode, "--summary", sum)
+		got := run(mode, "--steps", "8", "--zero", "--zero-overlap", mode, "--check-replicas-every", "2",
+			"--summary", sum)
 		sameArrays(t, "--zero-overlap "+mode, savedArrays(t, got), plain)
 		if s := readZeroSummary(t, sum); !s.Zero || s.ZeroOverlap != mode {
 			t.Errorf("--zero-overlap %s: the summary says zero %v, zero_overlap %q", mode, s.Zero, s.ZeroOverlap)
