@@ -293,6 +293,11 @@ func TestZeroHookRefuses(t *testing.T) {
 		if err := zh.Run(ctx, g, b).Wait(ctx); err == nil || !strings.Contains(err.Error(), "MixedPrecision") {
 			return fmt.Errorf("a float64 bucket of float32 parameters: %v", err)
 		}
+		dev := &commhook.GradBucket{Buffer: pg.Tensor{Dtype: pg.Float32, Device: &pg.DeviceMemory{Bytes: 32}},
+			Params: b.Params}
+		if err := zh.Run(ctx, g, dev).Wait(ctx); err == nil || !strings.Contains(err.Error(), "device memory") {
+			return fmt.Errorf("a device bucket: %v", err)
+		}
 		zh.Abandon()
 		return nil
 	}))

@@ -256,6 +256,10 @@ func (h *ZeroHook) reduceToOwners(ctx context.Context, g pg.ProcessGroup, b *com
 
 // check refuses a bucket the hook cannot step.
 func (h *ZeroHook) check(b *commhook.GradBucket, params []pg.Tensor) error {
+	if b.Buffer.Device != nil {
+		return fmt.Errorf("optim: zero hook: bucket %d is in device memory; the optimizers of this package step on "+
+			"the host, so ZeRO's overlap needs host buckets (train without the overlap, or with host buckets)", b.Index)
+	}
 	for _, p := range b.Params {
 		if p.Index < 0 || p.Index >= len(params) {
 			return fmt.Errorf("optim: zero hook: bucket %d holds parameter %d, but the optimizer has %d", b.Index, p.Index,
