@@ -28,8 +28,8 @@ func TestZeroOverlapBitwise(t *testing.T) {
 	common := []string{"--backend", "tcp", "--nproc", "3", "--data", filepath.Join(dir, "X.npy"),
 		"--labels", filepath.Join(dir, "y.npy"), "--model", "mlp", "--hidden", "10,7", "--dtype", "float64",
 		"--shuffle=false", "--batch-size", strconv.Itoa(contractBatch), "--optimizer", "adamw", "--lr", "0.02",
-		"--lr-schedule", "step", "--lr-step-size", "2", "--warmup-steps", "2", "--grad-accum", "2", "--clip-grad-value", "0.5",
-		"--bucket-cap-mb", "0.0005", "--first-bucket-mb", "0.0005", "--log-format", "json",
+		"--lr-schedule", "step", "--lr-step-size", "2", "--warmup-steps", "2", "--grad-accum", "2",
+		"--clip-grad-value", "0.5", "--bucket-cap-mb", "0.0005", "--first-bucket-mb", "0.0005", "--log-format", "json",
 		"--timeout", "30s"}
 	run := func(name string, args ...string) string {
 		t.Helper()
