@@ -24,7 +24,7 @@ import (
 //
 //	z, err := optim.NewZero(g, "adamw", optim.Options{}, sizes, optim.ZeroOptions{})
 //	j, err := d.NewJoin(reducer.JoinOptions{OnShadowStep: z.StepContext})
-//	// each batch: j.Step, RunAll, then z.StepContext(ctx, d.StepTensors())
+//	// each batch: j.Step, RunAll, params, grads := d.StepTensors(), z.StepContext(ctx, params, grads)
 //
 //	j, err := d.NewJoin(reducer.JoinOptions{})
 //	for _, batch := range myBatches {
