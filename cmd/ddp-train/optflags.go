@@ -78,7 +78,8 @@ func (o *optimFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.clipGradNorm, "clip-grad-norm", 0, "clip the averaged gradients to this total 2-norm before each "+
 		"step (torch's clip_grad_norm_; 0: off)")
 	fs.BoolVar(&o.zero, "zero", false, "shard the optimizer state across the ranks (ZeRO stage 1, torch's "+
-		"ZeroRedundancyOptimizer): each rank steps its own parameters and broadcasts them; the same results")
+		"ZeroRedundancyOptimizer): each rank steps its own parameters and broadcasts them; the same results (not "+
+		"with --comm-hook noop, which does not average)")
 	fs.Float64Var(&o.clipGradValue, "clip-grad-value", 0, "clamp each averaged gradient element to ±V before each step "+
 		"(torch's clip_grad_value_; 0: off)")
 }

@@ -19,7 +19,7 @@ type zeroFeature struct {
 	nproc    int
 	args     []string
 	overflow bool                          // overflowData (float32, rank 0's step 2 overflows) instead of contractData
-	differs  bool                          // the hook changes the result: the run differs from allreduce's at nproc
+	differs  bool                          // the flags change the result: it ends elsewhere than allreduce at nproc
 	check    func(t *testing.T, s summary) // each run's summary, with and without --zero
 }
 
@@ -45,6 +45,8 @@ func zeroFeatures() []zeroFeature {
 		{name: "powersgd-grad-accum", nproc: 3,
 			args: []string{"--comm-hook", "powersgd", "--powersgd-start-iter", "2", "--grad-accum", "2"}},
 		{name: "replicas-every-step", nproc: 3, args: []string{"--check-replicas-every", "1"}},
+		{name: "bucket-view-clip", nproc: 3, differs: true,
+			args: []string{"--gradient-as-bucket-view", "--clip-grad-norm", "0.01"}},
 		{name: "nonfinite-skip", nproc: 2, overflow: true, check: skipped,
 			args: []string{"--on-nonfinite", "skip", "--hidden", "16", "--dtype", "float32"}},
 		{name: "nonfinite-skip-fp16-accum", nproc: 2, overflow: true, check: skipped,
@@ -58,11 +60,12 @@ func zeroFeatures() []zeroFeature {
 // bf16, PowerSGD and its batched form while compressing, hierarchical,
 // Adasum; each hook that changes the numbers is checked to end elsewhere
 // than allreduce, so it acted), with gradient accumulation (alone, and
-// with PowerSGD), with the replica check every step,
-// and with --on-nonfinite skip on a run whose gradients overflow at step 2.
-// Every case runs the replica check every second step, and the --zero
-// run's summary says zero. The noop hook, which leaves each rank its own
-// gradients, is refused with --zero (TestZeroRefusesNoop).
+// with PowerSGD), with gradients as bucket views and clipped, with the
+// replica check every step, and with --on-nonfinite skip on a run whose
+// gradients overflow at step 2. Every case runs the replica check every
+// second step, and the --zero run's summary says zero. The noop hook,
+// which leaves each rank its own gradients, is refused with --zero
+// (TestZeroRefusesNoop).
 func TestZeroWithFeatures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts worker processes")
