@@ -16,6 +16,13 @@ import (
 // shadows the other ranks' iterations until all are done, then gives every
 // rank the last joiner's parameter values.
 //
+//	j, err := d.NewJoin(reducer.JoinOptions{})
+//	for _, batch := range myBatches {
+//		if err := j.Step(ctx, true); err != nil { ... }
+//		// Let the inputs, d.RunAll, solver.Step, vm.Reset
+//	}
+//	err = j.Finish(ctx)
+//
 // With a sharded optimizer (optim.Zero) the joined rank still steps and
 // broadcasts the parameters it owns, for every iteration it shadows: pass
 // the step as JoinOptions.OnShadowStep. Its gradients are StepTensors'
@@ -25,13 +32,6 @@ import (
 //	z, err := optim.NewZero(g, "adamw", optim.Options{}, sizes, optim.ZeroOptions{})
 //	j, err := d.NewJoin(reducer.JoinOptions{OnShadowStep: z.StepContext})
 //	// each batch: j.Step, RunAll, params, grads := d.StepTensors(), z.StepContext(ctx, params, grads)
-//
-//	j, err := d.NewJoin(reducer.JoinOptions{})
-//	for _, batch := range myBatches {
-//		if err := j.Step(ctx, true); err != nil { ... }
-//		// Let the inputs, d.RunAll, solver.Step, vm.Reset
-//	}
-//	err = j.Finish(ctx)
 func (d *DDP) NewJoin(o reducer.JoinOptions) (*reducer.Join, error) {
 	values := make([]pg.Tensor, len(d.params))
 	for i, p := range d.params {
