@@ -28,6 +28,21 @@ type JoinOptions struct {
 	// joined contribute zeros and the sum is divided by the world size.
 	// As in torch, only the default allreduce hook honours it.
 	DivideByActiveRanks bool
+	// OnShadowStep, if set, runs in Finish after each iteration this rank
+	// shadows, with the parameters' values (NewJoin's) and the iteration's
+	// averaged gradients, both in r's order: torch's JoinHook.main_hook. It
+	// is for what the training ranks do collectively after each
+	// synchronised iteration, above all a sharded optimizer's step: a
+	// joined rank still owns its partition, so with optim.Zero pass
+	// z.StepContext, which steps this rank's parameters with the averages
+	// and broadcasts them, as the training ranks' steps expect (torch's
+	// _ZeROJoinHook calls zero.step()). The gradients are bitwise the
+	// training ranks' averages (zeros for a parameter no rank used in the
+	// iteration), valid until the call returns. It is not called for an
+	// iteration whose averages are not finite (Finalize's ErrNonFinite,
+	// which every rank gets): the training ranks skip that step. Its error
+	// ends Finish. ddp.DDP.NewJoin gives it StepTensors' gradients.
+	OnShadowStep func(ctx context.Context, params, grads []pg.Tensor) error
 	// Logger receives the join's logs. nil means none.
 	Logger *zap.Logger
 }
@@ -178,7 +193,8 @@ func (j *Join) Finish(ctx context.Context) error {
 }
 
 // shadow runs one synchronised iteration with zero gradients: the same
-// collectives the training ranks issue, contributing nothing.
+// collectives the training ranks issue, contributing nothing; then
+// OnShadowStep, with the averages.
 func (j *Join) shadow(ctx context.Context) error {
 	r := j.r
 	if j.zeros == nil {
@@ -204,9 +220,17 @@ func (j *Join) shadow(ctx context.Context) error {
 		}
 	}
 	// A NonFiniteError leaves the iteration complete; the training ranks
-	// decide what to do about it (CheckFinite).
-	if err := r.Finalize(ctx); err != nil && !errors.Is(err, ErrNonFinite) {
+	// decide what to do about it (CheckFinite), and skip the step.
+	err := r.Finalize(ctx)
+	switch {
+	case errors.Is(err, ErrNonFinite):
+		return nil
+	case err != nil:
 		return fmt.Errorf("reducer: join: shadowing an iteration: %w", err)
+	case j.opts.OnShadowStep != nil:
+		if err := j.opts.OnShadowStep(ctx, j.values, j.zeros); err != nil {
+			return fmt.Errorf("reducer: join: OnShadowStep: %w", err)
+		}
 	}
 	return nil
 }

@@ -336,5 +336,12 @@ func (c config) validateHook() error {
 	if _, err := hookByName(c); err != nil {
 		return usageError{err}
 	}
+	if c.zero && c.commHook == "noop" {
+		// optim.Zero needs every rank's step to see the same averaged
+		// gradients; noop leaves each rank its own, so each parameter would
+		// take its owner's alone (TestZeroRefusesNoop).
+		return usagef("--zero with --comm-hook noop: noop leaves each rank its own gradients, so with --zero each " +
+			"parameter would be stepped with its owner rank's alone; use a hook that averages, or leave out --zero")
+	}
 	return nil
 }

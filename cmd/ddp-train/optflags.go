@@ -80,7 +80,8 @@ func (o *optimFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.clipGradNorm, "clip-grad-norm", 0, "clip the averaged gradients to this total 2-norm before each "+
 		"step (torch's clip_grad_norm_; 0: off)")
 	fs.BoolVar(&o.zero, "zero", false, "shard the optimizer state across the ranks (ZeRO stage 1, torch's "+
-		"ZeroRedundancyOptimizer): each rank steps its own parameters and broadcasts them; the same results")
+		"ZeroRedundancyOptimizer): each rank steps its own parameters and broadcasts them; the same results (not "+
+		"with --comm-hook noop, which does not average)")
 	fs.StringVar(&o.zeroOverlap, "zero-overlap", "off", "with --zero, step each bucket's parameters once its "+
 		"reduction completes and broadcast them while later buckets reduce: interleaved (torch's "+
 		"hook_with_zero_step_interleaved) or deferred (hook_with_zero_step: after backward); the same results")
