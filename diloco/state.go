@@ -1,0 +1,130 @@
+package diloco
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goddp/ddp/optim"
+	"github.com/goddp/ddp/pg"
+)
+
+// State is everything a DiLoCo's next steps depend on, for a checkpoint:
+// with the inner optimizer's state and the parameters (the local ones) it
+// resumes a run exactly.
+type State struct {
+	Step   int         // inner steps counted: the phase within H
+	Global [][]float64 // the global parameters (float32 values widen exactly)
+	Outer  []optim.State
+	// Pending holds, per fragment, the averaged pseudo-gradient that has
+	// arrived but is not applied yet (Delay > 0); nil for none.
+	Pending [][]float64
+}
+
+// State waits for the reductions in flight and returns a deep copy of the
+// state. It is collective when a reduction is in flight: every rank calls
+// it at the same inner step.
+func (d *DiLoCo) State(ctx context.Context) (State, error) {
+	s := State{Step: d.step, Pending: make([][]float64, len(d.frags))}
+	for _, g := range d.global {
+		s.Global = append(s.Global, widen(g))
+	}
+	for i, f := range d.frags {
+		if err := d.wait(ctx, f); err != nil {
+			return State{}, fmt.Errorf("diloco: fragment %d: %w", i, err)
+		}
+		if f.pending {
+			s.Pending[i] = widen(f.buf)
+		}
+		s.Outer = append(s.Outer, f.outer.State())
+	}
+	return s, nil
+}
+
+// Load replaces the state with a copy of s, taken from a DiLoCo made with
+// the same options over the same parameters.
+func (d *DiLoCo) Load(s State) error {
+	if len(s.Global) != len(d.global) || len(s.Outer) != len(d.frags) || len(s.Pending) != len(d.frags) {
+		return fmt.Errorf("diloco: a state of %d parameters and %d fragments, but this DiLoCo has %d and %d",
+			len(s.Global), len(s.Outer), len(d.global), len(d.frags))
+	}
+	if s.Step < 0 {
+		return fmt.Errorf("diloco: a state at inner step %d", s.Step)
+	}
+	for i, g := range s.Global {
+		if len(g) != d.sizes[i] {
+			return fmt.Errorf("diloco: the state's global parameter %d has %d values, want %d", i, len(g), d.sizes[i])
+		}
+	}
+	for i, f := range d.frags {
+		if p := s.Pending[i]; p != nil && len(p) != f.buf.Len() {
+			return fmt.Errorf("diloco: the state's pending fragment %d has %d values, want %d", i, len(p), f.buf.Len())
+		}
+		if err := f.outer.Load(s.Outer[i]); err != nil {
+			return fmt.Errorf("diloco: fragment %d's outer optimizer: %w", i, err)
+		}
+	}
+	for i, g := range s.Global {
+		narrow(d.global[i], g)
+	}
+	for i, f := range d.frags {
+		f.work, f.pending = nil, s.Pending[i] != nil
+		if f.pending {
+			narrow(f.buf, s.Pending[i])
+		}
+	}
+	d.step = s.Step
+	return nil
+}
+
+// Global returns the global parameters: views of the DiLoCo's own copies,
+// which the caller must not write.
+func (d *DiLoCo) Global() []pg.Tensor { return append([]pg.Tensor(nil), d.global...) }
+
+// StepCount is the inner steps counted.
+func (d *DiLoCo) StepCount() int { return d.step }
+
+// Fragments returns each fragment's parameter indices, a copy.
+func (d *DiLoCo) Fragments() [][]int {
+	out := make([][]int, len(d.frags))
+	for i, f := range d.frags {
+		out[i] = append([]int(nil), f.params...)
+	}
+	return out
+}
+
+// Close waits for the reductions in flight, so that none outlives the
+// caller's group.
+func (d *DiLoCo) Close(ctx context.Context) error {
+	var first error
+	for _, f := range d.frags {
+		if err := d.wait(ctx, f); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func widen(t pg.Tensor) []float64 {
+	out := make([]float64, t.Len())
+	switch t.Dtype {
+	case pg.Float32:
+		for i, v := range pg.View[float32](t) {
+			out[i] = float64(v)
+		}
+	case pg.Float64:
+		copy(out, pg.View[float64](t))
+	}
+	return out
+}
+
+func narrow(t pg.Tensor, v []float64) {
+	switch t.Dtype {
+	case pg.Float32:
+		x := pg.View[float32](t)
+		for i := range x {
+			x[i] = float32(v[i])
+		}
+	case pg.Float64:
+		copy(pg.View[float64](t), v)
+	}
+}
