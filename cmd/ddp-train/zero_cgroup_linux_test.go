@@ -41,8 +41,17 @@ func zeroCgroupFlags(extra ...string) []string {
 // (memory.limit_in_bytes, and memory.memsw.limit_in_bytes where swap is
 // accounted), is killed by the cgroup's OOM killer without --zero and
 // completes with it.
+//
+// With GODDP_ZERO_CGROUP_PEAKS=1 it first logs both runs' peaks without a
+// limit, the measurement zeroCgroupLimit lies between.
 func TestZeroFitsCgroup(t *testing.T) {
 	skipUnlessCgroupV1(t)
+	if os.Getenv("GODDP_ZERO_CGROUP_PEAKS") == "1" {
+		for _, extra := range [][]string{nil, {"--zero"}} {
+			r := runInCgroup(t, "peak", -1, zeroCgroupFlags(extra...)...)
+			t.Logf("without a limit, flags %q added: exit %d, peak %.0f MiB", extra, r.code, mib(r.peak))
+		}
+	}
 	without := runInCgroup(t, "nozero", zeroCgroupLimit, zeroCgroupFlags()...)
 	t.Logf("without --zero: exit %d, peak %.0f MiB of %.0f, OOM kills %d, failcnt %d", without.code,
 		mib(without.peak), mib(zeroCgroupLimit), without.oomKills, without.failcnt)
@@ -110,7 +119,7 @@ type cgroupRun struct {
 }
 
 // runInCgroup runs ddp-train with args in a new memory cgroup limited to
-// limit bytes, which it removes again: a shell writes its own pid into
+// limit bytes (-1: none), which it removes again: a shell writes its own pid into
 // cgroup.procs and then execs the launcher, so the launcher and every
 // worker it starts are in the cgroup from their first page.
 func runInCgroup(t *testing.T, name string, limit int64, args ...string) cgroupRun {
