@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -156,6 +157,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	runtime.GC() // Note [the broadcast's copy] (memory.go)
 	t.buildMu.Lock()
 	s.net, err = p.Forward(s.spec, s.ddp.Node)
 	if err == nil {
