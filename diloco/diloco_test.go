@@ -362,7 +362,8 @@ func TestDiLoCoRefuses(t *testing.T) {
 		}
 	}
 	mixed := []pg.Tensor{pg.Float64s([]float64{1}), pg.Float32s([]float32{1})}
-	if _, err := diloco.New(g, mixed, diloco.Options{SyncEvery: 2}); err == nil || !strings.Contains(err.Error(), "one dtype") {
+	_, err := diloco.New(g, mixed, diloco.Options{SyncEvery: 2})
+	if err == nil || !strings.Contains(err.Error(), "one dtype") {
 		t.Errorf("mixed dtypes: %v", err)
 	}
 	d, err := diloco.New(g, p, diloco.Options{SyncEvery: 2})
