@@ -60,8 +60,9 @@ type DiLoCo struct {
 	sizes    []int
 	global   []pg.Tensor // the global parameters, copies
 	frags    []*fragment
-	step     int  // inner steps counted
-	averages bool // OuterLR 1, no momentum, no quantisation: parameter averaging (Note [DiLoCo as averaging])
+	step     int   // inner steps counted
+	sent     int64 // pseudo-gradient bytes sent
+	averages bool  // OuterLR 1, no momentum, no quantisation: parameter averaging (Note [DiLoCo as averaging])
 }
 
 // fragment is one part of the parameters, synchronised on its own
@@ -108,11 +109,12 @@ type fragment struct {
 // New returns a DiLoCo over g for params, whose values now are the global
 // parameters. params must all be float32, or all float64, in host memory.
 func New(g pg.ProcessGroup, params []pg.Tensor, o Options) (*DiLoCo, error) {
+	o, err := o.normalized()
+	if err != nil {
+		return nil, err
+	}
 	if g == nil {
 		return nil, errors.New("diloco: no process group")
-	}
-	if err := o.check(); err != nil {
-		return nil, err
 	}
 	dtype, err := dtypeOf(params)
 	if err != nil {
@@ -138,10 +140,22 @@ func New(g pg.ProcessGroup, params []pg.Tensor, o Options) (*DiLoCo, error) {
 	return d, nil
 }
 
-func (o *Options) check() error {
+// Validate reports what New would refuse in o, before any group or
+// parameters are at hand.
+func (o Options) Validate() error {
+	_, err := o.normalized()
+	return err
+}
+
+// normalized is o with its defaults filled in, or why it cannot run.
+func (o Options) normalized() (Options, error) {
 	if o.Fragments == 0 {
 		o.Fragments = 1
 	}
+	return o, o.check()
+}
+
+func (o Options) check() error {
 	switch {
 	case o.SyncEvery < 1:
 		return fmt.Errorf("diloco: SyncEvery %d: want at least 1 inner step between synchronisations", o.SyncEvery)
@@ -294,6 +308,7 @@ func (d *DiLoCo) send(ctx context.Context, f *fragment, params []pg.Tensor) erro
 		wire = f.wire
 	}
 	f.work, f.pending = d.g.AllReduce(ctx, wire, pg.Op(pg.Sum)), true
+	d.sent += int64(len(wire.Data))
 	return nil
 }
 

@@ -80,6 +80,10 @@ func (d *DiLoCo) Load(s State) error {
 // which the caller must not write.
 func (d *DiLoCo) Global() []pg.Tensor { return append([]pg.Tensor(nil), d.global...) }
 
+// BytesSent is the bytes of pseudo-gradients this rank has handed to the
+// group's allreduce (what a ring allreduce sends is about twice that).
+func (d *DiLoCo) BytesSent() int64 { return d.sent }
+
 // StepCount is the inner steps counted.
 func (d *DiLoCo) StepCount() int { return d.step }
 

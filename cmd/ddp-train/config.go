@@ -85,6 +85,7 @@ type config struct {
 	stragglerFlags // --straggler-window, -share, -margin (straggler.go)
 	evalFlags      // --eval-data, --eval-labels, --eval-every; `ddp-train eval` (eval.go)
 	optimFlags     // --momentum … --betas, --lr-schedule …, --clip-grad-norm/-value (optflags.go)
+	dilocoFlags    // --diloco-sync-every, --outer-lr … (diloco.go)
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -109,6 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
 	c.registerModelFlags(fs, &hidden)
 	c.optimFlags.register(fs) // optflags.go
+	c.dilocoFlags.register(fs) // diloco.go
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
 	fs.StringVar(&c.commHook, "comm-hook", "allreduce",
@@ -241,6 +243,7 @@ func (c config) validate() error {
 		func() error { return c.nodeFlags.validate(c) },
 		c.validateOptimizer,
 		c.validateHook,
+		c.validateDiLoCo,
 		c.validateEngine,
 		func() error { return validateLimits(c) },
 		c.validateOptim,     // optflags.go

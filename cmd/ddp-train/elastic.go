@@ -193,7 +193,7 @@ func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool
 	}
 	var values []pg.Tensor
 	if check {
-		if values, err = s.ddp.ParamTensors(); err != nil {
+		if values, err = s.replicaValues(); err != nil { // diloco.go: the global parameters under DiLoCo
 			return 0, false, err
 		}
 		v = reducer.ReplicaWords(v, values)

@@ -46,6 +46,8 @@ func gomlxUnsupported() []string {
 		"momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", // optflags.go
 		"lr-schedule", "warmup-steps", "warmup-start-factor", "min-lr", "lr-step-size", "lr-gamma",
 		"clip-grad-norm", "clip-grad-value", "zero", "zero-overlap", "zero-reduce-to-owners",
+		"diloco-sync-every", "outer-lr", "outer-momentum", "diloco-fragments", "diloco-delay", "diloco-alpha",
+		"diloco-quantize",
 	}
 }
 

@@ -57,6 +57,11 @@ type summary struct {
 	OptimizerStateBytes int64  `json:"optimizer_state_bytes"`
 	Zero                bool   `json:"zero"`
 	ZeroOverlap         string `json:"zero_overlap"` // --zero-overlap: off, interleaved or deferred
+	// DiLoCo (--diloco-sync-every; diloco.go), rank 0's: fragments applied,
+	// pseudo-gradient bytes sent, seconds in DiLoCo's steps; absent without.
+	DiLoCoOuterSteps  int     `json:"diloco_outer_steps,omitempty"`
+	DiLoCoBytesSent   int64   `json:"diloco_bytes_sent,omitempty"`
+	DiLoCoSyncSeconds float64 `json:"diloco_sync_seconds,omitempty"`
 	// The last held-out evaluation (--eval-data; eval.go); absent without one.
 	EvalLoss     *float64 `json:"eval_loss,omitempty"`
 	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`

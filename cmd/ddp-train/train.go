@@ -86,6 +86,7 @@ type session struct {
 	// group (zerooverlap.go); nil without
 	zh        *optim.ZeroHook
 	zeroBcast pg.ProcessGroup
+	dl        *dilocoRun // --diloco-sync-every (diloco.go); nil without
 
 	schedRun // the learning-rate schedule (optflags.go)
 }
@@ -127,6 +128,9 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	hook, err := hookByName(t.c) // hooks.go
 	if err != nil {
 		return nil, usageError{err}
+	}
+	if t.c.syncEvery > 0 {
+		hook = commhook.Noop{} // DiLoCo's inner steps: each rank's own gradients (diloco.go)
 	}
 	s.hook = hook
 	// Every parameter, used or not: DDP steps each with its average over
@@ -176,6 +180,9 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		if err := t.resumeSession(ctx, s); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.newDiLoCo(t.c, t.g); err != nil { // diloco.go
+		return nil, err
 	}
 	if s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed); err != nil {
 		return nil, err
@@ -311,6 +318,9 @@ func (t *trainer) end(ctx context.Context, s *session, prog *progress, total int
 	if err != nil {
 		return err
 	}
+	if err := s.dilocoFinish(ctx); err != nil { // diloco.go: the global parameters are the model
+		return err
+	}
 	if name, err := s.paramsFinite(); err != nil || name != "" {
 		if err != nil {
 			return err
@@ -331,6 +341,7 @@ func (t *trainer) end(ctx context.Context, s *session, prog *progress, total int
 	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
 	sum.OptimizerStateBytes, sum.Zero, sum.ZeroOverlap = optim.StateBytes(s.opt), t.c.zero, t.c.zeroOverlap
 	sum.SkippedSteps = prog.skipped
+	sum.setDiLoCo(s.dl) // diloco.go
 	sum.setEval(ev)
 	return t.writeOutputs(s, sum) // outputs.go: Note [outputs only on success]
 }
@@ -437,6 +448,9 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 	}
 	st.lr = s.sched.LR()
 	if err := s.update(ctx, t.c, params, grads); err != nil { // optflags.go: clipping, the schedule, the step
+		return st, err
+	}
+	if err := s.dilocoStep(ctx, params); err != nil { // diloco.go
 		return st, err
 	}
 	t.metrics.observeOptState(optim.StateBytes(s.opt))
