@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/model"
@@ -28,6 +29,10 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 		}
 		whole = &st
 	}
+	dlExtra, global, err := s.dilocoCheckpoint(ctx, t.g) // diloco.go: Note [DiLoCo in checkpoints]
+	if err != nil {
+		return fmt.Errorf("checkpoint at step %d: %w", step, err)
+	}
 	if t.g.Rank() != 0 {
 		return nil
 	}
@@ -35,8 +40,20 @@ func (t *trainer) saveCheckpoint(ctx context.Context, s *session, step int) erro
 	if whole != nil {
 		ck.Optimizer = *whole
 	}
+	for i, g := range global { // DiLoCo: the model is the global parameters
+		ck.Params[s.params.Name(i)] = g
+	}
 	ck.Extra = hookState
+	if dlExtra != nil {
+		if ck.Extra == nil {
+			ck.Extra = map[string][]float64{}
+		}
+		maps.Copy(ck.Extra, dlExtra)
+	}
 	ck.Meta = t.runMeta() // Note [resume that cannot lie]
+	if s.dl != nil {
+		ck.Meta["diloco"] = t.c.dilocoLabel()
+	}
 	// The schedule's position, name and steps (optflags.go).
 	s.saveSchedule(t.c, ck, s.total)
 	ck.Files = map[string][]byte{model.CardFile: cardOf(s.spec, t.c, t.ds).Marshal()} // card.go

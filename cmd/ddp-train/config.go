@@ -109,7 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.engine, "engine", "gorgonia", "autodiff engine: gorgonia, or gomlx (GoMLX on its pure-Go simplego "+
 		"backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
 	c.registerModelFlags(fs, &hidden)
-	c.optimFlags.register(fs) // optflags.go
+	c.optimFlags.register(fs)  // optflags.go
 	c.dilocoFlags.register(fs) // diloco.go
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goddp/ddp/diloco"
@@ -60,7 +63,6 @@ func (c config) validateDiLoCo() error {
 		{c.syncEvery < 0, "diloco-sync-every", "want 0 (off) or H >= 1 inner steps"},
 		{c.zero, "zero", "DiLoCo's inner optimizers are each rank's own: there is nothing to shard"},
 		{c.commHook != "allreduce", "comm-hook", "DiLoCo's inner steps communicate no gradients"},
-		{c.checkpointDir != "", "checkpoint", "DiLoCo's checkpoints, with every rank's inner state, are not built yet"},
 		{c.given("eval-every"), "eval-every", "the ranks' parameters differ between synchronisations; the " +
 			"held-out set is scored once, on the global parameters, after the last step"},
 		{c.onNonFinite == "skip", "on-nonfinite", "each rank's gradients are its own, so the ranks would not agree " +
@@ -103,8 +105,10 @@ func (s *session) newDiLoCo(c config, g pg.ProcessGroup) error {
 		return err
 	}
 	s.dl = &dilocoRun{}
-	s.dl.dl, err = diloco.New(g, params, c.dilocoOptions())
-	return err
+	if s.dl.dl, err = diloco.New(g, params, c.dilocoOptions()); err != nil {
+		return err
+	}
+	return s.dilocoResume(c, g.Rank(), g.Size(), params)
 }
 
 // dilocoStep counts the inner step just taken (Note [DiLoCo step by step],
@@ -158,4 +162,170 @@ func (s *summary) setDiLoCo(d *dilocoRun) {
 		return
 	}
 	s.DiLoCoOuterSteps, s.DiLoCoBytesSent, s.DiLoCoSyncSeconds = d.outerSteps, d.bytesSent, d.syncTime.Seconds()
+}
+
+// Note [DiLoCo in checkpoints]: the ranks' parameters and inner
+// optimizers differ between synchronisations, so a checkpoint holds
+// every rank's, gathered to rank 0 as the comm hooks' state is (Note
+// [comm hook state in checkpoints], hooks.go): under diloco/rank<r>/,
+// param/<i> and inner/<key> with inner_step. The checkpoint's model is
+// the global parameters, what `ddp-train eval` and --init read; its
+// optimizer state rank 0's inner one, what a resume without DiLoCo
+// continues with. DiLoCo's own state, the same on every rank, is
+// diloco/step, diloco/outer<f>/<key> with diloco/outer<f>/step, and
+// diloco/pending<f> for a fragment in flight; Meta "diloco" records the
+// settings. A resume with DiLoCo at the same settings and world size
+// gives every rank back its own part and continues exactly; one from a
+// checkpoint without DiLoCo starts DiLoCo from its parameters.
+
+const (
+	dilocoKey        = "diloco/"
+	dilocoRankPrefix = "diloco/rank"
+)
+
+// dilocoLabel is the settings a DiLoCo checkpoint records.
+func (c config) dilocoLabel() string {
+	return fmt.Sprintf("H=%d outer_lr=%g outer_momentum=%g fragments=%d delay=%d alpha=%g quantize=%s",
+		c.syncEvery, c.outerLR, c.outerMomentum, c.fragments, c.delay, c.alpha, c.quantize)
+}
+
+// dilocoCheckpoint is DiLoCo's part of a checkpoint: on rank 0 the extra
+// vectors and the global parameters by index, nil elsewhere and without
+// DiLoCo. Collective: it waits for the reductions in flight and gathers
+// every rank's part.
+func (s *session) dilocoCheckpoint(ctx context.Context, g pg.ProcessGroup) (map[string][]float64, [][]float64,
+	error) {
+	if s.dl == nil {
+		return nil, nil, nil
+	}
+	st, err := s.dl.dl.State(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	params, err := s.ddp.ParamTensors()
+	if err != nil {
+		return nil, nil, err
+	}
+	mine := map[string][]float64{}
+	for i, p := range params {
+		mine["param/"+strconv.Itoa(i)] = widenTensor(p)
+	}
+	inner := s.opt.State()
+	for k, v := range inner.Buffers {
+		mine["inner/"+k] = v
+	}
+	mine["inner_step"] = []float64{float64(inner.Step)}
+	extra, err := gatherRankState(ctx, g, mine, dilocoRankPrefix, "DiLoCo's per-rank state")
+	if err != nil || g.Rank() != 0 {
+		return nil, nil, err
+	}
+	extra[dilocoKey+"step"] = []float64{float64(st.Step)}
+	for f, o := range st.Outer {
+		pre := dilocoKey + "outer" + strconv.Itoa(f) + "/"
+		extra[pre+"step"] = []float64{float64(o.Step)}
+		for k, v := range o.Buffers {
+			extra[pre+k] = v
+		}
+		if st.Pending[f] != nil {
+			extra[dilocoKey+"pending"+strconv.Itoa(f)] = st.Pending[f]
+		}
+	}
+	return extra, st.Global, nil
+}
+
+// dilocoResume gives DiLoCo, this rank's parameters and its inner
+// optimizer their parts of the checkpoint resumed from (Note [DiLoCo in
+// checkpoints]); a checkpoint without DiLoCo leaves DiLoCo as New made
+// it.
+func (s *session) dilocoResume(c config, rank, world int, params []pg.Tensor) error {
+	ck := s.dlResume
+	if ck == nil || ck.Extra[dilocoKey+"step"] == nil {
+		return nil
+	}
+	if got := ck.Meta["diloco"]; got != c.dilocoLabel() {
+		return usagef("the checkpoint was trained with DiLoCo %s; resume with the same settings, not %s", got,
+			c.dilocoLabel())
+	}
+	mine, ranks := map[string][]float64{}, map[string]bool{}
+	for k, v := range ck.Extra {
+		if rest, ok := strings.CutPrefix(k, dilocoRankPrefix); ok {
+			r, key, _ := strings.Cut(rest, "/")
+			ranks[r] = true
+			if r == strconv.Itoa(rank) {
+				mine[key] = v
+			}
+		}
+	}
+	if len(ranks) != world {
+		return usagef("the checkpoint holds DiLoCo's state of %d ranks, each with its own parameters and inner "+
+			"optimizer; resume it on %d ranks", len(ranks), len(ranks))
+	}
+	st := diloco.State{Step: int(ck.Extra[dilocoKey+"step"][0]), Pending: make([][]float64, c.fragments)}
+	for _, p := range params { // Restore has put the global parameters, the checkpoint's model, in place
+		st.Global = append(st.Global, widenTensor(p))
+	}
+	for f := range c.fragments {
+		pre := dilocoKey + "outer" + strconv.Itoa(f) + "/"
+		o := optim.State{Name: "sgd", Buffers: map[string][]float64{}}
+		for k, v := range ck.Extra {
+			if key, ok := strings.CutPrefix(k, pre); ok && key != "step" {
+				o.Buffers[key] = v
+			}
+		}
+		if v := ck.Extra[pre+"step"]; len(v) == 1 {
+			o.Step = int(v[0])
+		}
+		st.Outer = append(st.Outer, o)
+		st.Pending[f] = ck.Extra[dilocoKey+"pending"+strconv.Itoa(f)]
+	}
+	if err := s.dl.dl.Load(st); err != nil {
+		return err
+	}
+	return s.dilocoLocal(c, mine, params)
+}
+
+// dilocoLocal loads this rank's own parameters and inner optimizer state.
+func (s *session) dilocoLocal(c config, mine map[string][]float64, params []pg.Tensor) error {
+	inner := optim.State{Name: c.optimizer, Buffers: map[string][]float64{}}
+	for k, v := range mine {
+		if key, ok := strings.CutPrefix(k, "inner/"); ok {
+			inner.Buffers[key] = v
+		}
+	}
+	if v := mine["inner_step"]; len(v) == 1 {
+		inner.Step = int(v[0])
+	}
+	for i, p := range params {
+		v := mine["param/"+strconv.Itoa(i)]
+		if len(v) != p.Len() {
+			return usagef("the checkpoint's DiLoCo parameter %d has %d values, the model %d", i, len(v), p.Len())
+		}
+		narrowTensor(p, v)
+	}
+	return s.opt.Load(inner)
+}
+
+func widenTensor(t pg.Tensor) []float64 {
+	out := make([]float64, t.Len())
+	switch t.Dtype {
+	case pg.Float32:
+		for i, v := range pg.View[float32](t) {
+			out[i] = float64(v)
+		}
+	case pg.Float64:
+		copy(out, pg.View[float64](t))
+	}
+	return out
+}
+
+func narrowTensor(t pg.Tensor, v []float64) {
+	switch t.Dtype {
+	case pg.Float32:
+		x := pg.View[float32](t)
+		for i := range x {
+			x[i] = float32(v[i])
+		}
+	case pg.Float64:
+		copy(pg.View[float64](t), v)
+	}
 }

@@ -20,7 +20,6 @@ func TestDiLoCoFlagsRefused(t *testing.T) {
 		{[]string{"--diloco-sync-every", "-1"}, "want 0 (off) or H >= 1"},
 		{[]string{"--diloco-sync-every", "5", "--zero"}, "nothing to shard"},
 		{[]string{"--diloco-sync-every", "5", "--comm-hook", "fp16"}, "communicate no gradients"},
-		{[]string{"--diloco-sync-every", "5", "--checkpoint", "ck"}, "not built yet"},
 		{[]string{"--diloco-sync-every", "5", "--on-nonfinite", "skip"}, "would not agree"},
 		{[]string{"--diloco-sync-every", "4", "--diloco-fragments", "2", "--diloco-delay", "2"}, "Delay 2"},
 		{[]string{"--diloco-sync-every", "4", "--diloco-alpha", "2"}, "Alpha 2"},
@@ -68,5 +67,38 @@ func TestDiLoCoStreamingRuns(t *testing.T) {
 	d := digests(r.stderr)
 	if len(d) != 2 || d["0"] == "" || d["0"] != d["1"] {
 		t.Errorf("the ranks' final digests: %v, want two equal ones", d)
+	}
+}
+
+// A Streaming DiLoCo run checkpointed every 4 steps (fragment 0 is sent
+// at step 4 and applied at 5: the checkpoint holds it in flight) and
+// resumed at step 12 ends bitwise where the uninterrupted run ends; the
+// checkpoint's model is the global parameters, which `ddp-train eval`
+// reads as any checkpoint; a resume on another world size is refused.
+func TestDiLoCoCheckpointResumes(t *testing.T) {
+	dir := t.TempDir()
+	contractData(t, dir, contractN, contractD, contractClasses)
+	common := []string{"--backend", "tcp", "--nproc", "3", "--data", dir + "/X.npy", "--labels", dir + "/y.npy",
+		"--model", "mlp", "--hidden", "10,7", "--dtype", "float64", "--optimizer", "adamw", "--lr", "0.02",
+		"--diloco-sync-every", "8", "--diloco-fragments", "2", "--diloco-delay", "1", "--diloco-alpha", "0.5",
+		"--log-format", "json", "--timeout", "30s"}
+	run := func(args ...string) result {
+		t.Helper()
+		r := ddpTrain(t, append(append([]string(nil), common...), args...)...)
+		if r.code != 0 {
+			t.Fatalf("ddp-train %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+		return r
+	}
+	run("--steps", "24", "--save", dir+"/whole")
+	ck := dir + "/ck"
+	run("--steps", "12", "--checkpoint", ck, "--checkpoint-every", "4")
+	run("--steps", "24", "--checkpoint", ck, "--checkpoint-every", "4", "--resume", "--save", dir+"/resumed")
+	sameArrays(t, "DiLoCo resumed at step 12", savedArrays(t, dir+"/resumed"), savedArrays(t, dir+"/whole"))
+	r := ddpTrain(t, append(append([]string(nil), common[:2]...), append([]string{"--nproc", "2"},
+		append(common[4:], "--steps", "24", "--checkpoint", ck, "--resume", "--resume-allow-changes",
+			"world_size")...)...)...)
+	if r.code == 0 || !strings.Contains(r.stderr, "resume it on 3 ranks") {
+		t.Errorf("a 3-rank DiLoCo checkpoint resumed on 2 ranks: exit %d\n%s", r.code, tail(r.stderr))
 	}
 }

@@ -58,7 +58,15 @@ func gatherHookState(ctx context.Context, g pg.ProcessGroup, h commhook.Hook) (m
 	if !ok {
 		return nil, nil
 	}
-	st := s.State()
+	return gatherRankState(ctx, g, s.State(), hookStatePrefix, "the comm hook's state")
+}
+
+// gatherRankState gathers every rank's st on rank 0, keyed
+// prefix<rank>/<key>: nil on the other ranks, and when st is empty on
+// every rank. Every rank's st must hold the same keys and sizes; what
+// names it in errors. Collective.
+func gatherRankState(ctx context.Context, g pg.ProcessGroup, st map[string][]float64, prefix, what string) (
+	map[string][]float64, error) {
 	if len(st) == 0 {
 		return nil, nil
 	}
@@ -74,17 +82,17 @@ func gatherHookState(ctx context.Context, g pg.ProcessGroup, h commhook.Hook) (m
 	header := []int64{int64(len(flat)), int64(layout.Sum64())}
 	headers := make([]int64, 2*g.Size())
 	if err := g.AllGather(ctx, pg.Int64s(headers), pg.Int64s(header)).Wait(ctx); err != nil {
-		return nil, fmt.Errorf("gathering the comm hook's state: %w", err)
+		return nil, fmt.Errorf("gathering %s: %w", what, err)
 	}
 	for r := range g.Size() {
 		if headers[2*r] != header[0] || headers[2*r+1] != header[1] {
-			return nil, fmt.Errorf("gathering the comm hook's state: rank %d's state is laid out differently from rank %d's", r,
+			return nil, fmt.Errorf("gathering %s: rank %d's state is laid out differently from rank %d's", what, r,
 				g.Rank())
 		}
 	}
 	all := make([]float64, len(flat)*g.Size())
 	if err := g.AllGather(ctx, pg.Float64s(all), pg.Float64s(flat)).Wait(ctx); err != nil {
-		return nil, fmt.Errorf("gathering the comm hook's state: %w", err)
+		return nil, fmt.Errorf("gathering %s: %w", what, err)
 	}
 	if g.Rank() != 0 {
 		return nil, nil
@@ -93,7 +101,7 @@ func gatherHookState(ctx context.Context, g pg.ProcessGroup, h commhook.Hook) (m
 	for r := range g.Size() {
 		rest := all[r*len(flat) : (r+1)*len(flat)]
 		for _, k := range keys {
-			out[hookStatePrefix+strconv.Itoa(r)+"/"+k], rest = rest[:len(st[k])], rest[len(st[k]):]
+			out[prefix+strconv.Itoa(r)+"/"+k], rest = rest[:len(st[k])], rest[len(st[k]):]
 		}
 	}
 	return out, nil

@@ -13,6 +13,7 @@ import (
 
 	ddp "github.com/goddp/ddp"
 
+	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/dataset"
 	"github.com/goddp/ddp/gtensor"
@@ -86,7 +87,8 @@ type session struct {
 	// group (zerooverlap.go); nil without
 	zh        *optim.ZeroHook
 	zeroBcast pg.ProcessGroup
-	dl        *dilocoRun // --diloco-sync-every (diloco.go); nil without
+	dl        *dilocoRun             // --diloco-sync-every (diloco.go); nil without
+	dlResume  *checkpoint.Checkpoint // the checkpoint resumed from, for DiLoCo's part of it
 
 	schedRun // the learning-rate schedule (optflags.go)
 }
@@ -223,7 +225,7 @@ func (t *trainer) resumeSession(ctx context.Context, s *session) error {
 	if err != nil {
 		return fmt.Errorf("resuming from %s: %w", t.c.checkpointDir, err)
 	}
-	s.start = ck.Step
+	s.start, s.dlResume = ck.Step, ck
 	s.schedState, s.schedName, s.schedSteps, s.schedLR = ck.Extra[scheduleStateKey], ck.Meta[scheduleStateKey],
 		ck.Meta[scheduleStepsKey], ck.Meta["lr"]
 	t.log.Info("resuming", zap.Int("rank", t.g.Rank()), zap.Int("step", ck.Step),
