@@ -22,14 +22,30 @@ import (
 
 // TestMPIMatchesTCPBitwise trains the same job twice, with --backend tcp
 // --nproc 2 and under mpirun -np 2 with --backend mpi, and wants every
-// saved parameter file byte for byte the same.
+// saved parameter file byte for byte the same: DDP, and Streaming DiLoCo
+// (whose outer steps are MPI allreduces of pseudo-gradients).
 func TestMPIMatchesTCPBitwise(t *testing.T) {
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
 		t.Skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
 	}
+	for _, c := range []struct {
+		name  string
+		extra []string
+	}{
+		{"ddp", nil},
+		{"diloco", []string{"--diloco-sync-every", "6", "--diloco-fragments", "2", "--diloco-delay", "1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			common := append(args("--steps", "20", "--optimizer", "adam", "--lr", "0.01", "--seed", "7"), c.extra...)
+			mpiMatchesTCP(t, mpirun, common)
+		})
+	}
+}
+
+// mpiMatchesTCP is one case of TestMPIMatchesTCPBitwise.
+func mpiMatchesTCP(t *testing.T, mpirun string, common []string) {
 	dir := t.TempDir()
-	common := args("--steps", "20", "--optimizer", "adam", "--lr", "0.01", "--seed", "7")
 	tcpDir, mpiDir := filepath.Join(dir, "tcp"), filepath.Join(dir, "mpi")
 	if r := ddpTrain(t, append(common, "--backend", "tcp", "--nproc", "2", "--save", tcpDir)...); r.code != 0 {
 		t.Fatalf("tcp: exit %d\n%s", r.code, r.stderr)
