@@ -11,6 +11,8 @@ import (
 	"github.com/goddp/ddp/diloco"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/timeline"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // dilocoFlags are --diloco-sync-every … --diloco-quantize.
@@ -111,18 +113,49 @@ func (s *session) newDiLoCo(c config, g pg.ProcessGroup) error {
 	return s.dilocoResume(c, g.Rank(), g.Size(), params)
 }
 
+// dilocoMetrics are DiLoCo's counters, ddp_diloco_*.
+type dilocoMetrics struct {
+	dilocoOuter, dilocoBytes, dilocoSeconds prometheus.Counter
+}
+
+func newDiLoCoMetrics() dilocoMetrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ddp", Subsystem: "diloco", Name: name,
+			Help: help})
+	}
+	return dilocoMetrics{
+		dilocoOuter: c("outer_steps_total", "DiLoCo fragments applied by an outer step (--diloco-sync-every)."),
+		dilocoBytes: c("sent_bytes_total", "Pseudo-gradient bytes this rank handed to DiLoCo's allreduces."),
+		dilocoSeconds: c("sync_seconds_total", "Seconds this rank spent in DiLoCo's steps: sending, waiting for "+
+			"and applying the pseudo-gradients."),
+	}
+}
+
 // dilocoStep counts the inner step just taken (Note [DiLoCo step by step],
-// package diloco).
-func (s *session) dilocoStep(ctx context.Context, params []pg.Tensor) error {
+// package diloco), with its figures in the summary, the metrics and the
+// timeline (a "diloco" slice on the reducer's lane when the step sent or
+// applied a fragment).
+func (s *session) dilocoStep(ctx context.Context, params []pg.Tensor, m *trainingMetrics) error {
 	if s.dl == nil {
 		return nil
 	}
 	start := time.Now()
 	before := s.dl.dl.BytesSent()
 	applied, err := s.dl.dl.Step(ctx, params)
-	s.dl.syncTime += time.Since(start)
+	took, sent := time.Since(start), s.dl.dl.BytesSent()-before
+	s.dl.syncTime += took
 	s.dl.outerSteps += len(applied)
-	s.dl.bytesSent += s.dl.dl.BytesSent() - before
+	s.dl.bytesSent += sent
+	if m != nil {
+		m.dilocoOuter.Add(float64(len(applied)))
+		m.dilocoBytes.Add(float64(sent))
+		m.dilocoSeconds.Add(took.Seconds())
+	}
+	if s.tl != nil && (sent > 0 || len(applied) > 0) {
+		s.tl.Write(&timeline.Event{Name: "diloco", Lane: timeline.LaneReducer, Start: start, End: start.Add(took),
+			Args: [3]timeline.Arg{{Key: "fragments_applied", Value: int64(len(applied))}, {Key: "bytes_sent",
+				Value: sent}, {Key: "inner_step", Value: int64(s.dl.dl.StepCount())}}})
+	}
 	return err
 }
 

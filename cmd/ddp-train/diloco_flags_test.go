@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/goddp/ddp/diloco"
+	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/local"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // The DiLoCo flags are refused where they do nothing or cannot run yet,
@@ -55,7 +62,7 @@ func TestDiLoCoStreamingRuns(t *testing.T) {
 		"--model", "mlp", "--hidden", "10,7", "--dtype", "float64", "--optimizer", "adamw", "--lr", "0.02",
 		"--steps", "24", "--diloco-sync-every", "8", "--diloco-fragments", "2", "--diloco-delay", "1",
 		"--diloco-alpha", "0.5", "--diloco-quantize", "bf16", "--check-replicas-every", "1", "--summary", sum,
-		"--log-format", "json", "--timeout", "30s")
+		"--timeline", dir+"/tl", "--log-format", "json", "--timeout", "30s")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
@@ -67,6 +74,41 @@ func TestDiLoCoStreamingRuns(t *testing.T) {
 	d := digests(r.stderr)
 	if len(d) != 2 || d["0"] == "" || d["0"] != d["1"] {
 		t.Errorf("the ranks' final digests: %v, want two equal ones", d)
+	}
+	trace, err := os.ReadFile(dir + "/tl/rank-0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sends at 4, 8, 12, 16, 20, 24 and arrivals at 5, 9, 13, 17, 21
+	if n := strings.Count(string(trace), `"name":"diloco"`); n != 11 {
+		t.Errorf("the timeline holds %d diloco slices, want 11", n)
+	}
+}
+
+// ddp_diloco_* count what DiLoCo's steps did.
+func TestDiLoCoMetrics(t *testing.T) {
+	gs, err := local.New(1, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gs[0].Close()
+	params := []pg.Tensor{pg.Float64s(make([]float64, 3))}
+	dl, err := diloco.New(gs[0], params, diloco.Options{SyncEvery: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{dl: &dilocoRun{dl: dl}}
+	m := newTrainingMetrics()
+	for range 4 {
+		if err := s.dilocoStep(context.Background(), params, &m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o, b := testutil.ToFloat64(m.dilocoOuter), testutil.ToFloat64(m.dilocoBytes); o != 2 || b != 2*3*8 {
+		t.Errorf("ddp_diloco_outer_steps_total %v, ddp_diloco_sent_bytes_total %v; want 2 and 48", o, b)
+	}
+	if err := s.dilocoStep(context.Background(), params, nil); err != nil { // metrics off
+		t.Fatal(err)
 	}
 }
 

@@ -18,6 +18,7 @@ type trainingMetrics struct {
 	skipped                    prometheus.Counter     // updates skipped by --on-nonfinite skip
 	last                       *prometheus.CounterVec // ddp_straggler_last_total{rank}: Note [stragglers, measured]
 	skew                       prometheus.Histogram   // ddp_straggler_arrival_skew_seconds
+	dilocoMetrics                                     // ddp_diloco_* (diloco.go)
 }
 
 func newTrainingMetrics() trainingMetrics {
@@ -48,6 +49,7 @@ func newTrainingMetrics() trainingMetrics {
 			Name:    "arrival_skew_seconds",
 			Help:    "Per step, how much longer the first rank to arrive at the collectives waited than the last one.",
 			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16)}),
+		dilocoMetrics: newDiLoCoMetrics(),
 	}
 }
 
@@ -59,7 +61,7 @@ func evalGauge(name, help string) prometheus.Gauge {
 func (m trainingMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.step, m.lr, m.optState, m.loss, m.accuracy, m.samples, m.comm, m.skipped,
 		m.last, m.skew,
-		m.evalLoss, m.evalAccuracy, m.evalStep}
+		m.evalLoss, m.evalAccuracy, m.evalStep, m.dilocoOuter, m.dilocoBytes, m.dilocoSeconds}
 }
 
 // observeEval sets the ddp_eval_* gauges to an evaluation's figures.

@@ -452,7 +452,7 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 	if err := s.update(ctx, t.c, params, grads); err != nil { // optflags.go: clipping, the schedule, the step
 		return st, err
 	}
-	if err := s.dilocoStep(ctx, params); err != nil { // diloco.go
+	if err := s.dilocoStep(ctx, params, t.metrics); err != nil { // diloco.go
 		return st, err
 	}
 	t.metrics.observeOptState(optim.StateBytes(s.opt))
