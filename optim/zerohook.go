@@ -57,6 +57,7 @@ type ZeroHook struct {
 	params  []pg.Tensor // Begin's: the parameters' values, read while backward runs
 	accum   int         // Begin's: what the gradients are divided by (accumulated micro-batches)
 	armed   bool        // between Begin and Finish
+	gen     int         // Begin's count: a bucket of an abandoned iteration records nothing in a later one
 	last    chan struct{}
 	prev    *zeroTurn  // the previous bucket's turn to broadcast
 	results []zeroSlot // every parameter seen this iteration, with its new value's place
@@ -83,13 +84,13 @@ type zeroTurn struct {
 //
 //  1. wait for the bucket's reduction (and, Deferred, for the last bucket
 //     to have been launched);
-//  2. for each parameter of the bucket this rank owns, step it with its
-//     averaged gradient, reading the parameter's value (which backward may
-//     still be reading too: it is only read) and writing the new value
-//     into the gradient's place in the bucket's buffer, which no one needs
-//     once it has been stepped;
-//  3. broadcast every parameter of the bucket from its owner into that same
-//     place: a non-owner's averaged gradient of a parameter is never read;
+//  2. for each parameter of the bucket this rank owns, step a copy of its
+//     value (read while backward may still be reading it too: neither
+//     writes it) with its averaged gradient, in a buffer of the owner's
+//     (the size of the parameters it owns, in all);
+//  3. broadcast every parameter of the bucket from its owner's buffer into
+//     the gradient's place in the bucket on the other ranks: a non-owner's
+//     averaged gradient of a parameter is never read;
 //  4. once the iteration is over (the reducer has waited for every Work,
 //     backward no longer reads the parameters), Finish copies every new
 //     value into its parameter.
@@ -160,6 +161,7 @@ func (h *ZeroHook) Begin(params []pg.Tensor, accum int) error {
 		return errors.New("optim: zero hook: Begin twice without Finish")
 	}
 	h.params, h.accum, h.armed, h.last, h.prev, h.results = params, accum, true, make(chan struct{}), nil, nil
+	h.gen++
 	return nil
 }
 
@@ -206,10 +208,7 @@ func (h *ZeroHook) Run(ctx context.Context, g pg.ProcessGroup, b *commhook.GradB
 	}
 	prev, mine := h.prev, &zeroTurn{done: make(chan struct{})}
 	h.prev = mine
-	for j, p := range b.Params {
-		h.results = append(h.results, zeroSlot{index: p.Index, value: b.Gradient(j)})
-	}
-	last, params, accum := h.last, h.params, h.accum
+	last, params, accum, gen := h.last, h.params, h.accum, h.gen
 	if b.IsLast {
 		close(h.last)
 	}
@@ -225,7 +224,7 @@ func (h *ZeroHook) Run(ctx context.Context, g pg.ProcessGroup, b *commhook.GradB
 		w = h.inner.Run(ctx, g, b)
 	}
 	f := pg.NewFuture()
-	go func() { f.Complete(h.bucket(ctx, b, w, params, accum, last, prev, mine)) }()
+	go func() { f.Complete(h.bucket(ctx, b, w, bucketRun{params, accum, gen, last}, prev, mine)) }()
 	return f
 }
 
@@ -274,17 +273,25 @@ func (h *ZeroHook) check(b *commhook.GradBucket, params []pg.Tensor) error {
 	return nil
 }
 
+// bucketRun is what a bucket's Work takes from the iteration Begin armed.
+type bucketRun struct {
+	params []pg.Tensor
+	accum  int
+	gen    int
+	last   chan struct{}
+}
+
 // bucket is one bucket's Work: reduction, step, broadcasts.
-func (h *ZeroHook) bucket(ctx context.Context, b *commhook.GradBucket, w pg.Work, params []pg.Tensor, accum int,
-	last chan struct{}, prev, mine *zeroTurn) error {
+func (h *ZeroHook) bucket(ctx context.Context, b *commhook.GradBucket, w pg.Work, it bucketRun, prev,
+	mine *zeroTurn) error {
 	err := w.Wait(ctx)
 	if err == nil && h.o.Deferred {
-		err = waitChan(ctx, last, "the iteration's last bucket")
+		err = waitChan(ctx, it.last, "the iteration's last bucket")
 	}
 	if err == nil {
 		start := time.Now()
 		var owned int
-		owned, err = h.stepBucket(b, params, accum)
+		owned, err = h.stepBucket(b, it.params, it.accum)
 		h.event("zero step", b.Index, start, timeline.Arg{Key: "params_stepped", Value: int64(owned)})
 	}
 	if err == nil {
@@ -296,17 +303,36 @@ func (h *ZeroHook) bucket(ctx context.Context, b *commhook.GradBucket, w pg.Work
 	}
 	start := time.Now()
 	works, owners := make([]pg.Work, len(b.Params)), make([]int, len(b.Params))
+	values := make([]pg.Tensor, len(b.Params))
 	for j, p := range b.Params {
-		owners[j] = h.z.owners[p.Index]
-		works[j] = h.bcast.Broadcast(ctx, b.Gradient(j), owners[j])
+		owners[j], values[j] = h.z.owners[p.Index], b.Gradient(j)
+		if h.z.Owns(p.Index) {
+			values[j] = h.scratchFor(p.Index, values[j])
+		}
+		works[j] = h.bcast.Broadcast(ctx, values[j], owners[j])
 	}
+	h.place(values, b, it.gen)
 	mine.pass(nil)
 	err = waitAll(ctx, works, "broadcasting bucket parameter %d from rank %d", owners)
 	h.event("zero broadcast", b.Index, start, timeline.Arg{Key: "bytes", Value: int64(len(b.Buffer.Data))})
 	if err != nil {
 		return fmt.Errorf("bucket %d: %w", b.Index, err)
 	}
-	return finiteAfter(b)
+	return finiteAfter(b, values)
+}
+
+// place records where each parameter of b will hold its new value once
+// the broadcasts end: its owner's step buffer, or the gradient's place in
+// the bucket.
+func (h *ZeroHook) place(values []pg.Tensor, b *commhook.GradBucket, gen int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if gen != h.gen || !h.armed {
+		return // an abandoned iteration's
+	}
+	for j, p := range b.Params {
+		h.results = append(h.results, zeroSlot{index: p.Index, value: values[j]})
+	}
 }
 
 // event writes one of a bucket's events to the timeline, if there is one.
@@ -321,9 +347,9 @@ func (h *ZeroHook) event(name string, bucket int, start time.Time, arg timeline.
 // finiteAfter refuses a bucket whose new parameters are not all finite:
 // an averaged gradient that was not (stepBucket), or a step that
 // overflowed. Every rank holds the same values, so every rank refuses.
-func finiteAfter(b *commhook.GradBucket) error {
+func finiteAfter(b *commhook.GradBucket, values []pg.Tensor) error {
 	for j, p := range b.Params {
-		if !reducer.Finite(b.Gradient(j)) {
+		if !reducer.Finite(values[j]) {
 			return fmt.Errorf("optim: zero hook: %w: the averaged gradient of parameter %d (%s), bucket %d, or its new "+
 				"value; with ZeRO's overlap a step cannot be skipped once other buckets have been stepped: resume from a "+
 				"checkpoint with a lower rate, or train without the overlap", reducer.ErrNonFinite, p.Index, p.Name, b.Index)
@@ -363,13 +389,11 @@ func (h *ZeroHook) stepBucket(b *commhook.GradBucket, params []pg.Tensor, accum 
 			continue
 		}
 		owned++
-		place := b.Gradient(j)
-		if !reducer.Finite(place) {
-			fillNaN(place)
+		grad, next := b.Gradient(j), h.scratchFor(p.Index, b.Gradient(j))
+		if !reducer.Finite(grad) {
+			fillNaN(next)
 			continue
 		}
-		grad := h.scratchFor(p.Index, place)
-		copy(grad.Data, place.Data)
 		if accum > 1 {
 			if err := commhook.Divide(grad, accum); err != nil {
 				return owned, err
@@ -380,16 +404,16 @@ func (h *ZeroHook) stepBucket(b *commhook.GradBucket, params []pg.Tensor, accum 
 				return owned, err
 			}
 		}
-		copy(place.Data, params[p.Index].Data)
-		if err := in.Step([]pg.Tensor{place}, []pg.Tensor{grad}); err != nil {
+		copy(next.Data, params[p.Index].Data)
+		if err := in.Step([]pg.Tensor{next}, []pg.Tensor{grad}); err != nil {
 			return owned, fmt.Errorf("%w (parameter %d)", err, p.Index)
 		}
 	}
 	return owned, nil
 }
 
-// scratchFor is parameter i's gradient copy, made once: the size of the
-// parameters this rank owns, in all.
+// scratchFor is where parameter i's new value is stepped, on its owner,
+// made once: the size of the parameters this rank owns, in all.
 func (h *ZeroHook) scratchFor(i int, like pg.Tensor) pg.Tensor {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -117,6 +117,9 @@ func nonFiniteGrads(err error) (string, bool) {
 	if errors.As(err, &nf) {
 		return "the averaged gradients of " + strings.Join(nf.Names, ", ") + " are not finite", true
 	}
+	if errors.Is(err, reducer.ErrNonFinite) { // --zero-overlap's hook, which says which parameter and bucket
+		return err.Error(), true
+	}
 	return "", false
 }
 

@@ -151,7 +151,10 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
 		FindUnusedParameters: t.c.findUnused,
-		CheckFinite:          true, // Note [non-finite guard]
+		// Note [non-finite guard]; with --zero-overlap the buckets hold the new
+		// parameters after the iteration, and the hook checks the averages
+		// itself (optim.ZeroHook)
+		CheckFinite: t.c.zeroOverlap == "off",
 		FindNonFiniteOrigin:  t.c.findOrigin,
 		StaticGraph:          t.c.staticGraph,
 		GradientAsBucketView: t.c.bucketView,

@@ -47,7 +47,7 @@ func TestZeroOverlapFigures(t *testing.T) {
 		for i, m := range modes {
 			sum := filepath.Join(dir, fmt.Sprintf("%d-%d.json", round, i))
 			args := slices.Concat([]string{"--backend", "tcp", "--nproc", ranks, "--hidden", hidden, "--optimizer",
-				"adam", "--steps", "30", "--batch-size", "32", "--samples", "2048", "--log-format", "json",
+				"adam", "--steps", "80", "--batch-size", "32", "--samples", "4096", "--log-format", "json",
 				"--timeout", "120s", "--summary", sum}, strings.Fields(os.Getenv("GODDP_ZERO_OVERLAP_EXTRA")), m.flags)
 			if r := ddpTrain(t, args...); r.code != 0 {
 				t.Fatalf("%s: exit %d\n%s", m.name, r.code, r.stderr)

@@ -102,3 +102,33 @@ func closeArrays(t *testing.T, what string, got, want map[string][]byte, tol flo
 		}
 	}
 }
+
+// With --zero-overlap a sample that overflows on rank 0 at step 2
+// (overflowData) stops every rank at step 2 with exit 3: named as rank 0's
+// by --find-nonfinite-origin (the default), or, without it, by the hook,
+// which finds the non-finite average before stepping.
+func TestZeroOverlapNonFinite(t *testing.T) {
+	for _, c := range []struct {
+		origin string
+		want   string
+	}{
+		{"true", "the gradients of rank 0 held a NaN or an infinity"},
+		{"false", "averaged gradients are not finite"},
+	} {
+		t.Run("origin="+c.origin, func(t *testing.T) {
+			dir := t.TempDir()
+			r := ddpTrain(t, append(args("--epochs", "1", "--steps", "0", "--optimizer", "adam", "--zero",
+				"--zero-overlap", "interleaved", "--find-nonfinite-origin="+c.origin), overflowData(t, dir)...)...)
+			if r.code != exitDiverged || !strings.Contains(lastLine(r.stderr), "training diverged at step 2") ||
+				!strings.Contains(r.stderr, c.want) {
+				t.Fatalf("exit %d, last line %q; want exit 3 at step 2 saying %q\n%s", r.code, lastLine(r.stderr), c.want,
+					r.stderr)
+			}
+			for _, rank := range []string{"[rank 0] ddp-train: rank 0:", "[rank 1] ddp-train: rank 1:"} {
+				if !hasLine(r.stderr, rank, "training diverged at step 2:") {
+					t.Errorf("rank %s did not stop at step 2:\n%s", rank, r.stderr)
+				}
+			}
+		})
+	}
+}
