@@ -127,24 +127,8 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	if s.tl, err = t.openTimeline(); err != nil {
 		return nil, err
 	}
-	hook, err := hookByName(t.c) // hooks.go
+	hook, err := t.hookAndOptimizer(ctx, s)
 	if err != nil {
-		return nil, usageError{err}
-	}
-	if t.c.syncEvery > 0 {
-		hook = commhook.Noop{} // DiLoCo's inner steps: each rank's own gradients (diloco.go)
-	}
-	s.hook = hook
-	// Every parameter, used or not: DDP steps each with its average over
-	// ranks (ddp: Note [every parameter is stepped]).
-	sizes := make([]int, len(p.Nodes))
-	for i, n := range p.Nodes {
-		sizes[i] = n.Shape().TotalSize()
-	}
-	if s.opt, err = t.c.newOptimizer(t.g, sizes); err != nil { // optflags.go
-		return nil, err
-	}
-	if hook, err = s.zeroHook(ctx, t.c, t.g, hook); err != nil { // zerooverlap.go: --zero-overlap
 		return nil, err
 	}
 	s.ddp, err = ddp.Wrap(ctx, t.g, p.Nodes, reducer.Options{
@@ -154,7 +138,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		// Note [non-finite guard]; with --zero-overlap the buckets hold the new
 		// parameters after the iteration, and the hook checks the averages
 		// itself (optim.ZeroHook)
-		CheckFinite: t.c.zeroOverlap == "off",
+		CheckFinite:          t.c.zeroOverlap == "off",
 		FindNonFiniteOrigin:  t.c.findOrigin,
 		StaticGraph:          t.c.staticGraph,
 		GradientAsBucketView: t.c.bucketView,
@@ -194,6 +178,30 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	}
 	s.eval, err = t.newEvaluator(s) // eval.go
 	return s, err
+}
+
+// hookAndOptimizer makes the session's comm hook and optimizer, and
+// returns the hook the reducer runs: --comm-hook's, noop under DiLoCo's
+// inner steps, or wrapped by --zero-overlap.
+func (t *trainer) hookAndOptimizer(ctx context.Context, s *session) (commhook.Hook, error) {
+	hook, err := hookByName(t.c) // hooks.go
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if t.c.syncEvery > 0 {
+		hook = commhook.Noop{} // DiLoCo's inner steps: each rank's own gradients (diloco.go)
+	}
+	s.hook = hook
+	// Every parameter, used or not: DDP steps each with its average over
+	// ranks (ddp: Note [every parameter is stepped]).
+	sizes := make([]int, len(s.params.Nodes))
+	for i, n := range s.params.Nodes {
+		sizes[i] = n.Shape().TotalSize()
+	}
+	if s.opt, err = t.c.newOptimizer(t.g, sizes); err != nil { // optflags.go
+		return nil, err
+	}
+	return s.zeroHook(ctx, t.c, t.g, hook) // zerooverlap.go: --zero-overlap
 }
 
 // resumeSession loads the newest checkpoint into s's parameters, optimizer
