@@ -69,6 +69,8 @@ func (c config) validateDiLoCo() error {
 			"held-out set is scored once, on the global parameters, after the last step"},
 		{c.onNonFinite == "skip", "on-nonfinite", "each rank's gradients are its own, so the ranks would not agree " +
 			"on a step to skip"},
+		{!c.findOrigin, "find-nonfinite-origin=false", "each rank's gradients are its own, and the origin check, " +
+			"which agrees on a non-finite one with an allreduce, is what stops every rank at the same step"},
 	}
 	for _, r := range refused {
 		if r.on {

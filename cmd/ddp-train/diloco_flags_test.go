@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goddp/ddp/diloco"
 	"github.com/goddp/ddp/pg"
@@ -142,5 +143,26 @@ func TestDiLoCoCheckpointResumes(t *testing.T) {
 			"world_size")...)...)...)
 	if r.code == 0 || !strings.Contains(r.stderr, "resume it on 3 ranks") {
 		t.Errorf("a 3-rank DiLoCo checkpoint resumed on 2 ranks: exit %d\n%s", r.code, tail(r.stderr))
+	}
+}
+
+// Under DiLoCo each rank's gradients are its own: a sample that overflows
+// on rank 0 at step 2 (overflowData) stops every rank at step 2 with exit
+// 3 (the origin check agrees on it with an allreduce), and no rank waits
+// for the others' timeout; --find-nonfinite-origin=false is refused.
+func TestDiLoCoNonFinite(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now()
+	r := ddpTrain(t, append(args("--epochs", "1", "--steps", "0", "--optimizer", "adam", "--diloco-sync-every", "4",
+		"--timeout", "60s"), overflowData(t, dir)...)...)
+	if r.code != exitDiverged || !strings.Contains(r.stderr, "training diverged at step 2") {
+		t.Fatalf("exit %d, last line %q; want exit 3 at step 2\n%s", r.code, lastLine(r.stderr), r.stderr)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("it took %v: a rank waited for a timeout", took)
+	}
+	_, err := parseFlags([]string{"--diloco-sync-every", "4", "--find-nonfinite-origin=false"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "stops every rank at the same step") {
+		t.Errorf("--find-nonfinite-origin=false with DiLoCo: %v", err)
 	}
 }
