@@ -22,8 +22,10 @@ import (
 
 // TestMPIMatchesTCPBitwise trains the same job twice, with --backend tcp
 // --nproc 2 and under mpirun -np 2 with --backend mpi, and wants every
-// saved parameter file byte for byte the same: DDP, and Streaming DiLoCo
-// (whose outer steps are MPI allreduces of pseudo-gradients).
+// saved parameter file byte for byte the same: DDP, Streaming DiLoCo
+// (whose outer steps are MPI allreduces of pseudo-gradients), and ZeRO's
+// overlap (its broadcasts on an MPI subgroup; with 2 ranks a reduce to
+// the owner adds the same two numbers an allreduce does).
 func TestMPIMatchesTCPBitwise(t *testing.T) {
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
@@ -35,6 +37,9 @@ func TestMPIMatchesTCPBitwise(t *testing.T) {
 	}{
 		{"ddp", nil},
 		{"diloco", []string{"--diloco-sync-every", "6", "--diloco-fragments", "2", "--diloco-delay", "1"}},
+		{"zero-overlap", []string{"--zero", "--zero-overlap", "interleaved", "--bucket-cap-mb", "0.01",
+			"--first-bucket-mb", "0.01"}},
+		{"zero-reduce-to-owners", []string{"--zero", "--zero-overlap", "deferred", "--zero-reduce-to-owners"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			common := append(args("--steps", "20", "--optimizer", "adam", "--lr", "0.01", "--seed", "7"), c.extra...)
