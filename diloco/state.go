@@ -6,6 +6,7 @@ import (
 
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
+	"github.com/goddp/ddp/pg/backend"
 )
 
 // State is everything a DiLoCo's next steps depend on, for a checkpoint:
@@ -26,14 +27,14 @@ type State struct {
 func (d *DiLoCo) State(ctx context.Context) (State, error) {
 	s := State{Step: d.step, Pending: make([][]float64, len(d.frags))}
 	for _, g := range d.global {
-		s.Global = append(s.Global, widen(g))
+		s.Global = append(s.Global, Widen(g))
 	}
 	for i, f := range d.frags {
 		if err := d.wait(ctx, f); err != nil {
 			return State{}, fmt.Errorf("diloco: fragment %d: %w", i, err)
 		}
 		if f.pending {
-			s.Pending[i] = widen(f.buf)
+			s.Pending[i] = Widen(f.buf)
 		}
 		s.Outer = append(s.Outer, f.outer.State())
 	}
@@ -64,12 +65,12 @@ func (d *DiLoCo) Load(s State) error {
 		}
 	}
 	for i, g := range s.Global {
-		narrow(d.global[i], g)
+		Narrow(d.global[i], g)
 	}
 	for i, f := range d.frags {
 		f.work, f.pending = nil, s.Pending[i] != nil
 		if f.pending {
-			narrow(f.buf, s.Pending[i])
+			Narrow(f.buf, s.Pending[i])
 		}
 	}
 	d.step = s.Step
@@ -108,27 +109,14 @@ func (d *DiLoCo) Close(ctx context.Context) error {
 	return first
 }
 
-func widen(t pg.Tensor) []float64 {
+// Widen copies a float32 or float64 tensor into float64s, exactly: how a
+// State holds parameters.
+func Widen(t pg.Tensor) []float64 {
 	out := make([]float64, t.Len())
-	switch t.Dtype {
-	case pg.Float32:
-		for i, v := range pg.View[float32](t) {
-			out[i] = float64(v)
-		}
-	case pg.Float64:
-		copy(out, pg.View[float64](t))
-	}
+	_ = backend.Convert(pg.Float64s(out), t) // float to float of one length: cannot fail
 	return out
 }
 
-func narrow(t pg.Tensor, v []float64) {
-	switch t.Dtype {
-	case pg.Float32:
-		x := pg.View[float32](t)
-		for i := range x {
-			x[i] = float32(v[i])
-		}
-	case pg.Float64:
-		copy(pg.View[float64](t), v)
-	}
-}
+// Narrow writes float64s into a float32 or float64 tensor of their length,
+// rounding to float32 where it is one.
+func Narrow(t pg.Tensor, v []float64) { _ = backend.Convert(t, pg.Float64s(v)) }

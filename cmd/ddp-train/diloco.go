@@ -243,7 +243,7 @@ func (s *session) dilocoCheckpoint(ctx context.Context, g pg.ProcessGroup) (map[
 	}
 	mine := map[string][]float64{}
 	for i, p := range params {
-		mine["param/"+strconv.Itoa(i)] = widenTensor(p)
+		mine["param/"+strconv.Itoa(i)] = diloco.Widen(p)
 	}
 	inner := s.opt.State()
 	for k, v := range inner.Buffers {
@@ -297,7 +297,7 @@ func (s *session) dilocoResume(c config, rank, world int, params []pg.Tensor) er
 	}
 	st := diloco.State{Step: int(ck.Extra[dilocoKey+"step"][0]), Pending: make([][]float64, c.fragments)}
 	for _, p := range params { // Restore has put the global parameters, the checkpoint's model, in place
-		st.Global = append(st.Global, widenTensor(p))
+		st.Global = append(st.Global, diloco.Widen(p))
 	}
 	for f := range c.fragments {
 		pre := dilocoKey + "outer" + strconv.Itoa(f) + "/"
@@ -335,32 +335,7 @@ func (s *session) dilocoLocal(c config, mine map[string][]float64, params []pg.T
 		if len(v) != p.Len() {
 			return usagef("the checkpoint's DiLoCo parameter %d has %d values, the model %d", i, len(v), p.Len())
 		}
-		narrowTensor(p, v)
+		diloco.Narrow(p, v)
 	}
 	return s.opt.Load(inner)
-}
-
-func widenTensor(t pg.Tensor) []float64 {
-	out := make([]float64, t.Len())
-	switch t.Dtype {
-	case pg.Float32:
-		for i, v := range pg.View[float32](t) {
-			out[i] = float64(v)
-		}
-	case pg.Float64:
-		copy(out, pg.View[float64](t))
-	}
-	return out
-}
-
-func narrowTensor(t pg.Tensor, v []float64) {
-	switch t.Dtype {
-	case pg.Float32:
-		x := pg.View[float32](t)
-		for i := range x {
-			x[i] = float32(v[i])
-		}
-	case pg.Float64:
-		copy(pg.View[float64](t), v)
-	}
 }

@@ -67,7 +67,7 @@ func TestDiLoCoStreamingRuns(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	s := readZeroSummary(t, sum)
+	s := readSummary(t, sum)
 	if s.DiLoCoOuterSteps != 5 || s.DiLoCoBytesSent != 3*171*2 {
 		t.Errorf("summary: %d outer steps and %d bytes sent, want 5 and %d", s.DiLoCoOuterSteps, s.DiLoCoBytesSent,
 			3*171*2)

@@ -68,29 +68,8 @@ func TestRecipesMatchTorch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Python processes")
 	}
-	py := torchrunPython(t)
-	dir := t.TempDir()
-	contractData(t, dir, contractN, contractD, contractClasses)
-	sizes := append(append([]int{contractD}, contractHidden...), contractClasses)
-	initDir := filepath.Join(dir, "init")
-	contractInit(sizes).saveOurs(t, initDir)
-	spec, err := json.Marshal(map[string]any{"init": initDir, "x": filepath.Join(dir, "X.npy"),
-		"y": filepath.Join(dir, "y.npy"), "batch": contractBatch, "hidden": contractHidden, "cases": recipeCases})
-	if err != nil {
-		t.Fatal(err)
-	}
-	specFile, outFile := filepath.Join(dir, "spec.json"), filepath.Join(dir, "torch.json")
-	if err := os.WriteFile(specFile, spec, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	torchDone := make(chan error, 1)
-	var torchOut bytes.Buffer
-	cmd := exec.Command(py, filepath.Join("testdata", "torch_recipes.py"), specFile, outFile)
-	cmd.Stdout, cmd.Stderr = &torchOut, &torchOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { torchDone <- cmd.Wait() }()
+	tr := startTorch(t, "torch_recipes.py", recipeCases)
+	dir, initDir, sizes := tr.dir, tr.initDir, tr.sizes
 	common := []string{"--nproc", "2", "--backend", "tcp", "--data", filepath.Join(dir, "X.npy"),
 		"--labels", filepath.Join(dir, "y.npy"), "--init", initDir, "--model", "mlp", "--hidden", "10,7",
 		"--dtype", "float64", "--shuffle=false", "--batch-size", strconv.Itoa(contractBatch), "--log-format", "json",
@@ -106,17 +85,7 @@ func TestRecipesMatchTorch(t *testing.T) {
 		}
 	}
 	t.Run("resume", func(t *testing.T) { checkRecipeResume(t, common, recipeCases[3], saved[recipeCases[3].Name]) })
-	if err := <-torchDone; err != nil {
-		t.Fatalf("torch: %v\n%s", err, torchOut.String())
-	}
-	raw, err := os.ReadFile(outFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var torch map[string]map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &torch); err != nil {
-		t.Fatal(err)
-	}
+	torch := tr.results(t)
 	for _, c := range recipeCases {
 		checkRecipe(t, c, torch[c.Name], sizes, initDir, saved[c.Name])
 	}
@@ -228,4 +197,62 @@ func checkRecipeResume(t *testing.T, common []string, c recipeCase, want string)
 			}
 		}
 	}
+}
+
+// torchRun is a torch reference script running beside ddp-train's runs, on
+// the contract data and initial weights it wrote (contractData,
+// contractInit) in dir.
+type torchRun struct {
+	dir, initDir string
+	sizes        []int
+	out          string
+	output       *bytes.Buffer
+	done         chan error
+}
+
+// startTorch writes the contract data, the initial weights and a spec of
+// cases, and starts testdata/script on them: SPEC.json OUT.json, the
+// convention of every torch reference here.
+func startTorch(t *testing.T, script string, cases any) *torchRun {
+	t.Helper()
+	py := torchrunPython(t)
+	tr := &torchRun{dir: t.TempDir(), output: &bytes.Buffer{}, done: make(chan error, 1)}
+	contractData(t, tr.dir, contractN, contractD, contractClasses)
+	tr.sizes = append(append([]int{contractD}, contractHidden...), contractClasses)
+	tr.initDir = filepath.Join(tr.dir, "init")
+	contractInit(tr.sizes).saveOurs(t, tr.initDir)
+	spec, err := json.Marshal(map[string]any{"init": tr.initDir, "x": filepath.Join(tr.dir, "X.npy"),
+		"y": filepath.Join(tr.dir, "y.npy"), "batch": contractBatch, "hidden": contractHidden, "cases": cases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specFile := filepath.Join(tr.dir, "spec.json")
+	tr.out = filepath.Join(tr.dir, "torch.json")
+	if err := os.WriteFile(specFile, spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, filepath.Join("testdata", script), specFile, tr.out)
+	cmd.Stdout, cmd.Stderr = tr.output, tr.output
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { tr.done <- cmd.Wait() }()
+	return tr
+}
+
+// results waits for the script and reads its results, by case name.
+func (tr *torchRun) results(t *testing.T) map[string]map[string]json.RawMessage {
+	t.Helper()
+	if err := <-tr.done; err != nil {
+		t.Fatalf("torch: %v\n%s", err, tr.output.String())
+	}
+	raw, err := os.ReadFile(tr.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

@@ -52,7 +52,7 @@ func TestZeroOverlapFigures(t *testing.T) {
 			if r := ddpTrain(t, args...); r.code != 0 {
 				t.Fatalf("%s: exit %d\n%s", m.name, r.code, r.stderr)
 			}
-			s := readZeroSummary(t, sum)
+			s := readSummary(t, sum)
 			if i == 0 {
 				base = s.SamplesPerSec
 			}

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -46,7 +44,7 @@ func TestZeroOverlapBitwise(t *testing.T) {
 		got := run(mode, "--steps", "8", "--zero", "--zero-overlap", mode, "--check-replicas-every", "2",
 			"--summary", sum)
 		sameArrays(t, "--zero-overlap "+mode, savedArrays(t, got), plain)
-		if s := readZeroSummary(t, sum); !s.Zero || s.ZeroOverlap != mode {
+		if s := readSummary(t, sum); !s.Zero || s.ZeroOverlap != mode {
 			t.Errorf("--zero-overlap %s: the summary says zero %v, zero_overlap %q", mode, s.Zero, s.ZeroOverlap)
 		}
 	}
@@ -58,20 +56,6 @@ func TestZeroOverlapBitwise(t *testing.T) {
 	run("first", slices.Concat(resumeArgs, []string{"--steps", "4"})...)
 	sameArrays(t, "resumed with --zero-overlap", savedArrays(t, run("resumed", slices.Concat(resumeArgs,
 		[]string{"--steps", "8", "--resume"})...)), plain)
-}
-
-// readZeroSummary reads a --summary file.
-func readZeroSummary(t *testing.T, file string) summary {
-	t.Helper()
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s summary
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // closeArrays requires float64 .npy arrays within tol (relative to the

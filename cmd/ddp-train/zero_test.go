@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -104,15 +103,7 @@ func TestZeroBitwise(t *testing.T) {
 // summaryStateBytes reads a --summary file's optimizer_state_bytes.
 func summaryStateBytes(t *testing.T, file string) int64 {
 	t.Helper()
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s summary
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatal(err)
-	}
-	return s.OptimizerStateBytes
+	return readSummary(t, file).OptimizerStateBytes
 }
 
 // With --zero the memory estimate counts each rank's share of the

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -48,30 +44,9 @@ func TestZeroMatchesTorch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Python processes")
 	}
-	py := torchrunPython(t)
-	dir := t.TempDir()
-	contractData(t, dir, contractN, contractD, contractClasses)
-	sizes := append(append([]int{contractD}, contractHidden...), contractClasses)
-	initDir := filepath.Join(dir, "init")
-	contractInit(sizes).saveOurs(t, initDir)
 	cases := zeroCases()
-	spec, err := json.Marshal(map[string]any{"init": initDir, "x": filepath.Join(dir, "X.npy"),
-		"y": filepath.Join(dir, "y.npy"), "batch": contractBatch, "hidden": contractHidden, "cases": cases})
-	if err != nil {
-		t.Fatal(err)
-	}
-	specFile, outFile := filepath.Join(dir, "spec.json"), filepath.Join(dir, "torch.json")
-	if err := os.WriteFile(specFile, spec, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var torchOut bytes.Buffer
-	cmd := exec.Command(py, filepath.Join("testdata", "torch_zero.py"), specFile, outFile)
-	cmd.Stdout, cmd.Stderr = &torchOut, &torchOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	torchDone := make(chan error, 1)
-	go func() { torchDone <- cmd.Wait() }()
+	tr := startTorch(t, "torch_zero.py", cases)
+	dir, initDir, sizes := tr.dir, tr.initDir, tr.sizes
 	common := []string{"--backend", "tcp", "--data", filepath.Join(dir, "X.npy"), "--labels",
 		filepath.Join(dir, "y.npy"), "--init", initDir, "--model", "mlp", "--hidden", "10,7", "--dtype", "float64",
 		"--shuffle=false", "--batch-size", strconv.Itoa(contractBatch), "--log-format", "json", "--timeout", "30s"}
@@ -91,17 +66,7 @@ func TestZeroMatchesTorch(t *testing.T) {
 		}
 		sameArrays(t, c.Name, savedArrays(t, saved[c.Name]), savedArrays(t, filepath.Join(dir, c.Name+"-plain")))
 	}
-	if err := <-torchDone; err != nil {
-		t.Fatalf("torch: %v\n%s", err, torchOut.String())
-	}
-	raw, err := os.ReadFile(outFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var torch map[string]map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &torch); err != nil {
-		t.Fatal(err)
-	}
+	torch := tr.results(t)
 	for _, c := range cases {
 		checkRecipe(t, recipeCase{Name: c.Name, Steps: c.Steps}, torch[c.Name], sizes, initDir, saved[c.Name])
 	}

@@ -103,12 +103,60 @@ def run_case(rank, spec, case, x, y, sizes):
             sched.step()
             step += 1
         epoch += 1
+    return {"params": params_of(model), "clipped": clipped}
+
+
+def params_of(model):
+    """The model's parameters in ddp-train's layout (weights [in, out]), by name."""
     out = {}
     linears = [m for m in model if isinstance(m, nn.Linear)]
     for k, lin in enumerate(linears):
         out["fc%d.weight" % (k + 1)] = lin.weight.detach().numpy().T.reshape(-1).tolist()
         out["fc%d.bias" % (k + 1)] = lin.bias.detach().numpy().reshape(-1).tolist()
-    return {"params": out, "clipped": clipped}
+    return out
+
+
+def load_data(spec):
+    """The spec's data as float64 features and int64 labels, and the MLP's layer sizes."""
+    x = torch.from_numpy(np.load(spec["x"]).astype(np.float64))
+    y = torch.from_numpy(np.load(spec["y"]).astype(np.int64))
+    return x, y, [x.shape[1]] + spec["hidden"] + [int(y.max()) + 1]
+
+
+def _world_worker(rank, world, spec_path, out_path, init_file, run_case):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    with open(spec_path) as f:
+        spec = json.load(f)
+    x, y, sizes = load_data(spec)
+    results = {}
+    for c in spec["cases"]:
+        if c["world"] == world:
+            results[c["name"]] = run_case(rank, world, spec, c, x, y, sizes)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(results, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_worlds(spec_path, out_path, run_case):
+    """Runs run_case(rank, world, spec, case, x, y, sizes) for every case of
+    the spec, one gloo job per world size the cases name, and writes rank
+    0's results, by case name, to out_path."""
+    with open(spec_path) as f:
+        worlds = sorted({c["world"] for c in json.load(f)["cases"]})
+    merged = {}
+    for world in worlds:
+        fd, init_file = tempfile.mkstemp()
+        os.close(fd)
+        os.remove(init_file)
+        part = out_path + ".%d" % world
+        mp.spawn(_world_worker, args=(world, spec_path, part, init_file, run_case), nprocs=world)
+        with open(part) as f:
+            merged.update(json.load(f))
+    with open(out_path, "w") as f:
+        json.dump(merged, f)
 
 
 def worker(rank, spec_path, out_path, init_file):
@@ -118,9 +166,7 @@ def worker(rank, spec_path, out_path, init_file):
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=WORLD)
     with open(spec_path) as f:
         spec = json.load(f)
-    x = torch.from_numpy(np.load(spec["x"]).astype(np.float64))
-    y = torch.from_numpy(np.load(spec["y"]).astype(np.int64))
-    sizes = [x.shape[1]] + spec["hidden"] + [int(y.max()) + 1]
+    x, y, sizes = load_data(spec)
     results = {}
     for c in spec["cases"]:
         results[c["name"]] = run_case(rank, spec, c, x, y, sizes)
