@@ -260,7 +260,14 @@ func TestDiLoCoMatchesReplay(t *testing.T) {
 // parameters into fresh objects ends bitwise where the uninterrupted run
 // ends.
 func TestDiLoCoResume(t *testing.T) {
-	o := diloco.Options{SyncEvery: 8, Fragments: 2, Delay: 2, Alpha: 0.3}
+	for _, int8 := range []bool{false, true} {
+		o := diloco.Options{SyncEvery: 8, Fragments: 2, Delay: 2, Alpha: 0.3, Int8: int8}
+		t.Run(fmt.Sprintf("int8=%v", int8), func(t *testing.T) { resumeCase(t, o) })
+	}
+}
+
+// resumeCase is TestDiLoCoResume for one set of options.
+func resumeCase(t *testing.T, o diloco.Options) {
 	const steps = 30
 	want := run(t, 2, steps, "adamw", withDiLoCo(o))
 	for _, stop := range []int{4, 5, 9, 16} { // fragment 0 is sent at 4 and applied at 6, fragment 1 at 8 and 10
@@ -315,17 +322,21 @@ func TestDiLoCoResume(t *testing.T) {
 	}
 }
 
-// Pseudo-gradients sent in float16 or bfloat16 land within the half
-// precision's rounding of the full-precision run, and every rank applies
-// the same values.
+// Pseudo-gradients sent in float16, bfloat16 or int8 land within their
+// rounding of the full-precision run (and not on it).
 func TestDiLoCoQuantize(t *testing.T) {
 	full := run(t, 3, 20, "sgd", withDiLoCo(diloco.Options{SyncEvery: 5}))
 	for _, q := range []struct {
-		dtype pg.Dtype
-		tol   float64
-	}{{pg.Float16, 5e-3}, {pg.BFloat16, 3e-2}} {
-		t.Run(q.dtype.String(), func(t *testing.T) {
-			got := run(t, 3, 20, "sgd", withDiLoCo(diloco.Options{SyncEvery: 5, Quantize: q.dtype}))
+		name string
+		o    diloco.Options
+		tol  float64
+	}{
+		{"float16", diloco.Options{SyncEvery: 5, Quantize: pg.Float16}, 5e-3},
+		{"bfloat16", diloco.Options{SyncEvery: 5, Quantize: pg.BFloat16}, 3e-2},
+		{"int8", diloco.Options{SyncEvery: 5, Int8: true}, 3e-2},
+	} {
+		t.Run(q.name, func(t *testing.T) {
+			got := run(t, 3, 20, "sgd", withDiLoCo(q.o))
 			var worst float64
 			for r := range got {
 				for i := range got[r] {
@@ -335,7 +346,7 @@ func TestDiLoCoQuantize(t *testing.T) {
 				}
 			}
 			if worst > q.tol || worst == 0 {
-				t.Fatalf("%v: the largest difference from the float64 run is %g, want in (0, %g]", q.dtype, worst, q.tol)
+				t.Fatalf("%s: the largest difference from the float64 run is %g, want in (0, %g]", q.name, worst, q.tol)
 			}
 		})
 	}
@@ -354,6 +365,7 @@ func TestDiLoCoRefuses(t *testing.T) {
 		{diloco.Options{SyncEvery: 4, Fragments: 2, Delay: 2}, "Delay 2"},
 		{diloco.Options{SyncEvery: 4, Alpha: 1.5}, "Alpha 1.5"},
 		{diloco.Options{SyncEvery: 4, Quantize: pg.Int32}, "Quantize"},
+		{diloco.Options{SyncEvery: 4, Quantize: pg.Float16, Int8: true}, "give one of them"},
 		{diloco.Options{SyncEvery: 4, OuterLR: optim.Set(-1)}, "numbers >= 0"},
 		{diloco.Options{SyncEvery: 8, Fragments: 5}, "at most one fragment per parameter"},
 	} {

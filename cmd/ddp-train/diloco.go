@@ -23,8 +23,9 @@ type dilocoFlags struct {
 	quantize                    string
 }
 
-// dilocoQuantize are --diloco-quantize's values and their dtypes.
-var dilocoQuantize = map[string]pg.Dtype{"none": 0, "fp16": pg.Float16, "bf16": pg.BFloat16}
+// dilocoQuantize are --diloco-quantize's values and their dtypes ("int8":
+// diloco.Options.Int8).
+var dilocoQuantize = map[string]pg.Dtype{"none": 0, "fp16": pg.Float16, "bf16": pg.BFloat16, "int8": 0}
 
 func (d *dilocoFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&d.syncEvery, "diloco-sync-every", 0, "DiLoCo: no gradient communication; every H inner steps "+
@@ -36,7 +37,8 @@ func (d *dilocoFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&d.delay, "diloco-delay", 0, "Streaming DiLoCo: inner steps a fragment's reduction overlaps")
 	fs.Float64Var(&d.alpha, "diloco-alpha", 0, "Streaming DiLoCo: on arrival a fragment becomes "+
 		"A·local + (1−A)·global")
-	fs.StringVar(&d.quantize, "diloco-quantize", "none", "the pseudo-gradients' dtype on the wire: none, fp16 or bf16")
+	fs.StringVar(&d.quantize, "diloco-quantize", "none", "the pseudo-gradients on the wire: none, fp16, bf16, or int8 "+
+		"(a float32 scale per 256 values, reduce-scattered and allgathered)")
 }
 
 // dilocoOnly are the flags that do nothing without --diloco-sync-every.
@@ -55,7 +57,7 @@ func (c config) validateDiLoCo() error {
 		return nil
 	}
 	if _, ok := dilocoQuantize[c.quantize]; !ok {
-		return usagef("--diloco-quantize %q: want none, fp16 or bf16", c.quantize)
+		return usagef("--diloco-quantize %q: want none, fp16, bf16 or int8", c.quantize)
 	}
 	refused := []struct {
 		on     bool
@@ -87,7 +89,7 @@ func (c config) validateDiLoCo() error {
 func (c config) dilocoOptions() diloco.Options {
 	return diloco.Options{SyncEvery: c.syncEvery, OuterLR: optim.Set(c.outerLR),
 		OuterMomentum: optim.Set(c.outerMomentum), Fragments: c.fragments, Delay: c.delay, Alpha: c.alpha,
-		Quantize: dilocoQuantize[c.quantize]}
+		Quantize: dilocoQuantize[c.quantize], Int8: c.quantize == "int8"}
 }
 
 // dilocoRun is a session's DiLoCo: nil without --diloco-sync-every.

@@ -37,6 +37,8 @@ func TestMPIMatchesTCPBitwise(t *testing.T) {
 	}{
 		{"ddp", nil},
 		{"diloco", []string{"--diloco-sync-every", "6", "--diloco-fragments", "2", "--diloco-delay", "1"}},
+		{"diloco-int8", []string{"--diloco-sync-every", "6", "--diloco-fragments", "2", "--diloco-delay", "1",
+			"--diloco-quantize", "int8"}},
 		{"zero-overlap", []string{"--zero", "--zero-overlap", "interleaved", "--bucket-cap-mb", "0.01",
 			"--first-bucket-mb", "0.01"}},
 		{"zero-reduce-to-owners", []string{"--zero", "--zero-overlap", "deferred", "--zero-reduce-to-owners"}},
