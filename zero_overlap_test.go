@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/optim"
@@ -337,3 +338,35 @@ func TestZeroHookNonFinite(t *testing.T) {
 }
 
 func inf() float64 { var zero float64; return 1 / zero }
+
+// In torch's deferred order a bucket waits for the iteration's last one;
+// when the iteration fails before it comes, Abandon ends the wait at once
+// instead of at the iteration's timeout.
+func TestZeroHookAbandonEndsWaits(t *testing.T) {
+	ctx := testCtx(t)
+	g := groupsOf(t, "local", 1)[0]
+	z, err := optim.NewZero(g, "sgd", optim.Options{LR: optim.Set(0.1)}, []int{2}, optim.ZeroOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zh, err := z.Hook(nil, g, optim.ZeroHookOptions{Deferred: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := zh.Begin([]pg.Tensor{pg.Float64s(make([]float64, 2))}, 1); err != nil {
+		t.Fatal(err)
+	}
+	b := &commhook.GradBucket{Buffer: pg.Float64s([]float64{1, 2}), Params: []commhook.ParamView{{Index: 0, Len: 2}}}
+	w := zh.Run(ctx, g, b) // not the last: it waits
+	zh.Abandon()
+	done := make(chan error, 1)
+	go func() { done <- w.Wait(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the abandoned bucket's Work succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the abandoned bucket still waits for the last bucket after 5 s")
+	}
+}

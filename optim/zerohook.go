@@ -54,10 +54,12 @@ type ZeroHook struct {
 	o     ZeroHookOptions
 
 	mu      sync.Mutex
-	params  []pg.Tensor // Begin's: the parameters' values, read while backward runs
-	accum   int         // Begin's: what the gradients are divided by (accumulated micro-batches)
-	armed   bool        // between Begin and Finish
-	gen     int         // Begin's count: a bucket of an abandoned iteration records nothing in a later one
+	params  []pg.Tensor        // Begin's: the parameters' values, read while backward runs
+	accum   int                // Begin's: what the gradients are divided by (accumulated micro-batches)
+	armed   bool               // between Begin and Finish
+	gen     int                // Begin's count: a bucket of an abandoned iteration records nothing in a later one
+	stop    context.CancelFunc // ends the iteration's bucket Works (Abandon, Finish)
+	done    context.Context    // ended by stop
 	last    chan struct{}
 	prev    *zeroTurn  // the previous bucket's turn to broadcast
 	results []zeroSlot // every parameter seen this iteration, with its new value's place
@@ -162,6 +164,7 @@ func (h *ZeroHook) Begin(params []pg.Tensor, accum int) error {
 	}
 	h.params, h.accum, h.armed, h.last, h.prev, h.results = params, accum, true, make(chan struct{}), nil, nil
 	h.gen++
+	h.done, h.stop = context.WithCancel(context.Background())
 	return nil
 }
 
@@ -185,6 +188,7 @@ func (h *ZeroHook) Finish() error {
 		copy(h.params[s.index].Data, s.value.Data)
 	}
 	h.armed, h.results = false, nil
+	h.stop()
 	h.z.step++
 	return nil
 }
@@ -196,6 +200,9 @@ func (h *ZeroHook) Abandon() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.armed, h.results = false, nil
+	if h.stop != nil {
+		h.stop() // a bucket still waiting (for the last bucket, say) gives up now, not at its timeout
+	}
 }
 
 // Run is the hook: see Note [ZeRO overlapped with backward].
@@ -208,7 +215,7 @@ func (h *ZeroHook) Run(ctx context.Context, g pg.ProcessGroup, b *commhook.GradB
 	}
 	prev, mine := h.prev, &zeroTurn{done: make(chan struct{})}
 	h.prev = mine
-	last, params, accum, gen := h.last, h.params, h.accum, h.gen
+	last, params, accum, gen, done := h.last, h.params, h.accum, h.gen, h.done
 	if b.IsLast {
 		close(h.last)
 	}
@@ -224,7 +231,12 @@ func (h *ZeroHook) Run(ctx context.Context, g pg.ProcessGroup, b *commhook.GradB
 		w = h.inner.Run(ctx, g, b)
 	}
 	f := pg.NewFuture()
-	go func() { f.Complete(h.bucket(ctx, b, w, bucketRun{params, accum, gen, last}, prev, mine)) }()
+	go func() {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(done, cancel)()
+		f.Complete(h.bucket(ctx, b, w, bucketRun{params, accum, gen, last}, prev, mine))
+	}()
 	return f
 }
 
