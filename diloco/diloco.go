@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/goddp/ddp/commhook"
 	"github.com/goddp/ddp/optim"
@@ -46,6 +47,12 @@ type Options struct {
 	// pseudo-gradients]): about a quarter of a float32 allreduce's bytes.
 	// Not with Quantize. The group must offer AllToAll (pg.AllToAller).
 	Int8 bool
+	// Uneven is for ranks with uneven inputs (a Join): a rank that has run
+	// out of batches calls StepJoined instead of Step, contributing no
+	// pseudo-gradient, and each average is over the ranks still training
+	// (Note [DiLoCo under Join]). It costs one value more per reduction, and
+	// sums before dividing. Not with Int8.
+	Uneven bool
 }
 
 // DiLoCo is DiLoCo (Douillard et al. 2023, arXiv 2311.08105) and its
@@ -105,6 +112,17 @@ type fragment struct {
 // offset_f = floor(H/F·(f+1)), so with one fragment it is H: the first
 // synchronisation follows the H-th inner step. The inner optimizer's state
 // is never touched.
+//
+// Note [DiLoCo under Join]: with uneven inputs a rank runs out of batches
+// before the others. Under a Join (reducer.Join, ddp.DDP.NewJoin) it
+// shadows their iterations, and there (JoinOptions.OnShadowStep) it calls
+// StepJoined, so that it still counts the inner steps and takes part in
+// every reduction, at the same steps as the others. With Options.Uneven
+// each reduction carries one value more, 1 from a training rank and 0
+// from a joined one, and is summed before it is divided: the average is
+// over the ranks that trained, torch Join's rule for gradients. A joined
+// rank's pseudo-gradient is zeros, and on arrival its parameters become
+// the global ones.
 //
 // Note [DiLoCo as averaging]: with OuterLR 1, no momentum and no
 // quantisation the outer step is θ_global − (θ_global − mean θ_local),
@@ -174,6 +192,8 @@ func (o Options) check() error {
 			"before the next one is sent", o.Delay, o.SyncEvery/o.Fragments-1)
 	case !(o.Alpha >= 0 && o.Alpha <= 1):
 		return fmt.Errorf("diloco: Alpha %v: want a number in [0, 1]", o.Alpha)
+	case o.Uneven && o.Int8:
+		return errors.New("diloco: Uneven and Int8: the count of training ranks would not survive int8; use Quantize")
 	case o.Int8 && o.Quantize != 0:
 		return fmt.Errorf("diloco: Int8 and Quantize %v: give one of them", o.Quantize)
 	case o.Quantize != 0 && o.Quantize != pg.Float16 && o.Quantize != pg.BFloat16:
@@ -232,6 +252,9 @@ func (d *DiLoCo) split() ([]*fragment, error) {
 		for _, j := range fr.params {
 			n += d.sizes[j]
 		}
+		if d.o.Uneven {
+			n++ // the count of ranks contributing, last
+		}
 		fr.buf = pg.NewTensor(d.dtype, n)
 		if d.o.Quantize != 0 {
 			fr.wire = pg.NewTensor(d.o.Quantize, n)
@@ -259,6 +282,22 @@ func (d *DiLoCo) split() ([]*fragment, error) {
 // the fragments it applied. It is collective: every rank calls it after
 // every inner step.
 func (d *DiLoCo) Step(ctx context.Context, params []pg.Tensor) (applied []int, err error) {
+	return d.stepAs(ctx, params, false)
+}
+
+// StepJoined is Step for a rank that has run out of batches (Options.Uneven,
+// Note [DiLoCo under Join]): it counts the inner step the others take and
+// joins their reductions with no pseudo-gradient of its own; on arrival its
+// parameters become the global ones. Under a ddp Join, call it from
+// JoinOptions.OnShadowStep.
+func (d *DiLoCo) StepJoined(ctx context.Context, params []pg.Tensor) (applied []int, err error) {
+	if !d.o.Uneven {
+		return nil, errors.New("diloco: StepJoined needs Options.Uneven, on every rank")
+	}
+	return d.stepAs(ctx, params, true)
+}
+
+func (d *DiLoCo) stepAs(ctx context.Context, params []pg.Tensor, joined bool) (applied []int, err error) {
 	if err := d.checkParams(params); err != nil {
 		return nil, err
 	}
@@ -266,7 +305,7 @@ func (d *DiLoCo) Step(ctx context.Context, params []pg.Tensor) (applied []int, e
 	H := d.o.SyncEvery
 	for _, f := range d.frags {
 		if d.step >= f.offset && (d.step-f.offset)%H == 0 {
-			if err := d.send(ctx, f, params); err != nil {
+			if err := d.send(ctx, f, params, joined); err != nil {
 				return nil, err
 			}
 		}
@@ -281,7 +320,7 @@ func (d *DiLoCo) Step(ctx context.Context, params []pg.Tensor) (applied []int, e
 	}
 	for i, f := range d.frags {
 		if f.pending && d.step >= f.offset+d.o.Delay && (d.step-f.offset-d.o.Delay)%H == 0 {
-			if err := d.apply(ctx, f, params); err != nil {
+			if err := d.apply(ctx, f, params, joined); err != nil {
 				return applied, fmt.Errorf("diloco: fragment %d at inner step %d: %w", i, d.step, err)
 			}
 			applied = append(applied, i)
@@ -306,21 +345,30 @@ func (d *DiLoCo) checkParams(params []pg.Tensor) error {
 
 // send starts fragment f's reduction: Δ = global − local divided by the
 // ranks (or, averaging, local divided by the ranks).
-func (d *DiLoCo) send(ctx context.Context, f *fragment, params []pg.Tensor) error {
+func (d *DiLoCo) send(ctx context.Context, f *fragment, params []pg.Tensor, joined bool) error {
 	if f.pending {
 		return errors.New("diloco: a fragment was sent again before its last reduction was applied")
 	}
 	off := 0
 	for _, i := range f.params {
 		dst := f.buf.Slice(off, off+d.sizes[i])
-		if d.averages {
+		switch {
+		case joined:
+			clear(dst.Data)
+		case d.averages:
 			copy(dst.Data, params[i].Data)
-		} else {
+		default:
 			subtract(dst, d.global[i], params[i])
 		}
 		off += d.sizes[i]
 	}
-	if err := commhook.Divide(f.buf, d.g.Size()); err != nil {
+	if d.o.Uneven { // summed, then divided by the count on arrival
+		count := 1.0
+		if joined {
+			count = 0
+		}
+		Narrow(f.buf.Slice(off, off+1), []float64{count})
+	} else if err := commhook.Divide(f.buf, d.g.Size()); err != nil {
 		return err
 	}
 	f.sentAt = d.step
@@ -342,11 +390,14 @@ func (d *DiLoCo) send(ctx context.Context, f *fragment, params []pg.Tensor) erro
 }
 
 // apply waits for fragment f's reduction and steps its global parameters.
-func (d *DiLoCo) apply(ctx context.Context, f *fragment, params []pg.Tensor) error {
+func (d *DiLoCo) apply(ctx context.Context, f *fragment, params []pg.Tensor, joined bool) error {
 	if err := d.wait(ctx, f); err != nil {
 		return err
 	}
 	f.pending = false
+	if err := d.divideByCount(f); err != nil {
+		return err
+	}
 	globals, grads := make([]pg.Tensor, len(f.params)), make([]pg.Tensor, len(f.params))
 	off := 0
 	for k, i := range f.params {
@@ -360,10 +411,28 @@ func (d *DiLoCo) apply(ctx context.Context, f *fragment, params []pg.Tensor) err
 	} else if err := f.outer.Step(globals, grads); err != nil {
 		return fmt.Errorf("the outer step: %w", err)
 	}
+	alpha := d.o.Alpha
+	if joined {
+		alpha = 0 // nothing local to keep
+	}
 	for _, i := range f.params {
-		mix(params[i], d.global[i], d.o.Alpha)
+		mix(params[i], d.global[i], alpha)
 	}
 	return nil
+}
+
+// divideByCount turns an Uneven fragment's sum into the average over the
+// ranks that contributed, the count its last value holds.
+func (d *DiLoCo) divideByCount(f *fragment) error {
+	if !d.o.Uneven {
+		return nil
+	}
+	n := f.buf.Len() - 1
+	count := int(math.Round(Widen(f.buf.Slice(n, n+1))[0]))
+	if count < 1 {
+		return errors.New("no rank contributed a pseudo-gradient: every rank had joined")
+	}
+	return commhook.Divide(f.buf.Slice(0, n), count)
 }
 
 // wait finishes fragment f's reduction in flight, if any, into f.buf.

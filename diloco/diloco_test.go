@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -385,4 +386,181 @@ func TestDiLoCoRefuses(t *testing.T) {
 	if _, err := d.Step(testworld.Ctx(t), p[:2]); err == nil {
 		t.Error("Step with 2 of 4 parameters: no error")
 	}
+}
+
+// With uneven inputs (Options.Uneven) ranks that run out of batches call
+// StepJoined for the others' remaining steps: every average is over the
+// ranks still training, as a one-process replay of that rule gives within
+// 1e-12, and every rank ends with the same global parameters.
+func TestDiLoCoUneven(t *testing.T) {
+	batches := []int{13, 9, 5}
+	for _, o := range []diloco.Options{
+		{SyncEvery: 4, Uneven: true},
+		{SyncEvery: 6, Fragments: 2, Delay: 1, Alpha: 0.5, Uneven: true},
+		{SyncEvery: 4, Uneven: true, Quantize: pg.BFloat16},
+	} {
+		o.OuterLR, o.OuterMomentum = optim.Set(0.7), optim.Set(0.9)
+		t.Run(fmt.Sprintf("H=%d/F=%d/q=%v", o.SyncEvery, o.Fragments, o.Quantize), func(t *testing.T) {
+			probe, err := diloco.New(testworld.Local(t, 1)[0], tensors(initial()), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := unevenRun(t, batches, o)
+			want := unevenReplay(t, batches, o, probe.Fragments())
+			tol := 1e-12
+			if o.Quantize != 0 {
+				tol = 5e-2
+			}
+			for i := range want {
+				for k := range want[i] {
+					if d := math.Abs(got[0][i][k] - want[i][k]); d > tol {
+						t.Fatalf("global parameter %d[%d]: %v, the replay %v", i, k, got[0][i][k], want[i][k])
+					}
+				}
+			}
+			for r := range got {
+				if fmt.Sprint(got[r]) != fmt.Sprint(got[0]) {
+					t.Fatalf("rank %d's global parameters differ from rank 0's", r)
+				}
+			}
+		})
+	}
+}
+
+// unevenRun trains rank r for batches[r] inner steps and then joins until
+// the longest is done; it returns every rank's global parameters.
+func unevenRun(t *testing.T, batches []int, o diloco.Options) [][][]float64 {
+	ctx := testworld.Ctx(t)
+	gs := testworld.Local(t, len(batches))
+	out := make([][][]float64, len(batches))
+	longest := slices.Max(batches)
+	testworld.NoErrors(t, testworld.OnGroups(gs, func(r int, g pg.ProcessGroup) error {
+		p := initial()
+		opt, err := optim.NewWith("sgd", optim.Options{LR: optim.Set(0.05)}, len(sizes))
+		if err != nil {
+			return err
+		}
+		d, err := diloco.New(g, tensors(p), o)
+		if err != nil {
+			return err
+		}
+		defer d.Close(ctx)
+		for step := range longest {
+			if step >= batches[r] {
+				if _, err := d.StepJoined(ctx, tensors(p)); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := opt.Step(tensors(p), tensors(gradOf(r, step, p))); err != nil {
+				return err
+			}
+			if _, err := d.Step(ctx, tensors(p)); err != nil {
+				return err
+			}
+		}
+		if err := d.Close(ctx); err != nil {
+			return err
+		}
+		for _, g := range d.Global() {
+			out[r] = append(out[r], diloco.Widen(g))
+		}
+		return nil
+	}))
+	return out
+}
+
+// unevenReplay is replayRun with ranks that stop: each average is over
+// the ranks still training at the send, and a stopped rank takes the
+// global parameters on every arrival. It returns the global parameters.
+func unevenReplay(t *testing.T, batches []int, o diloco.Options, frags [][]int) [][]float64 {
+	t.Helper()
+	g := initial()
+	local := make([][][]float64, len(batches))
+	opts := make([]optim.Optimizer, len(batches))
+	for r := range local {
+		local[r] = initial()
+		var err error
+		if opts[r], err = optim.NewWith("sgd", optim.Options{LR: optim.Set(0.05)}, len(sizes)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outer := make([]optim.Optimizer, len(frags))
+	for f, ps := range frags {
+		var err error
+		oo := optim.Options{LR: o.OuterLR, Momentum: o.OuterMomentum, Nesterov: *o.OuterMomentum > 0}
+		if outer[f], err = optim.NewWith("sgd", oo, len(ps)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := make([][][]float64, len(frags))
+	H, F := o.SyncEvery, len(frags)
+	for step := range slices.Max(batches) {
+		t1 := step + 1
+		for r := range local {
+			if step < batches[r] {
+				if err := opts[r].Step(tensors(local[r]), tensors(gradOf(r, step, local[r]))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for f, ps := range frags {
+			if off := H * (f + 1) / F; t1 >= off && (t1-off)%H == 0 {
+				sent[f] = averageDelta(g, local, ps, step, batches)
+			}
+		}
+		for f, ps := range frags {
+			off := H*(f+1)/F + o.Delay
+			if sent[f] == nil || t1 < off || (t1-off)%H != 0 {
+				continue
+			}
+			globals := make([]pg.Tensor, len(ps))
+			for k, i := range ps {
+				globals[k] = pg.Float64s(g[i])
+			}
+			if err := outer[f].Step(globals, tensors(sent[f])); err != nil {
+				t.Fatal(err)
+			}
+			sent[f] = nil
+			for r := range local {
+				alpha := o.Alpha
+				if step >= batches[r] {
+					alpha = 0
+				}
+				for _, i := range ps {
+					for k := range g[i] {
+						local[r][i][k] = alpha*local[r][i][k] + (1-alpha)*g[i][k]
+					}
+				}
+			}
+		}
+	}
+	return g
+}
+
+// averageDelta is the mean of global − local over the ranks training at
+// step, for the parameters ps, summed and then divided.
+func averageDelta(g [][]float64, local [][][]float64, ps []int, step int, batches []int) [][]float64 {
+	out := make([][]float64, len(ps))
+	count := 0
+	for r := range local {
+		if step < batches[r] {
+			count++
+		}
+	}
+	for k, i := range ps {
+		out[k] = make([]float64, len(g[i]))
+		for r := range local {
+			if step >= batches[r] {
+				continue
+			}
+			for e := range g[i] {
+				out[k][e] += g[i][e] - local[r][i][e]
+			}
+		}
+		for e := range out[k] {
+			out[k][e] /= float64(count)
+		}
+	}
+	return out
 }
