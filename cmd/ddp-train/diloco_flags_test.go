@@ -56,18 +56,19 @@ func TestDiLoCoFlagsRefused(t *testing.T) {
 // its fragment's values in bf16, 3·171·2 bytes in all. Both ranks end with
 // the same (global) parameters, and the replica check passes at every step.
 func TestDiLoCoStreamingRuns(t *testing.T) {
-	for _, q := range []string{"bf16", "int8"} {
-		t.Run(q, func(t *testing.T) { streamingRun(t, q) })
+	for _, c := range []struct{ backend, q string }{{"tcp", "bf16"}, {"tcp", "int8"}, {"local", "int8"}} {
+		t.Run(c.backend+"/"+c.q, func(t *testing.T) { streamingRun(t, c.backend, c.q) })
 	}
 }
 
-// streamingRun is TestDiLoCoStreamingRuns with --diloco-quantize q (the
-// bytes are checked for bf16, whose pseudo-gradients go to one allreduce).
-func streamingRun(t *testing.T, q string) {
+// streamingRun is TestDiLoCoStreamingRuns on a backend with
+// --diloco-quantize q (the bytes are checked for bf16, whose
+// pseudo-gradients go to one allreduce).
+func streamingRun(t *testing.T, backend, q string) {
 	dir := t.TempDir()
 	contractData(t, dir, contractN, contractD, contractClasses)
 	sum := dir + "/s.json"
-	r := ddpTrain(t, "--backend", "tcp", "--nproc", "2", "--data", dir+"/X.npy", "--labels", dir+"/y.npy",
+	r := ddpTrain(t, "--backend", backend, "--nproc", "2", "--data", dir+"/X.npy", "--labels", dir+"/y.npy",
 		"--model", "mlp", "--hidden", "10,7", "--dtype", "float64", "--optimizer", "adamw", "--lr", "0.02",
 		"--steps", "24", "--diloco-sync-every", "8", "--diloco-fragments", "2", "--diloco-delay", "1",
 		"--diloco-alpha", "0.5", "--diloco-quantize", q, "--check-replicas-every", "1", "--summary", sum,
