@@ -204,9 +204,9 @@ func (e *zeroNetEnv) checkDigests(t *testing.T, modes []zeroNetMode, st []zeroNe
 // table is the figures of one rate and layout, in markdown.
 func (e *zeroNetEnv) table(modes []zeroNetMode, st []zeroNetStats) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%s links, 2 hosts x %d rank(s), --hidden %s, Adam, %d steps x batch 32 per rank, %d rounds; "+
-		"%d buckets %v bytes %s\n\n", e.rate, e.nproc, e.hidden, e.steps, e.rounds, e.buckets, e.bucketBytes,
-		strings.Join(e.extra, " "))
+	fmt.Fprintf(&b, "\n%s links, 2 hosts x %d rank(s), --hidden %s, Adam, %d steps x batch %s per rank, %d rounds, "+
+		"%d buckets %v bytes; extra flags %q\n\n", e.rate, e.nproc, e.hidden, e.steps,
+		lastFlag(e.extra, "--batch-size", "32"), e.rounds, e.buckets, e.bucketBytes, strings.Join(e.extra, " "))
 	b.WriteString("| mode | samples/s | / no ZeRO | iteration ms | backward end → DDP's wait end ms | " +
 		"backward end → next step ms | comm_fraction | MB sent per step per host |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
@@ -221,6 +221,16 @@ func (e *zeroNetEnv) table(modes []zeroNetMode, st []zeroNetStats) string {
 			medianOr(s.ratio), median(s.iter), median(s.wait), median(s.tail), median(s.comm), perStep)
 	}
 	return b.String()
+}
+
+// lastFlag is the value of the last "name value" in flags, or def.
+func lastFlag(flags []string, name, def string) string {
+	for i := len(flags) - 2; i >= 0; i-- {
+		if flags[i] == name {
+			return flags[i+1]
+		}
+	}
+	return def
 }
 
 func medianOr(x []float64) float64 {
