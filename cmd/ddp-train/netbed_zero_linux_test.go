@@ -24,17 +24,21 @@ import (
 // TestNetbedZeroOverlapFigures measures, for docs/optimizers.md, what
 // --zero-overlap gains or loses where the links are slow: 2 hosts of a
 // network-namespace bed, their links capped at GODDP_ZERO_OVERLAP_RATE
-// (default "1gbit,100mbit", one after the other), GODDP_ZERO_OVERLAP_NPROC
-// ranks per host (default "1,2"), Adam on --hidden GODDP_ZERO_OVERLAP_HIDDEN
+// (default "1gbit,100mbit", one after the other; GODDP_ZERO_OVERLAP_BURST
+// sets the token bucket, see setRate), GODDP_ZERO_OVERLAP_NPROC ranks per
+// host (default "1,2"), Adam on --hidden GODDP_ZERO_OVERLAP_HIDDEN
 // (default 512,512,512: 0.56M float32 parameters, 2.2 MB of gradients in
-// DDP's default two buckets), GODDP_ZERO_OVERLAP_EXTRA added to every run's
-// flags (for example --bucket-cap-mb 1), the five modes of TestZeroOverlapFigures interleaved
-// round by round (GODDP_ZERO_OVERLAP_ROUNDS, default 3). Per run it reads
-// the --summary, rank 0's --timeline (per step: the iteration, the time
-// from the end of backward to the end of DDP's wait, and to the start of
-// the next step) and the "train" lines' comm_fraction; per mode, the bytes
-// each host's link sent per step, the difference between a full run and
-// a 2-step one. It runs only with GODDP_TEST_NETBED=1 (as root) and
+// DDP's default two buckets), GODDP_ZERO_OVERLAP_EXTRA added to every
+// run's flags (for example --batch-size 512), the five modes of
+// TestZeroOverlapFigures interleaved round by round
+// (GODDP_ZERO_OVERLAP_ROUNDS, default 3). Per run it reads the --summary,
+// rank 0's --timeline (per step: the iteration, the time from the end of
+// backward to the end of DDP's wait, and to the start of the next step)
+// and the "train" lines' comm_fraction; per mode, the bytes each host's
+// link sent per step, the difference between a full run and a 2-step one.
+// Every run must end with the same parameters on every rank, and every
+// mode but --zero-reduce-to-owners bitwise where the run without ZeRO
+// ends. It runs only with GODDP_TEST_NETBED=1 (as root) and
 // GODDP_ZERO_OVERLAP_FIGURES=1: it is a measurement, not a check.
 func TestNetbedZeroOverlapFigures(t *testing.T) {
 	if os.Getenv("GODDP_ZERO_OVERLAP_FIGURES") != "1" {
@@ -51,14 +55,33 @@ func TestNetbedZeroOverlapFigures(t *testing.T) {
 	e.rounds, _ = strconv.Atoi(cmp.Or(os.Getenv("GODDP_ZERO_OVERLAP_ROUNDS"), "3"))
 	e.broken = map[string]bool{}
 	for _, rate := range splitList(cmp.Or(os.Getenv("GODDP_ZERO_OVERLAP_RATE"), "1gbit,100mbit")) {
-		for i := range e.bed.Hosts() {
-			if err := e.bed.SetRate(context.Background(), i, rate); err != nil {
-				t.Fatal(err)
-			}
-		}
+		e.setRate(t, rate)
 		for _, n := range splitList(cmp.Or(os.Getenv("GODDP_ZERO_OVERLAP_NPROC"), "1,2")) {
-			e.rate, e.nproc, e.steps = rate, mustAtoi(n), zeroNetSteps(rate)
+			e.nproc, e.steps = mustAtoi(n), zeroNetSteps(rate)
 			t.Log(e.measure(t))
+		}
+	}
+}
+
+// setRate caps both hosts' links at rate. With GODDP_ZERO_OVERLAP_BURST
+// (tc's units, "64kb"), what each host sends passes a token bucket of that
+// size in place of the bed's (10 ms of the rate): at 1gbit the bed's
+// bucket holds 1.25 MB, as much as a gradient bucket, so a transfer after
+// an idle spell passes faster than the rate.
+func (e *zeroNetEnv) setRate(t *testing.T, rate string) {
+	t.Helper()
+	e.rate, e.burst = rate, os.Getenv("GODDP_ZERO_OVERLAP_BURST")
+	for i, h := range e.bed.Hosts() {
+		if err := e.bed.SetRate(context.Background(), i, rate); err != nil {
+			t.Fatal(err)
+		}
+		if e.burst == "" {
+			continue
+		}
+		out, err := exec.Command("ip", "netns", "exec", h.NS, "tc", "qdisc", "replace", "dev", h.Link, "root",
+			"tbf", "rate", rate, "burst", e.burst, "latency", "400ms").CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc qdisc replace dev %s root tbf rate %s burst %s: %v: %s", h.Link, rate, e.burst, err, out)
 		}
 	}
 }
@@ -103,7 +126,7 @@ type zeroNetEnv struct {
 	hidden      string
 	extra       []string // GODDP_ZERO_OVERLAP_EXTRA
 	rounds      int
-	rate        string
+	rate, burst string // the links' cap, and the token bucket of what each host sends ("": the bed's)
 	nproc       int
 	steps       int
 	seq         int             // runs so far: each gets a port and a directory of its own
@@ -204,8 +227,9 @@ func (e *zeroNetEnv) checkDigests(t *testing.T, modes []zeroNetMode, st []zeroNe
 // table is the figures of one rate and layout, in markdown.
 func (e *zeroNetEnv) table(modes []zeroNetMode, st []zeroNetStats) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%s links, 2 hosts x %d rank(s), --hidden %s, Adam, %d steps x batch %s per rank, %d rounds, "+
-		"%d buckets %v bytes; extra flags %q\n\n", e.rate, e.nproc, e.hidden, e.steps,
+	burst := cmp.Or(e.burst, "10 ms")
+	fmt.Fprintf(&b, "\n%s links (burst %s), 2 hosts x %d rank(s), --hidden %s, Adam, %d steps x batch %s per rank, "+
+		"%d rounds, %d buckets %v bytes; extra flags %q\n\n", e.rate, burst, e.nproc, e.hidden, e.steps,
 		lastFlag(e.extra, "--batch-size", "32"), e.rounds, e.buckets, e.bucketBytes, strings.Join(e.extra, " "))
 	b.WriteString("| mode | samples/s | / no ZeRO | iteration ms | backward end → DDP's wait end ms | " +
 		"backward end → next step ms | comm_fraction | MB sent per step per host |\n")
