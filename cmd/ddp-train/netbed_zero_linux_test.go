@@ -295,7 +295,7 @@ func (e *zeroNetEnv) run(t *testing.T, m zeroNetMode, steps int) (zeroNetRun, er
 		return zeroNetRun{}, err
 	}
 	r := zeroNetRun{sent: after - before}
-	s := readZeroSummary(t, sum)
+	s := readSummary(t, sum)
 	r.sps, r.wall = s.SamplesPerSec, s.WallSeconds
 	r.commFraction = commFraction(log)
 	d := digests(log)
