@@ -291,7 +291,8 @@ func (r dilocoRecord) row() string {
 func dilocoTable(runs []dilocoRecord) string {
 	var b strings.Builder
 	b.WriteString("| link | model | configuration | launch s | train s | step ms | loss ≤ target: step (s) | " +
-		"host tx B/step | net B/step | diloco B/step | final loss | t10k |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"host tx B/step | net B/step | diloco B/step | final loss | t10k |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		b.WriteString(r.row() + "\n")
 	}
