@@ -67,6 +67,9 @@ func TestDiLoCoStreamingRuns(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	s := readZeroSummary(t, sum)
+	if s.CommHook != "noop" {
+		t.Errorf("summary: comm_hook %q, want noop (the reducer's under DiLoCo)", s.CommHook)
+	}
 	if s.DiLoCoOuterSteps != 5 || s.DiLoCoBytesSent != 3*171*2 {
 		t.Errorf("summary: %d outer steps and %d bytes sent, want 5 and %d", s.DiLoCoOuterSteps, s.DiLoCoBytesSent,
 			3*171*2)
