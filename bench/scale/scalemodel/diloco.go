@@ -98,7 +98,7 @@ func PredictDiLoCo(p Profile, c Cluster, a Algorithm, d DiLoCo) DiLoCoPrediction
 	pr.Step = period / h
 	pr.Exposed = pr.Step - cmp
 	if comm := float64(f) * pr.Sync; comm > 0 {
-		pr.Hidden = 1 - (period-h*cmp)/comm
+		pr.Hidden = min(max(1-(period-h*cmp)/comm, 0), 1) // clamped: no −0 from rounding
 	}
 	if pr.Step > 0 {
 		pr.Speedup = pr.DDP.Step / pr.Step
