@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,6 +35,7 @@ import (
 // GODDP_DILOCO_OUT (default a temporary directory): record.json, each
 // run's log, summary and timeline. It is a measurement, not a check: it
 // runs only with GODDP_TEST_NETBED=1 and GODDP_DILOCO_FIGURES=1, as root.
+// GODDP_DILOCO_CONFIGS picks configurations by name (dilocoConfigs).
 func TestNetbedDiLoCoFigures(t *testing.T) {
 	if os.Getenv("GODDP_DILOCO_FIGURES") != "1" {
 		t.Skip("a measurement on the network-namespace bed: set GODDP_TEST_NETBED=1 and GODDP_DILOCO_FIGURES=1 (root)")
@@ -55,7 +57,7 @@ func TestNetbedDiLoCoFigures(t *testing.T) {
 		runs = append(runs, fixed)
 		for _, rate := range strings.Split(cmp.Or(os.Getenv("GODDP_DILOCO_RATES"), "100mbit,1gbit"), ",") {
 			m.setRate(rate)
-			for _, c := range dilocoConfigs() {
+			for _, c := range dilocoConfigs(os.Getenv("GODDP_DILOCO_CONFIGS")) {
 				r := m.run(rate, model, c, steps, targets[model])
 				r.netOf(fixed)
 				runs = append(runs, r)
@@ -83,10 +85,12 @@ type dilocoConfig struct {
 // compute-only step, DDP, DiLoCo at H 20, 50 and 100 (outer Nesterov SGD
 // at 0.7, momentum 0.9: the defaults), and Streaming DiLoCo at H 50 with
 // 2 fragments in bf16, with a delay of one step and without (what the
-// delay hides).
-func dilocoConfigs() []dilocoConfig {
+// delay hides). names (comma-separated; "" for those) picks among them
+// and two more, DiLoCo at H 5 with a delay of 0 and of 4 steps, where the
+// model says the delay hides most of the reduction.
+func dilocoConfigs(names string) []dilocoConfig {
 	d := func(h string, extra ...string) []string { return append([]string{"--diloco-sync-every", h}, extra...) }
-	return []dilocoConfig{
+	all := []dilocoConfig{
 		{"noop", []string{"--comm-hook", "noop", "--check-replicas-every", "0"}}, // the ranks drift apart
 		{"ddp", nil},
 		{"diloco-h20", d("20")},
@@ -95,7 +99,19 @@ func dilocoConfigs() []dilocoConfig {
 		{"streaming-h50-f2-d1-bf16", d("50", "--diloco-fragments", "2", "--diloco-delay", "1",
 			"--diloco-quantize", "bf16")},
 		{"streaming-h50-f2-d0-bf16", d("50", "--diloco-fragments", "2", "--diloco-quantize", "bf16")},
+		{"diloco-h5-d0", d("5")},
+		{"diloco-h5-d4", d("5", "--diloco-delay", "4")},
 	}
+	if names == "" {
+		return all[:len(all)-2]
+	}
+	var out []dilocoConfig
+	for _, c := range all {
+		if slices.Contains(strings.Split(names, ","), c.name) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // dilocoBench runs the configurations on one bed.
@@ -111,6 +127,7 @@ type dilocoBench struct {
 // dilocoRecord is one run's figures.
 type dilocoRecord struct {
 	Rate, Model, Config string
+	Began               string // UTC, to match against what else ran on the machine
 	Flags               []string
 	Steps               int
 	LaunchSeconds       float64 // from starting the launchers to both exiting: loading, training, evaluation
@@ -169,7 +186,7 @@ func (m *dilocoBench) run(rate, model string, c dilocoConfig, steps int, target 
 	began := time.Now()
 	log := runOnHostsWithin(t, m.b, cmds, 8*time.Minute)
 	r := dilocoRecord{Rate: rate, Model: model, Config: c.name, Flags: train, Steps: steps, Target: target,
-		LaunchSeconds: time.Since(began).Seconds()}
+		LaunchSeconds: time.Since(began).Seconds(), Began: began.UTC().Format(time.TimeOnly)}
 	for i, a := range m.txBytes() {
 		r.TxBytes = append(r.TxBytes, a-before[i])
 		r.TxPerStep += float64(a-before[i]) / float64(len(before)) / float64(steps)

@@ -96,7 +96,7 @@ func PredictDiLoCo(p Profile, c Cluster, a Algorithm, d DiLoCo) DiLoCoPrediction
 	exposed := float64(f) * max(pr.Sync-float64(d.Delay)*cmp, 0)
 	period := max(h*cmp+exposed, float64(f)*pr.Sync)
 	pr.Step = period / h
-	pr.Exposed = pr.Step - cmp
+	pr.Exposed = max(pr.Step-cmp, 0)
 	if comm := float64(f) * pr.Sync; comm > 0 {
 		pr.Hidden = min(max(1-(period-h*cmp)/comm, 0), 1) // clamped: no −0 from rounding
 	}
