@@ -5,6 +5,7 @@
 //	scale predict --profile profile.json --cluster cluster.json
 //	scale profile --timeline DIR --mlp 32,1024,1024,4 > profile.json
 //	scale predict --synthetic params=44.5e6,forward=0.2,backward=0.4 --ranks-per-host 4 --inter 25gbit
+//	scale predict --timeline DIR --ranks 4 --ranks-per-host 2 --inter 100mbit --diloco-sync-every 20,50,100
 //	scale calibrate                                   # root: α and β of a netbed's links
 //	scale validate --ddp-train /tmp/ddp-train --out DIR  # root: ddp-train on a netbed, predicted against measured
 //	scale validate --analyze DIR                      # that table again, from DIR's record.json and traces
@@ -17,6 +18,8 @@
 // for every world size, algorithm and comm hook, the predicted step
 // time, communication time, the share of it hidden behind backward, and
 // the weak-scaling efficiency (the compute-only step over the step).
+// With --diloco-sync-every it predicts DiLoCo (package diloco) instead:
+// the mean step, the bytes per step and the speedup over DDP.
 // validate runs ddp-train on two network namespaces (internal/netbed)
 // with rate-capped links, and prints, per configuration, the measured
 // step time against the model's; calibrate measures the links' α and β

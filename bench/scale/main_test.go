@@ -192,3 +192,44 @@ func TestAnalyzeRecord(t *testing.T) {
 		}
 	}
 }
+
+// predict --diloco-sync-every: a 12.5 MB model on 2 hosts at 1 Gbit/s,
+// 100 ms of compute: DDP's step is 200 ms; DiLoCo at H 10 adds a tenth of
+// the 100 ms allreduce, and a delay of one step hides it all.
+func TestPredictDiLoCoTable(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "p.json")
+	b, _ := json.Marshal(scalemodel.Profile{Forward: 0.01, Backward: 0.06, Other: 0.03,
+		Buckets: []scalemodel.Bucket{{Ready: 0.06, Bytes: 12.5e6}}})
+	if err := os.WriteFile(prof, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"predict", "--profile", prof, "--ranks", "2", "--ranks-per-host", "1", "--inter", "1gbit",
+		"--inter-latency", "0s", "--algorithms", "ring", "--diloco-sync-every", "10,100"}
+	for _, tc := range []struct {
+		extra []string
+		want  []string
+	}{
+		{nil, []string{"2 2 ring 10 1 0 none 110.00 100.00 10.00 0 1250000 1250000 200.00 12500000 1.82",
+			"2 2 ring 100 1 0 none 101.00 100.00 1.00 0 125000 125000 200.00 12500000 1.98"}},
+		{[]string{"--diloco-delay", "1", "--diloco-fragments", "2", "--diloco-quantize", "bf16"},
+			[]string{"2 2 ring 10 2 1 bf16 100.00 25.00 0.00 100 625000 625000 200.00 12500000 2.00"}},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(append(base, tc.extra...), &out, &errOut); err != nil {
+			t.Fatalf("%v\n%s", err, errOut.String())
+		}
+		got := strings.Join(strings.Fields(out.String()), " ")
+		for _, want := range tc.want {
+			if !strings.Contains(got, want) {
+				t.Errorf("no row %q in\n%s", want, out.String())
+			}
+		}
+	}
+	for _, bad := range [][]string{{"--diloco-quantize", "int8"}, {"--diloco-delay", "10"}} {
+		var out, errOut bytes.Buffer
+		if err := run(append(base, bad...), &out, &errOut); err == nil {
+			t.Errorf("scale predict %v: no error", bad)
+		}
+	}
+}

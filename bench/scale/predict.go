@@ -125,6 +125,8 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 		"allreduce algorithms, comma-separated: auto (what pg/tcp picks), ring, doubling, hierarchical")
 	hooks := fs.String("hooks", "allreduce,fp16,powersgd:1,powersgd:4",
 		"comm hooks, comma-separated: allreduce, fp16, bf16, powersgd:R")
+	var df dilocoFlags
+	df.register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -140,8 +142,15 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
+	ds, err := df.configs()
+	if err != nil {
+		return cli.Usage(err)
+	}
 	fmt.Fprintf(stdout, "# profile: forward %.2f ms, backward %.2f ms, other %.2f ms, %d buckets, %.0f bytes\n",
 		p.Forward*1e3, p.Backward*1e3, p.Other*1e3, len(p.Buckets), totalBytes(p))
+	if ds != nil {
+		return printDiLoCo(stdout, p, cs, as, ds, df.quantize)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "ranks\thosts\talgorithm\thook\tstep_ms\tcomm_ms\texposed_ms\thidden_%\tefficiency_%\t")
 	for _, c := range cs {

@@ -193,11 +193,13 @@ func (s *session) replicaValues() ([]pg.Tensor, error) {
 	return s.ddp.ParamTensors()
 }
 
-// setDiLoCo fills the summary's DiLoCo figures.
+// setDiLoCo fills the summary's DiLoCo figures. Its comm_hook is noop,
+// the reducer's under DiLoCo (train.go), not the --comm-hook default.
 func (s *summary) setDiLoCo(d *dilocoRun) {
 	if d == nil {
 		return
 	}
+	s.CommHook = "noop"
 	s.DiLoCoOuterSteps, s.DiLoCoBytesSent, s.DiLoCoSyncSeconds = d.outerSteps, d.bytesSent, d.syncTime.Seconds()
 }
 

@@ -77,6 +77,9 @@ func streamingRun(t *testing.T, backend, q string) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	s := readSummary(t, sum)
+	if s.CommHook != "noop" {
+		t.Errorf("summary: comm_hook %q, want noop (the reducer's under DiLoCo)", s.CommHook)
+	}
 	if s.DiLoCoOuterSteps != 5 || (q == "bf16" && s.DiLoCoBytesSent != 3*171*2) {
 		t.Errorf("summary: %d outer steps and %d bytes sent, want 5 and %d", s.DiLoCoOuterSteps, s.DiLoCoBytesSent,
 			3*171*2)

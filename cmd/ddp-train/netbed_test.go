@@ -87,7 +87,13 @@ type hostCmd struct {
 // command's failure fails the test with everything they printed.
 func runOnHosts(t *testing.T, b *netbed.Bed, cmds []hostCmd) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return runOnHostsWithin(t, b, cmds, 2*time.Minute)
+}
+
+// runOnHostsWithin is runOnHosts with its own limit.
+func runOnHostsWithin(t *testing.T, b *netbed.Bed, cmds []hostCmd, limit time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	outs := make([]bytes.Buffer, len(cmds))
 	errs := make([]error, len(cmds))

@@ -3,6 +3,7 @@ package scalemodel
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 )
 
 // Algorithm is how an allreduce moves its data.
@@ -60,9 +61,56 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // AllReduceTime is the time, in seconds, of one allreduce of bytes bytes
 // among every rank of c with algorithm a.
 func (c Cluster) AllReduceTime(a Algorithm, bytes float64) float64 {
+	var t float64
+	for _, r := range c.rounds(a, bytes) {
+		t += float64(r.times) * c.roundTime(r.flows)
+	}
+	return t
+}
+
+// Traffic is what one allreduce puts on the links.
+type Traffic struct {
+	// RankSent is the bytes a rank sends, over every link, averaged over
+	// the ranks.
+	RankSent float64
+	// HostSent is the most bytes any host sends over its inter-host link:
+	// what a host's network interface counts (tx bytes), payload only.
+	HostSent float64
+}
+
+// AllReduceTraffic is the bytes one allreduce of bytes bytes among every
+// rank of c with algorithm a sends: per rank, and per host between hosts.
+func (c Cluster) AllReduceTraffic(a Algorithm, bytes float64) Traffic {
+	out := make(map[int]float64) // per host, to other hosts
+	var all float64
+	for _, r := range c.rounds(a, bytes) {
+		for _, f := range r.flows {
+			all += float64(r.times) * f.bytes
+			if f.from/c.RanksPerHost != f.to/c.RanksPerHost {
+				out[f.from/c.RanksPerHost] += float64(r.times) * f.bytes
+			}
+		}
+	}
+	tr := Traffic{RankSent: all / float64(c.Ranks())}
+	for _, b := range out {
+		tr.HostSent = max(tr.HostSent, b)
+	}
+	return tr
+}
+
+// round is a set of flows that run at once, repeated times times in a
+// row (the ring's 2(p−1) alike rounds are one round repeated).
+type round struct {
+	flows []flow
+	times int
+}
+
+// rounds are the rounds one allreduce of bytes among every rank of c
+// runs with algorithm a; none with one rank or no bytes.
+func (c Cluster) rounds(a Algorithm, bytes float64) []round {
 	p := c.Ranks()
 	if p == 1 || bytes <= 0 {
-		return 0
+		return nil
 	}
 	all := make([]int, p)
 	for i := range all {
@@ -70,11 +118,11 @@ func (c Cluster) AllReduceTime(a Algorithm, bytes float64) float64 {
 	}
 	switch c.resolve(a, bytes) {
 	case Ring:
-		return c.ringTime(all, bytes)
+		return ringRounds(all, bytes)
 	case Doubling:
-		return c.doublingTime(all, bytes)
+		return doublingRounds(all, bytes)
 	}
-	return c.hierTime(bytes)
+	return c.hierRounds(bytes)
 }
 
 // resolve turns Auto into the algorithm pg/tcp runs for bytes; with one
@@ -92,75 +140,89 @@ func (c Cluster) resolve(a Algorithm, bytes float64) Algorithm {
 	return Ring
 }
 
-// ringTime is the ring among ranks (in ring order): 2(n−1) rounds of
+// ringRounds is the ring among ranks (in ring order): 2(n−1) rounds of
 // S/n bytes from each to the next.
-func (c Cluster) ringTime(ranks []int, bytes float64) float64 {
+func ringRounds(ranks []int, bytes float64) []round {
 	n := len(ranks)
 	if n < 2 {
-		return 0
+		return nil
 	}
 	flows := make([]flow, n)
 	for i, r := range ranks {
 		flows[i] = flow{r, ranks[(i+1)%n], bytes / float64(n)}
 	}
-	return float64(2*(n-1)) * c.roundTime(flows)
+	return []round{{flows, 2 * (n - 1)}}
 }
 
-// doublingTime is recursive doubling among ranks.
-func (c Cluster) doublingTime(ranks []int, bytes float64) float64 {
+// doublingRounds is recursive doubling among ranks.
+func doublingRounds(ranks []int, bytes float64) []round {
 	n := len(ranks)
 	if n < 2 {
-		return 0
+		return nil
 	}
 	pow := 1 << (bits.Len(uint(n)) - 1)
-	var t float64
-	if n > pow { // fold in, and later hand back: one round each
-		var fold []flow
-		for i := pow; i < n; i++ {
-			fold = append(fold, flow{ranks[i], ranks[i-pow], bytes})
-		}
-		t += 2 * c.roundTime(fold)
+	var out []round
+	var fold, back []flow
+	for i := pow; i < n; i++ { // fold in, and later hand back: one round each
+		fold = append(fold, flow{ranks[i], ranks[i-pow], bytes})
+		back = append(back, flow{ranks[i-pow], ranks[i], bytes})
 	}
-	flows := make([]flow, pow)
+	if fold != nil {
+		out = append(out, round{fold, 1})
+	}
 	for m := 1; m < pow; m <<= 1 {
+		flows := make([]flow, pow)
 		for i := range pow {
 			flows[i] = flow{ranks[i], ranks[i^m], bytes}
 		}
-		t += c.roundTime(flows)
+		out = append(out, round{flows, 1})
 	}
-	return t
+	if back != nil {
+		out = append(out, round{back, 1})
+	}
+	return out
 }
 
-// binomialTime is a binomial-tree reduce into ranks[0] (or, the same
-// cost, a broadcast from it): ⌈lg n⌉ rounds of whole buffers.
-func (c Cluster) binomialTime(ranks []int, bytes float64) float64 {
-	var t float64
-	for m := 1; m < len(ranks); m <<= 1 {
+// binomialRounds is a binomial-tree reduce into each group's first rank
+// (or, with down, a broadcast from it): ⌈lg n⌉ rounds of whole buffers,
+// every group at once.
+func binomialRounds(groups [][]int, bytes float64, down bool) []round {
+	var out []round
+	for m := 1; m < len(groups[0]); m <<= 1 {
 		var flows []flow
-		for v := m; v < len(ranks); v += 2 * m {
-			flows = append(flows, flow{ranks[v], ranks[v-m], bytes})
+		for _, ranks := range groups {
+			for v := m; v < len(ranks); v += 2 * m {
+				f := flow{ranks[v], ranks[v-m], bytes}
+				if down {
+					f.from, f.to = f.to, f.from
+				}
+				flows = append(flows, f)
+			}
 		}
-		t += c.roundTime(flows)
+		out = append(out, round{flows, 1})
 	}
-	return t
+	if down {
+		slices.Reverse(out)
+	}
+	return out
 }
 
-// hierTime is the hierarchical allreduce: reduce to each host's leader,
+// hierRounds is the hierarchical allreduce: reduce to each host's leader,
 // allreduce between the leaders, broadcast back.
-func (c Cluster) hierTime(bytes float64) float64 {
-	local := make([]int, c.RanksPerHost) // host 0's ranks; every host's cost the same
-	for i := range local {
-		local[i] = i
-	}
+func (c Cluster) hierRounds(bytes float64) []round {
+	hosts := make([][]int, c.Hosts)
 	leaders := make([]int, c.Hosts)
-	for h := range leaders {
+	for h := range hosts {
 		leaders[h] = h * c.RanksPerHost
+		for i := range c.RanksPerHost {
+			hosts[h] = append(hosts[h], leaders[h]+i)
+		}
 	}
-	var cross float64
+	out := binomialRounds(hosts, bytes, false)
 	if bytes < RingThreshold {
-		cross = c.doublingTime(leaders, bytes)
+		out = append(out, doublingRounds(leaders, bytes)...)
 	} else {
-		cross = c.ringTime(leaders, bytes)
+		out = append(out, ringRounds(leaders, bytes)...)
 	}
-	return 2*c.binomialTime(local, bytes) + cross
+	return append(out, binomialRounds(hosts, bytes, true)...)
 }

@@ -35,6 +35,11 @@
 //     = 1 − exposed/total communication, exposed = step − compute-only
 //     step; scaling efficiency = compute-only step / step (weak scaling:
 //     a fixed batch per rank).
+//   - DiLoCo (PredictDiLoCo; package diloco) is compute-only inner steps
+//     and, every H steps, one allreduce per fragment of its share of the
+//     pseudo-gradients (in the quantised width), of which the next τ
+//     inner steps' compute hides up to τ·compute; the bytes per step fall
+//     as 1/H, and AllReduceTraffic says what they put on each link.
 //
 // What it leaves out, on purpose, is listed in docs/scaling.md: the time
 // to add received data (a memory-bandwidth cost, small against a
