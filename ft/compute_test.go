@@ -21,8 +21,8 @@ type world struct {
 	shrink     []string // askers with ShrinkOnly
 	only       []string // heartbeating, not asking
 	prev       []string
-	staleBeats []string        // their heartbeats are 10s old
-	joinedAgo  time.Duration   // the first asker joined this long ago
+	staleBeats []string       // their heartbeats are 10s old
+	joinedAgo  time.Duration  // the first asker joined this long ago
 	opt        func(*Options) // changes to the options
 }
 

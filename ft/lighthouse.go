@@ -132,10 +132,10 @@ func (l *Lighthouse) Join(ctx context.Context, m Member) (Quorum, error) {
 		if r.q.Has(m.ReplicaID) {
 			return r.q, nil
 		}
+		l.log.Debug("replica not in quorum, retrying", zap.String("replica", m.ReplicaID), zap.Int64("quorum", r.q.ID))
 		l.mu.Lock()
 		r, joined = l.participate(m)
 		l.mu.Unlock()
-		l.log.Debug("replica not in quorum, retrying", zap.String("replica", m.ReplicaID), zap.Int64("quorum", r.q.ID))
 	}
 }
 
