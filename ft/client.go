@@ -69,6 +69,11 @@ func (c *Client) Heartbeat(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, PathHeartbeat, heartbeatRequest{ReplicaID: c.replicaID}, nil)
 }
 
+// DefaultHeartbeatInterval is how often a torchft Manager heartbeats
+// (torchft/manager.py, heartbeat_interval): well inside
+// DefaultHeartbeatTimeout.
+const DefaultHeartbeatInterval = 100 * time.Millisecond
+
 // Heartbeats sends a heartbeat every interval until ctx ends, and
 // returns ctx's error (or the first that retrying cannot mend).
 func (c *Client) Heartbeats(ctx context.Context, interval time.Duration) error {

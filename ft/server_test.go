@@ -31,7 +31,8 @@ func startServer(t *testing.T, addr string, o Options) *Server {
 
 func newClient(t *testing.T, addr, id string, secret []byte) *Client {
 	t.Helper()
-	c, err := NewClient(addr, secret, id, ClientOptions{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	opt := ClientOptions{MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	c, err := NewClient(addr, secret, id, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
