@@ -23,6 +23,10 @@
 // `ddp-train fr-trace DIR` merges the ranks' flight-recorder dumps
 // (--flight-dir) and names the collective where they parted.
 //
+// `ddp-train lighthouse --listen HOST:PORT --min-replicas N` serves the
+// quorum of fault-tolerant training (package ft; Note [ddp-train
+// lighthouse]) until SIGINT or SIGTERM.
+//
 // Exit codes (docs/ddp-train.md's table): 0 success, 1 a failed run, 2 bad flags
 // or bad input, 3 the run diverged (a NaN or an infinity; Note [non-finite
 // guard]), 128+signal (130, 143) stopped by SIGINT or SIGTERM.
@@ -64,6 +68,9 @@ func run(args []string, lookup func(string) (string, bool), stdout, stderr io.Wr
 
 // runMain is ddp-train, whatever its role.
 func runMain(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "lighthouse" { // lighthouse.go: the quorum service of fault-tolerant training
+		return runLighthouse(args[1:], lookup, stderr)
+	}
 	if len(args) > 0 && args[0] == "fr-trace" { // frtrace.go: merge flight-recorder dumps
 		return runFrTrace(args[1:], stdout, stderr)
 	}

@@ -35,6 +35,7 @@ Examples:
   ddp-train --steps 1000 --checkpoint ck/ --checkpoint-every 100 --checkpoint-keep 3
   ddp-train --steps 2000 --checkpoint ck/ --checkpoint-keep 3 --resume
   torchrun --nproc_per_node 2 --no_python ddp-train --steps 200
+  ddp-train lighthouse --listen :29510 --min-replicas 2   fault tolerance's quorum service (GODDP_SECRET)
 
 Flags:
 `
