@@ -265,8 +265,8 @@ func TestEvalOnTheBarAndInTheMetrics(t *testing.T) {
 			t.Errorf("gauge %v, want %v", got, g.want)
 		}
 	}
-	if n := len(m.collectors()); n != 12 {
-		t.Errorf("%d collectors, want the 9 training ones and 3 eval gauges", n)
+	if n := len(m.collectors()); n != 16 {
+		t.Errorf("%d collectors, want the 10 training ones, 3 eval gauges and 3 DiLoCo counters", n)
 	}
 }
 
