@@ -70,10 +70,7 @@ func TestRecipesMatchTorch(t *testing.T) {
 	}
 	tr := startTorch(t, "torch_recipes.py", recipeCases)
 	dir, initDir, sizes := tr.dir, tr.initDir, tr.sizes
-	common := []string{"--nproc", "2", "--backend", "tcp", "--data", filepath.Join(dir, "X.npy"),
-		"--labels", filepath.Join(dir, "y.npy"), "--init", initDir, "--model", "mlp", "--hidden", "10,7",
-		"--dtype", "float64", "--shuffle=false", "--batch-size", strconv.Itoa(contractBatch), "--log-format", "json",
-		"--timeout", "30s"}
+	common := append([]string{"--nproc", "2"}, tr.flags()...)
 	saved := map[string]string{}
 	for _, c := range recipeCases {
 		out := filepath.Join(dir, "out-"+c.Name)
@@ -238,6 +235,15 @@ func startTorch(t *testing.T, script string, cases any) *torchRun {
 	}
 	go func() { tr.done <- cmd.Wait() }()
 	return tr
+}
+
+// flags are ddp-train's flags for the same job as the script's: the
+// contract data and weights, the MLP in float64, no shuffle, over tcp.
+func (tr *torchRun) flags() []string {
+	return []string{"--backend", "tcp", "--data", filepath.Join(tr.dir, "X.npy"), "--labels",
+		filepath.Join(tr.dir, "y.npy"), "--init", tr.initDir, "--model", "mlp", "--hidden", "10,7", "--dtype",
+		"float64", "--shuffle=false", "--batch-size", strconv.Itoa(contractBatch), "--log-format", "json",
+		"--timeout", "30s"}
 }
 
 // results waits for the script and reads its results, by case name.

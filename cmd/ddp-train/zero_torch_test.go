@@ -47,9 +47,7 @@ func TestZeroMatchesTorch(t *testing.T) {
 	cases := zeroCases()
 	tr := startTorch(t, "torch_zero.py", cases)
 	dir, initDir, sizes := tr.dir, tr.initDir, tr.sizes
-	common := []string{"--backend", "tcp", "--data", filepath.Join(dir, "X.npy"), "--labels",
-		filepath.Join(dir, "y.npy"), "--init", initDir, "--model", "mlp", "--hidden", "10,7", "--dtype", "float64",
-		"--shuffle=false", "--batch-size", strconv.Itoa(contractBatch), "--log-format", "json", "--timeout", "30s"}
+	common := tr.flags()
 	saved := map[string]string{}
 	for _, c := range cases {
 		for _, zero := range []bool{true, false} {

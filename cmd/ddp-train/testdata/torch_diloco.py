@@ -19,10 +19,9 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_recipes import model_from, params_of, run_worlds  # noqa: E402  the same model and plumbing
+from torch_recipes import model_from, params_of, run_worlds, shard_batches  # noqa: E402  the same model and plumbing
 
 
 def outer_sync(model, global_model, outer_opt, world):
@@ -45,22 +44,13 @@ def run_case(rank, world, spec, case, x, y, sizes):
     inner = cls(model.parameters(), lr=case["lr"], **case["kwargs"])
     mom = case["outer_momentum"]
     outer = torch.optim.SGD(global_model.parameters(), lr=case["outer_lr"], momentum=mom, nesterov=mom > 0)
-    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=False)
-    loader = DataLoader(TensorDataset(x, y), batch_size=spec["batch"], sampler=sampler)
     loss_fn = nn.CrossEntropyLoss()
-    step, epoch = 0, 0
-    while step < case["steps"]:
-        sampler.set_epoch(epoch)
-        for xb, yb in loader:
-            if step == case["steps"]:
-                break
-            inner.zero_grad()
-            loss_fn(model(xb), yb).backward()
-            inner.step()
-            step += 1
-            if step % case["h"] == 0:
-                outer_sync(model, global_model, outer, world)
-        epoch += 1
+    for step, (xb, yb) in enumerate(shard_batches(spec, case, x, y, world, rank), 1):
+        inner.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        inner.step()
+        if step % case["h"] == 0:
+            outer_sync(model, global_model, outer, world)
     out = params_of(global_model)
     return {"params": out, "clipped": 0}
 

@@ -116,6 +116,22 @@ def params_of(model):
     return out
 
 
+def shard_batches(spec, case, x, y, world, rank):
+    """Rank's batches of its DistributedSampler(shuffle=False) shard, epoch
+    after epoch, for case["steps"] steps."""
+    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=False)
+    loader = DataLoader(TensorDataset(x, y), batch_size=spec["batch"], sampler=sampler)
+    step, epoch = 0, 0
+    while step < case["steps"]:
+        sampler.set_epoch(epoch)
+        for xb, yb in loader:
+            if step == case["steps"]:
+                return
+            yield xb, yb
+            step += 1
+        epoch += 1
+
+
 def load_data(spec):
     """The spec's data as float64 features and int64 labels, and the MLP's layer sizes."""
     x = torch.from_numpy(np.load(spec["x"]).astype(np.float64))

@@ -15,10 +15,9 @@ import torch
 import torch.nn as nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_recipes import model_from, params_of, run_worlds  # noqa: E402  the same model and plumbing
+from torch_recipes import model_from, params_of, run_worlds, shard_batches  # noqa: E402  the same model and plumbing
 
 
 def run_case(rank, world, spec, case, x, y, sizes):
@@ -26,20 +25,11 @@ def run_case(rank, world, spec, case, x, y, sizes):
     ddp = DDP(model)
     cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[case["optimizer"]]
     opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=cls, lr=case["lr"], **case["kwargs"])
-    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=False)
-    loader = DataLoader(TensorDataset(x, y), batch_size=spec["batch"], sampler=sampler)
     loss_fn = nn.CrossEntropyLoss()
-    step, epoch = 0, 0
-    while step < case["steps"]:
-        sampler.set_epoch(epoch)
-        for xb, yb in loader:
-            if step == case["steps"]:
-                break
-            opt.zero_grad()
-            loss_fn(ddp(xb), yb).backward()
-            opt.step()
-            step += 1
-        epoch += 1
+    for xb, yb in shard_batches(spec, case, x, y, world, rank):
+        opt.zero_grad()
+        loss_fn(ddp(xb), yb).backward()
+        opt.step()
     out = params_of(model)
     owned = sum(p.numel() for p in opt.optim.param_groups[0]["params"])
     return {"params": out, "clipped": 0, "owned_values": owned}
