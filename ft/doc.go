@@ -26,6 +26,12 @@
 // backoff within its context, so a restarted Server (which forgets
 // everything) is re-registered with. `ddp-train lighthouse` runs a Server.
 //
-// Not built yet: the per-replica Manager, the step as a transaction
-// (should_commit), live recovery and reconfigured process groups.
+// Manager is one replica's side (Note [the step as a transaction]): at
+// every Start it asks the lighthouse for the step's quorum, rebuilds the
+// process group across the members when the quorum changed (Connect;
+// TCPConnector makes pg/tcp groups on the primary's store), and starts a
+// live recovery from a peer when the replica is behind (Note [live
+// recovery]); AllReduce (or Hook, for a reducer) averages over the step's
+// participants; Commit votes, and the caller applies the update only when
+// the step committed.
 package ft
