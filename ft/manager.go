@@ -76,7 +76,9 @@ type ManagerOptions struct {
 	// ChunkBytes is the size of one recovery chunk; default 4 MiB.
 	ChunkBytes int
 	// Step is the committed step the replica starts at (0 for a new one).
-	Step       int64
+	Step int64
+	// Logger receives quorum changes, recoveries and discarded steps, with
+	// the fields the caller gave it (the replica id, say); nil logs nothing.
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
 }
@@ -160,7 +162,7 @@ func NewManager(ctx context.Context, o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	m := &Manager{o: o, log: o.Logger.With(zap.String("replica_id", o.ReplicaID)), step: o.Step,
+	m := &Manager{o: o, log: o.Logger, step: o.Step,
 		info: StepInfo{Rank: -1}}
 	var err error
 	if m.met, err = newManagerMetrics(o.Registerer); err != nil {

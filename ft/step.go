@@ -22,7 +22,8 @@ import (
 //     committed step and its consecutive commit failures. When the quorum
 //     id differs from the last one, or the last group failed a
 //     collective, the group across the members is rebuilt (Connect, on
-//     the primary's store, keys under "ft/<quorum id>/"). A member whose
+//     the primary's store, keys under "ft/<quorum id>/<formed at>/": a
+//     restarted lighthouse counts ids from 1 again). A member whose
 //     commit failures are above zero makes the lighthouse raise the id, so
 //     a failure anywhere rebuilds everyone's group.
 //  2. The participants are the members at the quorum's max step. A member
@@ -72,7 +73,7 @@ func (m *Manager) Start(ctx context.Context) (StepInfo, error) {
 	info := m.stepInfo(q, r)
 	if r.QuorumID != m.quorumID || m.broken || m.group == nil {
 		info.Reconfigured = true
-		m.reconfigure(ctx, r)
+		m.reconfigure(ctx, r, q.Created)
 	}
 	if len(r.RecoverDstRanks) > 0 {
 		info.Serving = len(r.RecoverDstRanks)
@@ -119,7 +120,7 @@ func primaryRank(ms []Member, maxStep int64) int {
 
 // reconfigure replaces the group with one for quorum r; a failure is the
 // step's.
-func (m *Manager) reconfigure(ctx context.Context, r Results) {
+func (m *Manager) reconfigure(ctx context.Context, r Results, created time.Time) {
 	if m.group != nil {
 		_ = m.group.Close() // a broken group's error is old news
 		m.group = nil
@@ -132,7 +133,7 @@ func (m *Manager) reconfigure(ctx context.Context, r Results) {
 	defer cancel()
 	start := time.Now()
 	g, err := m.o.Connect(cctx, GroupConfig{QuorumID: r.QuorumID, Rank: r.ReplicaRank, Size: r.ReplicaWorldSize,
-		StoreAddress: r.StoreAddress, Prefix: fmt.Sprintf("ft/%d/", r.QuorumID)})
+		StoreAddress: r.StoreAddress, Prefix: fmt.Sprintf("ft/%d/%d/", r.QuorumID, created.UnixNano())})
 	if err != nil {
 		m.broken = true
 		m.fail(fmt.Errorf("ft: joining quorum %d's group of %d: %w", r.QuorumID, r.ReplicaWorldSize, err))

@@ -15,7 +15,7 @@ func (l *Lighthouse) tickLocked() {
 	now := l.opt.Now()
 	members, ok, reason := compute(now, &l.s, &l.opt)
 	if reason != l.lastReason {
-		l.log.Info("quorum status: "+reason, zap.Int64("quorum_id", l.quorumID))
+		l.log.Debug("quorum status: "+reason, zap.Int64("quorum_id", l.quorumID)) // it flaps every step
 		l.lastReason = reason
 	}
 	if !ok {
@@ -27,17 +27,20 @@ func (l *Lighthouse) tickLocked() {
 			failed = append(failed, m.ReplicaID)
 		}
 	}
+	level := zap.DebugLevel // a quorum every step; Info when its id changes
 	switch {
 	case l.s.prev == nil || !sameIDs(members, l.s.prev.Members):
+		level = zap.InfoLevel
 		l.quorumID++
 		l.log.Info("quorum changed", zap.Int64("quorum_id", l.quorumID))
 	case len(failed) > 0:
+		level = zap.InfoLevel
 		l.quorumID++
 		l.log.Info("commit failures, new quorum id", zap.Strings("replicas", failed), zap.Int64("quorum_id", l.quorumID))
 	}
 	q := Quorum{ID: l.quorumID, Members: members, Created: now}
-	l.log.Info("quorum", zap.Int64("quorum_id", q.ID), zap.Strings("members", q.IDs()),
-		zap.Int64("max_step", q.MaxStep()))
+	l.log.Log(level, "quorum", zap.Int64("quorum_id", q.ID), zap.Strings("members", q.IDs()),
+		zap.Int64("max_step", q.MaxStep()), zap.String("status", reason))
 	l.s.prev = &q
 	clear(l.s.participants)
 	r := l.next

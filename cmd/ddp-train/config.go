@@ -86,6 +86,7 @@ type config struct {
 	evalFlags      // --eval-data, --eval-labels, --eval-every; `ddp-train eval` (eval.go)
 	optimFlags     // --momentum … --betas, --lr-schedule …, --clip-grad-norm/-value (optflags.go)
 	dilocoFlags    // --diloco-sync-every, --outer-lr … (diloco.go)
+	ftFlags        // --fault-tolerant, --min-replicas … (ftflags.go)
 }
 
 // usageError is a bad flag or bad input: ddp-train exits 2 on it.
@@ -111,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c.registerModelFlags(fs, &hidden)
 	c.optimFlags.register(fs)  // optflags.go
 	c.dilocoFlags.register(fs) // diloco.go
+	c.ftFlags.register(fs)     // ftflags.go
 	fs.Float64Var(&c.bucketCapMB, "bucket-cap-mb", 25, "bucket size cap in MiB (DDP's bucket_cap_mb)")
 	fs.Float64Var(&c.firstBucketMB, "first-bucket-mb", 1, "first bucket size cap in MiB")
 	fs.StringVar(&c.commHook, "comm-hook", "allreduce",
@@ -244,6 +246,7 @@ func (c config) validate() error {
 		c.validateOptimizer,
 		c.validateHook,
 		c.validateDiLoCo,
+		c.validateFT, // ftflags.go
 		c.validateEngine,
 		func() error { return validateLimits(c) },
 		c.validateOptim,     // optflags.go

@@ -99,6 +99,15 @@ func runMain(args []string, lookup func(string) (string, bool), stdout, stderr i
 		return report(stderr, intr.interrupted(runMPI(ctx, c, stdout, stderr)))
 	}
 
+	if c.faultTolerant { // ftlaunch.go, ftworker.go: Note [the fault-tolerant launcher]
+		if c.ftReplay != "" {
+			return report(stderr, intr.interrupted(runFTReplay(ctx, c, stderr)))
+		}
+		if id, ok := lookup(ftReplicaEnv); ok {
+			return report(stderr, intr.interrupted(runFTWorker(ctx, c, id, lookup, stdout, stderr)))
+		}
+		return report(stderr, intr.interrupted(runFTLauncher(ctx, c, args, lookup, stdout, stderr)))
+	}
 	ecfg, err := env.FromLookup(lookup)
 	if err != nil {
 		return report(stderr, usageError{err})

@@ -59,6 +59,20 @@ type summary struct {
 	ZeroOverlap         string `json:"zero_overlap"` // --zero-overlap: off, interleaved or deferred
 	// DiLoCo (--diloco-sync-every; diloco.go), rank 0's: fragments applied,
 	// pseudo-gradient bytes sent, seconds in DiLoCo's steps; absent without.
+	// --fault-tolerant (ftworker.go, ftlaunch.go): the finished replica's
+	// counts, and the launcher's
+	FaultTolerant    bool    `json:"fault_tolerant,omitempty"`
+	CommittedSteps   int64   `json:"committed_steps,omitempty"`
+	DiscardedSteps   int64   `json:"discarded_steps,omitempty"`
+	ParticipantsMean float64 `json:"participants_mean,omitempty"`
+	Recoveries       int64   `json:"recoveries,omitempty"`
+	RecoveredBytes   int64   `json:"recovered_bytes,omitempty"`
+	RecoverySeconds  float64 `json:"recovery_seconds,omitempty"`
+	QuorumChanges    int64   `json:"quorum_changes,omitempty"`
+	ReplicaRestarts  int     `json:"replica_restarts,omitempty"`
+	ReplicasFinished int     `json:"replicas_finished,omitempty"`
+	ParamDigest      string  `json:"param_digest,omitempty"`
+
 	DiLoCoOuterSteps  int     `json:"diloco_outer_steps,omitempty"`
 	DiLoCoBytesSent   int64   `json:"diloco_bytes_sent,omitempty"`
 	DiLoCoSyncSeconds float64 `json:"diloco_sync_seconds,omitempty"`

@@ -76,6 +76,7 @@ type session struct {
 	ddp    *ddp.DDP
 	net    *model.Net
 	vm     gorgonia.VM
+	ft     *ftState // --fault-tolerant: the state a healing peer receives (ftworker.go)
 	opt    optim.Optimizer
 	smp    *sampler.Sampler
 	hook   commhook.Hook    // --comm-hook's, with this rank's state
