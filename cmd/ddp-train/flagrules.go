@@ -19,7 +19,7 @@ package main
 //     so neither does --max-restarts.
 //   - Flags that only qualify another need it (flagNeeds):
 //     --overwrite-checkpoints needs --checkpoint, --restart-backoff needs
-//     --max-restarts, --classes needs --data (the synthetic set has its
+//     --max-restarts (or --fault-tolerant), --classes needs --data (the synthetic set has its
 //     own), --eval-every needs --eval-data (validateEval, eval.go).
 //   - `ddp-train eval` refuses every flag that only training acts on
 //     (asEvalCommand, evalcmd.go).
@@ -86,6 +86,9 @@ func (c config) validateFlagUse() error {
 		}
 	}
 	for _, f := range flagNeeds {
+		if f.flag == "restart-backoff" && c.faultTolerant {
+			continue // the fault-tolerant launcher restarts replicas without --max-restarts (ftlaunch.go)
+		}
 		if c.given(f.flag) && !c.given(f.needs) {
 			return usagef("--%s needs --%s: %s", f.flag, f.needs, f.why)
 		}

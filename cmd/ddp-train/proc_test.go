@@ -13,6 +13,13 @@ import (
 // waitForWorker finds the child of parent whose environment says RANK=rank.
 func waitForWorker(t *testing.T, parent int, rank string) int {
 	t.Helper()
+	return waitForChild(t, parent, "RANK="+rank)
+}
+
+// waitForChild waits for a child of parent whose environment holds kv,
+// and returns its pid.
+func waitForChild(t *testing.T, parent int, kv string) int {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		stats, _ := filepath.Glob("/proc/[0-9]*/stat")
@@ -30,8 +37,8 @@ func waitForWorker(t *testing.T, parent int, rank string) int {
 			if err != nil {
 				continue
 			}
-			for _, kv := range strings.Split(string(env), "\x00") {
-				if kv == "RANK="+rank {
+			for _, e := range strings.Split(string(env), "\x00") {
+				if e == kv {
 					pid, _ := strconv.Atoi(filepath.Base(dir))
 					return pid
 				}
@@ -39,7 +46,7 @@ func waitForWorker(t *testing.T, parent int, rank string) int {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("no worker with RANK=%s under pid %d", rank, parent)
+	t.Fatalf("no child with %s under pid %d", kv, parent)
 	return 0
 }
 
