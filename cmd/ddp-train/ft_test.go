@@ -21,7 +21,6 @@ type ftRun struct {
 	cmd    *exec.Cmd
 	stderr *syncBuffer
 	done   chan error
-	dir    string
 }
 
 // ftFlags are a fault-tolerant run's flags for a fast test: short
