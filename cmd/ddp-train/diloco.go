@@ -103,7 +103,7 @@ type dilocoRun struct {
 // newDiLoCo starts DiLoCo from the parameters as they are: the same on
 // every rank after Wrap's broadcast.
 func (s *session) newDiLoCo(c config, g pg.ProcessGroup) error {
-	if c.syncEvery == 0 {
+	if c.syncEvery == 0 || c.faultTolerant { // --fault-tolerant: ftdiloco.go's own
 		return nil
 	}
 	params, err := s.ddp.ParamTensors()

@@ -216,3 +216,40 @@ func TestFaultTolerantRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultTolerantDiLoCo: DiLoCo's outer step as a transaction (Note
+// [DiLoCo as a transaction]): a replica SIGKILLed mid-run is restarted and
+// heals the global parameters and the outer optimizer, and every replica
+// ends on one set of global parameters (the launcher compares the digests)
+// with every batch in exactly one committed round.
+func TestFaultTolerantDiLoCo(t *testing.T) {
+	dir := t.TempDir()
+	a := ftTestArgs(dir, "--nproc", "3", "--min-replicas", "1", "--steps", "2000", "--diloco-sync-every", "5",
+		"--optimizer", "adam", "--lr", "0.001")
+	r := startFT(t, nil, a...)
+	r.waitStep(400)
+	if err := killProcess(waitForChild(t, r.cmd.Process.Pid, ftReplicaEnv+"=replica_1")); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(r.stderr.String()))
+	}
+	s := readFTSummary(t, filepath.Join(dir, "summary.json"))
+	if s.ReplicaRestarts < 1 || s.ReplicasFinished < 2 || s.Steps != 2000 {
+		t.Errorf("restarts %d, finished %d, steps %d: want a restart, two replicas at the end and 2000 steps",
+			s.ReplicaRestarts, s.ReplicasFinished, s.Steps)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "record.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != 400 || !strings.Contains(string(b), `"batches_each":5`) {
+		t.Errorf("the record has %d rounds, want 400 of 5 batches each", n)
+	}
+	if !ftHealedRE.MatchString(r.stderr.String()) {
+		t.Errorf("the restarted replica never recovered a later round:\n%s", tail(r.stderr.String()))
+	}
+}
+
+// ftHealedRE is replica_1 recovering a round after the first.
+var ftHealedRE = regexp.MustCompile(`"msg":"recovered","replica_id":"replica_1","step":[1-9]`)

@@ -48,7 +48,10 @@ var ftRefused = map[string]string{
 	"checkpoint":             "a fault-tolerant run recovers from its peers; checkpoints with it are not built",
 	"resume":                 "a fault-tolerant run recovers from its peers; checkpoints with it are not built",
 	"zero":                   "sharded optimizer state would have to be recovered shard by shard; not built",
-	"diloco-sync-every":      "DiLoCo's outer step as a transaction is not built",
+	"diloco-fragments":       "Streaming DiLoCo's fragments as transactions are not built",
+	"diloco-delay":           "Streaming DiLoCo's delay as a transaction is not built",
+	"diloco-alpha":           "Streaming DiLoCo's mixing as a transaction is not built",
+	"diloco-quantize":        "quantised pseudo-gradients as a transaction are not built",
 	"grad-accum":             "accumulation across a discarded step is not built",
 	"eval-every":             "held-out evaluation runs at the end of a fault-tolerant run only",
 	"check-replicas-every":   "the launcher compares the replicas' parameter digests at the end instead",
@@ -84,6 +87,9 @@ func (c config) validateFT() error {
 		return usagef("--fault-tolerant with --on-nonfinite skip: a skipped step and a discarded one are not told apart")
 	case c.ftMinReplicas < 1:
 		return usagef("--min-replicas %d: at least 1", c.ftMinReplicas)
+	case c.syncEvery > 0 && c.steps%c.syncEvery != 0:
+		return usagef("--fault-tolerant --diloco-sync-every %d: --steps %d must be a multiple of it (a round is the "+
+			"transaction)", c.syncEvery, c.steps)
 	case c.ftTimeout <= 0 || c.ftJoin < 0 || c.ftHeartbeat <= 0:
 		return usagef("--ft-timeout and --ft-heartbeat-timeout must be positive, --ft-join-timeout not negative")
 	}

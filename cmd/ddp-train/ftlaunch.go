@@ -316,7 +316,7 @@ func mergeRecords(out string) ([]ftRecordLine, error) {
 			return nil, fmt.Errorf("--fault-tolerant: step %d took batches from %d, but the steps before it ended at %d",
 				step, l.FirstBatch, next)
 		}
-		next += len(l.Participants)
+		next += len(l.Participants) * max(l.BatchesEach, 1)
 		lines = append(lines, l)
 	}
 	return lines, nil

@@ -59,6 +59,10 @@ func readRecord(path string) ([]ftRecordLine, error) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return nil, usagef("--ft-replay %s: line %d: %v", path, len(lines)+1, err)
 		}
+		if l.BatchesEach > 0 {
+			return nil, usagef("--ft-replay %s: a DiLoCo run's record; its inner optimizers are the replicas' own, "+
+				"and their replay is not built", path)
+		}
 		if l.Step != int64(len(lines)+1) || len(l.Participants) == 0 {
 			return nil, usagef("--ft-replay %s: line %d is step %d with %d participants", path, len(lines)+1, l.Step,
 				len(l.Participants))

@@ -136,6 +136,15 @@ func (t *trainer) runFT(ctx context.Context, id, lighthouse string, secret []byt
 		return err
 	}
 	s.ft = &ftState{s: s}
+	if t.c.syncEvery > 0 { // Note [DiLoCo as a transaction] (ftdiloco.go)
+		params, err := s.ddp.ParamTensors()
+		if err != nil {
+			return err
+		}
+		if s.ft.dl, err = newFTOuter(t.c, params); err != nil {
+			return err
+		}
+	}
 	mgr, closeMgr, err := t.newManager(ctx, id, lighthouse, secret, s.ft)
 	if err != nil {
 		return err
@@ -149,22 +158,19 @@ func (t *trainer) runFT(ctx context.Context, id, lighthouse string, secret []byt
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
 	prog := newProgress(t, 0, total)
 	began := time.Now()
-	for mgr.Step() < int64(total) {
-		info, err := t.startFT(ctx, mgr)
+	per := max(t.c.syncEvery, 1) // optimizer steps a transaction takes: H under DiLoCo
+	for mgr.Step()*int64(per) < int64(total) {
+		st, out, err := t.ftTransaction(ctx, s, feed, mgr)
 		if err != nil {
-			return err
-		}
-		st, out, err := t.ftStep(ctx, s, feed, mgr, info)
-		if err != nil {
-			return fmt.Errorf("step %d: %w", info.Step+1, err)
+			return fmt.Errorf("step %d: %w", mgr.Step()*int64(per)+1, err)
 		}
 		if !out.Committed {
 			continue
 		}
-		if err := rec.add(out, s.ft.batch); err != nil {
+		if err := rec.add(out, s.ft.batch, per); err != nil {
 			return err
 		}
-		if err := prog.add(ctx, int(out.Step), st); err != nil {
+		if err := prog.add(ctx, int(out.Step)*per, st); err != nil {
 			return err
 		}
 	}
@@ -218,6 +224,19 @@ func (t *trainer) startFT(ctx context.Context, mgr *ft.Manager) (ft.StepInfo, er
 		t.log.Warn("no quorum yet; asking again", zap.Int("try", try), zap.Error(err))
 	}
 	return ft.StepInfo{}, fmt.Errorf("no quorum in %d tries of --ft-timeout %v: %w", ftStartTries, t.c.ftTimeout, err)
+}
+
+// ftTransaction is the next step, or under DiLoCo the next round.
+func (t *trainer) ftTransaction(ctx context.Context, s *session, feed *feeder, mgr *ft.Manager) (stats, ft.Outcome,
+	error) {
+	if s.ft.dl != nil {
+		return t.ftRound(ctx, s, feed, mgr) // ftdiloco.go
+	}
+	info, err := t.startFT(ctx, mgr)
+	if err != nil {
+		return stats{}, ft.Outcome{}, err
+	}
+	return t.ftStep(ctx, s, feed, mgr, info)
 }
 
 // ftStep is one step as a transaction (Note [a fault-tolerant replica]).
@@ -274,6 +293,7 @@ type ftState struct {
 	mgr   *ft.Manager
 	batch int       // batches the committed steps consumed
 	flat  pg.Tensor // the gradients, in one buffer
+	dl    *ftOuter  // --diloco-sync-every: the global parameters and the outer optimizer (ftdiloco.go)
 }
 
 // ftSnapshot is ftState's encoding.
@@ -282,13 +302,18 @@ type ftSnapshot struct {
 	Batch    int
 	Ck       *checkpoint.Checkpoint
 	Schedule optim.ScheduleState
+	Global   [][]float64  // DiLoCo: the global parameters
+	Outer    *optim.State // DiLoCo: the outer optimizer's state
 }
 
 func (f *ftState) Snapshot() ([]byte, error) {
 	ck := checkpoint.Capture(int(f.mgr.Step()), f.s.params, f.s.opt)
+	snap := ftSnapshot{Step: f.mgr.Step(), Batch: f.batch, Ck: ck, Schedule: f.s.sched.State()}
+	if f.dl != nil {
+		f.dl.save(&snap)
+	}
 	var b bytes.Buffer
-	err := gob.NewEncoder(&b).Encode(ftSnapshot{Step: f.mgr.Step(), Batch: f.batch, Ck: ck,
-		Schedule: f.s.sched.State()})
+	err := gob.NewEncoder(&b).Encode(snap)
 	return b.Bytes(), err
 }
 
@@ -305,6 +330,11 @@ func (f *ftState) Restore(step int64, b []byte) error {
 	}
 	if err := f.s.sched.Load(snap.Schedule); err != nil {
 		return err
+	}
+	if f.dl != nil {
+		if err := f.dl.load(snap); err != nil {
+			return err
+		}
 	}
 	f.batch = snap.Batch
 	return nil
@@ -351,7 +381,10 @@ type ftRecordLine struct {
 	Participants []string `json:"participants"`
 	// FirstBatch is the batch the first participant took; the k-th took
 	// FirstBatch+k (in the one-rank sampler's order, epoch by epoch).
-	FirstBatch int `json:"first_batch"`
+	// Under DiLoCo a round's participant k took BatchesEach batches from
+	// FirstBatch+k·BatchesEach.
+	FirstBatch  int `json:"first_batch"`
+	BatchesEach int `json:"batches_each,omitempty"`
 }
 
 func newFTRecord(path string) (*ftRecord, error) {
@@ -368,14 +401,19 @@ func newFTRecord(path string) (*ftRecord, error) {
 	return &ftRecord{f: f, enc: json.NewEncoder(f)}, nil
 }
 
-// add records out, whose step has consumed the batches up to batchEnd.
-func (r *ftRecord) add(out ft.Outcome, batchEnd int) error {
+// add records out, whose step has consumed the batches up to batchEnd,
+// each participant per of them.
+func (r *ftRecord) add(out ft.Outcome, batchEnd, per int) error {
 	if r.f == nil {
 		return nil
 	}
 	n := len(out.Info.Participants)
-	return r.enc.Encode(ftRecordLine{Step: out.Step, QuorumID: out.Info.QuorumID, Participants: out.Info.Participants,
-		FirstBatch: batchEnd - n})
+	l := ftRecordLine{Step: out.Step, QuorumID: out.Info.QuorumID, Participants: out.Info.Participants,
+		FirstBatch: batchEnd - n*per}
+	if per > 1 {
+		l.BatchesEach = per
+	}
+	return r.enc.Encode(l)
 }
 
 func (r *ftRecord) close() {
