@@ -202,6 +202,6 @@ func addStats(a, b stats) stats {
 		loss = (a.loss*float64(a.steps) + b.loss*float64(b.steps)) / n
 	}
 	return stats{loss: loss, correct: a.correct + b.correct, samples: a.samples + b.samples,
-		compute: a.compute + b.compute, comm: a.comm + b.comm, steps: a.steps + b.steps, lossOK: a.lossOK && b.lossOK || a.steps == 0 && b.lossOK,
-		lr: b.lr}
+		compute: a.compute + b.compute, comm: a.comm + b.comm, steps: a.steps + b.steps,
+		lossOK: (a.lossOK || a.steps == 0) && b.lossOK, lr: b.lr}
 }
