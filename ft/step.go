@@ -148,14 +148,14 @@ func (m *Manager) reconfigure(ctx context.Context, r Results, created time.Time)
 // replica contributes zeros. It fails when the group does (the failure is
 // also kept for Commit), and then t's values are not to be used.
 func (m *Manager) AllReduce(ctx context.Context, t pg.Tensor) error {
-	if err := m.failure(); err != nil {
-		return err
-	}
 	if !m.inStep {
 		return errors.New("ft: AllReduce outside a step (call Start first)")
 	}
-	if m.group == nil {
-		err := errors.New("ft: no process group for this step")
+	if m.group == nil || m.broken { // a failure recorded by Fail still takes part: the others wait for it
+		err := m.failure()
+		if err == nil {
+			err = errors.New("ft: no process group for this step")
+		}
 		m.fail(err)
 		return err
 	}
@@ -256,7 +256,7 @@ func (m *Manager) Commit(ctx context.Context) (Outcome, error) {
 
 // vote is the members' MIN over "this step had no failure".
 func (m *Manager) vote(ctx context.Context) bool {
-	if m.group == nil {
+	if m.group == nil || m.broken {
 		return false
 	}
 	ok := 1.0
