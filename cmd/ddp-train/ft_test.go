@@ -120,9 +120,11 @@ func checkReplay(t *testing.T, dir string, s summary, steps string) {
 	if res.code != 0 {
 		t.Fatalf("--ft-replay exited %d:\n%s", res.code, res.stderr)
 	}
-	if got := readFTSummary(t, rs); got.ParamDigest != s.ParamDigest || got.Steps != s.Steps {
-		t.Errorf("the replay of %d steps ends at digest %s; the replicas at %s after %d", got.Steps, got.ParamDigest,
-			s.ParamDigest, s.Steps)
+	got := readFTSummary(t, rs)
+	if got.ParamDigest != s.ParamDigest || got.StateDigest != s.StateDigest || got.Steps != s.Steps ||
+		s.StateDigest == "" {
+		t.Errorf("the replay of %d steps ends at digests %s/%s; the replicas at %s/%s after %d", got.Steps,
+			got.ParamDigest, got.StateDigest, s.ParamDigest, s.StateDigest, s.Steps)
 	}
 }
 
@@ -149,6 +151,9 @@ func TestFaultTolerantSurvivesFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code := r.wait(); code != 0 {
+		if p := os.Getenv("GODDP_FT_TEST_LOG"); p != "" {
+			_ = os.WriteFile(p, []byte(r.stderr.String()), 0o644)
+		}
 		t.Fatalf("exit %d:\n%s", code, tail(r.stderr.String()))
 	}
 	s := readFTSummary(t, filepath.Join(dir, "summary.json"))

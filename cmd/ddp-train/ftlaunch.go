@@ -199,11 +199,11 @@ func (s *ftSupervisor) once(ctx context.Context, id string, i, life int) (int, e
 		return -1, err
 	}
 	stop := make(chan struct{})
-	go func() { // once the run is done, the stragglers get --ft-timeout
+	go func() { // once the run is done, the others get half a heartbeat timeout: Note [the end of a run]
 		select {
 		case <-s.doneCh:
 			select {
-			case <-time.After(s.c.ftTimeout):
+			case <-time.After(s.c.ftHeartbeat / 2):
 				cancel()
 			case <-stop:
 			}
@@ -244,9 +244,10 @@ func (s *ftSupervisor) collect() error {
 		if err != nil {
 			return fmt.Errorf("--fault-tolerant: replica %s finished without its summary: %w", id, err)
 		}
-		if sums[k].ParamDigest != sums[0].ParamDigest {
-			return fmt.Errorf("--fault-tolerant: replicas %s and %s finished with different parameters (digests %s "+
-				"and %s): a bug; please report it", s.finished[0], id, sums[0].ParamDigest, sums[k].ParamDigest)
+		if sums[k].StateDigest != sums[0].StateDigest {
+			return fmt.Errorf("--fault-tolerant: replicas %s and %s finished with different parameters or optimizer "+
+				"states (digests %s and %s): a bug; please report it", s.finished[0], id, sums[0].StateDigest,
+				sums[k].StateDigest)
 		}
 	}
 	lines, err := mergeRecords(s.out)

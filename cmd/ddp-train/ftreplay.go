@@ -134,7 +134,7 @@ func (t *trainer) replay(ctx context.Context, lines []ftRecordLine) error {
 	d := digest(s.params)
 	t.log.Info("replayed", zap.Int("steps", len(lines)), zap.String("param_digest", d))
 	out := summary{Steps: len(lines), WallSeconds: time.Since(began).Seconds(), WorldSize: 1, Backend: "local",
-		FaultTolerant: true, CommittedSteps: int64(len(lines)), ParamDigest: d}
+		FaultTolerant: true, CommittedSteps: int64(len(lines)), ParamDigest: d, StateDigest: stateDigest(s)}
 	return t.writeOutputs(s, out)
 }
 

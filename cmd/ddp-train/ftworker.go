@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/gob"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +23,7 @@ import (
 
 	"github.com/goddp/ddp/checkpoint"
 	"github.com/goddp/ddp/ft"
+	"github.com/goddp/ddp/gtensor"
 	"github.com/goddp/ddp/optim"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/local"
@@ -441,11 +448,13 @@ func (t *trainer) endFT(ctx context.Context, s *session, prog *progress, total i
 		return err
 	}
 	d := digest(s.params)
-	t.log.Info("done", zap.Int("steps", total), zap.Int64("committed_here", fst.Committed),
+	sd := stateDigest(s)
+	t.log.Info("done", zap.Int("steps", total), zap.String("state_digest", sd), zap.Int64("committed_here", fst.Committed),
 		zap.Int64("discarded", fst.Discarded), zap.Int64("recoveries", fst.Recoveries), zap.String("param_digest", d))
 	sum := summaryOf(t, final, int(fst.Committed), time.Since(began))
 	sum.Steps, sum.Backend = total, "tcp" // the run's steps; the replicas' groups
 	sum.setFT(fst, d)
+	sum.StateDigest = sd
 	sum.setEval(ev)
 	return t.writeOutputs(s, sum) // outputs.go
 }
@@ -459,4 +468,28 @@ func (s *summary) setFT(st ft.ManagerStats, digest string) {
 	}
 	s.Recoveries, s.RecoveredBytes, s.RecoverySeconds = st.Recoveries, st.RecoveredBytes, st.RecoveryTime.Seconds()
 	s.QuorumChanges, s.ParamDigest = st.QuorumChanges, digest
+}
+
+// stateDigest hashes what every replica must hold alike: the parameters
+// and the optimizer's state (buffers by name), or under DiLoCo, whose
+// inner optimizers are each replica's own, the outer optimizer's.
+func stateDigest(s *session) string {
+	h := sha256.New()
+	for _, n := range s.params.Nodes {
+		if t, err := gtensor.TensorOf(n.Value()); err == nil {
+			h.Write(t.Data)
+		}
+	}
+	st := s.opt.State()
+	if s.ft != nil && s.ft.dl != nil {
+		st = s.ft.dl.outer.State()
+	}
+	fmt.Fprintf(h, "%s %d", st.Name, st.Step)
+	for _, k := range slices.Sorted(maps.Keys(st.Buffers)) {
+		fmt.Fprintf(h, "\n%s", k)
+		for _, v := range st.Buffers[k] {
+			h.Write(binary.LittleEndian.AppendUint64(nil, math.Float64bits(v)))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }

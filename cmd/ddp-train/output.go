@@ -72,6 +72,7 @@ type summary struct {
 	ReplicaRestarts  int     `json:"replica_restarts,omitempty"`
 	ReplicasFinished int     `json:"replicas_finished,omitempty"`
 	ParamDigest      string  `json:"param_digest,omitempty"`
+	StateDigest      string  `json:"state_digest,omitempty"` // the parameters and the optimizer's state
 
 	DiLoCoOuterSteps  int     `json:"diloco_outer_steps,omitempty"`
 	DiLoCoBytesSent   int64   `json:"diloco_bytes_sent,omitempty"`
