@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,6 +160,7 @@ type plan struct {
 	ordered     bool                           // ManagerOptions.OrderedSum
 	events      map[string]map[int64]event     // replica → step → event (at its first Start at that step)
 	starts      map[string]time.Duration       // a late start, from the beginning
+	startAfter  map[string]int64               // a late start, once some replica has committed this many steps
 	restarts    map[string]time.Duration       // a dead replica started again, fresh, this long after its death
 	check       func(t *testing.T, h *harness) // more checks
 }
@@ -174,7 +176,8 @@ type harness struct {
 	// finish is called when a replica has committed the plan's steps: the
 	// others get a second to finish too, then their context ends.
 	finish      func()
-	diedServing bool // an evDieServing has fired
+	diedServing bool         // an evDieServing has fired
+	progress    atomic.Int64 // the most steps any replica has committed
 }
 
 type toyReplica struct {
@@ -227,7 +230,7 @@ func runPlan(t *testing.T, p plan) *harness {
 	defer cancel()
 	h.finish = func() { time.AfterFunc(time.Second, cancel) } // stragglers (see live)
 	for _, id := range p.replicas {
-		h.launch(ctx, id, p.starts[id])
+		h.launch(ctx, id, p.starts[id], p.startAfter[id])
 	}
 	h.wg.Wait()
 	for _, r := range h.all {
@@ -242,12 +245,19 @@ func runPlan(t *testing.T, p plan) *harness {
 	return h
 }
 
-func (h *harness) launch(ctx context.Context, id string, after time.Duration) {
+func (h *harness) launch(ctx context.Context, id string, after time.Duration, atStep int64) {
 	h.wg.Go(func() {
 		select {
 		case <-time.After(after):
 		case <-ctx.Done():
 			return
+		}
+		for h.progress.Load() < atStep {
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
 		}
 		r := &toyReplica{id: id, st: newToyState(id), fired: map[int64]bool{}}
 		r.padded = &padded{toyState: r.st, pad: h.p.pad}
@@ -261,7 +271,7 @@ func (h *harness) launch(ctx context.Context, id string, after time.Duration) {
 		}
 		if r.died && ctx.Err() == nil {
 			if d, ok := h.p.restarts[id]; ok {
-				h.launch(ctx, id, d)
+				h.launch(ctx, id, d, 0)
 			}
 		}
 	})
@@ -320,6 +330,9 @@ func (h *harness) train(ctx context.Context, r *toyReplica) error {
 			cursor := r.st.cursor
 			r.st.update(g, len(info.Participants))
 			r.st.step = out.Step
+			for old := h.progress.Load(); out.Step > old && !h.progress.CompareAndSwap(old, out.Step); {
+				old = h.progress.Load()
+			}
 			r.records = append(r.records, record{Step: info.Step, Participants: info.Participants, Cursor: cursor})
 		}
 	}
@@ -509,8 +522,8 @@ func TestFaultsStalledReplica(t *testing.T) {
 
 func TestFaultsRecoverySourceDiesMidTransfer(t *testing.T) {
 	runPlan(t, plan{replicas: []string{"a", "b", "c"}, minReplicas: 1, steps: 60, ordered: true, pad: 1 << 20,
-		starts: map[string]time.Duration{"c": 400 * time.Millisecond}, // b has healed by then
-		events: map[string]map[int64]event{"a": {10: evDieServing}, "b": {10: evDieServing}},
+		startAfter: map[string]int64{"c": 15}, // b has healed by then, and a and b serve c from step 15
+		events:     map[string]map[int64]event{"a": {10: evDieServing}, "b": {10: evDieServing}},
 		check: func(t *testing.T, h *harness) {
 			live := h.live()
 			if len(live) != 2 || live[1].id != "c" {

@@ -111,12 +111,16 @@ func (l *Lighthouse) Heartbeat(replicaID string) {
 // (ErrClosed). A request is an implicit heartbeat. As in torchft, a
 // quorum formed without m (it arrived late, or ShrinkOnly kept it out)
 // makes m a participant again for the one after. A Join that gives up
-// withdraws m, unless m has asked again since.
+// withdraws m, unless m has asked again since. Only the request itself is
+// a heartbeat, not its waiting: a replica frozen (SIGSTOP, a long pause)
+// with a request open must not stay healthy through it, or every quorum
+// would wait on it.
 func (l *Lighthouse) Join(ctx context.Context, m Member) (Quorum, error) {
 	if m.ReplicaID == "" {
 		return Quorum{}, errors.New("ft: a member needs a replica id")
 	}
 	l.mu.Lock()
+	l.s.heartbeats[m.ReplicaID] = l.opt.Now()
 	r, joined := l.participate(m)
 	l.tickLocked()
 	l.mu.Unlock()
@@ -143,7 +147,6 @@ func (l *Lighthouse) Join(ctx context.Context, m Member) (Quorum, error) {
 // for; l.mu is held.
 func (l *Lighthouse) participate(m Member) (*round, time.Time) {
 	now := l.opt.Now()
-	l.s.heartbeats[m.ReplicaID] = now
 	l.s.participants[m.ReplicaID] = participant{member: m, joined: now}
 	return l.next, now
 }

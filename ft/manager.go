@@ -108,8 +108,12 @@ type StepInfo struct {
 type Outcome struct {
 	Committed bool
 	Step      int64 // the committed steps after the decision
-	Info      StepInfo
-	Err       error // why the step was discarded, when it was
+	// Chain is the commit chain after the decision and Parent the one the
+	// step extended (Note [the commit chain]): a record of the run follows
+	// Parent from the last step's Chain back to the first's "".
+	Chain, Parent string
+	Info          StepInfo
+	Err           error // why the step was discarded, when it was
 }
 
 // Manager is one replica's side of fault-tolerant training, torchft's
@@ -128,6 +132,7 @@ type Manager struct {
 	hbDone   chan struct{}
 
 	step           int64
+	chain          string // Note [the commit chain] (results.go)
 	commitFailures int64
 	quorumID       int64
 	group          pg.ProcessGroup
@@ -233,6 +238,9 @@ func (m *Manager) advertise(addr string) string {
 
 // Step is the number of committed steps.
 func (m *Manager) Step() int64 { return m.step }
+
+// CommitChain is the replica's commit chain (Note [the commit chain]).
+func (m *Manager) CommitChain() string { return m.chain }
 
 // Stats are the Manager's counts so far.
 func (m *Manager) Stats() ManagerStats { return m.stats }

@@ -175,6 +175,7 @@ type healing struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	step   int64
+	chain  string // the source's commit chain
 	src    string
 	data   []byte
 	err    error
@@ -197,7 +198,8 @@ func (m *Manager) serve(r Results) {
 // startHeal begins fetching the state at r.MaxStep from r's source.
 func (m *Manager) startHeal(ctx context.Context, r Results) {
 	hctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
-	h := &healing{cancel: cancel, done: make(chan struct{}), step: r.MaxStep, src: r.RecoverSrcAddr}
+	h := &healing{cancel: cancel, done: make(chan struct{}), step: r.MaxStep, chain: r.CommitChain,
+		src: r.RecoverSrcAddr}
 	m.heal = h
 	go func() {
 		defer close(h.done)
@@ -224,7 +226,7 @@ func (m *Manager) finishHeal() {
 		m.log.Warn("recovery failed", zap.Int64("step", h.step), zap.String("from", h.src), zap.Error(err))
 		return
 	}
-	m.step = h.step
+	m.step, m.chain = h.step, h.chain
 	m.stats.Recoveries++
 	m.stats.RecoveredBytes += int64(len(h.data))
 	m.stats.RecoveryTime += h.took

@@ -88,3 +88,30 @@ func TestQuorumResultsFigures(t *testing.T) {
 		t.Errorf("an empty quorum's max step %d, want -1", got)
 	}
 }
+
+// TestQuorumResultsCommitChain: members at the max step on another chain
+// than most of them heal like members behind it (Note [the commit chain]);
+// a tie goes to the first holder's chain.
+func TestQuorumResultsCommitChain(t *testing.T) {
+	q := quorumOf(5, 5, 5, 4)
+	q.Members[0].CommitChain, q.Members[1].CommitChain, q.Members[2].CommitChain = "a", "b", "b"
+	for _, c := range []struct {
+		replica string
+		heal    bool
+		src     int
+	}{{"replica_0", true, 1}, {"replica_1", false, -1}, {"replica_2", false, -1}, {"replica_3", true, 2}} {
+		r, err := q.Results(c.replica, 0, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Heal != c.heal || r.RecoverSrcRank != c.src || r.CommitChain != "b" || r.MaxWorldSize != 2 {
+			t.Errorf("%s: heal %t from %d, chain %q, %d up to date; want heal %t from %d, chain b, 2", c.replica,
+				r.Heal, r.RecoverSrcRank, r.CommitChain, r.MaxWorldSize, c.heal, c.src)
+		}
+	}
+	tie := quorumOf(5, 5)
+	tie.Members[0].CommitChain, tie.Members[1].CommitChain = "z", "a"
+	if r, _ := tie.Results("replica_1", 0, true); !r.Heal || r.CommitChain != "z" {
+		t.Errorf("a tie: replica_1 heal %t, chain %q; want it to heal onto replica_0's chain z", r.Heal, r.CommitChain)
+	}
+}

@@ -2,6 +2,8 @@ package ft
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,8 +28,9 @@ import (
 //     restarted lighthouse counts ids from 1 again). A member whose
 //     commit failures are above zero makes the lighthouse raise the id, so
 //     a failure anywhere rebuilds everyone's group.
-//  2. The participants are the members at the quorum's max step. A member
-//     behind it heals: Start begins fetching a peer's Snapshot in the
+//  2. The participants are the members at the quorum's max step that
+//     hold its commit chain (Note [the commit chain], results.go). A
+//     member behind them heals: Start begins fetching a peer's Snapshot in the
 //     background (recovery.go), and for this step the member reads no data
 //     and contributes zeros.
 //  3. AllReduce sums over the group and divides by the participants. Its
@@ -43,9 +46,12 @@ import (
 // A vote either completes on a member, and then every member voted 1 and
 // every contribution is in the average, or fails there. It can complete on
 // some members and fail on others only when a member dies during the vote
-// itself; those that failed are a step behind at the next quorum and heal
-// from those that committed. So no member applies an average that lacks a
-// participant's contribution, and the members that go on hold one state.
+// itself, or freezes in it and thaws to find the others' votes waiting;
+// those that failed are a step behind at the next quorum and heal from
+// those that committed, and if the others have redone the step by then,
+// the commit chain tells the two histories apart. So no member applies an
+// average that lacks a participant's contribution, and the members that go
+// on hold one state.
 
 // Start begins the next step: the quorum, the group and any recovery
 // (Note [the step as a transaction]). Its error is the lighthouse's
@@ -61,7 +67,8 @@ func (m *Manager) Start(ctx context.Context) (StepInfo, error) {
 	qctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
 	defer cancel()
 	q, err := m.o.Lighthouse.Quorum(qctx, Member{ReplicaID: m.o.ReplicaID, Address: m.advertise(m.rec.Addr()),
-		StoreAddress: m.advertise(m.store.Addr()), Step: m.step, WorldSize: 1, CommitFailures: m.commitFailures})
+		StoreAddress: m.advertise(m.store.Addr()), Step: m.step, WorldSize: 1, CommitFailures: m.commitFailures,
+		CommitChain: m.chain})
 	if err != nil {
 		return StepInfo{}, fmt.Errorf("ft: replica %s at step %d: no quorum: %w", m.o.ReplicaID, m.step, err)
 	}
@@ -95,8 +102,10 @@ func (m *Manager) stepInfo(q Quorum, r Results) StepInfo {
 	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.ReplicaID, b.ReplicaID) })
 	info := StepInfo{Step: r.MaxStep, QuorumID: r.QuorumID, Rank: -1, Healing: r.Heal, Members: len(ms)}
 	m.participantIdx = m.participantIdx[:0]
+	_, up := current(ms, r.MaxStep)
+	primary := slices.Index(up, true) // Results' primary for group rank 0 (init_sync at step 0: the others heal)
 	for i, mem := range ms {
-		if mem.Step != r.MaxStep || (!m.o.NoInitSync && r.MaxStep == 0 && i != primaryRank(ms, r.MaxStep)) {
+		if !up[i] || (!m.o.NoInitSync && r.MaxStep == 0 && i != primary) {
 			continue // heals this step
 		}
 		if i == r.ReplicaRank {
@@ -109,13 +118,6 @@ func (m *Manager) stepInfo(q Quorum, r Results) StepInfo {
 		info.Rank = -1
 	}
 	return info
-}
-
-// primaryRank is the index in ms (sorted) of the primary for group rank
-// 0, Results' rule: the first member at the max step. With init_sync at
-// step 0 the others heal from it.
-func primaryRank(ms []Member, maxStep int64) int {
-	return slices.IndexFunc(ms, func(m Member) bool { return m.Step == maxStep })
 }
 
 // reconfigure replaces the group with one for quorum r; a failure is the
@@ -234,8 +236,9 @@ func (m *Manager) Commit(ctx context.Context) (Outcome, error) {
 		m.finishHeal()
 	}
 	ok := m.vote(ctx)
-	out := Outcome{Committed: ok, Info: m.info, Err: m.failure()}
+	out := Outcome{Committed: ok, Info: m.info, Err: m.failure(), Parent: m.chain}
 	if ok {
+		m.chain = nextChain(m.chain, m.info)
 		m.step++
 		m.commitFailures = 0
 		m.stats.Committed++
@@ -250,7 +253,7 @@ func (m *Manager) Commit(ctx context.Context) (Outcome, error) {
 			zap.Error(out.Err))
 	}
 	m.met.stepped(ok, len(m.info.Participants))
-	out.Step = m.step
+	out.Step, out.Chain = m.step, m.chain
 	return out, ctx.Err()
 }
 
@@ -272,4 +275,15 @@ func (m *Manager) vote(ctx context.Context) bool {
 		return false
 	}
 	return pg.View[float64](v)[0] == 1 && m.failure() == nil
+}
+
+// nextChain extends chain by the committed step info (Note [the commit
+// chain]).
+func nextChain(chain string, info StepInfo) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%d", chain, info.QuorumID, info.Step)
+	for _, p := range info.Participants {
+		fmt.Fprintf(h, "\x00%s", p)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }

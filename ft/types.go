@@ -17,7 +17,11 @@ type Member struct {
 	WorldSize      uint64 `json:"world_size"`              // ranks in the replica group
 	ShrinkOnly     bool   `json:"shrink_only,omitempty"`   // admit no replica outside the previous quorum
 	CommitFailures int64  `json:"commit_failures,omitempty"`
-	Data           string `json:"data,omitempty"` // opaque to the Lighthouse
+	// CommitChain names the replica's history of committed steps (Note
+	// [the commit chain]): members at one step with different chains
+	// hold different states.
+	CommitChain string `json:"commit_chain,omitempty"`
+	Data        string `json:"data,omitempty"` // opaque to the Lighthouse
 }
 
 // Quorum is a formed quorum: its id and members, sorted by replica id.

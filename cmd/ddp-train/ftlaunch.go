@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -250,7 +250,13 @@ func (s *ftSupervisor) collect() error {
 				sums[k].StateDigest)
 		}
 	}
-	lines, err := mergeRecords(s.out)
+	for k, id := range s.finished {
+		if sums[k].CommitChain != sums[0].CommitChain {
+			return fmt.Errorf("--fault-tolerant: replicas %s and %s finished on different commit chains (%s and %s): "+
+				"a bug; please report it", s.finished[0], id, sums[0].CommitChain, sums[k].CommitChain)
+		}
+	}
+	lines, err := mergeRecords(s.out, sums[0].CommitChain)
 	if err != nil {
 		return err
 	}
@@ -279,48 +285,68 @@ func (s *ftSupervisor) collect() error {
 	return nil
 }
 
-// mergeRecords reads every replica life's record lines, and checks that
-// replicas that recorded one step agree on it and that the steps' batches
-// follow each other with none left out or taken twice.
-func mergeRecords(out string) ([]ftRecordLine, error) {
-	files, _ := filepath.Glob(filepath.Join(out, "*", "record-*.jsonl"))
-	by := map[int64]ftRecordLine{}
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			var l ftRecordLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				fh.Close()
-				return nil, fmt.Errorf("--fault-tolerant: %s: %w", f, err)
-			}
-			if old, ok := by[l.Step]; ok && (old.FirstBatch != l.FirstBatch || !slices.Equal(old.Participants,
-				l.Participants)) {
-				fh.Close()
-				return nil, fmt.Errorf("--fault-tolerant: the replicas disagree about step %d: %+v and %+v", l.Step, old, l)
-			}
-			by[l.Step] = l
-		}
-		fh.Close()
+// mergeRecords reads every replica life's record lines and follows the
+// commit chain back from end, the finished replicas' last commit (Note
+// [the commit chain], package ft): a step a replica committed on a history
+// that lost (it then healed) is not the run's. It checks that lines of one
+// commit agree and that the steps' batches follow each other with none
+// left out or taken twice.
+func mergeRecords(out, end string) ([]ftRecordLine, error) {
+	by, err := readRecords(out)
+	if err != nil {
+		return nil, err
 	}
-	lines := make([]ftRecordLine, 0, len(by))
-	next := 0
-	for step := int64(1); step <= int64(len(by)); step++ {
-		l, ok := by[step]
+	var lines []ftRecordLine
+	for c := end; c != ""; {
+		l, ok := by[c]
 		if !ok {
-			return nil, fmt.Errorf("--fault-tolerant: no replica recorded step %d of %d", step, len(by))
+			return nil, fmt.Errorf("--fault-tolerant: no replica recorded the commit %s, %d steps before the end", c,
+				len(lines))
+		}
+		lines = append(lines, l)
+		c = l.Parent
+	}
+	slices.Reverse(lines)
+	next := 0
+	for i, l := range lines {
+		if l.Step != int64(i+1) {
+			return nil, fmt.Errorf("--fault-tolerant: the commit chain's step %d is recorded as step %d", i+1, l.Step)
 		}
 		if l.FirstBatch != next {
 			return nil, fmt.Errorf("--fault-tolerant: step %d took batches from %d, but the steps before it ended at %d",
-				step, l.FirstBatch, next)
+				l.Step, l.FirstBatch, next)
 		}
 		next += len(l.Participants) * max(l.BatchesEach, 1)
-		lines = append(lines, l)
 	}
 	return lines, nil
+}
+
+// readRecords is every record line of every replica life, by commit.
+func readRecords(out string) (map[string]ftRecordLine, error) {
+	files, _ := filepath.Glob(filepath.Join(out, "*", "record-*.jsonl"))
+	by := map[string]ftRecordLine{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			if len(line) == 0 {
+				continue
+			}
+			var l ftRecordLine
+			if err := json.Unmarshal(line, &l); err != nil {
+				return nil, fmt.Errorf("--fault-tolerant: %s: %w", f, err)
+			}
+			if old, ok := by[l.Chain]; ok && (old.Step != l.Step || old.FirstBatch != l.FirstBatch ||
+				!slices.Equal(old.Participants, l.Participants)) {
+				return nil, fmt.Errorf("--fault-tolerant: the replicas disagree about the commit %s: %+v and %+v",
+					l.Chain, old, l)
+			}
+			by[l.Chain] = l
+		}
+	}
+	return by, nil
 }
 
 func writeRecord(path string, lines []ftRecordLine) error {

@@ -181,7 +181,7 @@ func (t *trainer) runFT(ctx context.Context, id, lighthouse string, secret []byt
 			return err
 		}
 	}
-	return t.endFT(ctx, s, prog, total, began, mgr.Stats())
+	return t.endFT(ctx, s, prog, total, began, mgr)
 }
 
 // newManager starts the replica's ft.Manager, listening on --listen-addr's
@@ -392,6 +392,12 @@ type ftRecordLine struct {
 	// FirstBatch+k·BatchesEach.
 	FirstBatch  int `json:"first_batch"`
 	BatchesEach int `json:"batches_each,omitempty"`
+	// Chain is the commit chain after the step and Parent the one before
+	// (Note [the commit chain], package ft): the launcher follows them
+	// back from the end, past any step a replica committed on a history
+	// that lost.
+	Chain  string `json:"chain"`
+	Parent string `json:"parent"`
 }
 
 func newFTRecord(path string) (*ftRecord, error) {
@@ -416,7 +422,7 @@ func (r *ftRecord) add(out ft.Outcome, batchEnd, per int) error {
 	}
 	n := len(out.Info.Participants)
 	l := ftRecordLine{Step: out.Step, QuorumID: out.Info.QuorumID, Participants: out.Info.Participants,
-		FirstBatch: batchEnd - n*per}
+		FirstBatch: batchEnd - n*per, Chain: out.Chain, Parent: out.Parent}
 	if per > 1 {
 		l.BatchesEach = per
 	}
@@ -432,7 +438,8 @@ func (r *ftRecord) close() {
 // endFT finishes a replica that committed the last step: the figures,
 // the final evaluation, the outputs for the launcher.
 func (t *trainer) endFT(ctx context.Context, s *session, prog *progress, total int, began time.Time,
-	fst ft.ManagerStats) error {
+	mgr *ft.Manager) error {
+	fst := mgr.Stats()
 	final, err := prog.finish(ctx)
 	if err != nil {
 		return err
@@ -454,7 +461,7 @@ func (t *trainer) endFT(ctx context.Context, s *session, prog *progress, total i
 	sum := summaryOf(t, final, int(fst.Committed), time.Since(began))
 	sum.Steps, sum.Backend = total, "tcp" // the run's steps; the replicas' groups
 	sum.setFT(fst, d)
-	sum.StateDigest = sd
+	sum.StateDigest, sum.CommitChain = sd, mgr.CommitChain()
 	sum.setEval(ev)
 	return t.writeOutputs(s, sum) // outputs.go
 }

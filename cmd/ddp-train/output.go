@@ -73,6 +73,7 @@ type summary struct {
 	ReplicasFinished int     `json:"replicas_finished,omitempty"`
 	ParamDigest      string  `json:"param_digest,omitempty"`
 	StateDigest      string  `json:"state_digest,omitempty"` // the parameters and the optimizer's state
+	CommitChain      string  `json:"commit_chain,omitempty"` // --fault-tolerant: the last commit's (package ft)
 
 	DiLoCoOuterSteps  int     `json:"diloco_outer_steps,omitempty"`
 	DiLoCoBytesSent   int64   `json:"diloco_bytes_sent,omitempty"`
