@@ -136,9 +136,10 @@ func (s *toyState) update(g []float64, participants int) {
 
 // record is one committed step, as a replica saw it.
 type record struct {
-	Step         int64
-	Participants []string
-	Cursor       int64 // the first sample of the step
+	Step          int64
+	Participants  []string
+	Cursor        int64  // the first sample of the step
+	Chain, Parent string // Outcome's
 }
 
 // event is something injected into one replica at one step.
@@ -161,6 +162,8 @@ type plan struct {
 	events      map[string]map[int64]event     // replica → step → event (at its first Start at that step)
 	starts      map[string]time.Duration       // a late start, from the beginning
 	startAfter  map[string]int64               // a late start, once some replica has committed this many steps
+	voteAlone   map[string]int64               // the replica's vote at this step completes alone (aloneGroup)
+	hold        map[string]int64               // before its Start at this step the replica waits for that vote
 	restarts    map[string]time.Duration       // a dead replica started again, fresh, this long after its death
 	check       func(t *testing.T, h *harness) // more checks
 }
@@ -178,6 +181,7 @@ type harness struct {
 	finish      func()
 	diedServing bool         // an evDieServing has fired
 	progress    atomic.Int64 // the most steps any replica has committed
+	aloneDone   atomic.Bool  // the voteAlone replica has committed its step
 }
 
 type toyReplica struct {
@@ -192,6 +196,7 @@ type toyReplica struct {
 	err      error
 	fired    map[int64]bool
 	discards []error // why each discarded step was
+	atStep   int64   // the step in progress
 }
 
 // event is what the plan injects into r at the step info begins, once:
@@ -285,13 +290,16 @@ func (h *harness) train(ctx context.Context, r *toyReplica) error {
 	m, err := NewManager(ctx, ManagerOptions{ReplicaID: r.id, Lighthouse: c, Secret: testSecret,
 		ListenAddr: "127.0.0.1:0", State: r.padded, OrderedSum: h.p.ordered, Timeout: 20 * time.Second,
 		HeartbeatInterval: 50 * time.Millisecond, ChunkBytes: 1 << 10,
-		Connect: TCPConnector(TCPOptions{Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: 500 * time.Millisecond})})
+		Connect: h.connector(r)})
 	if err != nil {
 		return err
 	}
 	r.mgr = m
 	defer func() { r.stats = m.Stats() }()
 	for m.Step() < h.p.steps {
+		if at, ok := h.p.hold[r.id]; ok && at == m.Step() {
+			h.waitAlone(ctx)
+		}
 		info, err := m.Start(ctx)
 		if err != nil {
 			m.Close()
@@ -318,6 +326,7 @@ func (h *harness) train(ctx context.Context, r *toyReplica) error {
 			m.Fail(errInjected)
 		}
 		_ = m.AllReduce(ctx, pg.Float64s(g))
+		r.atStep = info.Step
 		out, err := m.Commit(ctx)
 		if err != nil {
 			m.Close()
@@ -333,7 +342,11 @@ func (h *harness) train(ctx context.Context, r *toyReplica) error {
 			for old := h.progress.Load(); out.Step > old && !h.progress.CompareAndSwap(old, out.Step); {
 				old = h.progress.Load()
 			}
-			r.records = append(r.records, record{Step: info.Step, Participants: info.Participants, Cursor: cursor})
+			r.records = append(r.records, record{Step: info.Step, Participants: info.Participants, Cursor: cursor,
+				Chain: out.Chain, Parent: out.Parent})
+			if at, ok := h.p.voteAlone[r.id]; ok && at == info.Step {
+				h.aloneDone.Store(true)
+			}
 		}
 	}
 	r.stats, r.done = m.Stats(), true
@@ -399,29 +412,89 @@ func (h *harness) checkEqual() {
 	}
 }
 
-// merged is every committed step once, from whichever replicas recorded
-// it; replicas that recorded the same step must agree on it.
+// merged is every committed step once, following the commit chain back
+// from the first live replica's (Note [the commit chain]); replicas that
+// recorded the same commit must agree on it.
 func (h *harness) merged() []record {
 	t := h.t
-	by := map[int64]record{}
+	by := map[string]record{}
 	for _, r := range h.all {
 		for _, rec := range r.records {
-			if old, ok := by[rec.Step]; ok && (!slices.Equal(old.Participants, rec.Participants) || old.Cursor != rec.Cursor) {
-				t.Errorf("step %d: replica %s recorded %v at %d, another %v at %d", rec.Step, r.id, rec.Participants,
-					rec.Cursor, old.Participants, old.Cursor)
+			if old, ok := by[rec.Chain]; ok && (old.Step != rec.Step || !slices.Equal(old.Participants,
+				rec.Participants) || old.Cursor != rec.Cursor) {
+				t.Errorf("commit %s: replica %s recorded step %d %v at %d, another step %d %v at %d", rec.Chain, r.id,
+					rec.Step, rec.Participants, rec.Cursor, old.Step, old.Participants, old.Cursor)
 			}
-			by[rec.Step] = rec
+			by[rec.Chain] = rec
 		}
 	}
-	out := make([]record, 0, len(by))
-	for s := int64(0); s < int64(len(by)); s++ {
-		rec, ok := by[s]
+	var out []record
+	for c := h.live()[0].mgr.CommitChain(); c != ""; c = by[c].Parent {
+		rec, ok := by[c]
 		if !ok {
-			t.Fatalf("no replica recorded step %d of %d", s, len(by))
+			t.Fatalf("no replica recorded the commit %s, %d before the end", c, len(out))
 		}
 		out = append(out, rec)
 	}
+	slices.Reverse(out)
+	for i, rec := range out {
+		if rec.Step != int64(i) {
+			t.Fatalf("the chain's commit %d is of step %d", i, rec.Step)
+		}
+	}
 	return out
+}
+
+// connector is r's Connector: TCP, and an aloneGroup where the plan has r
+// vote alone.
+func (h *harness) connector(r *toyReplica) Connector {
+	base := TCPConnector(TCPOptions{Secret: testSecret, ListenAddr: "127.0.0.1:0", Timeout: 500 * time.Millisecond})
+	at, ok := h.p.voteAlone[r.id]
+	if !ok {
+		return base
+	}
+	return func(ctx context.Context, c GroupConfig) (pg.ProcessGroup, error) {
+		g, err := base(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return &aloneGroup{ProcessGroup: g, h: h, r: r, step: at}, nil
+	}
+}
+
+// aloneGroup's commit vote at step completes on its replica alone: it
+// waits until the others have given up on it and redone the step, then
+// reports a unanimous 1, as a replica frozen in the vote (SIGSTOP) finds
+// the others' votes waiting in its socket when it thaws.
+type aloneGroup struct {
+	pg.ProcessGroup
+	h    *harness
+	r    *toyReplica
+	step int64
+}
+
+func (g *aloneGroup) AllReduce(ctx context.Context, t pg.Tensor, op pg.ReduceOp) pg.Work {
+	if op.Kind != pg.Min || g.r.atStep != g.step || g.h.aloneDone.Load() {
+		return g.ProcessGroup.AllReduce(ctx, t, op)
+	}
+	for g.h.progress.Load() <= g.step {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return pg.Completed(ctx.Err())
+		}
+	}
+	pg.View[float64](t)[0] = 1
+	return pg.Completed(nil)
+}
+
+// waitAlone waits until the voteAlone replica has committed, and a little
+// more, so that its next quorum request is in when the caller's arrives.
+func (h *harness) waitAlone(ctx context.Context) {
+	for !h.aloneDone.Load() && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
 }
 
 // replay applies the records in one process: from the primary's initial
@@ -516,6 +589,27 @@ func TestFaultsStalledReplica(t *testing.T) {
 		check: func(t *testing.T, h *harness) {
 			if len(h.live()) != 3 {
 				t.Errorf("%d replicas finished, want 3 (the stalled one rejoins)", len(h.live()))
+			}
+		}})
+}
+
+// TestFaultsVoteCompletesAlone: c's commit vote at step 5 completes on c
+// alone (frozen in it, it thaws to find the votes waiting), after a and b
+// gave up on it and committed step 5 again without it; the three then meet
+// at step 6 with two histories, and c heals onto a and b's (Note [the
+// commit chain]).
+func TestFaultsVoteCompletesAlone(t *testing.T) {
+	runPlan(t, plan{replicas: []string{"a", "b", "c"}, minReplicas: 1, steps: 20, ordered: true,
+		voteAlone: map[string]int64{"c": 5}, hold: map[string]int64{"a": 6, "b": 6},
+		check: func(t *testing.T, h *harness) {
+			c := h.rs["c"].records
+			healed := slices.ContainsFunc(c[1:], func(r record) bool { // a commit not on c's own last one
+				i := slices.IndexFunc(c, func(p record) bool { return p.Step == r.Step-1 })
+				return r.Step > 5 && i >= 0 && c[i].Chain != r.Parent
+			})
+			if len(h.live()) != 3 || !healed {
+				t.Errorf("%d replicas finished; want 3, and c healed off its lone commit of step 5: c's commits %+v",
+					len(h.live()), c)
 			}
 		}})
 }
