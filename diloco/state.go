@@ -97,8 +97,31 @@ func (d *DiLoCo) Fragments() [][]int {
 	return out
 }
 
+// Flush applies, in fragment order, every fragment whose reduction is in
+// flight, as if its delay ended now: the end of a run, whose last
+// fragments were sent less than Delay inner steps ago and would otherwise
+// never reach the global parameters (Close abandons them). It returns the
+// fragments it applied. It is collective: every rank calls it once, after
+// its last Step, with the same parameters. Options.Alpha mixes params as on
+// any arrival.
+func (d *DiLoCo) Flush(ctx context.Context, params []pg.Tensor) (applied []int, err error) {
+	if err := d.checkParams(params); err != nil {
+		return nil, err
+	}
+	for i, f := range d.frags {
+		if !f.pending {
+			continue
+		}
+		if err := d.apply(ctx, f, params, false); err != nil {
+			return applied, fmt.Errorf("diloco: flushing fragment %d after inner step %d: %w", i, d.step, err)
+		}
+		applied = append(applied, i)
+	}
+	return applied, nil
+}
+
 // Close waits for the reductions in flight, so that none outlives the
-// caller's group.
+// caller's group; it applies none of them (Flush does).
 func (d *DiLoCo) Close(ctx context.Context) error {
 	var first error
 	for _, f := range d.frags {

@@ -143,9 +143,16 @@ func (s *session) dilocoStep(ctx context.Context, params []pg.Tensor, m *trainin
 	if s.dl == nil {
 		return nil
 	}
-	start := time.Now()
-	before := s.dl.dl.BytesSent()
+	start, before := time.Now(), s.dl.dl.BytesSent()
 	applied, err := s.dl.dl.Step(ctx, params)
+	s.dilocoAccount(start, before, applied, m)
+	return err
+}
+
+// dilocoAccount adds a Step's or the Flush's figures, which began at start
+// with before bytes sent and applied the fragments applied, to the
+// summary, the metrics and the timeline.
+func (s *session) dilocoAccount(start time.Time, before int64, applied []int, m *trainingMetrics) {
 	took, sent := time.Since(start), s.dl.dl.BytesSent()-before
 	s.dl.syncTime += took
 	s.dl.outerSteps += len(applied)
@@ -160,20 +167,23 @@ func (s *session) dilocoStep(ctx context.Context, params []pg.Tensor, m *trainin
 			Args: [3]timeline.Arg{{Key: "fragments_applied", Value: int64(len(applied))}, {Key: "bytes_sent",
 				Value: sent}, {Key: "inner_step", Value: int64(s.dl.dl.StepCount())}}})
 	}
-	return err
 }
 
-// dilocoFinish ends a DiLoCo run: the reductions in flight are waited for,
-// and the parameters become the global ones, the model the run trained
-// (what --save, the final evaluation and the digest see).
-func (s *session) dilocoFinish(ctx context.Context) error {
+// dilocoFinish ends a DiLoCo run: the fragments in flight (sent within
+// --diloco-delay of the end) are applied (diloco.Flush), and the
+// parameters become the global ones, the model the run trained (what
+// --save, the final evaluation and the digest see).
+func (s *session) dilocoFinish(ctx context.Context, m *trainingMetrics) error {
 	if s.dl == nil {
 		return nil
 	}
-	if err := s.dl.dl.Close(ctx); err != nil {
+	params, err := s.ddp.ParamTensors()
+	if err != nil {
 		return err
 	}
-	params, err := s.ddp.ParamTensors()
+	start, before := time.Now(), s.dl.dl.BytesSent()
+	applied, err := s.dl.dl.Flush(ctx, params)
+	s.dilocoAccount(start, before, applied, m)
 	if err != nil {
 		return err
 	}

@@ -51,9 +51,9 @@ func TestDiLoCoFlagsRefused(t *testing.T) {
 // Streaming DiLoCo under ddp-train: 2 processes over tcp, 2 fragments, a
 // delay of 1, mixing and bf16 pseudo-gradients. Fragment 0 (offset 4) is
 // sent at inner steps 4, 12, 20 and applied a step later; fragment 1
-// (offset 8) is sent at 8, 16, 24 and applied at 9 and 17 (its third
-// arrival falls after the last step): 5 outer steps, and every send is
-// its fragment's values in bf16, 3·171·2 bytes in all. Both ranks end with
+// (offset 8) is sent at 8, 16, 24 and applied at 9 and 17, and its third
+// send at the end of the run (diloco.Flush): 6 outer steps, and every send
+// is its fragment's values in bf16, 3·171·2 bytes in all. Both ranks end with
 // the same (global) parameters, and the replica check passes at every step.
 func TestDiLoCoStreamingRuns(t *testing.T) {
 	for _, c := range []struct{ backend, q string }{{"tcp", "bf16"}, {"tcp", "int8"}, {"local", "int8"}} {
@@ -80,8 +80,8 @@ func streamingRun(t *testing.T, backend, q string) {
 	if s.CommHook != "noop" {
 		t.Errorf("summary: comm_hook %q, want noop (the reducer's under DiLoCo)", s.CommHook)
 	}
-	if s.DiLoCoOuterSteps != 5 || (q == "bf16" && s.DiLoCoBytesSent != 3*171*2) {
-		t.Errorf("summary: %d outer steps and %d bytes sent, want 5 and %d", s.DiLoCoOuterSteps, s.DiLoCoBytesSent,
+	if s.DiLoCoOuterSteps != 6 || (q == "bf16" && s.DiLoCoBytesSent != 3*171*2) {
+		t.Errorf("summary: %d outer steps and %d bytes sent, want 6 and %d", s.DiLoCoOuterSteps, s.DiLoCoBytesSent,
 			3*171*2)
 	}
 	d := digests(r.stderr)
@@ -92,9 +92,9 @@ func streamingRun(t *testing.T, backend, q string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// sends at 4, 8, 12, 16, 20, 24 and arrivals at 5, 9, 13, 17, 21
-	if n := strings.Count(string(trace), `"name":"diloco"`); n != 11 {
-		t.Errorf("the timeline holds %d diloco slices, want 11", n)
+	// sends at 4, 8, 12, 16, 20, 24, arrivals at 5, 9, 13, 17, 21 and the flush
+	if n := strings.Count(string(trace), `"name":"diloco"`); n != 12 {
+		t.Errorf("the timeline holds %d diloco slices, want 12", n)
 	}
 }
 

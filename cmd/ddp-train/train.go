@@ -332,7 +332,7 @@ func (t *trainer) end(ctx context.Context, s *session, prog *progress, total int
 	if err != nil {
 		return err
 	}
-	if err := s.dilocoFinish(ctx); err != nil { // diloco.go: the global parameters are the model
+	if err := s.dilocoFinish(ctx, t.metrics); err != nil { // diloco.go: the global parameters are the model
 		return err
 	}
 	if name, err := s.paramsFinite(); err != nil || name != "" {
