@@ -136,7 +136,8 @@ type Manager struct {
 	commitFailures int64
 	quorumID       int64
 	group          pg.ProcessGroup
-	broken         bool // the group failed a collective: rebuild it at the next quorum
+	groupKey       string // membersKey of the quorum group was built for
+	broken         bool   // the group failed a collective: rebuild it at the next quorum
 	inStep         bool
 	info           StepInfo
 	participantIdx []int // the members that are participants, by group rank

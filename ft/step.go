@@ -78,8 +78,9 @@ func (m *Manager) Start(ctx context.Context) (StepInfo, error) {
 	}
 	m.inStep = true
 	info := m.stepInfo(q, r)
-	if r.QuorumID != m.quorumID || m.broken || m.group == nil {
+	if key := membersKey(q.Members); r.QuorumID != m.quorumID || m.broken || m.group == nil || key != m.groupKey {
 		info.Reconfigured = true
+		m.groupKey = key
 		m.reconfigure(ctx, r, q.Created)
 	}
 	if len(r.RecoverDstRanks) > 0 {
@@ -93,6 +94,23 @@ func (m *Manager) Start(ctx context.Context) (StepInfo, error) {
 	m.log.Debug("step started", zap.Int64("step", m.step), zap.Int64("quorum_id", r.QuorumID),
 		zap.Strings("participants", info.Participants), zap.Bool("healing", info.Healing))
 	return info, nil
+}
+
+// membersKey names a quorum's members and their addresses. The lighthouse
+// keeps a quorum's id while its replica ids stay the same (torchft's
+// quorum_changed); torchft's ids carry a uuid per process, ours survive a
+// restart, so a replica restarted between two quorums of one id shows up
+// only in its addresses (fresh ports in each life). A member whose key
+// changed rebuilds its group with the new life instead of keeping a
+// connection to the dead one.
+func membersKey(ms []Member) string {
+	ms = slices.Clone(ms)
+	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.ReplicaID, b.ReplicaID) })
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00", m.ReplicaID, m.Address, m.StoreAddress)
+	}
+	return b.String()
 }
 
 // stepInfo is the StepInfo of quorum q for this replica, and the group

@@ -95,14 +95,19 @@ func (c config) dilocoOptions() diloco.Options {
 // dilocoRun is a session's DiLoCo: nil without --diloco-sync-every.
 type dilocoRun struct {
 	dl         *diloco.DiLoCo
-	outerSteps int           // fragments applied
-	bytesSent  int64         // pseudo-gradient bytes this rank sent
-	syncTime   time.Duration // time in DiLoCo's Step
+	group      pg.ProcessGroup // DiLoCo's own (newDiLoCo), nil when it shares the training group
+	outerSteps int             // fragments applied
+	bytesSent  int64           // pseudo-gradient bytes this rank sent
+	syncTime   time.Duration   // time in DiLoCo's Step
 }
 
 // newDiLoCo starts DiLoCo from the parameters as they are: the same on
-// every rank after Wrap's broadcast.
-func (s *session) newDiLoCo(c config, g pg.ProcessGroup) error {
+// every rank after Wrap's broadcast. Its reductions run on a group of
+// their own where g can make one (pg.Splitter: tcp, local, MPI), so that a
+// fragment's reduction in flight does not hold up the step's other
+// collectives (the stop check) and --diloco-delay hides it; otherwise on
+// g itself.
+func (s *session) newDiLoCo(ctx context.Context, c config, g pg.ProcessGroup) error {
 	if c.syncEvery == 0 || c.faultTolerant { // --fault-tolerant: ftdiloco.go's own
 		return nil
 	}
@@ -111,7 +116,19 @@ func (s *session) newDiLoCo(c config, g pg.ProcessGroup) error {
 		return err
 	}
 	s.dl = &dilocoRun{}
-	if s.dl.dl, err = diloco.New(g, params, c.dilocoOptions()); err != nil {
+	dg := g
+	var sp pg.Splitter
+	if pg.As(g, &sp) {
+		ranks := make([]int, g.Size())
+		for r := range ranks {
+			ranks[r] = r
+		}
+		if s.dl.group, err = sp.NewGroup(ctx, ranks); err != nil {
+			return fmt.Errorf("--diloco-sync-every: DiLoCo's own group: %w", err)
+		}
+		dg = s.dl.group
+	}
+	if s.dl.dl, err = diloco.New(dg, params, c.dilocoOptions()); err != nil {
 		return err
 	}
 	return s.dilocoResume(c, g.Rank(), g.Size(), params)

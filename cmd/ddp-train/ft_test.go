@@ -47,6 +47,9 @@ func startFT(t *testing.T, env []string, a ...string) *ftRun {
 	}
 	go func() { r.done <- r.cmd.Wait() }()
 	t.Cleanup(func() {
+		if p := os.Getenv("GODDP_FT_TEST_LOG"); p != "" && t.Failed() { // the whole log of a failed run
+			_ = os.WriteFile(p, []byte(r.stderr.String()), 0o644)
+		}
 		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL) // the launcher and every replica
 		select {
 		case <-r.done:
@@ -135,7 +138,7 @@ func checkReplay(t *testing.T, dir string, s summary, steps string) {
 // steps.
 func TestFaultTolerantSurvivesFailures(t *testing.T) {
 	dir := t.TempDir()
-	r := startFT(t, nil, ftTestArgs(dir, "--nproc", "3", "--min-replicas", "1", "--steps", "1500")...)
+	r := startFT(t, nil, ftTestArgs(dir, "--nproc", "3", "--min-replicas", "1", "--steps", "3000")...)
 	pid := r.cmd.Process.Pid
 	r.waitStep(200)
 	if err := killProcess(waitForChild(t, pid, ftReplicaEnv+"=replica_1")); err != nil {
@@ -151,21 +154,22 @@ func TestFaultTolerantSurvivesFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code := r.wait(); code != 0 {
-		if p := os.Getenv("GODDP_FT_TEST_LOG"); p != "" {
-			_ = os.WriteFile(p, []byte(r.stderr.String()), 0o644)
-		}
 		t.Fatalf("exit %d:\n%s", code, tail(r.stderr.String()))
 	}
 	s := readFTSummary(t, filepath.Join(dir, "summary.json"))
-	if s.ReplicaRestarts < 1 || s.DiscardedSteps < 1 || s.ReplicasFinished < 2 || s.CommittedSteps < 1 {
-		t.Errorf("restarts %d, discarded %d, finished %d, committed %d: want a restart, a discarded step and two "+
-			"replicas at the end", s.ReplicaRestarts, s.DiscardedSteps, s.ReplicasFinished, s.CommittedSteps)
+	// Whether the others discard a step depends on where the signals land:
+	// a replica killed or stopped while the others wait for a quorum costs
+	// them a heartbeat timeout and no step (the harness's
+	// TestFaultsFailedAllReduceDiscardsEverywhere pins discards down).
+	if s.ReplicaRestarts < 1 || s.ReplicasFinished < 2 || s.CommittedSteps < 1 {
+		t.Errorf("restarts %d, finished %d, committed %d: want a restart and two replicas at the end",
+			s.ReplicaRestarts, s.ReplicasFinished, s.CommittedSteps)
 	}
 	if log := r.stderr.String(); !strings.Contains(log, `"msg":"recovered"`) ||
 		!strings.Contains(log, "a replica died; starting it again") {
 		t.Errorf("no recovery or no restart in the log:\n%s", tail(log))
 	}
-	checkReplay(t, dir, s, "1500")
+	checkReplay(t, dir, s, "3000")
 }
 
 // TestFaultTolerantLighthouseRestart: the lighthouse SIGKILLed mid-run and

@@ -111,6 +111,11 @@ func (s *session) close(log *zap.Logger) {
 			log.Warn("closing --zero-overlap's broadcast group", zap.Error(err))
 		}
 	}
+	if s.dl != nil && s.dl.group != nil {
+		if err := s.dl.group.Close(); err != nil {
+			log.Warn("closing DiLoCo's group", zap.Error(err))
+		}
+	}
 }
 
 func (t *trainer) build(ctx context.Context) (*session, error) {
@@ -171,7 +176,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 			return nil, err
 		}
 	}
-	if err := s.newDiLoCo(t.c, t.g); err != nil { // diloco.go
+	if err := s.newDiLoCo(ctx, t.c, t.g); err != nil { // diloco.go
 		return nil, err
 	}
 	if s.smp, err = sampler.New(t.ds.N, t.g.Size(), t.g.Rank(), t.c.shuffle, t.c.seed); err != nil {
