@@ -119,11 +119,7 @@ func (s *session) newDiLoCo(ctx context.Context, c config, g pg.ProcessGroup) er
 	dg := g
 	var sp pg.Splitter
 	if pg.As(g, &sp) {
-		ranks := make([]int, g.Size())
-		for r := range ranks {
-			ranks[r] = r
-		}
-		if s.dl.group, err = sp.NewGroup(ctx, ranks); err != nil {
+		if s.dl.group, err = sp.NewGroup(ctx, everyRank(g.Size())); err != nil {
 			return fmt.Errorf("--diloco-sync-every: DiLoCo's own group: %w", err)
 		}
 		dg = s.dl.group

@@ -249,8 +249,6 @@ func (s *ftSupervisor) collect() error {
 				"states (digests %s and %s): a bug; please report it", s.finished[0], id, sums[0].StateDigest,
 				sums[k].StateDigest)
 		}
-	}
-	for k, id := range s.finished {
 		if sums[k].CommitChain != sums[0].CommitChain {
 			return fmt.Errorf("--fault-tolerant: replicas %s and %s finished on different commit chains (%s and %s): "+
 				"a bug; please report it", s.finished[0], id, sums[0].CommitChain, sums[k].CommitChain)

@@ -59,11 +59,7 @@ func (s *session) zeroHook(ctx context.Context, c config, g pg.ProcessGroup, inn
 		return nil, fmt.Errorf("--zero-overlap: the %s process group cannot make a subgroup for the parameters' "+
 			"broadcasts; use --zero without the overlap", pg.BackendName(g))
 	}
-	ranks := make([]int, g.Size())
-	for r := range ranks {
-		ranks[r] = r
-	}
-	bcast, err := sp.NewGroup(ctx, ranks)
+	bcast, err := sp.NewGroup(ctx, everyRank(g.Size()))
 	if err != nil {
 		return nil, fmt.Errorf("--zero-overlap: the broadcast group: %w", err)
 	}
@@ -104,4 +100,13 @@ func (s *session) finishZero() error {
 	}
 	s.sched.Step()
 	return nil
+}
+
+// everyRank is 0, 1, ..., n−1: a subgroup of every rank of a group of n.
+func everyRank(n int) []int {
+	ranks := make([]int, n)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	return ranks
 }
