@@ -37,7 +37,11 @@
 // checkpoint loaded on rank 0 only, agree; after it every rank applies the
 // same averages with the same program, so the replicas stay bitwise
 // identical (VerifyReplicas and Options.Reducer.CheckReplicasEvery check
-// it).
+// it). Random ops (dropout) in the gradient graph do not draw from that
+// shared random state but from one of each rank's own, derived from it,
+// the rank and Options.Seed, and new at every step: each rank draws its
+// own masks, reproducibly and across checkpoint resumes (Note [per-rank
+// random streams]; Options.SameRandomAcrossRanks keeps the shared one).
 //
 // What it costs: GoMLX runs a graph as one compiled program, so the
 // gradients exist only when the whole backward pass has finished. The

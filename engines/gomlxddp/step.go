@@ -22,6 +22,7 @@ func (t *Trainer) setup(ctx context.Context, inputs, labels []*tensors.Tensor) e
 	}
 	t.numInputs = len(inputs)
 	t.loaded = t.mctx.NumVariables() > 0 || t.mctx.Loader() != nil
+	untrainRNGState(t.mctx)
 	if err := catch(func() error { return t.declare(inputs, labels) }); err != nil {
 		return fmt.Errorf("gomlxddp: building the model's graph: %w", err)
 	}
@@ -60,7 +61,11 @@ func (t *Trainer) setup(ctx context.Context, inputs, labels []*tensors.Tensor) e
 	if t.r, err = reducer.New(ctx, t.group, descs, t.opts.Reducer); err != nil {
 		return err
 	}
-	return broadcastVariables(ctx, t.group, variables(t.mctx))
+	if err := broadcastVariables(ctx, t.group, variables(t.mctx)); err != nil {
+		return err
+	}
+	t.rng = newRNGStream(t.mctx, t.opts, t.group.Rank())
+	return nil
 }
 
 // declare creates the model's and the optimizer's variables by building
@@ -94,14 +99,9 @@ func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor, sy
 			return 0, err
 		}
 	}
-	var outs []*tensors.Tensor
-	err := catch(func() error {
-		var err error
-		outs, err = t.gradExec.Exec(args(inputs, labels)...)
-		return err
-	})
+	outs, err := t.forwardBackward(inputs, labels)
 	if err != nil {
-		return 0, fmt.Errorf("gomlxddp: forward and backward: %w", err)
+		return 0, err
 	}
 	defer finalizeAll(outs)
 	if len(outs) != 1+len(t.params) {
@@ -126,6 +126,29 @@ func (t *Trainer) step(ctx context.Context, inputs, labels []*tensors.Tensor, sy
 		}
 	}
 	return scalar(outs[0])
+}
+
+// forwardBackward runs the gradient graph on this rank's own random
+// state (Note [per-rank random streams]).
+func (t *Trainer) forwardBackward(inputs, labels []*tensors.Tensor) ([]*tensors.Tensor, error) {
+	next, err := t.rng.begin()
+	if err != nil {
+		return nil, err
+	}
+	var outs []*tensors.Tensor
+	err = catch(func() error {
+		var err error
+		outs, err = t.gradExec.Exec(args(inputs, labels)...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gomlxddp: forward and backward: %w", err)
+	}
+	if err := t.rng.end(next); err != nil {
+		finalizeAll(outs)
+		return nil, err
+	}
+	return outs, nil
 }
 
 // reduce feeds the gradients to the reducer, last parameter first (the

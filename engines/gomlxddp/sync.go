@@ -52,6 +52,17 @@ func ensureRNGState(mctx *mlctx.Context) error {
 	return mctx.ResetRNGState()
 }
 
+// untrainRNGState marks a random state loaded from a checkpoint as not
+// trainable: GoMLX's loader hands back every variable it loads as
+// trainable, and its random ops take the state as it is, so on the rank
+// that loaded a checkpoint a model with random ops would otherwise count
+// the uint64 state among its parameters, and the other ranks would not.
+func untrainRNGState(mctx *mlctx.Context) {
+	if v := mctx.GetVariableByScopeAndName(mlctx.RootScope, mlctx.RNGStateVariableName); v != nil {
+		v.SetTrainable(false)
+	}
+}
+
 // broadcastVariables copies rank 0's values of vs to every rank. It is
 // collective, and vs must describe the same variables on every rank.
 func broadcastVariables(ctx context.Context, g pg.ProcessGroup, vs []*mlctx.Variable) error {

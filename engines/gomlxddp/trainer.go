@@ -36,6 +36,21 @@ type Options struct {
 	// step's reduction) when the caller's context has no deadline. Zero
 	// means pg.DefaultTimeout.
 	Timeout time.Duration
+	// Seed is mixed, with the rank, into the random state each rank's
+	// gradient graph draws from (dropout masks, ctx.RandomUniform), so
+	// that every rank draws its own numbers whatever the seed: see Note
+	// [per-rank random streams]. The streams are derived from rank 0's
+	// initial random state too (GoMLX's mlctx.ParamInitialSeed, or a
+	// checkpoint's), so they are reproducible when the initial values
+	// are, and a resumed job draws what the job that never stopped drew.
+	// Zero is a seed like any other; change it to draw other masks from
+	// the same initial values.
+	Seed int64
+	// SameRandomAcrossRanks makes every rank draw the same random numbers,
+	// from the random state rank 0 sends at set-up, as one process would
+	// on its own: the same dropout masks on every rank's rows. For models
+	// whose random choices must agree across replicas; off by default.
+	SameRandomAcrossRanks bool
 }
 
 // Trainer trains a GoMLX model data-parallel over a goddp process group.
@@ -63,6 +78,7 @@ type Trainer struct {
 	r       *reducer.Reducer
 	grads   []pg.Tensor       // host copy of each parameter's gradient; the reducer writes the average back
 	applyIn []*tensors.Tensor // the averaged gradients, as inputs of the optimizer's graph
+	rng     *rngStream        // nil with Options.SameRandomAcrossRanks
 	steps   int
 	err     error // sticky: a failed step leaves the ranks out of step
 }
@@ -191,9 +207,7 @@ func (t *Trainer) Close() error {
 		}
 	}
 	t.gradExec, t.applyExec = nil, nil
-	for _, in := range t.applyIn {
-		in.FinalizeAll()
-	}
+	finalizeAll(t.applyIn) // some are nil when the set-up failed half way
 	t.applyIn = nil
 	if t.err == nil {
 		t.err = errors.New("gomlxddp: the Trainer is closed")
