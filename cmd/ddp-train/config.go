@@ -19,6 +19,7 @@ type config struct {
 	backend string
 
 	engine     string // --engine: gorgonia or gomlx (gomlx.go)
+	gomlxFlags        // --dropout, --mixed-precision, --reduce-dtype (gomlx.go)
 	model      string
 	hidden     []int
 	activation string
@@ -107,8 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.backend, "backend", "tcp", "process group backend: tcp (worker processes on loopback), local "+
 		"(goroutines in one process), nccl (worker processes, one GPU each: GPU LOCAL_RANK; GODDP_NCCL_LIBRARY names "+
 		"libnccl.so.2) or mpi (under mpirun -np N; needs a binary built with -tags mpi)")
-	fs.StringVar(&c.engine, "engine", "gorgonia", "autodiff engine: gorgonia, or gomlx (GoMLX on its pure-Go simplego "+
-		"backend: --model mlp, --optimizer sgd or adam, no checkpoints yet; docs/gomlx.md)")
+	c.gomlxFlags.register(fs, &c.engine) // gomlx.go: --engine and what only --engine gomlx acts on
 	c.registerModelFlags(fs, &hidden)
 	c.optimFlags.register(fs)  // optflags.go
 	c.dilocoFlags.register(fs) // diloco.go

@@ -111,7 +111,7 @@ func (s *session) newDiLoCo(ctx context.Context, c config, g pg.ProcessGroup) er
 	if c.syncEvery == 0 || c.faultTolerant { // --fault-tolerant: ftdiloco.go's own
 		return nil
 	}
-	params, err := s.ddp.ParamTensors()
+	params, err := s.eng.ParamTensors()
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (s *session) dilocoFinish(ctx context.Context, m *trainingMetrics) error {
 	if s.dl == nil {
 		return nil
 	}
-	params, err := s.ddp.ParamTensors()
+	params, err := s.eng.ParamTensors()
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (s *session) replicaValues() ([]pg.Tensor, error) {
 	if s.dl != nil {
 		return s.dl.dl.Global(), nil
 	}
-	return s.ddp.ParamTensors()
+	return s.eng.ParamTensors()
 }
 
 // setDiLoCo fills the summary's DiLoCo figures. Its comm_hook is noop,
@@ -264,7 +264,7 @@ func (s *session) dilocoCheckpoint(ctx context.Context, g pg.ProcessGroup) (map[
 	if err != nil {
 		return nil, nil, err
 	}
-	params, err := s.ddp.ParamTensors()
+	params, err := s.eng.ParamTensors()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -205,7 +205,7 @@ func (t *trainer) agreeStop(ctx context.Context, s *session, check, lossBad bool
 	now := time.Now()
 	s.strag.observe(v[2:2+n], now.Sub(began), now)
 	if check {
-		if err := s.ddp.Reducer().CheckReplicaWords(ctx, v[2+n:], values); err != nil {
+		if err := s.eng.Reducer().CheckReplicaWords(ctx, v[2+n:], values); err != nil {
 			return 0, false, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,22 +37,55 @@ func trainLosses(t *testing.T, stderr string) []float64 {
 	return out
 }
 
+// evalLosses reads rank 0's "eval" lines: the held-out loss at each.
+func evalLosses(t *testing.T, stderr string) []float64 {
+	t.Helper()
+	var out []float64
+	for _, line := range strings.Split(stderr, "\n") {
+		i := strings.Index(line, "{")
+		if i < 0 || !strings.Contains(line, `"msg":"eval"`) {
+			continue
+		}
+		var rec struct {
+			Loss float64 `json:"eval_loss"`
+		}
+		if err := json.Unmarshal([]byte(line[i:]), &rec); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		out = append(out, rec.Loss)
+	}
+	return out
+}
+
 // TestEngineGoMLXMatchesGorgonia: ddp-train with --engine gomlx and with
 // the Gorgonia engine, the same flags (model, seed, data, ranks,
-// micro-batches), log the same loss curve: within 1e-9 with SGD (the
-// same arithmetic in another engine), within 1e-5 with Adam (GoMLX's
-// Adam orders its operations differently from optim's torch-style one,
-// multiplying by reciprocal bias corrections; the curves agree to about
-// 1e-6 relative, not to the last bits), and through the fp16 comm hook
-// with the gradients in their (small) buckets.
+// micro-batches, optimizer, schedule, clipping, ZeRO, DiLoCo, held-out
+// evaluation), log the same loss curve and the same held-out losses,
+// within 1e-9: the engines compute the same gradients in another order,
+// and the rest (reducer, optimizer, schedule) is one implementation (Note
+// [engines]). The fp16 comm hook rounds the gradients to half precision,
+// where a last-bit difference can round the other way: 1e-6 there.
 func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
+	mnist := mnistDir(t) // mnist_test.go
+	file := func(name string) string { return filepath.Join(mnist, name) }
 	for _, c := range []struct {
 		name string
 		tol  float64
 		args []string
 	}{
-		{"tcp-sgd", 1e-9, []string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--grad-accum", "2"}},
-		{"local-adam", 1e-5, []string{"--backend", "local", "--nproc", "3", "--optimizer", "adam", "--lr", "0.01"}},
+		{"tcp-sgd-accum", 1e-9, []string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--grad-accum", "2"}},
+		{"local-adam", 1e-9, []string{"--backend", "local", "--nproc", "3", "--optimizer", "adam", "--lr", "0.01"}},
+		{"adamw-cosine-clip", 1e-9, []string{"--nproc", "2", "--optimizer", "adamw", "--lr", "0.01", "--lr-schedule",
+			"cosine", "--warmup-steps", "3", "--clip-grad-norm", "0.5"}},
+		{"momentum-nesterov", 1e-9, []string{"--nproc", "2", "--optimizer", "momentum", "--nesterov", "--weight-decay",
+			"0.01"}},
+		{"zero-overlap", 1e-9, []string{"--nproc", "2", "--optimizer", "adam", "--lr", "0.01", "--zero",
+			"--zero-overlap", "interleaved"}},
+		{"diloco", 1e-9, []string{"--nproc", "2", "--optimizer", "adamw", "--lr", "0.01", "--diloco-sync-every", "4"}},
+		{"cnn-mnist-eval", 1e-9, []string{"--nproc", "2", "--model", "cnn", "--optimizer", "adam", "--lr", "0.001",
+			"--data", file("train-images-idx3-ubyte.gz"), "--labels", file("train-labels-idx1-ubyte.gz"),
+			"--eval-data", file("t10k-images-idx3-ubyte.gz"), "--eval-labels", file("t10k-labels-idx1-ubyte.gz"),
+			"--eval-every", "6", "--batch-size", "8"}},
 		{"fp16-bucket-view", 1e-6,
 			[]string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--comm-hook", "fp16", "--gradient-as-bucket-view",
 				"--bucket-cap-mb", "0.01"}},
@@ -59,40 +93,55 @@ func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			common := args(append([]string{"--steps", "12", "--log-every", "1", "--dtype", "float64", "--activation", "tanh"},
 				c.args...)...)
-			curves := map[string][]float64{}
+			curves, evals := map[string][]float64{}, map[string][]float64{}
 			for _, engine := range []string{"gorgonia", "gomlx"} {
 				r := ddpTrain(t, append(common, "--engine", engine)...)
 				if r.code != 0 {
 					t.Fatalf("--engine %s: exit %d\n%s", engine, r.code, r.stderr)
 				}
-				curves[engine] = trainLosses(t, r.stderr)
+				curves[engine], evals[engine] = trainLosses(t, r.stderr), evalLosses(t, r.stderr)
 				if d := digests(r.stderr); len(d) < 2 || !sameDigests(d, len(d)) {
 					t.Fatalf("--engine %s: final parameter digests %v, want one per rank, equal\n%s", engine, d, r.stderr)
 				}
 			}
 			want, got := curves["gorgonia"], curves["gomlx"]
-			if len(want) != 12 || len(got) != 12 {
-				t.Fatalf("%d and %d train lines, want 12 each", len(want), len(got))
+			if len(want) != 12 || len(got) != 12 || len(evals["gomlx"]) != len(evals["gorgonia"]) {
+				t.Fatalf("%d and %d train lines, want 12 each; %d and %d eval lines", len(want), len(got),
+					len(evals["gorgonia"]), len(evals["gomlx"]))
 			}
-			for s := range want {
-				if d := math.Abs(got[s] - want[s]); !(d <= c.tol*max(1, math.Abs(want[s]))) {
-					t.Errorf("step %d: loss %.12f with GoMLX, %.12f with Gorgonia (diff %.3g)", s+1, got[s], want[s], d)
-				}
-			}
+			closeCurves(t, "loss", want, got, c.tol)
+			closeCurves(t, "held-out loss", evals["gorgonia"], evals["gomlx"], c.tol)
 		})
 	}
 }
 
-// TestEngineGoMLXRefuses: what --engine gomlx cannot do yet is refused
-// at the command line, naming the flag.
+// closeCurves fails t where got[i] is not within tol (relative, or
+// absolute below 1) of want[i].
+func closeCurves(t *testing.T, what string, want, got []float64, tol float64) {
+	t.Helper()
+	for s := range want {
+		if d := math.Abs(got[s] - want[s]); !(d <= tol*max(1, math.Abs(want[s]))) {
+			t.Errorf("line %d: %s %.12f with GoMLX, %.12f with Gorgonia (diff %.3g)", s+1, what, got[s], want[s], d)
+		}
+	}
+}
+
+// TestEngineGoMLXRefuses: what --engine gomlx cannot do is refused at the
+// command line, naming the flag and why; so are --engine gomlx's own
+// flags without it.
 func TestEngineGoMLXRefuses(t *testing.T) {
 	for _, c := range [][]string{
-		{"--checkpoint", t.TempDir()},
-		{"--model", "cnn"},
-		{"--optimizer", "momentum"},
+		{"--find-unused-parameters", "--engine", "gomlx"},
+		{"--static-graph", "--engine", "gomlx"},
+		{"--fault-tolerant", "--engine", "gomlx"},
+		{"--mixed-precision", "float16", "--engine", "gomlx"},
+		{"--reduce-dtype", "float32", "--engine", "gomlx"},
+		{"--dropout", "1", "--engine", "gomlx"},
+		{"--dropout", "0.5"},
+		{"--mixed-precision", "bfloat16"},
 		{"--engine", "torch"},
 	} {
-		r := ddpTrain(t, args(append([]string{"--engine", "gomlx", "--steps", "1"}, c...)...)...)
+		r := ddpTrain(t, args(append([]string{"--steps", "1"}, c...)...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, strings.TrimPrefix(c[0], "--")) {
 			t.Errorf("%v: exit %d\n%s", c, r.code, r.stderr)
 		}

@@ -126,7 +126,7 @@ func nonFiniteGrads(err error) (string, bool) {
 // paramsFinite checks every parameter's value, before a checkpoint or
 // --save: the name of the first that holds a NaN or an infinity, or "".
 func (s *session) paramsFinite() (string, error) {
-	values, err := s.ddp.ParamTensors()
+	values, err := s.eng.ParamTensors()
 	if err != nil {
 		return "", err
 	}

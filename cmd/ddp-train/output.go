@@ -51,7 +51,10 @@ type summary struct {
 	WorldSize     int     `json:"world_size"`
 	Backend       string  `json:"backend"`
 	CommHook      string  `json:"comm_hook"`
-	SkippedSteps  int     `json:"skipped_steps"` // updates skipped by --on-nonfinite skip
+	Engine        string  `json:"engine"`                    // --engine
+	Dropout       float64 `json:"dropout,omitempty"`         // --dropout (--engine gomlx)
+	MixedPrec     string  `json:"mixed_precision,omitempty"` // --mixed-precision (--engine gomlx)
+	SkippedSteps  int     `json:"skipped_steps"`             // updates skipped by --on-nonfinite skip
 	// Rank 0's optimizer-state bytes: its share with --zero (Zero), the
 	// whole state without.
 	OptimizerStateBytes int64  `json:"optimizer_state_bytes"`
@@ -95,7 +98,8 @@ func (s *summary) setEval(r *evalResult) {
 func summaryOf(t *trainer, r figures, steps int, wall time.Duration) summary {
 	samples := float64(steps * t.c.gradAccum * t.c.batchSize * t.g.Size())
 	return summary{Steps: steps, FinalLoss: r.Loss, Accuracy: r.Accuracy, SamplesPerSec: samples / wall.Seconds(),
-		WallSeconds: wall.Seconds(), WorldSize: t.g.Size(), Backend: pg.BackendName(t.g), CommHook: t.c.commHook}
+		WallSeconds: wall.Seconds(), WorldSize: t.g.Size(), Backend: pg.BackendName(t.g), CommHook: t.c.commHook,
+		Engine: t.c.engine, Dropout: t.c.dropout, MixedPrec: t.c.mixedPrecision}
 }
 
 // metricsServer serves /metrics for one rank, and the probes Kubernetes

@@ -73,7 +73,8 @@ func checkInit(c config, info dataset.Info) error {
 type session struct {
 	spec   model.Spec
 	params *model.Params
-	ddp    *ddp.DDP
+	eng    stepEngine // the engine's forward, backward and reducer (Note [engines])
+	ddp    *ddp.DDP   // --engine gorgonia's reducer and hooks; nil with --engine gomlx
 	net    *model.Net
 	vm     gorgonia.VM
 	ft     *ftState // --fault-tolerant: the state a healing peer receives (ftworker.go)
@@ -98,7 +99,7 @@ type session struct {
 // device buckets, and a comm hook's own groups (hierarchical's subgroups),
 // which say goodbye to their peers rather than vanish.
 func (s *session) close(log *zap.Logger) {
-	if err := s.ddp.Close(); err != nil {
+	if err := s.eng.Close(); err != nil {
 		log.Warn("releasing the reducer", zap.Error(err))
 	}
 	if c, ok := s.hook.(io.Closer); ok {
@@ -116,6 +117,28 @@ func (s *session) close(log *zap.Logger) {
 			log.Warn("closing DiLoCo's group", zap.Error(err))
 		}
 	}
+}
+
+// buildGorgonia is --engine gorgonia's part of build: the reducer and its
+// hooks, the model's graph and the tape machine.
+func (t *trainer) buildGorgonia(ctx context.Context, s *session, opts reducer.Options) error {
+	var err error
+	if s.ddp, err = ddp.Wrap(ctx, t.g, s.params.Nodes, opts); err != nil {
+		return err
+	}
+	runtime.GC() // Note [the broadcast's copy] (memory.go)
+	t.buildMu.Lock()
+	defer t.buildMu.Unlock()
+	s.net, err = s.params.Forward(s.spec, s.ddp.Node)
+	if err == nil {
+		_, err = s.ddp.Grad(s.net.Loss)
+	}
+	if err != nil {
+		return err
+	}
+	s.vm = gorgonia.NewTapeMachine(s.params.Graph)
+	s.eng = &gorgoniaEngine{DDP: s.ddp, net: s.net, vm: s.vm, spec: s.spec}
+	return nil
 }
 
 func (t *trainer) build(ctx context.Context) (*session, error) {
@@ -137,7 +160,7 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.ddp, err = ddp.Wrap(ctx, t.g, p.Nodes, reducer.Options{
+	opts := reducer.Options{
 		BucketCapBytes:       int(t.c.bucketCapMB * (1 << 20)),
 		FirstBucketBytes:     int(t.c.firstBucketMB * (1 << 20)),
 		FindUnusedParameters: t.c.findUnused,
@@ -152,20 +175,12 @@ func (t *trainer) build(ctx context.Context) (*session, error) {
 		Logger:               t.log,
 		Registerer:           t.reg,
 		Timeline:             s.tl,
-	})
-	if err != nil {
-		return nil, err
 	}
-	runtime.GC() // Note [the broadcast's copy] (memory.go)
-	t.buildMu.Lock()
-	s.net, err = p.Forward(s.spec, s.ddp.Node)
-	if err == nil {
-		_, err = s.ddp.Grad(s.net.Loss)
+	if t.c.engine == "gomlx" {
+		s.eng, err = t.newGoMLXEngine(ctx, s, opts) // gomlxengine.go
+	} else {
+		err = t.buildGorgonia(ctx, s, opts)
 	}
-	if err == nil {
-		s.vm = gorgonia.NewTapeMachine(p.Graph)
-	}
-	t.buildMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +279,9 @@ func (t *trainer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer s.vm.Close()
+	if s.vm != nil {
+		defer s.vm.Close()
+	}
 	defer s.closeTimeline(t.log)
 	defer s.close(t.log)
 	defer s.eval.close()
@@ -281,7 +298,7 @@ func (t *trainer) run(ctx context.Context) error {
 			zap.Int("checkpoint_step", s.start), zap.Int("steps", total))
 	}
 	t.announceCheckpoint(s, total)
-	t.dbg.attach(s.ddp.Reducer(), total)
+	t.dbg.attach(s.eng.Reducer(), total)
 	prog := newProgress(t, s.start, total)
 	feed := newFeeder(t.ds, s.smp, t.c.batchSize)
 	began := time.Now()
@@ -356,6 +373,7 @@ func (t *trainer) end(ctx context.Context, s *session, prog *progress, total int
 		return err
 	}
 	t.log.Info("done", zap.Int("rank", t.g.Rank()), zap.Int("steps", total), zap.Int("skipped_steps", prog.skipped),
+		zap.String("engine", t.c.engine),
 		zap.String("param_digest", digest(s.params)))
 	sum := summaryOf(t, final, max(total-s.start, 0), time.Since(began))
 	sum.OptimizerStateBytes, sum.Zero, sum.ZeroOverlap = optim.StateBytes(s.opt), t.c.zero, t.c.zeroOverlap
@@ -402,16 +420,17 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 	st := stats{lossOK: true}
 	k := t.c.gradAccum
 	for micro := range k {
-		labels, err := feed.load(s, step*k+micro)
-		if err != nil {
-			return st, err
-		}
-		vm := &timedVM{VM: s.vm}
+		m := step*k + micro
+		x, labels := feed.gather(m)
 		start := time.Now()
-		if micro < k-1 {
-			err = s.ddp.RunAllNoSync(ctx, vm)
-		} else if err = s.beginZero(k); err == nil { // zerooverlap.go: --zero-overlap
-			err = s.ddp.RunAll(ctx, vm)
+		sync := micro == k-1
+		var out microOut
+		var err error
+		if sync {
+			err = s.beginZero(k) // zerooverlap.go: --zero-overlap
+		}
+		if err == nil {
+			out, err = s.eng.micro(ctx, x, labels, m, sync)
 		}
 		if err != nil && s.zh != nil {
 			s.zh.Abandon() // a failed overlapped step copies nothing
@@ -420,11 +439,9 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		if err != nil && !nonFinite {
 			return st, err
 		}
-		end := time.Now()
-		st.compute += vm.tapeEnd.Sub(start)
-		st.comm += end.Sub(vm.tapeEnd)
-		loss := s.net.LossValue()
-		st.lossOK = st.lossOK && finiteLoss(loss)
+		st.compute += out.tapeEnd.Sub(start)
+		st.comm += time.Since(out.tapeEnd)
+		st.lossOK = st.lossOK && finiteLoss(out.loss)
 		if nonFinite {
 			if t.c.onNonFinite != "skip" {
 				return st, t.diverged(ctx, step+1, !st.lossOK, what)
@@ -433,28 +450,28 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 				t.log.Warn("skipping the update: the gradients are not finite (--on-nonfinite skip)", zap.Int("step", step+1),
 					zap.String("cause", what))
 			}
-			st.correct += s.net.Correct(labels)
-			s.vm.Reset()
+			st.correct += out.correct
+			s.eng.reset()
 			lr := s.sched.LR()
 			s.sched.Step() // a skipped update still counts among the S steps the schedule spans
 			return stats{skipped: 1, lossOK: true, samples: st.samples + len(labels), correct: st.correct, compute: st.compute,
 				comm: st.comm, lr: lr}, nil
 		}
-		st.loss += loss / float64(k)
-		st.correct += s.net.Correct(labels)
+		st.loss += out.loss / float64(k)
+		st.correct += out.correct
 		st.samples += len(labels)
-		if micro < k-1 {
-			s.vm.Reset()
+		if !sync {
+			s.eng.reset()
 		}
 	}
 	if s.zh != nil { // the buckets have stepped and broadcast the parameters
 		st.lr = s.sched.LR()
 		err := s.finishZero()
 		t.metrics.observeOptState(optim.StateBytes(s.opt))
-		s.vm.Reset()
+		s.eng.reset()
 		return st, err
 	}
-	params, grads, err := s.ddp.StepTensors()
+	params, grads, err := s.eng.StepTensors()
 	if err != nil {
 		return st, err
 	}
@@ -473,7 +490,7 @@ func (t *trainer) step(ctx context.Context, s *session, feed *feeder, step int) 
 		return st, err
 	}
 	t.metrics.observeOptState(optim.StateBytes(s.opt))
-	s.vm.Reset()
+	s.eng.reset()
 	return st, nil
 }
 

@@ -102,7 +102,7 @@ func runWorker(ctx context.Context, c config, e env.Config, stdout, stderr io.Wr
 	}
 	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(),
 		buildMu: new(sync.Mutex), dbg: metrics.dbg}
-	if err := t.train(ctx); err != nil {
+	if err := t.run(ctx); err != nil {
 		writeReport(os.Getenv(reportDirEnv), metrics.dbg, err) // debug.go
 		return fmt.Errorf("rank %d: %w", e.Rank, err)
 	}
@@ -174,7 +174,7 @@ func runLocal(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			metrics.dbg.flight.Store(rec)
 		}
 		wg.Go(func() {
-			if errs[r] = t.train(ctx); errs[r] != nil {
+			if errs[r] = t.run(ctx); errs[r] != nil {
 				groups[r].Abort(errs[r]) // the others fail at once instead of timing out
 			}
 		})

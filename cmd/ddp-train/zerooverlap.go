@@ -85,7 +85,7 @@ func (s *session) beginZero(k int) error {
 	if err := s.opt.SetLR(s.sched.LR()); err != nil {
 		return fmt.Errorf("the schedule's rate: %w", err)
 	}
-	params, err := s.ddp.ParamTensors()
+	params, err := s.eng.ParamTensors()
 	if err != nil {
 		return err
 	}
