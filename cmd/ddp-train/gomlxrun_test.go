@@ -29,10 +29,11 @@ func TestEngineGoMLXResume(t *testing.T) {
 		"--timeline", at("tl"))...); r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	if r := ddpTrain(t, append(common, "--steps", "7", "--checkpoint", at("ck"), "--checkpoint-every", "7")...); r.code != 0 {
+	r := ddpTrain(t, append(common, "--steps", "7", "--checkpoint", at("ck"), "--checkpoint-every", "7")...)
+	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	r := ddpTrain(t, append(common, "--steps", "12", "--checkpoint", at("ck"), "--resume", "--save", at("resumed"))...)
+	r = ddpTrain(t, append(common, "--steps", "12", "--checkpoint", at("ck"), "--resume", "--save", at("resumed"))...)
 	if r.code != 0 || !strings.Contains(r.stderr, `"msg":"resuming"`) {
 		t.Fatalf("exit %d, or no resume\n%s", r.code, r.stderr)
 	}
