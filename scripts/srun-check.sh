@@ -73,10 +73,12 @@ srun --mpi=list 2>&1 | grep -q pmix || setup_fail "this Slurm has no pmix plugin
 
 flags=(--steps 20 --hidden 16 --samples 512 --batch-size 16 --log-format json)
 digests() { grep -o '"param_digest":"[0-9a-f]*"' | sort -u; }
-# Both engines: --engine gomlx takes the same MPI path (engines/gomlxddp).
-for engine in gorgonia gomlx; do
-	want=$("$bin" --engine "$engine" --nproc 2 "${flags[@]}" 2>&1 | digests)
-	got=$(cd "$dir" && timeout 120 srun --mpi=pmix -n 2 --oversubscribe "$bin" --engine "$engine" --backend mpi "${flags[@]}" 2>&1 | digests)
+# Both engines take the same MPI path (the reducer over pg/mpi); --engine
+# gomlx also with its own flags (per-rank dropout, bfloat16 gradients).
+for engine in gorgonia gomlx "gomlx --dropout 0.2 --mixed-precision bfloat16 --optimizer adamw"; do
+	read -r -a e <<< "--engine $engine"
+	want=$("$bin" "${e[@]}" --nproc 2 "${flags[@]}" 2>&1 | digests)
+	got=$(cd "$dir" && timeout 120 srun --mpi=pmix -n 2 --oversubscribe "$bin" "${e[@]}" --backend mpi "${flags[@]}" 2>&1 | digests)
 	if [ -z "$want" ] || [ "$got" != "$want" ]; then
 		echo "srun-check: srun --mpi=pmix -n 2 ddp-train --engine $engine --backend mpi ended with $got, --backend tcp with $want" >&2
 		exit 1

@@ -13,6 +13,7 @@ type gomlxFlags struct {
 	dropout        float64 // --dropout
 	mixedPrecision string  // --mixed-precision: "", bfloat16 or float16
 	reduceDtype    string  // --reduce-dtype: the buckets' dtype under --mixed-precision
+	gomlxPrograms  string  // --gomlx-programs: one, or per-layer (Note [backward in several programs])
 }
 
 func (f *gomlxFlags) register(fs *flag.FlagSet, engine *string) {
@@ -24,6 +25,8 @@ func (f *gomlxFlags) register(fs *flag.FlagSet, engine *string) {
 		"reduce them (torch DDP's mixed_precision param_dtype), keeping --dtype master parameters and optimizer state")
 	fs.StringVar(&f.reduceDtype, "reduce-dtype", "", "--engine gomlx with --mixed-precision: the dtype the buckets are "+
 		"reduced in (mixed_precision's reduce_dtype): bfloat16, float16, float32 or float64; default the compute dtype")
+	fs.StringVar(&f.gomlxPrograms, "gomlx-programs", "one", "--engine gomlx: one program per micro-batch, or per-layer "+
+		"(the MLP's backward as one program per layer, each layer's gradients reduced while the next computes)")
 }
 
 // gomlxRefused are the flags --engine gomlx refuses, with why.
@@ -41,7 +44,7 @@ func gomlxRefused() map[string]string {
 func (c config) validateEngine() error {
 	switch c.engine {
 	case "gorgonia":
-		for _, name := range []string{"dropout", "mixed-precision", "reduce-dtype"} {
+		for _, name := range []string{"dropout", "mixed-precision", "reduce-dtype", "gomlx-programs"} {
 			if c.given(name) {
 				return usagef("--%s needs --engine gomlx: Gorgonia v0.9.18 has no half-precision dtype and no seeded "+
 					"per-rank dropout (docs/gomlx.md)", name)
@@ -72,6 +75,10 @@ func (c config) validateEngine() error {
 		return usagef("--reduce-dtype needs --mixed-precision")
 	case c.reduceDtype != "" && !slices.Contains([]string{"bfloat16", "float16", "float32", "float64"}, c.reduceDtype):
 		return usagef("--reduce-dtype %q: want bfloat16, float16, float32 or float64", c.reduceDtype)
+	case c.gomlxPrograms != "one" && c.gomlxPrograms != "per-layer":
+		return usagef("--gomlx-programs %q: want one or per-layer", c.gomlxPrograms)
+	case c.gomlxPrograms == "per-layer" && c.model != "mlp":
+		return usagef("--gomlx-programs per-layer splits the MLP's backward; --model %s runs as one program", c.model)
 	case c.mixedPrecision != "" && c.given("comm-hook"):
 		return usagef("--comm-hook with --mixed-precision: mixed precision reduces through its own hook (torch's " +
 			"mixed_precision does too); leave --comm-hook out")

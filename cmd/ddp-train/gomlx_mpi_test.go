@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -22,8 +23,10 @@ import (
 // the same parameters (the "done" lines' param_digest) and the same
 // "train" lines: each element of the allreduce is one addition, a+b, the
 // same bits in any order (MPI's, goddp's ring or shared memory), and
-// everything else (the data, the two GoMLX programs, the division by the
-// world size) is the same code on the same inputs. With three ranks the
+// everything else (the data, the GoMLX program, the division by the
+// world size, the optimizer) is the same code on the same inputs; so is
+// the case with --dropout (each rank's masks), AdamW and a cosine
+// schedule. With three ranks the
 // sum a+b+c may be added in another order by Open MPI's algorithm (its
 // tuned rules pick one by size and message length) than by goddp's, so
 // only the MPI ranks' digests must agree with each other, and the loss
@@ -42,11 +45,13 @@ func TestMPIEngineGoMLX(t *testing.T) {
 		opt     string
 		n       int
 		bitwise bool
-	}{{"sgd", 2, true}, {"adam", 2, true}, {"adam", 3, false}} {
+		extra   []string
+	}{{"sgd", 2, true, nil}, {"adam", 2, true, nil}, {"adam", 3, false, nil},
+		{"adamw", 2, true, []string{"--dropout", "0.2", "--lr-schedule", "cosine"}}} {
 		t.Run(fmt.Sprintf("%s/%d", c.opt, c.n), func(t *testing.T) {
 			np := strconv.Itoa(c.n)
-			common := args("--engine", "gomlx", "--steps", "12", "--log-every", "3", "--dtype", "float64",
-				"--optimizer", c.opt, "--lr", map[string]string{"sgd": "0.1", "adam": "0.01"}[c.opt], "--seed", "7")
+			common := args(append([]string{"--engine", "gomlx", "--steps", "12", "--log-every", "3", "--dtype", "float64",
+				"--optimizer", c.opt, "--lr", cmp.Or(map[string]string{"sgd": "0.1"}[c.opt], "0.01"), "--seed", "7"}, c.extra...)...)
 			ref := ddpTrain(t, append(common, "--backend", "tcp", "--nproc", np)...)
 			if ref.code != 0 {
 				t.Fatalf("tcp: exit %d\n%s", ref.code, ref.stderr)

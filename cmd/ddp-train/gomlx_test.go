@@ -166,11 +166,13 @@ func TestEngineGoMLXNonFinite(t *testing.T) {
 
 // TestTorchrunEngineGoMLX runs ddp-train --engine gomlx under a real
 // torchrun (static rendezvous, TestTorchrun's first case): both workers
-// must train one 2-rank job with GoMLX and end with bitwise the
-// parameters that ddp-train's own launcher gives for the same flags.
+// must train one 2-rank job with GoMLX (AdamW, a cosine schedule and
+// per-rank dropout) and end with bitwise the parameters that ddp-train's
+// own launcher gives for the same flags.
 func TestTorchrunEngineGoMLX(t *testing.T) {
 	py := torchrunPython(t)
-	flags := args("--engine", "gomlx", "--steps", "12", "--dtype", "float64", "--optimizer", "adam", "--lr", "0.01")
+	flags := args("--engine", "gomlx", "--steps", "12", "--dtype", "float64", "--optimizer", "adamw", "--lr", "0.01",
+		"--dropout", "0.2", "--lr-schedule", "cosine")
 	ref := ddpTrain(t, append([]string{"--nproc", "2"}, flags...)...)
 	if ref.code != 0 {
 		t.Fatalf("reference run: exit %d\n%s", ref.code, ref.stderr)

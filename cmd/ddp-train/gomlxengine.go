@@ -41,7 +41,9 @@ import (
 // gomlxEngine is --engine gomlx's stepEngine.
 type gomlxEngine struct {
 	backend backends.Backend
-	exec    *graph.Exec
+	exec    *graph.Exec   // the micro-batch's program; the forward program with layers
+	layers  []*graph.Exec // --gomlx-programs per-layer: each layer's backward (Note [backward in several programs])
+	lay     forwardLayout
 	r       *reducer.Reducer
 	net     gomlxNet
 	values  []pg.Tensor       // the parameters' host values: model.Params' tensors
@@ -89,9 +91,13 @@ func (t *trainer) newGoMLXEngine(ctx context.Context, s *session, opts reducer.O
 	if e.backend, err = simplego.New("ops_sequential"); err != nil { // docs/gomlx.md: its parallel executor races
 		return nil, errors.Join(err, e.r.Close())
 	}
-	if e.exec, err = graph.NewExec(e.backend, net.program); err != nil {
-		e.backend.Finalize()
-		return nil, errors.Join(err, e.r.Close())
+	if t.c.gomlxPrograms == "per-layer" {
+		err = e.compileSplit()
+	} else {
+		e.exec, err = graph.NewExec(e.backend, net.program)
+	}
+	if err != nil {
+		return nil, errors.Join(err, e.Close())
 	}
 	return e, nil
 }
@@ -121,6 +127,9 @@ func (e *gomlxEngine) micro(ctx context.Context, x []float64, labels []int, m in
 	if err := e.r.Prepare(ctx, reducer.Iteration{Sync: sync}); err != nil {
 		return microOut{}, err
 	}
+	if e.layers != nil {
+		return e.runSplit(ctx, args, labels)
+	}
 	e.r.MarkBackwardStart()
 	var outs []*tensors.Tensor
 	err := catch(func() error {
@@ -148,25 +157,32 @@ func (e *gomlxEngine) micro(ctx context.Context, x []float64, labels []int, m in
 func (e *gomlxEngine) reduce(ctx context.Context, grads []*tensors.Tensor) error {
 	add := e.r.Accumulating()
 	for i := len(grads) - 1; i >= 0; i-- {
-		dst := e.grads[i]
-		if e.view { // Note [gradient as bucket view]: straight into the bucket
-			dst = e.r.GradientBuffer(i)
-		}
-		var err error
-		if e.view && add {
-			err = addOut(dst, grads[i])
-		} else {
-			err = copyOut(dst, grads[i])
-		}
-		if err != nil {
-			return e.r.Fail(fmt.Errorf("the gradient of parameter %d: %w", i, err))
-		}
-		if err := e.r.MarkReady(i, dst); err != nil {
+		if err := e.ready(i, grads[i], add); err != nil {
 			return err
 		}
 	}
 	e.r.MarkBackwardEnd()
 	return e.r.Finalize(ctx)
+}
+
+// ready copies parameter i's gradient out of GoMLX, into its bucket with
+// --gradient-as-bucket-view (added to it while the reducer accumulates),
+// and marks it ready.
+func (e *gomlxEngine) ready(i int, grad *tensors.Tensor, add bool) error {
+	dst := e.grads[i]
+	if e.view { // Note [gradient as bucket view]: straight into the bucket
+		dst = e.r.GradientBuffer(i)
+	}
+	var err error
+	if e.view && add {
+		err = addOut(dst, grad)
+	} else {
+		err = copyOut(dst, grad)
+	}
+	if err != nil {
+		return e.r.Fail(fmt.Errorf("the gradient of parameter %d: %w", i, err))
+	}
+	return e.r.MarkReady(i, dst)
 }
 
 // randomState is micro-batch m's random state on this rank:
@@ -202,7 +218,11 @@ func (e *gomlxEngine) StepTensors() (params, grads []pg.Tensor, err error) {
 func (e *gomlxEngine) Reducer() *reducer.Reducer { return e.r }
 
 func (e *gomlxEngine) Close() error {
-	e.exec.Finalize()
+	for _, x := range append([]*graph.Exec{e.exec}, e.layers...) {
+		if x != nil {
+			x.Finalize()
+		}
+	}
 	e.backend.Finalize()
 	for _, in := range e.in {
 		in.FinalizeAll()

@@ -33,6 +33,9 @@ type gomlxNet struct {
 	compute dtypes.DType // the program's arithmetic: dtype, or --mixed-precision's
 	reduce  pg.Dtype     // --reduce-dtype under --mixed-precision; 0: the compute dtype
 	dropout float64      // --dropout: the probability of zeroing a hidden unit in training
+	// autodiff differentiates with GoMLX's graph.Gradient instead of Note
+	// [the dense layer's gradient]: for BenchmarkEngineStep's comparison.
+	autodiff bool
 }
 
 func newGoMLXNet(spec model.Spec, c config) (gomlxNet, error) {
@@ -135,19 +138,7 @@ type denseLayer struct {
 // state; outputs are the loss, the logits and each parameter's gradient,
 // in the compute dtype.
 func (n gomlxNet) program(inputs []*graph.Node) []*graph.Node {
-	np := len(inputs) - 2
-	if n.dropout > 0 {
-		np--
-	}
-	params := make([]*graph.Node, np)
-	for i, p := range inputs[:np] {
-		params[i] = graph.ConvertDType(p, n.compute)
-	}
-	x, y := graph.ConvertDType(inputs[np], n.compute), inputs[np+1]
-	var rng *graph.Node
-	if n.dropout > 0 {
-		rng = inputs[np+2]
-	}
+	params, x, y, rng := n.inputs(inputs)
 	var head []*graph.Node
 	var features func(dFeatures *graph.Node) []*graph.Node
 	if n.spec.Kind == "cnn" {
@@ -157,11 +148,30 @@ func (n gomlxNet) program(inputs []*graph.Node) []*graph.Node {
 	}
 	tape, logits := n.denseForward(x, head, rng)
 	loss, logits, delta := n.lossAndDelta(logits, y)
+	if n.autodiff {
+		return append([]*graph.Node{loss, logits}, graph.Gradient(loss, params...)...)
+	}
 	grads, dIn := n.denseBackward(tape, delta, features != nil)
 	if features != nil {
 		grads = append(features(dIn), grads...)
 	}
 	return append([]*graph.Node{loss, logits}, grads...)
+}
+
+// inputs splits a program's inputs: the parameters and the features in
+// the compute dtype, the labels, and the random state (nil without
+// --dropout).
+func (n gomlxNet) inputs(inputs []*graph.Node) (params []*graph.Node, x, y, rng *graph.Node) {
+	np := len(inputs) - 2
+	if n.dropout > 0 {
+		np--
+		rng = inputs[np+2]
+	}
+	params = make([]*graph.Node, np)
+	for i, p := range inputs[:np] {
+		params[i] = graph.ConvertDType(p, n.compute)
+	}
+	return params, graph.ConvertDType(inputs[np], n.compute), inputs[np+1], rng
 }
 
 // denseForward runs the fully connected layers, the activation (and
@@ -220,23 +230,32 @@ func (n gomlxNet) lossAndDelta(logits, y *graph.Node) (loss, z, delta *graph.Nod
 func (n gomlxNet) denseBackward(tape []denseLayer, delta *graph.Node, input bool) ([]*graph.Node, *graph.Node) {
 	grads := make([]*graph.Node, 2*len(tape))
 	for l := len(tape) - 1; l >= 0; l-- {
-		t := tape[l]
-		grads[2*l] = graph.DotGeneral(t.in, []int{0}, nil, delta, []int{0}, nil) // hᵀ·δ: [in, out]
-		grads[2*l+1] = graph.ReduceSum(delta, 0)
-		if l == 0 && !input {
-			break
+		var prev *denseLayer
+		if l > 0 {
+			prev = &tape[l-1]
 		}
-		dh := graph.DotGeneral(delta, []int{1}, nil, t.w, []int{1}, nil) // δ·Wᵀ: [rows, in]
-		if l == 0 {
-			return grads, dh
-		}
-		prev := tape[l-1]
-		if prev.mask != nil {
-			dh = graph.Mul(dh, prev.mask)
-		}
-		delta = activationBackward(dh, prev, n.spec.Activation)
+		grads[2*l], grads[2*l+1], delta = n.layerBackward(tape[l], prev, delta, l > 0 || input)
 	}
-	return grads, nil
+	return grads, delta
+}
+
+// layerBackward is one layer's part of denseBackward: the gradients of
+// its W and b from δ, and, when down, the δ of the layer below (prev, nil
+// for the first layer: then the gradient of the layer's input).
+func (n gomlxNet) layerBackward(t denseLayer, prev *denseLayer, delta *graph.Node, down bool) (gW, gb, next *graph.Node) {
+	gW = graph.DotGeneral(t.in, []int{0}, nil, delta, []int{0}, nil) // hᵀ·δ: [in, out]
+	gb = graph.ReduceSum(delta, 0)
+	if !down {
+		return gW, gb, nil
+	}
+	dh := graph.DotGeneral(delta, []int{1}, nil, t.w, []int{1}, nil) // δ·Wᵀ: [rows, in]
+	if prev == nil {
+		return gW, gb, dh
+	}
+	if prev.mask != nil {
+		dh = graph.Mul(dh, prev.mask)
+	}
+	return gW, gb, activationBackward(dh, *prev, n.spec.Activation)
 }
 
 // activationBackward is the gradient through the activation of a hidden

@@ -90,7 +90,7 @@ func runMPI(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	}
 	t := trainer{c: c, g: g, ds: ds, log: logger, out: out, stderr: stderr, metrics: metrics.m, reg: metrics.registerer(),
 		buildMu: new(sync.Mutex), dbg: metrics.dbg}
-	if err := t.train(ctx); err != nil {
+	if err := t.run(ctx); err != nil {
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}
 	return nil

@@ -101,9 +101,14 @@ func dilocoConfigs(names string) []dilocoConfig {
 		{"streaming-h50-f2-d0-bf16", d("50", "--diloco-fragments", "2", "--diloco-quantize", "bf16")},
 		{"diloco-h5-d0", d("5")},
 		{"diloco-h5-d4", d("5", "--diloco-delay", "4")},
+		// docs/gomlx.md "Overlap with backward": one program per micro-batch
+		// against one per layer, with buckets small enough to be several
+		{"gomlx-one", []string{"--engine", "gomlx", "--bucket-cap-mb", "0.5"}},
+		{"gomlx-per-layer", []string{"--engine", "gomlx", "--gomlx-programs", "per-layer", "--bucket-cap-mb", "0.5"}},
+		{"gorgonia-small-buckets", []string{"--bucket-cap-mb", "0.5"}},
 	}
 	if names == "" {
-		return all[:len(all)-2]
+		return all[:7] // the DDP and DiLoCo tables of docs/diloco.md
 	}
 	var out []dilocoConfig
 	for _, c := range all {
