@@ -51,7 +51,8 @@ func TestMPIEngineGoMLX(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d", c.opt, c.n), func(t *testing.T) {
 			np := strconv.Itoa(c.n)
 			common := args(append([]string{"--engine", "gomlx", "--steps", "12", "--log-every", "3", "--dtype", "float64",
-				"--optimizer", c.opt, "--lr", cmp.Or(map[string]string{"sgd": "0.1"}[c.opt], "0.01"), "--seed", "7"}, c.extra...)...)
+				"--optimizer", c.opt, "--lr", cmp.Or(map[string]string{"sgd": "0.1"}[c.opt], "0.01"), "--seed", "7"},
+				c.extra...)...)
 			ref := ddpTrain(t, append(common, "--backend", "tcp", "--nproc", np)...)
 			if ref.code != 0 {
 				t.Fatalf("tcp: exit %d\n%s", ref.code, ref.stderr)

@@ -242,7 +242,8 @@ func (n gomlxNet) denseBackward(tape []denseLayer, delta *graph.Node, input bool
 // layerBackward is one layer's part of denseBackward: the gradients of
 // its W and b from δ, and, when down, the δ of the layer below (prev, nil
 // for the first layer: then the gradient of the layer's input).
-func (n gomlxNet) layerBackward(t denseLayer, prev *denseLayer, delta *graph.Node, down bool) (gW, gb, next *graph.Node) {
+func (n gomlxNet) layerBackward(t denseLayer, prev *denseLayer, delta *graph.Node,
+	down bool) (gW, gb, next *graph.Node) {
 	gW = graph.DotGeneral(t.in, []int{0}, nil, delta, []int{0}, nil) // hᵀ·δ: [in, out]
 	gb = graph.ReduceSum(delta, 0)
 	if !down {
