@@ -177,3 +177,31 @@ func TestEngineGoMLXMixedPrecision(t *testing.T) {
 		t.Errorf("--reduce-dtype float32 ended with the bits of bfloat16 reduction: %v", got)
 	}
 }
+
+// TestGoMLXPerLayerBitwise: --gomlx-programs per-layer runs the same
+// arithmetic as one program, split at the layers (Note [backward in
+// several programs]), so it ends with the same bits, through dropout,
+// micro-batches, several buckets and gradients in their buckets.
+func TestGoMLXPerLayerBitwise(t *testing.T) {
+	common := args("--engine", "gomlx", "--steps", "8", "--dtype", "float64", "--dropout", "0.3", "--grad-accum", "2",
+		"--bucket-cap-mb", "0.001", "--optimizer", "adam", "--lr", "0.01", "--log-every", "1")
+	for _, view := range []bool{false, true} {
+		flags := common
+		if view {
+			flags = append(flags, "--gradient-as-bucket-view")
+		}
+		var got []string
+		var curves [][]float64
+		for _, programs := range []string{"one", "per-layer"} {
+			r := ddpTrain(t, append(flags, "--gomlx-programs", programs)...)
+			if d := digests(r.stderr); r.code != 0 || !sameDigests(d, 2) {
+				t.Fatalf("--gomlx-programs %s: exit %d, digests %v\n%s", programs, r.code, d, r.stderr)
+			}
+			got, curves = append(got, digests(r.stderr)["0"]), append(curves, trainLosses(t, r.stderr))
+		}
+		if got[0] != got[1] || len(curves[0]) != 8 {
+			t.Errorf("--gradient-as-bucket-view %v: one program ends at %s, per layer at %s", view, got[0], got[1])
+		}
+		closeCurves(t, "per-layer loss", curves[0], curves[1], 0)
+	}
+}
