@@ -117,6 +117,7 @@ type evaluator struct {
 	params *model.Params
 	net    *model.Net
 	vm     gorgonia.VM
+	gomlx  *gomlxForward // --engine gomlx: the logits from GoMLX's program (gomlxeval.go); nil: from net
 	x      []float64
 	y      []int
 	perEp  int // optimizer micro-batches per training epoch, for the default schedule
@@ -143,6 +144,11 @@ func (t *trainer) newEvaluator(s *session) (*evaluator, error) {
 	n, w, r := ds.N, t.g.Size(), t.g.Rank()
 	e := &evaluator{ds: ds, lo: r * n / w, hi: (r + 1) * n / w, spec: s.spec, x: make([]float64, s.spec.Batch*ds.D),
 		y: make([]int, s.spec.Batch), perEp: sampler.StepsPerEpoch(s.smp.NumSamples(), t.c.batchSize)}
+	if t.c.engine == "gomlx" { // the engine that trains also scores
+		var err error
+		e.gomlx, err = newGoMLXForward(s.spec, t.c)
+		return e, err
+	}
 	t.buildMu.Lock()
 	defer t.buildMu.Unlock()
 	p, err := model.NewParams(s.spec, uint64(t.c.seed))
@@ -156,9 +162,13 @@ func (t *trainer) newEvaluator(s *session) (*evaluator, error) {
 	return e, nil
 }
 
-// close releases the evaluation graph's machine.
+// close releases the evaluation graph's machine, or GoMLX's program.
 func (e *evaluator) close() {
-	if e != nil {
+	switch {
+	case e == nil:
+	case e.gomlx != nil:
+		e.gomlx.close()
+	default:
 		e.vm.Close()
 	}
 }
@@ -182,9 +192,11 @@ func (t *trainer) evalDue(e *evaluator, step, total int) bool {
 // same step, and gets the same result.
 func (e *evaluator) evaluate(ctx context.Context, g pg.ProcessGroup, params *model.Params, step int) (evalResult,
 	error) {
-	for i := range params.Len() {
-		if err := e.params.SetValue(i, params.Value(i)); err != nil {
-			return evalResult{}, err
+	if e.gomlx == nil {
+		for i := range params.Len() {
+			if err := e.params.SetValue(i, params.Value(i)); err != nil {
+				return evalResult{}, err
+			}
 		}
 	}
 	var sum float64
@@ -197,16 +209,12 @@ func (e *evaluator) evaluate(ctx context.Context, g pg.ProcessGroup, params *mod
 		}
 		x, y := e.x[:len(idx)*e.ds.D], e.y[:len(idx)]
 		e.ds.Gather(idx, x, y)
-		if err := e.net.Feed(e.spec, x, y); err != nil {
-			return evalResult{}, err
-		}
-		err := e.vm.RunAll()
-		e.vm.Reset()
+		logits, err := e.logits(params, x, y)
 		if err != nil {
 			return evalResult{}, fmt.Errorf("evaluating: %w", err)
 		}
-		sum += crossEntropySum(e.net.LogitsValue(), y, e.spec.Classes)
-		correct += e.net.Correct(y)
+		sum += crossEntropySum(logits, y, e.spec.Classes)
+		correct += correctRows(logits, y, e.spec.Classes)
 	}
 	v := []float64{sum, float64(correct), float64(e.hi - e.lo)}
 	if err := g.AllReduce(ctx, pg.Float64s(v), pg.Op(pg.Sum)).Wait(ctx); err != nil {
@@ -215,6 +223,41 @@ func (e *evaluator) evaluate(ctx context.Context, g pg.ProcessGroup, params *mod
 	r := evalResult{Step: step, Loss: v[0] / v[2], Accuracy: v[1] / v[2], Samples: int(v[2])}
 	e.last = &r
 	return r, nil
+}
+
+// logits are the model's logits for one batch of rows x, as float64.
+func (e *evaluator) logits(params *model.Params, x []float64, y []int) ([]float64, error) {
+	if e.gomlx != nil {
+		return e.gomlx.logits(params, x, len(y))
+	}
+	if err := e.net.Feed(e.spec, x, y); err != nil {
+		return nil, err
+	}
+	err := e.vm.RunAll()
+	e.vm.Reset()
+	if err != nil {
+		return nil, err
+	}
+	return e.net.LogitsValue()[:len(y)*e.spec.Classes], nil
+}
+
+// correctRows counts the rows whose largest logit (the first of equals,
+// as model.Net.Correct) is their label's.
+func correctRows(logits []float64, labels []int, classes int) int {
+	right := 0
+	for r, label := range labels {
+		row := logits[r*classes : (r+1)*classes]
+		best := 0
+		for k, v := range row {
+			if v > row[best] {
+				best = k
+			}
+		}
+		if best == label {
+			right++
+		}
+	}
+	return right
 }
 
 // crossEntropySum is Σ_i CE_i over the rows of labels, in float64:

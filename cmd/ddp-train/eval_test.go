@@ -223,8 +223,6 @@ func TestEvalFlags(t *testing.T) {
 		{[]string{"--eval-every", "5"}, "--eval-every needs --eval-data"},
 		{[]string{"--eval-data", "x.npy"}, "--eval-data and --eval-labels go together"},
 		{[]string{"--eval-data", "x", "--eval-labels", "y", "--eval-every", "-1"}, "--eval-every -1"},
-		{[]string{"--engine", "gomlx", "--eval-data", "x", "--eval-labels", "y"},
-			"--eval-data is not supported with --engine gomlx"},
 		{[]string{"eval", "--data", "x", "--labels", "y"}, "ddp-train eval needs --init DIR"},
 		{[]string{"eval", "--init", "d", "--lr", "0.5"}, "ddp-train eval: --lr does nothing here"},
 		{[]string{"eval", "--init", "d", "--eval-data", "x", "--eval-labels", "y"},

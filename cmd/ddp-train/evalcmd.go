@@ -36,7 +36,7 @@ func evalCommandFlags() []string {
 	return []string{
 		"nproc", "backend", "model", "hidden", "activation", "data", "labels", "classes", "samples", "seed", "dtype",
 		"batch-size", "init", "summary", "timeout", "log-format", "log-level", "listen-addr", "shm", "oversubscribe",
-		"debug-collectives",
+		"debug-collectives", "engine",
 	}
 }
 

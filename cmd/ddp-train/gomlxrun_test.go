@@ -42,6 +42,14 @@ func TestEngineGoMLXResume(t *testing.T) {
 		t.Fatalf("--init: exit %d\n%s", r.code, r.stderr)
 	}
 	sameFiles(t, at("whole"), at("again"), "--init then --save changed the parameters")
+	var scores [][]float64 // ddp-train eval of the saved model, scored by each engine
+	for _, engine := range []string{"gorgonia", "gomlx"} {
+		r := ddpTrain(t, "eval", "--engine", engine, "--init", at("whole"), "--backend", "local", "--log-format", "json")
+		if scores = append(scores, evalLosses(t, r.stderr)); r.code != 0 || len(scores[len(scores)-1]) != 1 {
+			t.Fatalf("ddp-train eval --engine %s: exit %d\n%s", engine, r.code, r.stderr)
+		}
+	}
+	closeCurves(t, "ddp-train eval's loss", scores[0], scores[1], 1e-9)
 	var sum summary
 	if b, err := os.ReadFile(at("sum.json")); err != nil || json.Unmarshal(b, &sum) != nil || sum.Engine != "gomlx" ||
 		sum.Dropout != 0.3 || sum.Steps != 12 {
