@@ -130,7 +130,7 @@ func (e *gomlxEngine) micro(ctx context.Context, x []float64, labels []int, m in
 	if e.layers != nil {
 		return e.runSplit(ctx, args, labels)
 	}
-	e.r.MarkBackwardStart()
+	e.r.MarkBackwardStart() // the program is forward and backward at once: --timeline shows it all as backward
 	var outs []*tensors.Tensor
 	err := catch(func() error {
 		var err error
