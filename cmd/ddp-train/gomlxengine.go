@@ -13,7 +13,6 @@ import (
 	"github.com/goddp/ddp/reducer"
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
@@ -334,17 +333,4 @@ func finalizeAll(ts []*tensors.Tensor) {
 	for _, t := range ts {
 		t.FinalizeAll()
 	}
-}
-
-// gomlxDtype is the GoMLX dtype of a float pg.Dtype.
-func gomlxDtype(d pg.Dtype) dtypes.DType {
-	switch d {
-	case pg.Float64:
-		return dtypes.Float64
-	case pg.BFloat16:
-		return dtypes.BFloat16
-	case pg.Float16:
-		return dtypes.Float16
-	}
-	return dtypes.Float32
 }
