@@ -57,7 +57,14 @@ took = sorted(float(re.sub("[^0-9.]", "", r["took"])) * (1e-3 if r["took"].endsw
 # the first finisher's view: the steps it committed (its own or healed
 # into) and the attempts it saw discarded
 committed, discarded = s["steps"], s.get("discarded_steps", 0)
+# the job's committed steps, from the record: participants over the whole
+# run and by quarter (the summary's participants_mean is the first
+# finisher's own life only)
+parts = [len(json.loads(l)["participants"]) for l in open(out + "/record.jsonl")]
+q = max(len(parts) // 4, 1)
+quarters = [round(sum(parts[i * q:(i + 1) * q]) / q, 2) for i in range(4)]
 print(json.dumps({"wall_seconds": wall, "kills": kills, "restarts": s.get("replica_restarts", 0),
+    "participants_mean_job": sum(parts) / max(len(parts), 1), "participants_by_quarter": quarters,
     "committed_steps": committed, "discarded_steps": discarded,
     "committed_percent_of_attempts": 100 * committed / max(committed + discarded, 1),
     "participants_mean": s.get("participants_mean"), "recoveries_logged": len(rec),

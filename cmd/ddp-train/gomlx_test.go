@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goddp/ddp/dataset"
 	"github.com/goddp/ddp/launch"
+	"github.com/goddp/ddp/npy"
 )
 
 // trainLosses reads rank 0's "train" lines (--log-format json) from a
@@ -68,6 +71,7 @@ func evalLosses(t *testing.T, stderr string) []float64 {
 func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 	mnist := mnistDir(t) // mnist_test.go
 	file := func(name string) string { return filepath.Join(mnist, name) }
+	heldOut := mnistSubset(t, file("t10k-images-idx3-ubyte.gz"), file("t10k-labels-idx1-ubyte.gz"), 400)
 	for _, c := range []struct {
 		name string
 		tol  float64
@@ -84,8 +88,7 @@ func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 		{"diloco", 1e-9, []string{"--nproc", "2", "--optimizer", "adamw", "--lr", "0.01", "--diloco-sync-every", "4"}},
 		{"cnn-mnist-eval", 1e-9, []string{"--nproc", "2", "--model", "cnn", "--optimizer", "adam", "--lr", "0.001",
 			"--data", file("train-images-idx3-ubyte.gz"), "--labels", file("train-labels-idx1-ubyte.gz"),
-			"--eval-data", file("t10k-images-idx3-ubyte.gz"), "--eval-labels", file("t10k-labels-idx1-ubyte.gz"),
-			"--eval-every", "6", "--batch-size", "8"}},
+			"--eval-data", heldOut.x, "--eval-labels", heldOut.y, "--eval-every", "6", "--batch-size", "8"}},
 		{"fp16-bucket-view", 1e-6,
 			[]string{"--nproc", "2", "--optimizer", "sgd", "--lr", "0.1", "--comm-hook", "fp16", "--gradient-as-bucket-view",
 				"--bucket-cap-mb", "0.01"}},
@@ -109,10 +112,43 @@ func TestEngineGoMLXMatchesGorgonia(t *testing.T) {
 				t.Fatalf("%d and %d train lines, want 12 each; %d and %d eval lines", len(want), len(got),
 					len(evals["gorgonia"]), len(evals["gomlx"]))
 			}
+			if slices.Contains(c.args, "--eval-data") && len(evals["gomlx"]) != 2 {
+				t.Fatalf("%d eval lines, want 2 (steps 6 and 12)", len(evals["gomlx"]))
+			}
 			closeCurves(t, "loss", want, got, c.tol)
 			closeCurves(t, "held-out loss", evals["gorgonia"], evals["gomlx"], c.tol)
 		})
 	}
+}
+
+// mnistSubset writes the first n samples of an MNIST set as .npy files
+// ([n, 1, 28, 28] features scaled as ddp-train scales MNIST's, and labels):
+// a held-out set small enough to score twice per run under -race.
+func mnistSubset(t *testing.T, images, labels string, n int) struct{ x, y string } {
+	t.Helper()
+	ds, err := dataset.Load(images, labels, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	x, y := make([]float64, n*ds.D), make([]int, n)
+	ds.Gather(idx, x, y)
+	y64 := make([]int64, n)
+	for i, c := range y {
+		y64[i] = int64(c)
+	}
+	dir := t.TempDir()
+	out := struct{ x, y string }{filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")}
+	if err := npy.WriteFile(out.x, append([]int{n}, ds.Shape...), toFloat32(x)); err != nil {
+		t.Fatal(err)
+	}
+	if err := npy.WriteFile(out.y, []int{n}, y64); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // closeCurves fails t where got[i] is not within tol (relative, or
