@@ -121,14 +121,19 @@ func let[T float32 | float64](node *gorgonia.Node, v []T, shape ...int) error {
 // Call it after RunAll, with the labels given to Feed. Rows beyond the
 // batch, and every row before any run, count as wrong.
 func (n *Net) Correct(labels []int) int {
-	logits := floats(n.logits)
-	c := n.spec.Classes
+	return CorrectRows(floats(n.logits), labels, n.spec.Classes)
+}
+
+// CorrectRows counts the rows of logits ([rows, classes], row-major)
+// whose largest logit (the first, on ties) is their label's; labels past
+// the last whole row count as wrong.
+func CorrectRows(logits []float64, labels []int, classes int) int {
 	right := 0
 	for r, label := range labels {
-		if (r+1)*c > len(logits) {
+		if (r+1)*classes > len(logits) {
 			break
 		}
-		row := logits[r*c : (r+1)*c]
+		row := logits[r*classes : (r+1)*classes]
 		best := 0
 		for k, v := range row {
 			if v > row[best] {

@@ -192,12 +192,8 @@ func (t *trainer) evalDue(e *evaluator, step, total int) bool {
 // same step, and gets the same result.
 func (e *evaluator) evaluate(ctx context.Context, g pg.ProcessGroup, params *model.Params, step int) (evalResult,
 	error) {
-	if e.gomlx == nil {
-		for i := range params.Len() {
-			if err := e.params.SetValue(i, params.Value(i)); err != nil {
-				return evalResult{}, err
-			}
-		}
+	if err := e.load(params); err != nil {
+		return evalResult{}, err
 	}
 	var sum float64
 	var correct int
@@ -209,12 +205,12 @@ func (e *evaluator) evaluate(ctx context.Context, g pg.ProcessGroup, params *mod
 		}
 		x, y := e.x[:len(idx)*e.ds.D], e.y[:len(idx)]
 		e.ds.Gather(idx, x, y)
-		logits, err := e.logits(params, x, y)
+		logits, err := e.logits(x, y)
 		if err != nil {
 			return evalResult{}, fmt.Errorf("evaluating: %w", err)
 		}
 		sum += crossEntropySum(logits, y, e.spec.Classes)
-		correct += correctRows(logits, y, e.spec.Classes)
+		correct += model.CorrectRows(logits, y, e.spec.Classes)
 	}
 	v := []float64{sum, float64(correct), float64(e.hi - e.lo)}
 	if err := g.AllReduce(ctx, pg.Float64s(v), pg.Op(pg.Sum)).Wait(ctx); err != nil {
@@ -225,10 +221,23 @@ func (e *evaluator) evaluate(ctx context.Context, g pg.ProcessGroup, params *mod
 	return r, nil
 }
 
-// logits are the model's logits for one batch of rows x, as float64.
-func (e *evaluator) logits(params *model.Params, x []float64, y []int) ([]float64, error) {
+// load gives the evaluation's model params' current values.
+func (e *evaluator) load(params *model.Params) error {
 	if e.gomlx != nil {
-		return e.gomlx.logits(params, x, len(y))
+		return e.gomlx.load(params)
+	}
+	for i := range params.Len() {
+		if err := e.params.SetValue(i, params.Value(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logits are the model's logits for one batch of rows x, as float64.
+func (e *evaluator) logits(x []float64, y []int) ([]float64, error) {
+	if e.gomlx != nil {
+		return e.gomlx.logits(x, len(y))
 	}
 	if err := e.net.Feed(e.spec, x, y); err != nil {
 		return nil, err
@@ -239,25 +248,6 @@ func (e *evaluator) logits(params *model.Params, x []float64, y []int) ([]float6
 		return nil, err
 	}
 	return e.net.LogitsValue()[:len(y)*e.spec.Classes], nil
-}
-
-// correctRows counts the rows whose largest logit (the first of equals,
-// as model.Net.Correct) is their label's.
-func correctRows(logits []float64, labels []int, classes int) int {
-	right := 0
-	for r, label := range labels {
-		row := logits[r*classes : (r+1)*classes]
-		best := 0
-		for k, v := range row {
-			if v > row[best] {
-				best = k
-			}
-		}
-		if best == label {
-			right++
-		}
-	}
-	return right
 }
 
 // crossEntropySum is Σ_i CE_i over the rows of labels, in float64:

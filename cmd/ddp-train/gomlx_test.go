@@ -21,41 +21,31 @@ import (
 
 // trainLosses reads rank 0's "train" lines (--log-format json) from a
 // run's stderr: the loss at each logged step.
-func trainLosses(t *testing.T, stderr string) []float64 {
-	t.Helper()
-	var out []float64
-	for _, line := range strings.Split(stderr, "\n") {
-		i := strings.Index(line, "{")
-		if i < 0 || !strings.Contains(line, `"msg":"train"`) {
-			continue
-		}
-		var rec struct {
-			Loss float64 `json:"loss"`
-		}
-		if err := json.Unmarshal([]byte(line[i:]), &rec); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		out = append(out, rec.Loss)
-	}
-	return out
-}
+func trainLosses(t *testing.T, stderr string) []float64 { return logFloats(t, stderr, "train", "loss") }
 
 // evalLosses reads rank 0's "eval" lines: the held-out loss at each.
 func evalLosses(t *testing.T, stderr string) []float64 {
+	return logFloats(t, stderr, "eval", "eval_loss")
+}
+
+// logFloats reads field of every json log line with message msg.
+func logFloats(t *testing.T, stderr, msg, field string) []float64 {
 	t.Helper()
 	var out []float64
 	for _, line := range strings.Split(stderr, "\n") {
 		i := strings.Index(line, "{")
-		if i < 0 || !strings.Contains(line, `"msg":"eval"`) {
+		if i < 0 || !strings.Contains(line, `"msg":"`+msg+`"`) {
 			continue
 		}
-		var rec struct {
-			Loss float64 `json:"eval_loss"`
-		}
+		var rec map[string]any
 		if err := json.Unmarshal([]byte(line[i:]), &rec); err != nil {
 			t.Fatalf("%q: %v", line, err)
 		}
-		out = append(out, rec.Loss)
+		v, ok := rec[field].(float64)
+		if !ok {
+			t.Fatalf("%q: no number %s", line, field)
+		}
+		out = append(out, v)
 	}
 	return out
 }

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/model"
-	"github.com/gomlx/gomlx/backends/simplego"
-	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -111,15 +109,7 @@ func gomlxStepper(b *testing.B, spec model.Spec, autodiff bool) func([]float64, 
 		b.Fatal(err)
 	}
 	net.autodiff = autodiff
-	backend, err := simplego.New("ops_sequential")
-	if err != nil {
-		b.Fatal(err)
-	}
-	exec, err := graph.NewExec(backend, net.program)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { exec.Finalize(); backend.Finalize() })
+	exec := compileProgram(b, net.program)
 	in := make([]any, p.Len())
 	for i := range p.Len() {
 		in[i] = tensors.FromFlatDataAndDimensions(toFloat32(p.Value(i)), p.Shape(i)...)

@@ -97,21 +97,8 @@ func gomlxGrads(t *testing.T, spec model.Spec, x []float64, labels []int) (float
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend, err := simplego.New("ops_sequential")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer backend.Finalize()
-	exec, err := graph.NewExec(backend, net.program)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exec.Finalize()
-	var in []any
-	for i := range p.Len() {
-		in = append(in, tensors.FromFlatDataAndDimensions(append([]float64(nil), p.Value(i)...), p.Shape(i)...))
-	}
-	outs, err := exec.Exec(append(in, net.batch(x, len(labels)), net.labels(labels))...)
+	exec := compileProgram(t, net.program)
+	outs, err := exec.Exec(append(paramArgs(p), net.batch(x, len(labels)), net.labels(labels))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,4 +112,30 @@ func gomlxGrads(t *testing.T, spec model.Spec, x []float64, labels []int) (float
 		grads = append(grads, tensors.MustCopyFlatData[float64](o))
 	}
 	return loss, grads
+}
+
+// compileProgram is an engine program on its own simplego backend, both
+// released when tb ends.
+func compileProgram(tb testing.TB, fn func([]*graph.Node) []*graph.Node) *graph.Exec {
+	tb.Helper()
+	backend, err := simplego.New("ops_sequential")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	exec, err := graph.NewExec(backend, fn)
+	if err != nil {
+		backend.Finalize()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { exec.Finalize(); backend.Finalize() })
+	return exec
+}
+
+// paramArgs are a float64 model's parameters as a program's inputs.
+func paramArgs(p *model.Params) []any {
+	in := make([]any, p.Len())
+	for i := range in {
+		in[i] = tensors.FromFlatDataAndDimensions(append([]float64(nil), p.Value(i)...), p.Shape(i)...)
+	}
+	return in
 }

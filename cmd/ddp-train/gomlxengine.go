@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goddp/ddp/gtensor"
+	"github.com/goddp/ddp/model"
 	"github.com/goddp/ddp/pg"
 	"github.com/goddp/ddp/pg/backend"
 	"github.com/goddp/ddp/reducer"
@@ -74,7 +75,7 @@ func (t *trainer) newGoMLXEngine(ctx context.Context, s *session, opts reducer.O
 		}
 		descs[i] = reducer.Param{Name: p.Name(i), Shape: p.Shape(i), Dtype: v.Dtype}
 		e.values = append(e.values, v)
-		e.grads = append(e.grads, pg.NewTensor(net.gradDtype(v.Dtype), v.Len()))
+		e.grads = append(e.grads, pg.NewTensor(pgDtypeOf(net.compute), v.Len()))
 		e.in = append(e.in, tensors.FromShape(net.paramShape(p.Shape(i))))
 	}
 	opts.MixedPrecision = net.mixed()
@@ -284,34 +285,22 @@ func scalarOf(t *tensors.Tensor) (float64, error) {
 	return v, err
 }
 
-// correctOf counts the rows whose largest logit (the first of equals, as
-// model.Net.Correct) is their label's.
+// correctOf counts the rows whose largest logit (the first of equals) is
+// their label's, as model.Net.Correct does.
 func correctOf(logits *tensors.Tensor, labels []int) (int, error) {
-	classes := logits.Shape().Dimensions[1]
-	right := 0
+	var rows []float64
 	err := logits.ConstFlatData(func(flat any) {
-		row := make([]float64, classes)
-		for r, label := range labels {
-			switch f := flat.(type) {
-			case []float32:
-				for k := range row {
-					row[k] = float64(f[r*classes+k])
-				}
-			case []float64:
-				copy(row, f[r*classes:(r+1)*classes])
+		switch f := flat.(type) {
+		case []float32:
+			rows = make([]float64, len(f))
+			for i, v := range f {
+				rows[i] = float64(v)
 			}
-			best := 0
-			for k, v := range row {
-				if v > row[best] {
-					best = k
-				}
-			}
-			if best == label {
-				right++
-			}
+		case []float64:
+			rows = f
 		}
 	})
-	return right, err
+	return model.CorrectRows(rows, labels, logits.Shape().Dimensions[1]), err
 }
 
 // catch turns a GoMLX panic (its way of reporting a bad graph) into an

@@ -57,22 +57,30 @@ func (n gomlxNet) logitsProgram(inputs []*graph.Node) *graph.Node {
 	return graph.ConvertDType(logits, dtypes.Float64)
 }
 
-// logits runs the program on params' current values and rows of x.
-func (f *gomlxForward) logits(params *model.Params, x []float64, rows int) ([]float64, error) {
+// load copies params' current values into the program's inputs, once
+// per evaluation.
+func (f *gomlxForward) load(params *model.Params) error {
 	if f.in == nil {
 		for i := range params.Len() {
 			f.in = append(f.in, tensors.FromShape(f.net.paramShape(params.Shape(i))))
 		}
 	}
-	args := make([]any, 0, len(f.in)+1)
 	for i, in := range f.in {
 		v, err := gtensor.TensorOf(params.Nodes[i].Value())
 		if err == nil {
 			err = copyIn(in, v)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("parameter %s into GoMLX: %w", params.Name(i), err)
+			return fmt.Errorf("parameter %s into GoMLX: %w", params.Name(i), err)
 		}
+	}
+	return nil
+}
+
+// logits runs the program on the loaded parameters and rows of x.
+func (f *gomlxForward) logits(x []float64, rows int) ([]float64, error) {
+	args := make([]any, 0, len(f.in)+1)
+	for _, in := range f.in {
 		args = append(args, in)
 	}
 	var out *tensors.Tensor

@@ -51,22 +51,12 @@ func newGoMLXNet(spec model.Spec, c config) (gomlxNet, error) {
 		n.compute = dtypes.Float16
 	}
 	if c.reduceDtype != "" {
-		n.reduce = pgDtypeNamed(c.reduceDtype)
+		var err error
+		if n.reduce, err = pg.ParseDtype(c.reduceDtype); err != nil {
+			return n, usagef("--reduce-dtype: %v", err)
+		}
 	}
 	return n, nil
-}
-
-// pgDtypeNamed is --reduce-dtype's dtype.
-func pgDtypeNamed(name string) pg.Dtype {
-	switch name {
-	case "float64":
-		return pg.Float64
-	case "bfloat16":
-		return pg.BFloat16
-	case "float16":
-		return pg.Float16
-	}
-	return pg.Float32
 }
 
 // pgDtypeOf is the process groups' name for a GoMLX float dtype.
@@ -90,9 +80,6 @@ func (n gomlxNet) mixed() *reducer.MixedPrecision {
 	}
 	return &reducer.MixedPrecision{ParamDtype: pgDtypeOf(n.compute), ReduceDtype: n.reduce}
 }
-
-// gradDtype is the dtype of the program's gradients.
-func (n gomlxNet) gradDtype(pg.Dtype) pg.Dtype { return pgDtypeOf(n.compute) }
 
 // paramShape is a parameter's input shape.
 func (n gomlxNet) paramShape(dims []int) shapes.Shape { return shapes.Make(n.dtype, dims...) }

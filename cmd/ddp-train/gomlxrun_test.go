@@ -9,9 +9,6 @@ import (
 	"testing"
 
 	"github.com/goddp/ddp/model"
-	"github.com/gomlx/gomlx/backends/simplego"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"gorgonia.org/tensor"
 )
 
@@ -94,26 +91,14 @@ func TestGoMLXDropoutPerRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend, err := simplego.New("ops_sequential")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer backend.Finalize()
-	exec, err := graph.NewExec(backend, net.program)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exec.Finalize()
+	exec := compileProgram(t, net.program)
 	x := make([]float64, 4*6)
 	for i := range x {
 		x[i] = float64(i%7) / 3
 	}
 	loss := func(seed int64, rank, m int) float64 {
-		var in []any
-		for i := range p.Len() {
-			in = append(in, tensors.FromFlatDataAndDimensions(append([]float64(nil), p.Value(i)...), p.Shape(i)...))
-		}
-		outs, err := exec.Exec(append(in, net.batch(x, 4), net.labels([]int{0, 1, 2, 1}), dropoutState(seed, rank, m))...)
+		in := append(paramArgs(p), net.batch(x, 4), net.labels([]int{0, 1, 2, 1}), dropoutState(seed, rank, m))
+		outs, err := exec.Exec(in...)
 		if err != nil {
 			t.Fatal(err)
 		}
